@@ -1,0 +1,30 @@
+"""THE op registry of flowc: `OPS` maps each op name to its single `OpDef`.
+
+Importing this package registers every op; each module below defines one family.
+"""
+
+from flowc.ir.ops import core, elementwise, nn, reduce, shape  # noqa: F401  (register ops)
+from flowc.ir.ops.registry import (
+    COMMUTATIVE,
+    ELEMENTWISE,
+    HAS_BODY,
+    ONNX_OPS,
+    OPS,
+    PURE,
+    REQUIRED,
+    STATEFUL,
+    AttrSpec,
+    InferContext,
+    KernelContext,
+    OpDef,
+    Trait,
+    define,
+    get_op,
+    infer_types,
+)
+
+__all__ = [
+    "COMMUTATIVE", "ELEMENTWISE", "HAS_BODY", "ONNX_OPS", "OPS", "PURE", "REQUIRED",
+    "STATEFUL", "AttrSpec", "InferContext", "KernelContext", "OpDef", "Trait", "define",
+    "get_op", "infer_types",
+]

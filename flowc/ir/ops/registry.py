@@ -1,0 +1,197 @@
+"""The op registry: one `OpDef` per op, looked up by name.
+
+Contract: an `OpDef` holds everything flowc knows about an op independent of any target:
+its operands (names; `?` marks optional, `*` variadic), its attribute schema with defaults,
+its traits, its type rule (`infer(ctx) -> Type | tuple[Type, ...]`), and its numpy
+reference kernel (`kernel(ctx, *arrays) -> array | tuple[array, ...]`). Ops keep ONNX
+semantics where ONNX has the op; `onnx` names the ONNX op it maps from.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from flowc.ir.attrs import Attrs, Tensor
+from flowc.ir.errors import InferError
+from flowc.ir.types import DType, TensorType, Type
+
+
+class Trait(enum.Enum):
+    PURE = "pure"  # no side effects, result depends only on operands: CSE and folding apply
+    COMMUTATIVE = "commutative"  # the two operands may be swapped
+    ELEMENTWISE = "elementwise"  # each output element depends on the same-index inputs
+    STATEFUL = "stateful"  # reads or writes state, or communicates: never merged or dropped
+    HAS_BODY = "has_body"  # holds nested graphs as attributes
+
+
+PURE, COMMUTATIVE, ELEMENTWISE, STATEFUL, HAS_BODY = Trait
+
+
+class Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED = Required()
+
+ATTR_KINDS = {
+    "int": int, "float": float, "str": str, "bool": bool, "dtype": DType,
+    "tensor": Tensor, "type": TensorType, "ints": int, "floats": float, "strs": str,
+    "graph": None,  # checked by name: flowc.ir.graph.Graph
+}
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """One attribute: its name, kind (a key of ATTR_KINDS) and default (REQUIRED if none).
+    A default of None means "absent unless given"."""
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+
+    def __post_init__(self) -> None:
+        if self.kind not in ATTR_KINDS:
+            raise ValueError(f"attribute {self.name}: unknown kind {self.kind}")
+
+    def accepts(self, value: Any) -> bool:
+        if self.kind == "graph":
+            return type(value).__name__ == "Graph"
+        expected = ATTR_KINDS[self.kind]
+        if self.kind in ("ints", "floats", "strs"):
+            return isinstance(value, tuple) and all(_is_kind(v, expected) for v in value)
+        return _is_kind(value, expected)
+
+
+def _is_kind(value: Any, expected: type) -> bool:
+    if expected is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected)
+
+
+@dataclass
+class InferContext:
+    """What a type rule sees: operand types (None where absent), attributes with defaults
+    filled in, constant operand values where known, and how to report an error."""
+
+    op: str
+    label: str
+    types: list[Type | None]
+    attrs: dict[str, Any]
+    consts: list[np.ndarray | None]
+
+    def const(self, index: int) -> np.ndarray | None:
+        return self.consts[index] if index < len(self.consts) else None
+
+    def type(self, index: int) -> Type | None:
+        return self.types[index] if index < len(self.types) else None
+
+    def tensor(self, index: int) -> TensorType:
+        t = self.type(index)
+        if not isinstance(t, TensorType):
+            self.fail(f"operand #{index} must be a tensor, found {t}")
+        return t
+
+    def fail(self, message: str) -> None:
+        raise InferError(f"{self.label}: {message}")
+
+
+@dataclass
+class KernelContext:
+    """What a reference kernel sees: attributes with defaults, the node's result types, and
+    a way to run a nested body (set by the interpreter)."""
+
+    attrs: dict[str, Any]
+    types: tuple[Type, ...]
+    label: str
+    run_body: Callable[[Any, Sequence[np.ndarray]], list[np.ndarray]] | None = None
+    state: Any = None  # the interpreter's variable store and channels
+
+
+InferFn = Callable[[InferContext], "Type | tuple[Type, ...]"]
+KernelFn = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    inputs: tuple[str, ...]
+    infer: InferFn
+    kernel: KernelFn
+    attrs: tuple[AttrSpec, ...] = ()
+    traits: frozenset[Trait] = frozenset()
+    onnx: str | None = None
+    doc: str = ""
+    attr_specs: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attr_specs", {a.name: a for a in self.attrs})
+
+    def has(self, trait: Trait) -> bool:
+        return trait in self.traits
+
+    @property
+    def arity(self) -> tuple[int, int | None]:
+        """(min, max) operand count; max None when the last operand is variadic."""
+        required = sum(1 for i in self.inputs if not i.endswith(("?", "*")))
+        variadic = any(i.endswith("*") for i in self.inputs)
+        return required, None if variadic else len(self.inputs)
+
+    def operand_name(self, index: int) -> str:
+        if index < len(self.inputs):
+            return self.inputs[index].rstrip("?*")
+        return self.inputs[-1].rstrip("?*")
+
+    def resolve_attrs(self, attrs: Attrs | dict) -> dict[str, Any]:
+        """The attributes with defaults filled in (unknown names are the verifier's job)."""
+        resolved = {a.name: a.default for a in self.attrs if a.default is not REQUIRED}
+        resolved.update(attrs)
+        return resolved
+
+
+OPS: dict[str, OpDef] = {}
+ONNX_OPS: dict[str, OpDef] = {}
+
+
+def define(name: str, inputs: Sequence[str], infer: InferFn, kernel: KernelFn, *,
+           attrs: Sequence[AttrSpec] = (), traits: Sequence[Trait] = (PURE,),
+           onnx: str | None = None, doc: str = "") -> OpDef:
+    """Register an op. Pure unless `traits` says otherwise."""
+    if name in OPS:
+        raise ValueError(f"op {name} is defined twice")
+    opdef = OpDef(name, tuple(inputs), infer, kernel, tuple(attrs), frozenset(traits), onnx, doc)
+    OPS[name] = opdef
+    if onnx:
+        ONNX_OPS[onnx] = opdef
+    return opdef
+
+
+def get_op(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise InferError(f"unknown op '{name}'") from None
+
+
+def infer_types(opdef: OpDef, types: Sequence[Type | None], attrs: Attrs | dict,
+                consts: Sequence[np.ndarray | None] = (), label: str = "") -> tuple[Type, ...]:
+    """Result types of `opdef` applied to operands of `types`; InferError if ill-typed."""
+    label = label or f"({opdef.name})"
+    lo, hi = opdef.arity
+    if len(types) < lo or (hi is not None and len(types) > hi):
+        expected = f"{lo}" if lo == hi else f"{lo} to {hi if hi is not None else 'any'}"
+        raise InferError(f"{label}: expected {expected} operands, found {len(types)}")
+    for i, t in enumerate(types):
+        if t is None and not opdef.inputs[min(i, len(opdef.inputs) - 1)].endswith("?"):
+            raise InferError(f"{label}: operand '{opdef.operand_name(i)}' is required")
+    consts = list(consts) + [None] * (len(types) - len(consts))
+    ctx = InferContext(opdef.name, label, list(types), opdef.resolve_attrs(attrs), consts)
+    result = opdef.infer(ctx)
+    return result if isinstance(result, tuple) else (result,)

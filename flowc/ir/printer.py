@@ -1,0 +1,156 @@
+"""The text form of a graph: MLIR-shaped, one node per line, every value typed.
+
+    graph @mlp(%x: f32[N,784]) -> (y: f32[N,10]) {
+      %0 = constant {value = dense_resource<"9f2c61d0a4be55e1"> : f32[784,10]} : () -> f32[784,10] loc("w")
+      %1 = matmul %x, %0 : (f32[N,784], f32[784,10]) -> f32[N,10] @cpu:0 loc("fc/MatMul")
+      return %1
+    }
+
+Nodes are numbered in graph order from 0 in each graph (bodies start again at 0); inputs
+print by name. A node with several results prints `%3:2 =` and its results are used as
+`%3#0`, `%3#1`. `ctrl(%2)` lists control dependencies; `@dev` is the device; `loc("name" at
+"file:line")` gives the node's name and source location. Constants up to `inline_limit`
+elements print inline (`dense<...>`); larger ones by content digest (`dense_resource<...>`),
+with their bytes in a trailing `{-# resources: ... #-}` section when `resources=True`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from flowc.ir.attrs import Tensor
+from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.types import DType, TensorType, f64
+
+IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.$-]*\Z")
+
+
+def quote(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def value_name(text: str) -> str:
+    return text if IDENT_RE.match(text) else quote(text)
+
+
+def format_scalar(x: Any, dt: DType) -> str:
+    if dt.is_bool:
+        return "true" if x else "false"
+    if dt.is_float:
+        # numpy prints the shortest text that reads back to the same value of its dtype;
+        # bf16 goes through f32, which holds every bf16 value exactly.
+        scalar = np.float32(x) if dt.name == "bf16" else np.asarray(x, dtype=dt.np)[()]
+        text = str(scalar)
+        if text in ("inf", "-inf", "nan"):
+            return text
+        return text if any(c in text for c in ".e") else text + ".0"
+    return str(int(x))
+
+
+def format_tensor_literal(array: np.ndarray, dt: DType) -> str:
+    if array.ndim == 0:
+        return format_scalar(array[()], dt)
+    return "[" + ", ".join(format_tensor_literal(sub, dt) for sub in array) + "]"
+
+
+class Printer:
+    def __init__(self, inline_limit: int = 16, resources: bool = False):
+        self.inline_limit = inline_limit
+        self.emit_resources = resources
+        self.resources: dict[str, Tensor] = {}
+
+    # ---- attributes ----------------------------------------------------------------
+    def attr(self, value: Any, indent: str) -> str:
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, int):
+            return str(value)
+        if isinstance(value, float):
+            return format_scalar(value, f64)
+        if isinstance(value, str):
+            return quote(value)
+        if isinstance(value, DType | TensorType):
+            return str(value)
+        if isinstance(value, tuple):
+            return "[" + ", ".join(self.attr(v, indent) for v in value) + "]"
+        if isinstance(value, Tensor):
+            return self.tensor(value)
+        if isinstance(value, Graph):
+            return self.graph(value, indent).rstrip("\n")
+        raise TypeError(f"cannot print attribute {value!r}")
+
+    def tensor(self, t: Tensor) -> str:
+        if not t.is_elided and t.data.size <= self.inline_limit:
+            return f"dense<{format_tensor_literal(t.data, t.type.dtype)}> : {t.type}"
+        self.resources[t.digest] = t
+        return f'dense_resource<"{t.digest}"> : {t.type}'
+
+    # ---- graphs --------------------------------------------------------------------
+    def graph(self, g: Graph, indent: str = "") -> str:
+        names: dict[Node, str] = {}
+        for node in g.inputs:
+            names[node] = "%" + value_name(node.name)
+        for i, node in enumerate(g.nodes):
+            names[node] = f"%{i}"
+
+        def ref(v: Value | None) -> str:
+            if v is None:
+                return "_"
+            base = names[v.node]
+            return f"{base}#{v.index}" if len(v.node.types) > 1 else base
+
+        args = ", ".join(f"{names[n]}: {n.types[0]}{self.loc(n, show_name=False)}"
+                         for n in g.inputs)
+        results = ", ".join(f"{value_name(n)}: {v.type}" for n, v in g.outputs)
+        lines = [f"graph @{value_name(g.name)}({args}) -> ({results}) {{"]
+        inner = indent + "  "
+        for node in g.nodes:
+            lines.append(inner + self.node(node, names, ref, inner))
+        lines.append(inner + "return " + ", ".join(ref(v) for _, v in g.outputs))
+        lines.append(indent + "}")
+        return "\n".join(lines) + "\n"
+
+    def node(self, node: Node, names: dict[Node, str], ref, indent: str) -> str:
+        count = len(node.types)
+        head = f"{names[node]}:{count} = " if count > 1 else f"{names[node]} = "
+        text = head + node.op
+        if node.inputs:
+            text += " " + ", ".join(ref(v) for v in node.inputs)
+        if node.ctrl:
+            text += " ctrl(" + ", ".join(names[c] for c in node.ctrl) + ")"
+        if node.attrs:
+            text += " {" + ", ".join(f"{k} = {self.attr(v, indent)}"
+                                     for k, v in node.attrs.items()) + "}"
+        operand_types = ", ".join("none" if v is None else str(v.type) for v in node.inputs)
+        result = str(node.types[0]) if count == 1 else "(" + ", ".join(map(str, node.types)) + ")"
+        text += f" : ({operand_types}) -> {result}"
+        if node.device:
+            text += f" @{node.device}"
+        return text + self.loc(node)
+
+    @staticmethod
+    def loc(node: Node, show_name: bool = True) -> str:
+        """` loc("name" at "file:line")`, or the parts of it that the node has."""
+        parts = []
+        if show_name and node.name is not None:
+            parts.append(quote(node.name))
+        if node.loc is not None:
+            parts.append(f"at {quote(node.loc)}")
+        return f" loc({' '.join(parts)})" if parts else ""
+
+    def resource_section(self) -> str:
+        if not self.emit_resources or not self.resources:
+            return ""
+        body = ",\n".join(f"  \"{digest}\": \"0x{np.ascontiguousarray(t.data).tobytes().hex()}\""
+                          for digest, t in sorted(self.resources.items()))
+        return "{-# resources: {\n" + body + "\n} #-}\n"
+
+
+def print_graph(graph: Graph, *, inline_limit: int = 16, resources: bool = False) -> str:
+    """The text form of `graph`; with `resources`, large constants' bytes follow it."""
+    printer = Printer(inline_limit, resources)
+    return printer.graph(graph) + printer.resource_section()
