@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from flowc.ir.attrs import Attrs
-from flowc.ir.graph import Node, Value
+from flowc.ir.graph import Node, Value, describe_node
 from flowc.ir.ops import get_op, infer_types
 
 
@@ -24,16 +24,11 @@ def const_value(value: Value | None) -> np.ndarray | None:
     return None if tensor.is_elided else tensor.data
 
 
-def node_label(op: str, name: str | None, loc: str | None) -> str:
-    text = f"'{name}' ({op})" if name else f"({op})"
-    return f"{text} at {loc}" if loc else text
-
-
-def make_node(op: str, inputs: Sequence[Value | None] = (), attrs: dict[str, Any] | Attrs | None = None,
-              *, name: str | None = None, device: str | None = None, ctrl: Sequence[Node] = (),
-              loc: str | None = None) -> Node:
+def make_node(op: str, inputs: Sequence[Value | None] = (),
+              attrs: dict[str, Any] | Attrs | None = None, *, name: str | None = None,
+              device: str | None = None, ctrl: Sequence[Node] = (), loc: str | None = None) -> Node:
     """A node of `op` on `inputs`, its result types inferred; InferError if ill-typed."""
     attrs = attrs if isinstance(attrs, Attrs) else Attrs(attrs or {})
     types = infer_types(get_op(op), [None if v is None else v.type for v in inputs], attrs,
-                        [const_value(v) for v in inputs], node_label(op, name, loc))
+                        [const_value(v) for v in inputs], describe_node(op, name, loc))
     return Node(op, inputs, attrs, types, ctrl=ctrl, device=device, name=name, loc=loc)

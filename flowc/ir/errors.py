@@ -13,10 +13,11 @@ class FlowcError(Exception):
 class ParseError(FlowcError):
     """Malformed IR text, located as `file:line:col` with the offending line shown."""
 
-    def __init__(self, message: str, filename: str, line: int, col: int, source_line: str = ""):
+    def __init__(self, message: str, filename: str, line: int, col: int,
+                 source_line: str | None = None):
         self.filename, self.line, self.col, self.bare = filename, line, col, message
         text = f"{filename}:{line}:{col}: error: {message}"
-        if source_line:
+        if source_line is not None:
             start = max(0, col - 60)  # long lines (resource blobs) are shown around col
             shown = source_line[start:start + 120]
             text += f"\n  {shown}\n  {' ' * (col - 1 - start)}^"

@@ -26,12 +26,19 @@ from flowc.ir.types import Type
 INPUT_OP = "input"
 
 
+def describe_node(op: str, name: str | None, loc: str | None) -> str:
+    """`'fc/Add' (add) at model.py:12`, or the parts of it that are known."""
+    text = f"'{name}' ({op})" if name else f"({op})"
+    return f"{text} at {loc}" if loc else text
+
+
 class Node:
     """One operation: op name, operands, attributes, result types, placement, provenance."""
 
     __slots__ = ("attrs", "ctrl", "device", "inputs", "loc", "name", "op", "types")
 
-    def __init__(self, op: str, inputs: Sequence[Value | None] = (), attrs: Attrs | dict | None = None,
+    def __init__(self, op: str, inputs: Sequence[Value | None] = (),
+                 attrs: Attrs | dict | None = None,
                  types: Sequence[Type] = (), *, ctrl: Sequence[Node] = (),
                  device: str | None = None, name: str | None = None, loc: str | None = None):
         init = object.__setattr__
@@ -72,8 +79,7 @@ class Node:
 
     def label(self) -> str:
         """How errors name this node: its name when it has one, its op, its location."""
-        text = f"'{self.name}' ({self.op})" if self.name else f"({self.op})"
-        return f"{text} at {self.loc}" if self.loc else text
+        return describe_node(self.op, self.name, self.loc)
 
     def __repr__(self) -> str:
         return f"<Node {self.label()}>"

@@ -16,8 +16,8 @@ from flowc.ir.attrs import Tensor
 from flowc.ir.errors import ParseError, VerifyError
 from flowc.ir.graph import INPUT_OP, Graph, Node, Value
 from flowc.ir.ops import OPS
-from flowc.ir.verifier import verify as verify_graph
 from flowc.ir.types import DTYPES, DType, TensorType, Type, VarType
+from flowc.ir.verifier import verify as verify_graph
 
 TOKEN_RE = re.compile(r"""
     (?P<ws>[ \t\r\n]+|//[^\n]*)
@@ -348,20 +348,16 @@ class Parser:
             self.comma_list("}", attr)
         self.expect(":", " before the node's types")
         type_tok = self.expect("(")
-        operand_types = self.comma_list(")", self.type)
+        operand_types = self.comma_list(")", lambda: (self.tok, self.type()))
         if len(operand_types) != len(operands):
             raise self.error(f"{len(operands)} operands but {len(operand_types)} operand "
                              "types", type_tok)
-        for i, (v, t) in enumerate(zip(operands, operand_types, strict=True)):
+        for i, (v, (tok, t)) in enumerate(zip(operands, operand_types, strict=True)):
             found = None if v is None else v.type
             if found != t:
-                raise self.error(f"operand #{i} is declared {t} but the value is {found}",
-                                 type_tok)
+                raise self.error(f"operand #{i} is declared {t} but the value is {found}", tok)
         self.expect("->")
-        if self.accept("("):
-            types = self.comma_list(")", self.type)
-        else:
-            types = [self.type()]
+        types = self.comma_list(")", self.type) if self.accept("(") else [self.type()]
         if len(types) != count and not (count == 1 and len(types) == 0):
             raise self.error(f"{result_tok.text} declares {count} results but its type "
                              f"lists {len(types)}", result_tok)

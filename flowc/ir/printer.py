@@ -1,7 +1,8 @@
 """The text form of a graph: MLIR-shaped, one node per line, every value typed.
 
     graph @mlp(%x: f32[N,784]) -> (y: f32[N,10]) {
-      %0 = constant {value = dense_resource<"9f2c61d0a4be55e1"> : f32[784,10]} : () -> f32[784,10] loc("w")
+      %0 = constant {value = dense_resource<"9f2c61d0a4be55e1"> : f32[784,10]}
+           : () -> f32[784,10] loc("w")        (one line in the real text)
       %1 = matmul %x, %0 : (f32[N,784], f32[784,10]) -> f32[N,10] @cpu:0 loc("fc/MatMul")
       return %1
     }

@@ -10,12 +10,12 @@ names; outputs; and, recursively, nested bodies.
 
 from __future__ import annotations
 
+from flowc.ir.build import const_value
+from flowc.ir.devices import DeviceSpec
 from flowc.ir.errors import InferError, VerifyError
 from flowc.ir.graph import Graph, Node
 from flowc.ir.ops import OPS, REQUIRED, infer_types
 from flowc.ir.types import TensorType, Type, VarType, dims_compatible
-from flowc.ir.build import const_value
-from flowc.ir.devices import DeviceSpec
 
 
 class NodeError(VerifyError):
