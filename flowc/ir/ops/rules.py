@@ -65,7 +65,8 @@ def require_dtype(ctx: InferContext, index: int, kinds: Sequence[str], what: str
 def broadcast_rule(ctx: InferContext) -> TensorType:
     """N-ary elementwise with one dtype: the broadcast shape."""
     dt = same_dtype(ctx)
-    return TensorType(dt, broadcast_shapes(ctx, [ctx.tensor(i).shape for i in range(len(ctx.types))]))
+    shapes = [ctx.tensor(i).shape for i in range(len(ctx.types))]
+    return TensorType(dt, broadcast_shapes(ctx, shapes))
 
 
 def numeric_broadcast_rule(ctx: InferContext) -> TensorType:
