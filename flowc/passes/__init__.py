@@ -1,0 +1,15 @@
+"""Graph-to-graph passes, their registry, pipelines, and the pass manager.
+
+Importing this package registers every pass (`cse`, `prune`).
+"""
+
+from flowc.passes import cse, prune  # noqa: F401  (register passes)
+from flowc.passes.base import Pass
+from flowc.passes.manager import PassManager
+from flowc.passes.pipeline import PIPELINES, Pipeline, parse_pipeline, print_pipeline
+from flowc.passes.registry import PASSES, register
+
+__all__ = [
+    "PASSES", "PIPELINES", "Pass", "PassManager", "Pipeline", "parse_pipeline",
+    "print_pipeline", "register",
+]

@@ -1,0 +1,261 @@
+"""The `flowc` command: `opt` (parse, run passes, print), `run` (interpret), `verify`.
+
+Contract: `main(argv)` returns the exit status. Every FlowcError, and every OSError from
+reading or writing a file, is printed as `flowc: error: MESSAGE` on stderr with exit
+status 1, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph
+from flowc.ir.parser import parse
+from flowc.ir.printer import print_graph
+from flowc.ir.types import TensorType
+from flowc.passes import PASSES, PIPELINES, PassManager, parse_pipeline
+
+SPLIT_RE = re.compile(r"^// -----[ \t]*$", re.MULTILINE)
+SPLIT_MARKER = "// -----\n"
+
+
+def flowc_version() -> str:
+    try:
+        return version("flowc")
+    except PackageNotFoundError:  # running from a checkout that is not installed
+        return "unknown"
+
+
+# ---- input ------------------------------------------------------------------------------
+def read_source(path: str) -> tuple[str, str]:
+    """(text, name for error messages) of FILE, or of stdin when FILE is `-`."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    try:
+        return Path(path).read_text(), path
+    except OSError as exc:
+        raise FlowcError(f"cannot read '{path}': {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise FlowcError(f"cannot read '{path}': not UTF-8 text ({exc.reason})") from None
+
+
+def split_chunks(text: str) -> list[str]:
+    """The chunks between `// -----` lines, each padded with the newlines before it so that
+    error line numbers count from the top of the whole file."""
+    chunks, start, line = [], 0, 0
+    for m in SPLIT_RE.finditer(text):
+        chunks.append("\n" * line + text[start:m.start()])
+        line += text[start:m.end()].count("\n")
+        start = m.end()
+    chunks.append("\n" * line + text[start:])
+    return chunks
+
+
+def load_graph(path: str, verify: bool = True) -> Graph:
+    text, name = read_source(path)
+    return parse(text, name, verify=verify)
+
+
+# ---- commands ---------------------------------------------------------------------------
+def cmd_opt(args: argparse.Namespace) -> int:
+    text, name = read_source(args.file)
+    passes = parse_pipeline(args.pipeline) if args.pipeline else []
+    dump = sys.stderr if args.print_ir_after_all else None
+    manager = PassManager(passes, verify=not args.no_verify, dump=dump,
+                          resources=args.emit_resources)
+    chunks = split_chunks(text) if args.split_input_file else [text]
+    outputs, status = [], 0
+    for chunk in chunks:
+        try:
+            graph = manager.run(parse(chunk, name, verify=not args.no_verify))
+            outputs.append(print_graph(graph, resources=args.emit_resources))
+        except FlowcError as exc:
+            if not args.split_input_file:
+                raise
+            error(str(exc))  # MLIR-style: report it, go on with the next chunk, fail at the end
+            status = 1
+    result = SPLIT_MARKER.join(outputs)
+    if args.output in (None, "-"):
+        sys.stdout.write(result)
+    else:
+        write_text(args.output, result)
+    return status
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    text, name = read_source(args.file)
+    chunks = split_chunks(text) if args.split_input_file else [text]
+    for chunk in chunks:
+        graph = parse(chunk, name)
+        print(f"{name}: graph @{graph.name} is well formed")
+    return 0
+
+
+def parse_binding(text: str, what: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name or not value:
+        raise FlowcError(f"{what} '{text}' must look like NAME=VALUE")
+    return name, value
+
+
+def load_npy(path: str, name: str) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise FlowcError(f"--input {name}: cannot read '{path}': {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise FlowcError(f"--input {name}: '{path}' is not a .npy array file: {exc}") from None
+
+
+def random_feed(rng: np.random.Generator, name: str, t: object, dims: dict[str, int]):
+    if not isinstance(t, TensorType):
+        raise FlowcError(f"input '{name}' is {t}: random inputs cannot make one; "
+                         f"give it with --input {name}=FILE.npy")
+    shape = []
+    for dim in t.shape:
+        if isinstance(dim, int):
+            shape.append(dim)
+        elif isinstance(dim, str) and dim in dims:
+            shape.append(dims[dim])
+        else:
+            hint = f"bind it with --random-inputs {dim}=SIZE" if isinstance(dim, str) else (
+                f"give the input with --input {name}=FILE.npy")
+            raise FlowcError(f"input '{name}' is {t}: dim {dim or '?'} has no size; {hint}")
+    dt = t.dtype
+    if dt.is_bool:
+        return rng.random(shape) < 0.5
+    if dt.is_float:
+        return rng.standard_normal(shape).astype(dt.np)
+    return rng.integers(0, 10, size=shape).astype(dt.np)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from flowc.ir.interpret import interpret  # imported here: `opt` does not need it
+
+    graph = load_graph(args.file)
+    feeds = {}
+    for text in args.input:
+        name, path = parse_binding(text, "--input")
+        feeds[name] = load_npy(path, name)
+    if args.random_inputs is not None:
+        dims = {}
+        for text in args.random_inputs:
+            sym, size = parse_binding(text, "--random-inputs binding")
+            if not size.isdigit():
+                raise FlowcError(f"--random-inputs {text}: the size must be a whole number")
+            dims[sym] = int(size)
+        rng = np.random.default_rng(args.seed)
+        for node in graph.inputs:
+            if node.name not in feeds:
+                feeds[node.name] = random_feed(rng, node.name, node.types[0], dims)
+    results = interpret(graph, feeds, args.fetch or None)
+    if args.output_dir:
+        out = Path(args.output_dir)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            for name, array in results.items():
+                path = out / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".npy")
+                np.save(path, array, allow_pickle=False)
+                print(f"{name}: wrote {path}")
+        except OSError as exc:
+            raise FlowcError(f"cannot write to '{out}': {exc.strerror or exc}") from None
+        return 0
+    for name, array in results.items():
+        print(f"{name}: dtype={array.dtype} shape={tuple(array.shape)}")
+        print(np.array2string(np.asarray(array), threshold=1000))
+    return 0
+
+
+def write_text(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise FlowcError(f"cannot write '{path}': {exc.strerror or exc}") from None
+
+
+# ---- argument parsing -------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flowc",
+        description="flowc: an ahead-of-time compiler for ML dataflow graphs. Reads and "
+                    "writes the IR text form (.flowc files).",
+        epilog="Run 'flowc COMMAND --help' for a command's options.")
+    parser.add_argument("--version", action="version", version=f"flowc {flowc_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    pipelines = "; ".join(f"{k} = {','.join(s for s, _ in v)}" for k, v in PIPELINES.items())
+    opt = sub.add_parser(
+        "opt", help="parse a graph, run passes on it, print the result",
+        description="Parse FILE, run the passes of PIPELINE on each graph (verifying after "
+                    "each), and print the result in the text form. With no -p, the graph "
+                    "is printed back as parsed (a round trip).")
+    opt.add_argument("file", metavar="FILE", help="the .flowc file to read ('-' for stdin)")
+    opt.add_argument("-p", "--pipeline", metavar="PIPELINE",
+                     help="passes to run, e.g. 'cse,prune{keep_stateful=false}', or a named "
+                          f"pipeline ({pipelines}). Passes: {', '.join(sorted(PASSES))}")
+    opt.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
+    opt.add_argument("--split-input-file", action="store_true",
+                     help="treat each part between '// -----' lines as its own graph; "
+                          "print the results separated by '// -----'")
+    opt.add_argument("--print-ir-after-all", action="store_true",
+                     help="print the graph to stderr after each pass")
+    opt.add_argument("--emit-resources", action="store_true",
+                     help="print large constants' bytes in a trailing resources section, so "
+                          "the output is self-contained")
+    opt.add_argument("--no-verify", action="store_true",
+                     help="do not verify the input, nor the graph after each pass")
+    opt.set_defaults(func=cmd_opt)
+
+    run = sub.add_parser(
+        "run", help="run a graph on the reference interpreter",
+        description="Run FILE on flowc's numpy reference interpreter and print each fetched "
+                    "array (or save them as .npy files).")
+    run.add_argument("file", metavar="FILE", help="the .flowc file to run ('-' for stdin)")
+    run.add_argument("--input", metavar="NAME=PATH.npy", action="append", default=[],
+                     help="feed input (or node result) NAME from a .npy file; repeatable")
+    run.add_argument("--random-inputs", metavar="SYM=SIZE", nargs="*",
+                     help="feed every input not given by --input with seeded random data, "
+                          "binding symbolic dims: --random-inputs N=4")
+    run.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (0)")
+    run.add_argument("--fetch", metavar="NAME", action="append",
+                     help="what to compute: an output, or a node as 'name' or 'name:1'; "
+                          "repeatable (default: every output)")
+    run.add_argument("--output-dir", metavar="DIR",
+                     help="save each fetched array as DIR/NAME.npy instead of printing it")
+    run.set_defaults(func=cmd_run)
+
+    ver = sub.add_parser("verify", help="check that a graph is well formed",
+                         description="Parse and verify FILE; exit 1 with the first problem.")
+    ver.add_argument("file", metavar="FILE", help="the .flowc file to check ('-' for stdin)")
+    ver.add_argument("--split-input-file", action="store_true",
+                     help="check each part between '// -----' lines as its own graph")
+    ver.set_defaults(func=cmd_verify)
+    return parser
+
+
+def error(message: str) -> None:
+    print(f"flowc: error: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except FlowcError as exc:
+        error(str(exc))
+    except OSError as exc:
+        error(str(exc))
+    except KeyboardInterrupt:
+        error("interrupted")
+    return 1
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,105 @@
+"""Pipeline strings: `cse,prune{keep_stateful=false}`.
+
+Grammar: passes separated by `,`; each is a registered pass name, optionally followed by
+`{option=value,...}` where each option is one of the pass's dataclass fields and the value
+is read by the field's type (`true`/`false`, an int, a float, or a bare string). A whole
+string may also be the name of a default pipeline in `PIPELINES`. `print_pipeline` writes
+the canonical form, every option of a pass with options spelled out (as MLIR does), so
+`print_pipeline(parse_pipeline(s)) == s` for every canonical `s` and printing is a fixed
+point for any `s`. Unknown passes and options raise FlowcError listing the known ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from flowc.ir.errors import FlowcError
+from flowc.passes.registry import PASSES
+
+Pipeline = list  # a list of pass instances, run in order
+
+# Named default pipelines: (pass string, why this step is here), in order.
+PIPELINES: dict[str, list[tuple[str, str]]] = {
+    "default": [
+        ("cse", "merge pure nodes computing the same thing (duplicate constants, ops)"),
+        ("prune", "drop nodes the merge, or the frontend, left unused; keep stateful ones"),
+    ],
+}
+
+_ITEM_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_-]*)\s*(?:\{([^{}]*)\})?\s*(?:,|$)")
+
+
+def _known_passes() -> str:
+    return ", ".join(sorted(PASSES))
+
+
+def _convert(pass_name: str, field: dataclasses.Field, text: str) -> Any:
+    kind = field.type if isinstance(field.type, type) else {"bool": bool, "int": int,
+                                                              "float": float}.get(field.type, str)
+    if kind is bool:
+        if text not in ("true", "false"):
+            raise FlowcError(f"pass '{pass_name}': option '{field.name}' takes true or false, "
+                             f"found '{text}'")
+        return text == "true"
+    try:
+        return kind(text)
+    except ValueError:
+        raise FlowcError(f"pass '{pass_name}': option '{field.name}' takes "
+                         f"{kind.__name__}, found '{text}'") from None
+
+
+def make_pass(name: str, options: dict[str, str] | None = None) -> Any:
+    """An instance of the pass `name` with `options` (text values) set."""
+    cls = PASSES.get(name)
+    if cls is None:
+        raise FlowcError(f"unknown pass '{name}' (known passes: {_known_passes()}; "
+                         f"pipelines: {', '.join(PIPELINES)})")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, text in (options or {}).items():
+        if key not in fields:
+            known = ", ".join(fields) or "none"
+            raise FlowcError(f"pass '{name}' has no option '{key}' (its options: {known})")
+        values[key] = _convert(name, fields[key], text)
+    return cls(**values)
+
+
+def parse_pipeline(text: str) -> list[Any]:
+    """The pass instances `text` names (see the module docstring)."""
+    text = text.strip()
+    if text in PIPELINES:
+        return [p for step, _ in PIPELINES[text] for p in parse_pipeline(step)]
+    passes, pos = [], 0
+    while pos < len(text):
+        m = _ITEM_RE.match(text, pos)
+        if not m or m.end() == pos:
+            raise FlowcError(f"malformed pipeline '{text}' at column {pos + 1}: expected "
+                             "a pass name like cse or prune{keep_stateful=false}")
+        options: dict[str, str] = {}
+        for item in filter(None, (s.strip() for s in (m.group(2) or "").split(","))):
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise FlowcError(f"pass '{m.group(1)}': option '{item}' needs a value "
+                                 "(option=value)")
+            options[key.strip()] = value.strip()
+        passes.append(make_pass(m.group(1), options))
+        pos = m.end()
+        if text[m.end() - 1:m.end()] == "," and pos == len(text):
+            raise FlowcError(f"malformed pipeline '{text}': it ends with ','")
+    return passes
+
+
+def _format(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def print_pipeline(passes: list[Any]) -> str:
+    """The canonical text of a list of pass instances."""
+    items = []
+    for p in passes:
+        fields = dataclasses.fields(p)
+        options = ",".join(f"{f.name}={_format(getattr(p, f.name))}" for f in fields)
+        items.append(f"{p.name}{{{options}}}" if options else p.name)
+    return ",".join(items)
