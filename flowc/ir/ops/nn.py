@@ -1,11 +1,14 @@
-"""Neural-network ops: matmul, gemm, convolution, pooling, normalization, softmax."""
+"""Neural-network ops: matmul, gemm, normalization, softmax (ONNX semantics).
+
+Convolution and pooling live in flowc.ir.ops.conv.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flowc.ir.ops.registry import InferContext, define
-from flowc.ir.ops.rules import broadcast_shapes, same_dtype
+from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
+from flowc.ir.ops.rules import broadcast_shapes, normalize_axis, require_dtype, same_dtype
 from flowc.ir.types import TensorType
 
 
@@ -28,5 +31,168 @@ def _matmul_infer(ctx: InferContext) -> TensorType:
     return TensorType(dt, shape)
 
 
-define("matmul", ("a", "b"), _matmul_infer, lambda ctx, a, b: np.matmul(a, b), onnx="MatMul",
+def _matmul_kernel(ctx: KernelContext, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    # numpy's matmul of bf16 gives f32: the result keeps the node's dtype
+    return np.asarray(np.matmul(a, b)).astype(ctx.types[0].dtype.np, copy=False)
+
+
+define("matmul", ("a", "b"), _matmul_infer, _matmul_kernel, onnx="MatMul",
        doc="numpy.matmul semantics: batched, broadcasting, rank-1 operands promoted.")
+
+
+def _acc(dt: np.dtype) -> np.dtype:
+    """The dtype kernels compute in: f64 for f64, else f32 (bf16/f16 lose too much)."""
+    return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+
+
+# --- gemm -------------------------------------------------------------------------------
+
+
+def _gemm_infer(ctx: InferContext) -> TensorType:
+    dt = same_dtype(ctx)
+    if dt.is_bool:
+        ctx.fail("gemm operands must be numeric, found bool")
+    a, b = ctx.tensor(0), ctx.tensor(1)
+    for name, t in (("A", a), ("B", b)):
+        if t.rank != 2:
+            ctx.fail(f"{name} must have rank 2, found {t}")
+    m, k1 = a.shape[::-1] if ctx.attrs["transA"] else a.shape
+    k2, n = b.shape[::-1] if ctx.attrs["transB"] else b.shape
+    if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
+        ctx.fail(f"contracting dims differ: A {a} (transA={ctx.attrs['transA']}) has K={k1}, "
+                 f"B {b} (transB={ctx.attrs['transB']}) has K={k2}")
+    if ctx.type(2) is not None:
+        c = ctx.tensor(2)
+        if c.rank > 2:
+            ctx.fail(f"C must have rank <= 2 to broadcast to [{m},{n}], found {c}")
+        padded = [1] * (2 - c.rank) + list(c.shape)
+        for dim, want in zip(padded, (m, n), strict=True):
+            if isinstance(dim, int) and dim != 1 and isinstance(want, int) and dim != want:
+                ctx.fail(f"C {c} does not broadcast to the result [{m},{n}]")
+    return TensorType(dt, (m, n))
+
+
+def _gemm_kernel(ctx: KernelContext, a: np.ndarray, b: np.ndarray,
+                 c: np.ndarray | None = None) -> np.ndarray:
+    a = a.T if ctx.attrs["transA"] else a
+    b = b.T if ctx.attrs["transB"] else b
+    y = ctx.attrs["alpha"] * np.matmul(a, b)
+    if c is not None:
+        y = y + ctx.attrs["beta"] * c
+    return np.asarray(y).astype(ctx.types[0].dtype.np, copy=False)
+
+
+define("gemm", ("A", "B", "C?"), _gemm_infer, _gemm_kernel, onnx="Gemm",
+       attrs=[AttrSpec("alpha", "float", 1.0), AttrSpec("beta", "float", 1.0),
+              AttrSpec("transA", "int", 0), AttrSpec("transB", "int", 0)],
+       doc="ONNX Gemm: alpha * A' @ B' + beta * C, C unidirectionally broadcast to [M, N].")
+
+
+# --- normalization ----------------------------------------------------------------------
+
+
+def _float_x(ctx: InferContext, min_rank: int = 0) -> TensorType:
+    require_dtype(ctx, 0, ("float",), "floating point")
+    x = ctx.tensor(0)
+    if x.rank < min_rank:
+        ctx.fail(f"X must have rank >= {min_rank}, found {x}")
+    return x
+
+
+def _batch_norm_infer(ctx: InferContext) -> TensorType:
+    x = _float_x(ctx, 2)
+    same_dtype(ctx)
+    if ctx.attrs["training_mode"]:
+        ctx.fail("only the inference form (training_mode=0) is supported")
+    c = x.shape[1]
+    for i, name in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
+        t = ctx.tensor(i)
+        if t.rank != 1 or (isinstance(c, int) and isinstance(t.shape[0], int)
+                           and t.shape[0] != c):
+            ctx.fail(f"{name} must be [{c}] (one value per channel of X {x}), found {t}")
+    return x
+
+
+def _batch_norm_kernel(ctx: KernelContext, x, scale, b, mean, var) -> np.ndarray:
+    shape = (-1, *([1] * (x.ndim - 2)))
+    acc = _acc(x.dtype)
+    inv = scale.astype(acc) / np.sqrt(var.astype(acc) + acc.type(ctx.attrs["epsilon"]))
+    y = (x.astype(acc) - mean.astype(acc).reshape(shape)) * inv.reshape(shape)
+    y = y + b.astype(acc).reshape(shape)
+    return y.astype(x.dtype, copy=False)
+
+
+define("batch_normalization", ("X", "scale", "B", "input_mean", "input_var"),
+       _batch_norm_infer, _batch_norm_kernel, onnx="BatchNormalization",
+       attrs=[AttrSpec("epsilon", "float", 1e-5), AttrSpec("momentum", "float", 0.9),
+              AttrSpec("training_mode", "int", 0)],
+       doc="ONNX BatchNormalization, inference form: per-channel (dim 1) affine; Y only.")
+
+
+def _layer_norm_infer(ctx: InferContext) -> TensorType:
+    x = _float_x(ctx, 1)
+    same_dtype(ctx)
+    axis = normalize_axis(ctx, ctx.attrs["axis"], x.rank)
+    inner = x.shape[axis:]
+    for i, name in ((1, "Scale"), (2, "B")):
+        if ctx.type(i) is None:
+            continue
+        t = ctx.tensor(i)
+        try:
+            ok = t.rank <= len(inner) and broadcast_shapes(ctx, [inner, t.shape]) == inner
+        except Exception:
+            ok = False
+        if not ok and (t.is_static and all(isinstance(d, int) for d in inner)):
+            ctx.fail(f"{name} {t} does not broadcast to the normalized dims "
+                     f"[{','.join(map(str, inner))}] of X {x} (axis={ctx.attrs['axis']})")
+    return x
+
+
+def _layer_norm_kernel(ctx: KernelContext, x, scale, b=None) -> np.ndarray:
+    axis = ctx.attrs["axis"] % x.ndim
+    axes = tuple(range(axis, x.ndim))
+    acc = _acc(x.dtype)
+    xa = x.astype(acc, copy=False)
+    mean = xa.mean(axis=axes, keepdims=True)
+    var = np.square(xa - mean).mean(axis=axes, keepdims=True)
+    y = (xa - mean) / np.sqrt(var + acc.type(ctx.attrs["epsilon"])) * scale.astype(acc)
+    if b is not None:
+        y = y + b.astype(acc)
+    return y.astype(x.dtype, copy=False)
+
+
+define("layer_normalization", ("X", "Scale", "B?"), _layer_norm_infer, _layer_norm_kernel,
+       onnx="LayerNormalization",
+       attrs=[AttrSpec("axis", "int", -1), AttrSpec("epsilon", "float", 1e-5),
+              AttrSpec("stash_type", "int", 1)],
+       doc="ONNX LayerNormalization over dims [axis, rank); Y only. Statistics in >= f32.")
+
+
+# --- softmax ----------------------------------------------------------------------------
+
+
+def _softmax_infer(ctx: InferContext) -> TensorType:
+    x = _float_x(ctx, 1)
+    normalize_axis(ctx, ctx.attrs["axis"], x.rank)
+    return x
+
+
+def _softmax_kernel(log: bool):
+    def kernel(ctx: KernelContext, x: np.ndarray) -> np.ndarray:
+        axis = ctx.attrs["axis"] % x.ndim
+        xa = x.astype(_acc(x.dtype), copy=False)
+        shifted = xa - xa.max(axis=axis, keepdims=True)
+        if log:
+            y = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+        else:
+            e = np.exp(shifted)
+            y = e / e.sum(axis=axis, keepdims=True)
+        return y.astype(x.dtype, copy=False)
+
+    return kernel
+
+
+define("softmax", ("x",), _softmax_infer, _softmax_kernel(False), onnx="Softmax",
+       attrs=[AttrSpec("axis", "int", -1)], doc="ONNX Softmax (opset 13): along one axis.")
+define("log_softmax", ("x",), _softmax_infer, _softmax_kernel(True), onnx="LogSoftmax",
+       attrs=[AttrSpec("axis", "int", -1)], doc="ONNX LogSoftmax (opset 13): along one axis.")
