@@ -90,6 +90,18 @@ def cmd_opt(args: argparse.Namespace) -> int:
     return status
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    from flowc.frontend.onnx import import_onnx  # onnx loads only for this command
+
+    graph = import_onnx(args.model)
+    text = print_graph(graph, resources=not args.elide_resources)
+    if args.output in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        write_text(args.output, text)
+    return 0
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     text, name = read_source(args.file)
     chunks = split_chunks(text) if args.split_input_file else [text]
@@ -231,6 +243,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output-dir", metavar="DIR",
                      help="save each fetched array as DIR/NAME.npy instead of printing it")
     run.set_defaults(func=cmd_run)
+
+    imp = sub.add_parser(
+        "import", help="import an ONNX model and print it as flowc IR",
+        description="Import MODEL.onnx (opset 13 or newer) and print the graph in the text "
+                    "form, with its weights in a trailing resources section so that the "
+                    "output runs on its own.")
+    imp.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to import")
+    imp.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    imp.add_argument("--elide-resources", action="store_true",
+                     help="print large weights by digest only (readable, but not runnable)")
+    imp.set_defaults(func=cmd_import)
 
     ver = sub.add_parser("verify", help="check that a graph is well formed",
                          description="Parse and verify FILE; exit 1 with the first problem.")

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from flowc.cli import main
 from flowc.ir.interpret import interpret
 from flowc.ir.parser import parse
 
@@ -163,3 +164,34 @@ def test_not_an_npy_file(tmp_path):
     (tmp_path / "x.npy").write_text("hello")
     fails_with(flowc("run", MLP, "--input", f"x={tmp_path / 'x.npy'}"),
                "is not a .npy array file")
+
+
+def test_import_onnx_then_run(tmp_path, capsys):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(w, "w")])
+    model_path = tmp_path / "tiny.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              model_path)
+    out = tmp_path / "tiny.flowc"
+    assert main(["import", str(model_path), "-o", str(out)]) == 0
+    assert 'loc("mm" at ' in out.read_text()
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones((1, 2), np.float32))
+    assert main(["run", str(out), "--input", f"x={x}"]) == 0
+    assert "[[3. 5. 7.]]" in capsys.readouterr().out
+
+
+def test_import_reports_a_truncated_model(tmp_path, capsys):
+    path = tmp_path / "cut.onnx"
+    path.write_bytes(b"\x08\x07\x12\x04abc")
+    assert main(["import", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"flowc: error: {path}: not a readable ONNX model")
+    assert "Traceback" not in err
