@@ -1,14 +1,38 @@
 """Elementwise ops: arithmetic, comparison, logic, activations, casts. ONNX semantics.
 
 Kernels return arrays of the result dtype the rule promises (numpy may promote otherwise).
+Float kernels compute f16 and bf16 in f32 and round back (numpy has few ufuncs for bf16).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from flowc.ir.ops.registry import COMMUTATIVE, ELEMENTWISE, PURE, AttrSpec, define
-from flowc.ir.ops.rules import numeric_broadcast_rule, numeric_rule
+from flowc.ir.ops.registry import (
+    COMMUTATIVE,
+    ELEMENTWISE,
+    PURE,
+    AttrSpec,
+    InferContext,
+    define,
+)
+from flowc.ir.ops.rules import (
+    broadcast_rule,
+    broadcast_shapes,
+    compare_rule,
+    float_rule,
+    logical_rule,
+    numeric_broadcast_rule,
+    numeric_rule,
+    require_dtype,
+    same_dtype,
+)
+from flowc.ir.types import DType, TensorType, bf16, bool_, dtype, f16
+
+EW = (PURE, ELEMENTWISE)
+EWC = (PURE, ELEMENTWISE, COMMUTATIVE)
 
 
 def _typed(fn):
@@ -20,9 +44,259 @@ def _typed(fn):
     return kernel
 
 
-define("add", ("a", "b"), numeric_broadcast_rule, _typed(np.add), onnx="Add",
-       traits=(PURE, ELEMENTWISE, COMMUTATIVE))
-define("relu", ("x",), numeric_rule, _typed(lambda x: np.maximum(x, 0)), onnx="Relu",
-       traits=(PURE, ELEMENTWISE))
+def _wide(x: np.ndarray) -> np.ndarray:
+    """`x` itself, or as f32 when it is a 16-bit float (computed in f32, rounded back)."""
+    return x.astype(np.float32) if x.dtype in (f16.np, bf16.np) else x
 
-_ = AttrSpec  # used by the ops a later change adds here
+
+def _float_typed(fn):
+    """`_typed` for float kernels: 16-bit floats are widened to f32 first."""
+    return _typed(lambda *arrays: fn(*(None if a is None else _wide(a) for a in arrays)))
+
+
+def _attr_kernel(fn):
+    """A kernel that also sees the attributes: `fn(attrs, *arrays)`; result cast as `_typed`."""
+
+    def kernel(ctx, *arrays):
+        wide = [None if a is None else _wide(a) for a in arrays]
+        return np.asarray(fn(ctx.attrs, *wide)).astype(ctx.types[0].dtype.np, copy=False)
+
+    return kernel
+
+
+# --- type rules ---------------------------------------------------------------------------
+
+def _signed_rule(ctx: InferContext) -> TensorType:
+    require_dtype(ctx, 0, ("float", "int"), "signed numeric (float or signed int)")
+    return ctx.tensor(0)
+
+
+def _float_broadcast_rule(ctx: InferContext) -> TensorType:
+    result = broadcast_rule(ctx)
+    if not result.dtype.is_float:
+        ctx.fail(f"operands must be floating point, found {result.dtype}")
+    return result
+
+
+def _variadic_rule(ctx: InferContext) -> TensorType:
+    if not ctx.types:
+        ctx.fail("expects at least 1 operand, found 0")
+    return numeric_broadcast_rule(ctx)
+
+
+def _pow_rule(ctx: InferContext) -> TensorType:
+    """ONNX Pow: the exponent may have another numeric dtype; the result has the base's."""
+    base = require_dtype(ctx, 0, ("float", "int"), "float or signed int")
+    require_dtype(ctx, 1, ("float", "int", "uint"), "numeric")
+    return TensorType(base, broadcast_shapes(ctx, [ctx.tensor(0).shape, ctx.tensor(1).shape]))
+
+
+def _order_rule(ctx: InferContext) -> TensorType:
+    """less/greater/...: numeric operands of one dtype, a bool result."""
+    result = compare_rule(ctx)
+    if same_dtype(ctx).is_bool:
+        ctx.fail("operands must be numeric, found bool")
+    return result
+
+
+def _not_rule(ctx: InferContext) -> TensorType:
+    require_dtype(ctx, 0, ("bool",), "bool")
+    return ctx.tensor(0)
+
+
+def _isnan_rule(ctx: InferContext) -> TensorType:
+    require_dtype(ctx, 0, ("float",), "floating point")
+    return TensorType(bool_, ctx.tensor(0).shape)
+
+
+def _where_rule(ctx: InferContext) -> TensorType:
+    require_dtype(ctx, 0, ("bool",), "bool (the condition)")
+    dt = same_dtype(ctx, [1, 2])
+    shapes = [ctx.tensor(i).shape for i in range(3)]
+    return TensorType(dt, broadcast_shapes(ctx, shapes))
+
+
+def _clip_rule(ctx: InferContext) -> TensorType:
+    """ONNX Clip-13: min and max (optional) are scalars of x's dtype."""
+    x = ctx.tensor(0)
+    if x.dtype.is_bool:
+        ctx.fail("operand #0 must be numeric, found bool")
+    for i, what in ((1, "min"), (2, "max")):
+        if ctx.type(i) is None:
+            continue
+        t = ctx.tensor(i)
+        if t.dtype != x.dtype:
+            ctx.fail(f"{what} (operand #{i}) must have x's dtype {x.dtype}, found {t.dtype}")
+        if t.shape not in ((), (1,)):
+            ctx.fail(f"{what} (operand #{i}) must be a scalar, found {t}")
+    return x
+
+
+def _mod_rule(ctx: InferContext) -> TensorType:
+    result = numeric_broadcast_rule(ctx)
+    fmod = ctx.attrs["fmod"]
+    if fmod not in (0, 1):
+        ctx.fail(f"attribute fmod must be 0 or 1, found {fmod}")
+    return result
+
+
+def _gelu_rule(ctx: InferContext) -> TensorType:
+    if ctx.attrs["approximate"] not in ("none", "tanh"):
+        ctx.fail(f"attribute approximate must be 'none' or 'tanh', "
+                 f"found {ctx.attrs['approximate']!r}")
+    return float_rule(ctx)
+
+
+def _cast_rule(ctx: InferContext) -> TensorType:
+    to = ctx.attrs.get("to")
+    if to is None:
+        ctx.fail("required attribute 'to' is missing")
+    try:
+        target = to if isinstance(to, DType) else dtype(to)
+    except TypeError as exc:
+        ctx.fail(f"attribute to: {exc}")
+    return TensorType(target, ctx.tensor(0).shape)
+
+
+# --- kernels ------------------------------------------------------------------------------
+
+def _div(a, b):
+    if a.dtype.kind in "iu":
+        # Integer Div truncates toward zero (C semantics), as onnxruntime does; onnx.reference
+        # (1.23) does the same. numpy's floor_divide rounds toward -inf, so adjust it.
+        # Division by zero is undefined in ONNX; numpy yields 0 here.
+        q = np.floor_divide(a, b)
+        r = np.remainder(a, b)
+        return q + ((r != 0) & ((a < 0) ^ (b < 0))).astype(q.dtype)
+    return np.divide(a, b)
+
+
+def _pow(a, b):
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu" and np.any(b < 0):
+        # numpy refuses integers to negative integer powers (so does onnx.reference);
+        # onnxruntime computes them and truncates: 2 ** -1 == 0, (-1) ** -3 == -1.
+        negative = b < 0
+        wide = np.trunc(np.power(a.astype(np.float64), np.where(negative, b, 0)))
+        return np.where(negative, wide, np.power(a, np.where(negative, 0, b)))
+    return np.power(a, b)
+
+
+def _clip(x, lo=None, hi=None):
+    # ONNX: min > max sets every element to max (np.minimum applied after np.maximum).
+    if lo is not None:
+        x = np.maximum(x, lo.reshape(()))
+    if hi is not None:
+        x = np.minimum(x, hi.reshape(()))
+    return x
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _gelu(attrs, x):
+    # Exact erf in f64, rounded; onnxruntime's f32 erf differs from it by up to ~1.5e-6
+    # relative near the tails (onnx.reference matches this kernel).
+    if attrs["approximate"] == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
+        return 0.5 * x * (1.0 + np.tanh(inner))
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(x.dtype))
+
+
+def _sigmoid(x):
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _cast(ctx, x):
+    target = ctx.types[0].dtype.np
+    # float -> int truncates toward zero (numpy's astype does, as does onnxruntime);
+    # 16-bit floats go through f32 so every target is reachable.
+    return _wide(np.asarray(x)).astype(target)
+
+
+def _mod(attrs, a, b):
+    # fmod 0 on floats is floor mod (ONNX Mod-28, as onnx.reference computes it with np.mod);
+    # onnxruntime 1.32 still refuses it ("fmod attribute must be true for floating point
+    # types before opset 28").
+    return np.fmod(a, b) if attrs["fmod"] == 1 else np.mod(a, b)
+
+
+def _fold(fn, arrays):
+    """ONNX Max/Min: a broadcasting fold over any number (>= 1) of operands."""
+    result = np.array(arrays[0])
+    for a in arrays[1:]:
+        result = fn(result, a)
+    return result
+
+
+# --- ops ----------------------------------------------------------------------------------
+
+define("add", ("a", "b"), numeric_broadcast_rule, _typed(np.add), onnx="Add", traits=EWC)
+define("sub", ("a", "b"), numeric_broadcast_rule, _typed(np.subtract), onnx="Sub", traits=EW)
+define("mul", ("a", "b"), numeric_broadcast_rule, _typed(np.multiply), onnx="Mul", traits=EWC)
+define("div", ("a", "b"), numeric_broadcast_rule, _float_typed(_div), onnx="Div", traits=EW,
+       doc="Integer division truncates toward zero.")
+define("pow", ("x", "y"), _pow_rule, _float_typed(_pow), onnx="Pow", traits=EW,
+       doc="The result has the base's dtype; the exponent's dtype may differ.")
+define("max", ("inputs*",), _variadic_rule, _typed(lambda *a: _fold(np.maximum, a)),
+       onnx="Max", traits=EWC)
+define("min", ("inputs*",), _variadic_rule, _typed(lambda *a: _fold(np.minimum, a)),
+       onnx="Min", traits=EWC)
+define("mod", ("a", "b"), _mod_rule, _attr_kernel(_mod), onnx="Mod", traits=EW,
+       attrs=[AttrSpec("fmod", "int", 0)],
+       doc="fmod 0: the remainder takes the divisor's sign (floor mod); 1: the dividend's.")
+
+define("relu", ("x",), numeric_rule, _typed(lambda x: np.maximum(x, 0)), onnx="Relu",
+       traits=EW)
+define("neg", ("x",), _signed_rule, _typed(np.negative), onnx="Neg", traits=EW)
+define("abs", ("x",), numeric_rule, _typed(np.abs), onnx="Abs", traits=EW)
+define("sign", ("x",), numeric_rule, _typed(np.sign), onnx="Sign", traits=EW)
+define("sqrt", ("x",), float_rule, _float_typed(np.sqrt), onnx="Sqrt", traits=EW)
+define("rsqrt", ("x",), float_rule, _float_typed(lambda x: 1 / np.sqrt(x)), traits=EW,
+       doc="1 / sqrt(x).")
+define("reciprocal", ("x",), float_rule, _float_typed(lambda x: 1 / x), onnx="Reciprocal",
+       traits=EW)
+define("exp", ("x",), float_rule, _float_typed(np.exp), onnx="Exp", traits=EW)
+define("log", ("x",), float_rule, _float_typed(np.log), onnx="Log", traits=EW)
+define("erf", ("x",), float_rule, _float_typed(_erf), onnx="Erf", traits=EW)
+define("tanh", ("x",), float_rule, _float_typed(np.tanh), onnx="Tanh", traits=EW)
+define("sin", ("x",), float_rule, _float_typed(np.sin), onnx="Sin", traits=EW)
+define("cos", ("x",), float_rule, _float_typed(np.cos), onnx="Cos", traits=EW)
+define("floor", ("x",), float_rule, _float_typed(np.floor), onnx="Floor", traits=EW)
+define("ceil", ("x",), float_rule, _float_typed(np.ceil), onnx="Ceil", traits=EW)
+define("sigmoid", ("x",), float_rule, _float_typed(_sigmoid), onnx="Sigmoid", traits=EW)
+define("softplus", ("x",), float_rule, _float_typed(lambda x: np.logaddexp(0, x)),
+       onnx="Softplus", traits=EW, doc="log(1 + exp(x)).")
+define("leaky_relu", ("x",), float_rule,
+       _attr_kernel(lambda attrs, x: np.where(x >= 0, x, attrs["alpha"] * x)),
+       onnx="LeakyRelu", traits=EW, attrs=[AttrSpec("alpha", "float", 0.01)])
+define("hard_sigmoid", ("x",), float_rule,
+       _attr_kernel(lambda attrs, x: np.clip(attrs["alpha"] * x + attrs["beta"], 0, 1)),
+       onnx="HardSigmoid", traits=EW,
+       attrs=[AttrSpec("alpha", "float", 0.2), AttrSpec("beta", "float", 0.5)],
+       doc="max(0, min(1, alpha * x + beta)).")
+define("gelu", ("x",), _gelu_rule, _attr_kernel(_gelu), onnx="Gelu", traits=EW,
+       attrs=[AttrSpec("approximate", "str", "none")],
+       doc="ONNX Gelu (opset 20): exact (erf) or the tanh approximation.")
+define("clip", ("x", "min?", "max?"), _clip_rule, _typed(_clip), onnx="Clip", traits=EW,
+       doc="ONNX Clip-13: absent bounds do not clip; min > max yields max.")
+define("isnan", ("x",), _isnan_rule, _typed(np.isnan), onnx="IsNaN", traits=EW)
+define("cast", ("x",), _cast_rule, _cast, onnx="Cast", traits=EW,
+       attrs=[AttrSpec("to", "dtype")],
+       doc="ONNX Cast: float -> int truncates toward zero; nonzero -> true for bool.")
+
+define("where", ("cond", "x", "y"), _where_rule,
+       _typed(lambda c, x, y: np.where(c, x, y)), onnx="Where", traits=EW)
+
+define("not", ("x",), _not_rule, _typed(np.logical_not), onnx="Not", traits=EW)
+define("and", ("a", "b"), logical_rule, _typed(np.logical_and), onnx="And", traits=EWC)
+define("or", ("a", "b"), logical_rule, _typed(np.logical_or), onnx="Or", traits=EWC)
+define("xor", ("a", "b"), logical_rule, _typed(np.logical_xor), onnx="Xor", traits=EWC)
+
+define("equal", ("a", "b"), compare_rule, _typed(np.equal), onnx="Equal", traits=EWC)
+define("less", ("a", "b"), _order_rule, _typed(np.less), onnx="Less", traits=EW)
+define("greater", ("a", "b"), _order_rule, _typed(np.greater), onnx="Greater", traits=EW)
+define("less_or_equal", ("a", "b"), _order_rule, _typed(np.less_equal), onnx="LessOrEqual",
+       traits=EW)
+define("greater_or_equal", ("a", "b"), _order_rule, _typed(np.greater_equal),
+       onnx="GreaterOrEqual", traits=EW)
