@@ -7,8 +7,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from flowc.frontend import Graph, constant, placeholder
-from flowc.frontend import api
+from flowc.frontend import Graph, api, constant, placeholder
 from flowc.frontend.onnx import OnnxImportError, import_onnx
 from flowc.ir import InterpretError
 from flowc.ir.interpret import interpret

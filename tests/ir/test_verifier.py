@@ -101,7 +101,7 @@ def test_body_errors_are_reported_inside():
     c = g.add_input("c", TensorType("bool", ()))
     x = g.add_input("x", F)
     g.append(Node("if", [c, x], {"then_branch": body, "else_branch": body}, [F]))
-    with pytest.raises(VerifyError, match="in body '(then|else)_branch': verify @then"):
+    with pytest.raises(VerifyError, match=r"in body '(then|else)_branch': verify @then"):
         verify(g)
 
 

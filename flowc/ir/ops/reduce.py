@@ -1,3 +1,120 @@
-"""Reductions: sum, mean, max, min, prod (ONNX axes-as-input form), argmax and argmin."""
+"""Reductions: sum, mean, max, min, prod (ONNX-18 form, axes as an optional operand),
+argmax and argmin."""
 
 from __future__ import annotations
+
+import numpy as np
+
+from flowc.ir.ops.registry import AttrSpec, InferContext, define
+from flowc.ir.ops.rules import const_ints, normalize_axis, require_dtype
+from flowc.ir.types import TensorType, i64
+
+_REDUCE_ATTRS = [AttrSpec("keepdims", "int", 1), AttrSpec("noop_with_empty_axes", "int", 0)]
+
+
+def _axes(ctx: InferContext, rank: int) -> tuple[int, ...] | None:
+    """The normalized reduced axes; () for a no-op; None when they are not known."""
+    if ctx.type(1) is None:
+        return () if ctx.attrs["noop_with_empty_axes"] else tuple(range(rank))
+    t = ctx.tensor(1)
+    if t.rank != 1 or not t.dtype.is_int:
+        ctx.fail(f"axes must be a 1-D integer tensor, found {t}")
+    axes = const_ints(ctx, 1)
+    if axes is None:
+        return None
+    if not axes:
+        return () if ctx.attrs["noop_with_empty_axes"] else tuple(range(rank))
+    normalized = tuple(sorted({normalize_axis(ctx, a, rank) for a in axes}))
+    if len(normalized) != len(axes):
+        ctx.fail(f"axes {axes} name an axis twice")
+    return normalized
+
+
+def _reduce_infer(ctx: InferContext) -> TensorType:
+    x = ctx.tensor(0)
+    require_dtype(ctx, 0, ("float", "int", "uint"), "numeric")
+    axes = _axes(ctx, x.rank)
+    keep = bool(ctx.attrs["keepdims"])
+    if axes is None:
+        if keep:
+            return x.with_shape((None,) * x.rank)
+        n = ctx.tensor(1).shape[0]
+        if not isinstance(n, int) or n == 0 or n > x.rank:
+            ctx.fail("axes must be a constant or have a static, nonzero length when "
+                     f"keepdims=0 (the result rank depends on it), found {ctx.tensor(1)}")
+        return x.with_shape((None,) * (x.rank - n))
+    shape = [1 if i in axes else d for i, d in enumerate(x.shape)] if keep else [
+        d for i, d in enumerate(x.shape) if i not in axes]
+    return x.with_shape(tuple(shape))
+
+
+def _identity(fn, dtype: np.dtype):
+    """The identity of max/min for an empty reduction (-inf/+inf, or the integer bounds)."""
+    if dtype.kind == "f":
+        return -np.inf if fn is np.max else np.inf
+    info = np.iinfo(dtype)
+    return info.min if fn is np.max else info.max
+
+
+def _reducer(fn):
+    def kernel(ctx, x, axes=None):
+        if axes is None or axes.size == 0:
+            if ctx.attrs["noop_with_empty_axes"]:
+                return x
+            axis = None
+        else:
+            axis = tuple(int(a) % max(x.ndim, 1) for a in axes.reshape(-1))
+        keep = bool(ctx.attrs["keepdims"])
+        if fn in (np.max, np.min):
+            result = fn(x, axis=axis, keepdims=keep, initial=_identity(fn, x.dtype))
+        else:
+            result = fn(x, axis=axis, keepdims=keep)
+        return np.asarray(result).astype(x.dtype, copy=False)
+
+    return kernel
+
+
+for _name, _onnx, _fn in [
+    ("reduce_sum", "ReduceSum", np.sum),
+    ("reduce_mean", "ReduceMean", np.mean),
+    ("reduce_max", "ReduceMax", np.max),
+    ("reduce_min", "ReduceMin", np.min),
+    ("reduce_prod", "ReduceProd", np.prod),
+]:
+    define(_name, ("data", "axes?"), _reduce_infer, _reducer(_fn), attrs=_REDUCE_ATTRS,
+           onnx=_onnx)
+
+_ARG_ATTRS = [AttrSpec("axis", "int", 0), AttrSpec("keepdims", "int", 1),
+              AttrSpec("select_last_index", "int", 0)]
+
+
+def _arg_infer(ctx: InferContext) -> TensorType:
+    x = ctx.tensor(0)
+    require_dtype(ctx, 0, ("float", "int", "uint"), "numeric")
+    if x.rank == 0:
+        ctx.fail(f"{ctx.op} needs rank >= 1, found {x}")
+    axis = normalize_axis(ctx, ctx.attrs["axis"], x.rank)
+    if x.shape[axis] == 0:
+        ctx.fail(f"{ctx.op} over axis {axis} of {x}: the axis is empty, expected size >= 1")
+    shape = [1 if i == axis else d for i, d in enumerate(x.shape)]
+    if not ctx.attrs["keepdims"]:
+        del shape[axis]
+    return TensorType(i64, tuple(shape))
+
+
+def _arg(fn):
+    def kernel(ctx, x):
+        axis = ctx.attrs["axis"] % x.ndim
+        if ctx.attrs["select_last_index"]:
+            result = x.shape[axis] - 1 - fn(np.flip(x, axis), axis=axis)
+        else:
+            result = fn(x, axis=axis)
+        if ctx.attrs["keepdims"]:
+            result = np.expand_dims(result, axis)
+        return np.asarray(result, dtype=np.int64)
+
+    return kernel
+
+
+define("arg_max", ("data",), _arg_infer, _arg(np.argmax), attrs=_ARG_ATTRS, onnx="ArgMax")
+define("arg_min", ("data",), _arg_infer, _arg(np.argmin), attrs=_ARG_ATTRS, onnx="ArgMin")
