@@ -2,8 +2,7 @@
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
+from oracle import onnx_reference
 
 from flowc.ir import Graph, InferError, TensorType
 from flowc.ir.build import make_node
@@ -18,15 +17,7 @@ def rand(*shape, dtype=np.float32):
 
 def onnx_run(op, inputs, attrs=None, opset=18):
     """Run a single-node ONNX model of `op` on `inputs` (a list of arrays or None)."""
-    names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
-    node = helper.make_node(op, names, ["y"], **(attrs or {}))
-    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in zip(names, inputs, strict=True) if n]
-    out = helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)
-    model = helper.make_model(helper.make_graph([node], "g", infos, [out]),
-                              opset_imports=[helper.make_opsetid("", opset)])
-    feeds = {n: a for n, a in zip(names, inputs, strict=True) if n}
-    return ReferenceEvaluator(model).run(None, feeds)[0]
+    return onnx_reference(op, inputs, attrs, opset)[0]
 
 
 def flowc_run(op, inputs, attrs=None):

@@ -3,11 +3,9 @@ static inference with constant, unknown and absent axes and symbolic dims."""
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
-from onnx.reference import ReferenceEvaluator
+from oracle import onnx_reference, single_node_graph
 
-from flowc.ir import Graph, InferError, Tensor, TensorType
-from flowc.ir.build import make_node
+from flowc.ir import InferError, TensorType
 from flowc.ir.interpret import interpret
 from flowc.ir.ops import ONNX_OPS, OPS
 
@@ -24,33 +22,11 @@ def rand(shape, dtype=np.float32, seed=0):
 
 
 def onnx_run(op, inputs, attrs=None):
-    names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
-    while names and not names[-1]:
-        names.pop()
-    node = helper.make_node(op, names, ["y"], **(attrs or {}))
-    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in zip(names, inputs, strict=False) if n]
-    out = helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)
-    model = helper.make_model(helper.make_graph([node], "g", infos, [out]),
-                              opset_imports=[helper.make_opsetid("", 18)])
-    feeds = {n: a for n, a in zip(names, inputs, strict=False) if n}
-    return np.asarray(ReferenceEvaluator(model).run(None, feeds)[0])
+    return onnx_reference(op, inputs, attrs)[0]
 
 
 def build(op, inputs, attrs=None, consts=()):
-    g = Graph()
-    values = []
-    for k, a in enumerate(inputs):
-        if a is None:
-            values.append(None)
-        elif k in consts:
-            values.append(g.append(make_node("constant", [], {"value": Tensor(a)})).out())
-        else:
-            t = a if isinstance(a, TensorType) else TensorType(a.dtype, a.shape)
-            values.append(g.add_input(f"i{k}", t))
-    n = g.append(make_node(op, values, attrs or {}))
-    g.add_output("out0", n.out())
-    return g, n
+    return single_node_graph(op, inputs, attrs, consts)
 
 
 def flowc_run(op, inputs, attrs=None, consts=()):

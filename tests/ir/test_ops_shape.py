@@ -4,11 +4,10 @@ and symbolic dims flow through the axes an op does not touch."""
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
+from onnx import numpy_helper
+from oracle import onnx_reference, single_node_graph
 
-from flowc.ir import Graph, InferError, Tensor, TensorType
-from flowc.ir.build import make_node
+from flowc.ir import InferError, Tensor, TensorType
 from flowc.ir.interpret import interpret
 from flowc.ir.ops import ONNX_OPS, OPS
 
@@ -29,35 +28,11 @@ def ints(*values):
 
 
 def onnx_run(op, inputs, attrs=None, n_out=1):
-    names = [f"i{k}" if a is not None else "" for k, a in enumerate(inputs)]
-    outs = [f"y{k}" for k in range(n_out)]
-    node = helper.make_node(op, names, outs, **(attrs or {}))
-    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in zip(names, inputs, strict=True) if n]
-    out_infos = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs]
-    model = helper.make_model(helper.make_graph([node], "g", infos, out_infos),
-                              opset_imports=[helper.make_opsetid("", 18)])
-    feeds = {n: a for n, a in zip(names, inputs, strict=True) if n}
-    return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
+    return onnx_reference(op, inputs, attrs, n_out=n_out)
 
 
 def build(op, inputs, attrs=None, consts=()):
-    """A graph applying `op`; operands in `consts` are constant nodes, the rest inputs.
-    `inputs` items are arrays, None (absent) or TensorTypes (inputs of that type)."""
-    g = Graph()
-    values = []
-    for k, a in enumerate(inputs):
-        if a is None:
-            values.append(None)
-        elif k in consts:
-            values.append(g.append(make_node("constant", [], {"value": Tensor(a)})).out())
-        else:
-            t = a if isinstance(a, TensorType) else TensorType(a.dtype, a.shape)
-            values.append(g.add_input(f"i{k}", t))
-    n = g.append(make_node(op, values, attrs or {}))
-    for i in range(len(n.types)):
-        g.add_output(f"out{i}", n.out(i))
-    return g, n
+    return single_node_graph(op, inputs, attrs, consts)
 
 
 def flowc_run(op, inputs, attrs=None, consts=(), static=True):
