@@ -6,6 +6,7 @@ from onnx.reference import ReferenceEvaluator
 
 from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
+from flowc.ir.interpret import interpret
 
 
 def onnx_reference(op, inputs, attrs=None, opset=18, n_out=1):
@@ -40,3 +41,14 @@ def single_node_graph(op, inputs, attrs=None, consts=()):
     for i in range(len(n.types)):
         g.add_output(f"out{i}", n.out(i))
     return g, n
+
+
+def flowc_single(op, inputs, attrs=None):
+    """Interpret `op` on `inputs` (all graph inputs) and check the result against the
+    node's inferred static type: shape and dtype."""
+    g, n = single_node_graph(op, inputs, attrs)
+    feeds = {f"i{k}": a for k, a in enumerate(inputs) if a is not None}
+    y = interpret(g, feeds)["out0"]
+    assert tuple(y.shape) == tuple(n.types[0].shape)
+    assert y.dtype == n.types[0].dtype.np
+    return y
