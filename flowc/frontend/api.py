@@ -251,43 +251,35 @@ class Variable:
 
 
 @contextlib.contextmanager
-def name_scope(name: str) -> Iterator[None]:
-    graph = get_default_graph()
-    graph._scopes.append(name)
+def _pushed(stack: list, item: Any) -> Iterator[None]:
+    """`item` on top of one of the default graph's context stacks while the block runs."""
+    stack.append(item)
     try:
         yield
     finally:
-        graph._scopes.pop()
+        stack.pop()
 
 
-@contextlib.contextmanager
-def device(name: str | None) -> Iterator[None]:
+def name_scope(name: str) -> contextlib.AbstractContextManager[None]:
+    """Nodes built inside are named `name/...`."""
+    return _pushed(get_default_graph()._scopes, name)
+
+
+def device(name: str | None) -> contextlib.AbstractContextManager[None]:
     """Nodes built inside run on `name` (`cpu:0`, `gpu:0`, `/job:worker/task:1/cpu:0`)."""
-    graph = get_default_graph()
-    graph._devices.append(name)
-    try:
-        yield
-    finally:
-        graph._devices.pop()
+    return _pushed(get_default_graph()._devices, name)
 
 
-@contextlib.contextmanager
-def colocate_with(tensor: Tensor | Variable) -> Iterator[None]:
+def colocate_with(tensor: Tensor | Variable) -> contextlib.AbstractContextManager[None]:
     """Nodes built inside go where `tensor`'s node goes (its device, when it has one)."""
     node = tensor.handle.node if isinstance(tensor, Variable) else tensor.node
-    with device(node.device):
-        yield
+    return device(node.device)
 
 
-@contextlib.contextmanager
-def control_dependencies(deps: Sequence[Tensor | Operation]) -> Iterator[None]:
+def control_dependencies(deps: Sequence[Tensor | Operation]
+                         ) -> contextlib.AbstractContextManager[None]:
     """Nodes built inside run after every node in `deps`."""
-    graph = get_default_graph()
-    graph._ctrl.append([d.node for d in deps])
-    try:
-        yield
-    finally:
-        graph._ctrl.pop()
+    return _pushed(get_default_graph()._ctrl, [d.node for d in deps])
 
 
 def op(name: str, *inputs: Any, node_name: str | None = None, **attrs: Any) -> Any:
