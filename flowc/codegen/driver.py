@@ -10,8 +10,10 @@ name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None
 5. checks every kernel body is supported (`backend.check_supported`) before any codegen, then
    compiles all kernels into one object (`backend.compile_kernels(kernels, target, dump)`);
 6. writes the artifact (`artifact.write_artifact`) and returns its manifest.
+`target` is a name of `flowc.codegen.target` (`host` by default, `x86-64`, `aarch64`); a
+target this machine cannot run is linked only when `$CC` names a cross compiler.
 `backend` defaults to `flowc.codegen.kernels` (MLIR/LLVM); tests may pass another module
-with the same three functions (`resolve_target`, `check_supported`, `compile_kernels`).
+with the same three functions (`get_target`, `check_supported`, `compile_kernels`).
 """
 
 from __future__ import annotations
@@ -61,6 +63,21 @@ def default_backend() -> ModuleType:
     return kernels
 
 
+def describe_target(target: Any) -> dict[str, Any]:
+    """The manifest's view of a Target: name, triple, cpu and the enabled features."""
+    features = [f[1:] for f in target.features.split(",") if f.startswith("+")]
+    return {"name": target.name, "triple": target.triple, "cpu": target.cpu,
+            "features": sorted(features)}
+
+
+def dump_writer(dump_dir: Path | None):
+    """The kernel compiler's `dump(name, text)` callback writing into `dump_dir`."""
+    if dump_dir is None:
+        return None
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    return lambda name, text: (dump_dir / name).write_text(text)
+
+
 def graph_hash(graph: Graph, target: Mapping[str, Any]) -> str:
     h = hashlib.sha256(print_graph(graph).encode())
     h.update(repr(sorted(target.items())).encode())
@@ -82,23 +99,27 @@ def compile(model: ModelLike, out_dir: str | os.PathLike, *, target: Any = None,
     """Compile `model` into the artifact directory `out_dir`; returns its manifest."""
     from flowc.passes import PassManager, parse_pipeline
 
-    backend = backend or default_backend()
     graph = load_model(model)
     graph, sizes = bind_dims(graph, batch, dims)
     passes = parse_pipeline(pipeline) if pipeline else []
     graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None).run(graph)
     prefix = c_identifier(name or graph.name)
     program = build_program(graph, prefix)
-    resolved = backend.resolve_target(target)
-    target_info = backend.describe_target(resolved)
+    backend = backend or default_backend()
+    resolved = backend.get_target(target or "host")
+    if not resolved.runnable and "CC" not in os.environ:
+        raise FlowcError(f"target {resolved.name} ({resolved.triple}) is not this machine's: "
+                         "set CC to a C compiler for it (e.g. aarch64-linux-gnu-gcc) to link "
+                         "the artifact")
+    target_info = describe_target(resolved)
     kernels = [(k.symbol, k.body) for k in program.kernels]
     for _, body in kernels:
         backend.check_supported(body, resolved)
     dump = Path(dump_dir) if dump_dir is not None else None
-    if dump is not None:
-        dump.mkdir(parents=True, exist_ok=True)
-        (dump / f"{prefix}.flowc").write_text(print_graph(graph))
-    obj = backend.compile_kernels(kernels, resolved, dump=dump) if kernels else b""
+    write_dump = dump_writer(dump)
+    if write_dump:
+        write_dump(f"{prefix}.flowc", print_graph(graph))
+    obj = backend.compile_kernels(kernels, resolved, dump=write_dump) if kernels else b""
     return write_artifact(program, Path(out_dir), kernel_object=obj, target=target_info,
                           sizes=sizes, graph_hash=graph_hash(graph, target_info),
                           flowc_version=flowc_version(), weights=weights, dump_dir=dump)

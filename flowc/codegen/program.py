@@ -32,7 +32,7 @@ from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
 
 ALIAS_OPS = frozenset({"identity", "reshape", "flatten", "squeeze", "unsqueeze"})
-INLINE_MAX_ELEMENTS = 64
+INLINE_MAX_ELEMENTS = 16  # as flowc.codegen.kernels.MAX_INLINE_CONSTANT
 FUSED_OP = "fused"
 
 

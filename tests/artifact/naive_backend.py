@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -24,24 +25,33 @@ BINARY = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b",
 SUPPORTED = {*UNARY, *BINARY, "matmul", "gemm", "softmax", "transpose", "constant"}
 
 
-def resolve_target(target: object) -> str:
-    if target not in (None, "host"):
-        raise FlowcError(f"the naive test backend compiles for the host only, not {target}")
-    return "host"
+@dataclass(frozen=True)
+class HostTarget:
+    """The attributes of flowc.codegen.target.Target that the artifact side reads."""
+
+    name: str = "host"
+    triple: str = ""
+    cpu: str = "generic"
+    features: str = ""
+    runnable: bool = True
 
 
-def describe_target(target: str) -> dict:
+def get_target(name: object = "host") -> HostTarget:
+    if isinstance(name, HostTarget):
+        return name
+    if name != "host":
+        raise FlowcError(f"the naive test backend compiles for the host only, not {name}")
     triple = subprocess.run(["cc", "-dumpmachine"], capture_output=True, text=True,
                             check=True).stdout.strip()
-    return {"triple": triple, "cpu": "generic", "features": []}
+    return HostTarget(triple=triple)
 
 
-def check_supported(body: Graph, target: str) -> None:
+def check_supported(body: Graph, target: HostTarget) -> None:
     bad = [f"'{n.name}' ({n.op})" for n in body.nodes if n.op not in SUPPORTED]
     bad += [f"'{n.name}' ({n.op}: {t})" for n in body.nodes for t in n.types
             if t.dtype.name != "f32"]
     if bad:
-        raise FlowcError(f"no naive kernel for node(s) {', '.join(bad)} on target {target}")
+        raise FlowcError(f"no naive kernel for node(s) {', '.join(bad)} on target {target.name}")
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -145,7 +155,7 @@ def kernel_c(symbol: str, body: Graph) -> str:
     return "\n".join(lines)
 
 
-def compile_kernels(kernels, target: str, dump: Path | None = None) -> bytes:
+def compile_kernels(kernels, target: HostTarget, dump=None) -> bytes:
     source = "#include <math.h>\n#include <stdlib.h>\n\n" + "\n\n".join(
         kernel_c(sym, body) for sym, body in kernels) + "\n"
     with tempfile.TemporaryDirectory() as tmp:

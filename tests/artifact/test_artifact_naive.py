@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from conftest import compile_naive, views_graph
+from artifact_util import compile_naive, views_graph
 
 import flowc
 from flowc.examples import zoo
