@@ -1,0 +1,125 @@
+"""THE CPU pipeline: from a kernel's linalg-on-tensors function to an LLVM module.
+
+Contract: `lower(module, target, dump)` takes a module holding one kernel function over
+memref arguments (inputs read through `bufferization.to_tensor restrict`, outputs written
+by `bufferization.materialize_in_destination`) and rewrites it, in place, into the LLVM
+dialect with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps:
+
+1. `PREPARE`: fuse elementwise producers into consumers, clean up.
+2. The transform script `schedule(module, target)` writes: each matmul-, conv- and
+   elementwise-like op gets its tiling/vectorization strategy; then empty tensors are
+   eliminated (producers write straight into the caller's buffers) and the function is
+   bufferized with `linalg.copy` as the copy op (never `memref.copy`: that would need
+   the MLIR runner-utils' `memrefCopy` at run time).
+3. `TO_LLVM`: loops, temporaries freed, everything down to the LLVM dialect.
+4. `check_llvm_only` refuses, with the ops named, a module still holding non-LLVM ops
+   (translating one would abort the process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mlir import ir, passmanager
+from mlir.dialects import llvm as llvm_dialect
+from mlir.dialects.transform import interpreter
+
+from flowc.codegen.target import Target
+from flowc.ir.errors import FlowcError
+
+PREPARE = ",".join([
+    "canonicalize",
+    "linalg-fuse-elementwise-ops",  # one loop nest per chain of elementwise ops
+    "cse",
+    "canonicalize",
+])
+
+TO_LLVM = ",".join([
+    "canonicalize",
+    "buffer-deallocation-pipeline",  # free the temporaries bufferization allocated
+    "func.func(convert-linalg-to-loops)",
+    "lower-affine",
+    "convert-vector-to-scf",
+    "convert-scf-to-cf",
+    "canonicalize",
+    "expand-strided-metadata",
+    "lower-affine",
+    "convert-vector-to-llvm{enable-x86vector=0}",
+    "finalize-memref-to-llvm{use-aligned-alloc=1}",
+    "convert-math-to-llvm",
+    "convert-math-to-libm",  # erf, tanh ... as libm calls
+    "convert-arith-to-llvm",
+    "convert-index-to-llvm",
+    "convert-cf-to-llvm",
+    "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}",
+    "reconcile-unrealized-casts",
+    "canonicalize",
+])
+
+BUFFERIZE = """
+    %f = transform.structured.match ops{["func.func"]} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.bufferization.eliminate_empty_tensors %f : !transform.any_op
+    %e = transform.structured.match ops{["tensor.empty"]} in %root
+        : (!transform.any_op) -> !transform.op<"tensor.empty">
+    transform.bufferization.empty_tensor_to_alloc_tensor %e
+        : (!transform.op<"tensor.empty">) -> !transform.op<"bufferization.alloc_tensor">
+    %b = transform.bufferization.one_shot_bufferize %root {memcpy_op = "linalg.copy"}
+        : (!transform.any_op) -> !transform.any_op
+"""
+
+Dump = Callable[[str, str], None]
+
+
+def run_passes(module: ir.Module, pipeline: str, what: str) -> None:
+    try:
+        passmanager.PassManager.parse(f"builtin.module({pipeline})").run(module.operation)
+    except ir.MLIRError as exc:
+        raise FlowcError(f"{what}: MLIR pipeline failed: {exc}") from None
+
+
+def schedule(module: ir.Module, target: Target) -> str:
+    """The transform script (body of the named sequence) for this kernel."""
+    return BUFFERIZE
+
+
+def apply_script(module: ir.Module, body: str, what: str) -> None:
+    text = ("module attributes {transform.with_named_sequence} {\n"
+            "  transform.named_sequence @__transform_main(%root: !transform.any_op) {\n"
+            f"{body}\n    transform.yield\n  }}\n}}")
+    script = ir.Module.parse(text)
+    main = script.body.operations[0]
+    try:
+        interpreter.apply_named_sequence(module.operation, main, script)
+    except ir.MLIRError as exc:
+        raise FlowcError(f"{what}: transform script failed: {exc}") from None
+
+
+def lower(module: ir.Module, target: Target, what: str, dump: Dump | None = None) -> None:
+    """Rewrite `module` into the LLVM dialect (see the module docstring)."""
+    run_passes(module, PREPARE, what)
+    script = schedule(module, target)
+    if dump:
+        dump("schedule.mlir", script)
+    apply_script(module, script, what)
+    run_passes(module, TO_LLVM, what)
+    check_llvm_only(module, what)
+
+
+def check_llvm_only(module: ir.Module, what: str) -> None:
+    left: set[str] = set()
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        name = op.name
+        if not name.startswith("llvm.") and name != "builtin.module":
+            left.add(name)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if left:
+        raise FlowcError(f"{what}: lowering to the LLVM dialect left non-LLVM ops: "
+                         f"{', '.join(sorted(left))}")
+
+
+def to_llvm_ir(module: ir.Module) -> str:
+    return str(llvm_dialect.translate_module_to_llvmir(module.operation))
