@@ -90,6 +90,20 @@ def flowc_version() -> str:
     return __version__
 
 
+def check_all(backend: ModuleType, graph: Graph, kernels: list, target: Any) -> None:
+    """One FlowcError listing every unsupported node of every kernel, before codegen."""
+    problems: list[str] = []
+    for _, body in kernels:
+        try:
+            backend.check_supported(body, target)
+        except FlowcError as exc:
+            lines = str(exc).splitlines()
+            problems += [ln.strip() for ln in (lines[1:] or lines) if ln.strip() not in problems]
+    if problems:
+        raise FlowcError(f"cannot compile graph @{graph.name} for target {target.name}:\n  "
+                         + "\n  ".join(problems))
+
+
 def compile(model: ModelLike, out_dir: str | os.PathLike, *, target: Any = None,
             pipeline: str = "default", batch: int | None = 1,
             dims: Mapping[str, int] | None = None, name: str | None = None,
@@ -113,8 +127,7 @@ def compile(model: ModelLike, out_dir: str | os.PathLike, *, target: Any = None,
                          "the artifact")
     target_info = describe_target(resolved)
     kernels = [(k.symbol, k.body) for k in program.kernels]
-    for _, body in kernels:
-        backend.check_supported(body, resolved)
+    check_all(backend, graph, kernels, resolved)
     dump = Path(dump_dir) if dump_dir is not None else None
     write_dump = dump_writer(dump)
     if write_dump:
