@@ -22,7 +22,7 @@ import numpy as np
 from flowc.ir.errors import FlowcError
 from flowc.runtime.errors import ArtifactError
 
-DEMO_MODELS = ("mlp", "cnn", "transformer_encoder")
+DEMO_MODELS = ("mlp", "zoo_mlp", "cnn", "transformer_encoder")
 
 
 def _artifact_errors(fn: Callable[[argparse.Namespace], int]):
@@ -146,30 +146,41 @@ def _median_seconds(fn: Callable[[], Any], runs: int) -> float:
     return float(np.median(times))
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from flowc.codegen.driver import compile as compile_model
+def demo_graph(name: str):
+    """The demo's model as a graph: the bundled mlp.flowc, or a model of the zoo."""
+    if name == "mlp":
+        from flowc.ir.parser import parse
+
+        path = Path(__file__).resolve().parent / "examples" / "mlp.flowc"
+        return parse(path.read_text(), str(path)), "flowc/examples/mlp.flowc"
     from flowc.examples import zoo
     from flowc.frontend.onnx import import_onnx
+
+    key = name.removeprefix("zoo_")
+    return import_onnx(zoo.MODELS[key]()), f"the {key} of flowc/examples/zoo.py"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from flowc.codegen.driver import compile as compile_model
     from flowc.ir.interpret import interpret
     from flowc.runtime.loader import load
 
-    onnx_model = zoo.MODELS[args.model]()
+    graph, source = demo_graph(args.model)
     with tempfile.TemporaryDirectory(prefix="flowc-demo-") as tmp:
         out = Path(args.output or tmp)
         start = time.perf_counter()
-        manifest = compile_model(onnx_model, out, batch=args.batch)
+        manifest = compile_model(graph, out, batch=args.batch)
         compile_s = time.perf_counter() - start
-        print(f"compiled the bundled {args.model} (flowc/examples/zoo.py) for batch "
-              f"{args.batch} into {out}/ in {compile_s:.2f} s: {len(manifest['kernels'])} "
-              f"kernels, arena {manifest['arena_bytes']} bytes, target "
-              f"{manifest['target'].get('triple')}")
+        print(f"compiled {source} for batch {args.batch} into {out}/ in {compile_s:.2f} s: "
+              f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes, "
+              f"target {manifest['target'].get('triple')} ({manifest['target'].get('cpu')})")
         try:
             model = load(out, threads=1)
         except ArtifactError as exc:
             raise FlowcError(str(exc)) from None
-        feeds = zoo.sample_input(onnx_model, batch=args.batch, seed=0)
+        rng = np.random.default_rng(0)
+        feeds = {name: _random(rng, dt, shape) for name, dt, shape in model.inputs}
         results = model.run(**feeds)
-        graph = import_onnx(onnx_model)
         want = interpret(graph, feeds)
         for name, array in results.items():
             err = float(np.max(np.abs(array - want[name]))) if array.size else 0.0
@@ -222,7 +233,9 @@ def add_commands(sub: Any) -> None:
         "demo", help="compile a bundled example model, run it, check it, time it",
         description="Compile a model of the bundled zoo, run the artifact, check it against "
                     "the reference interpreter and print its median latency.")
-    demo.add_argument("--model", choices=DEMO_MODELS, default="mlp")
+    demo.add_argument("--model", choices=DEMO_MODELS, default="mlp",
+                      help="mlp: flowc/examples/mlp.flowc (default); the others: the model "
+                           "zoo of flowc/examples/zoo.py")
     demo.add_argument("--batch", type=int, default=4)
     demo.add_argument("-o", "--output", metavar="DIR", help="keep the artifact here")
     demo.set_defaults(func=cmd_demo)
