@@ -3,9 +3,10 @@
 Contract: `compile(model, out_dir, target=None, pipeline="default", batch=1, dims=None,
 name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None)`
 1. imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a path to `.onnx` / `.flowc`);
-2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name), so
-   every kernel has static shapes;
-3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass;
+2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name);
+3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass, then
+   re-infers every type and requires it static (`bind.require_static`: folding may have
+   turned computed shapes into constants), so every kernel has static shapes;
 4. builds the program (`program.build_program`: kernels, weights, arena plan);
 5. checks every kernel body is supported (`backend.check_supported`) before any codegen, then
    compiles all kernels into one object (`backend.compile_kernels(kernels, target, dump)`);
@@ -27,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from flowc.codegen.artifact import write_artifact
-from flowc.codegen.bind import bind_dims
+from flowc.codegen.bind import bind_dims, format_sizes, require_static
 from flowc.codegen.header import c_identifier
 from flowc.codegen.program import build_program
 from flowc.ir.errors import FlowcError
@@ -114,9 +115,10 @@ def compile(model: ModelLike, out_dir: str | os.PathLike, *, target: Any = None,
     from flowc.passes import PassManager, parse_pipeline
 
     graph = load_model(model)
-    graph, sizes = bind_dims(graph, batch, dims)
+    graph, sizes = bind_dims(graph, batch, dims, strict=False)
     passes = parse_pipeline(pipeline) if pipeline else []
     graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None).run(graph)
+    graph = require_static(graph, format_sizes(sizes))
     prefix = c_identifier(name or graph.name)
     program = build_program(graph, prefix)
     backend = backend or default_backend()

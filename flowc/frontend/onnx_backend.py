@@ -1,9 +1,10 @@
 """An `onnx.backend.base.Backend` for flowc, so ONNX's own test runner drives it.
 
 `prepare(model)` imports the model (errors are the importer's); `BackendRep.run(inputs)`
-runs it. The only engine today is the reference interpreter (`device="CPU"`); the compiled
-CPU path becomes the default once codegen exists (issue [4]), with the interpreter kept on
-request (`device="CPU:interpret"`).
+runs it. Engines: the reference interpreter (`device="CPU"`, also `"CPU:interpret"`) and
+the compiled path (`device="CPU:compiled"`: the model is compiled to an artifact for the
+shapes it is fed and run by the runtime, `flowc.codegen.session`). The interpreter stays the
+default while the compiled path passes fewer node tests (bench/results/onnx_node_tests.md).
 """
 
 from __future__ import annotations
@@ -19,12 +20,17 @@ from flowc.frontend.onnx import import_onnx
 from flowc.ir import Graph
 from flowc.ir.interpret import interpret
 
-DEVICES = ("CPU", "CPU:interpret")
+DEVICES = ("CPU", "CPU:interpret", "CPU:compiled")
 
 
 class FlowcRep(BackendRep):
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, compiled: bool = False):
         self.graph = graph
+        self.session = None
+        if compiled:
+            from flowc.codegen.session import CompiledSession
+
+            self.session = CompiledSession(graph)
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         if isinstance(inputs, dict):
@@ -32,7 +38,10 @@ class FlowcRep(BackendRep):
         else:
             arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             feeds = {n.name: a for n, a in zip(self.graph.inputs, arrays, strict=False)}
-        results = interpret(self.graph, feeds)
+        if self.session is not None:
+            results = self.session.run(feeds)
+        else:
+            results = interpret(self.graph, feeds)
         return tuple(results[name] for name, _ in self.graph.outputs)
 
 
@@ -41,7 +50,7 @@ class FlowcBackend(Backend):
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> FlowcRep:
         if not cls.supports_device(device):
             raise ValueError(f"flowc's ONNX backend runs on {', '.join(DEVICES)}, not {device}")
-        return FlowcRep(import_onnx(model))
+        return FlowcRep(import_onnx(model), compiled=device == "CPU:compiled")
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Sequence[np.ndarray],
