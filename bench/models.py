@@ -60,6 +60,7 @@ def measure(threads: int, min_time: float) -> list[dict]:
     import flowc
     from flowc.examples import zoo
     from flowc.frontend.onnx import import_onnx
+    from flowc.ir import FlowcError
     from flowc.ir.interpret import interpret
 
     cases = [(name, zoo.MODELS[name](), BATCH[name]) for name in BATCH]
@@ -77,7 +78,12 @@ def measure(threads: int, min_time: float) -> list[dict]:
             numpy_fn = lambda g=graph, f=feeds: interpret(g, f)  # noqa: E731
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            flowc.compile(model, tmp, batch=batch)
+            try:
+                flowc.compile(model, tmp, batch=batch)
+            except FlowcError as exc:
+                rows.append({"model": name, "batch": batch, "threads": threads,
+                             "error": str(exc).replace("\n", " ")})
+                continue
             compile_s = time.perf_counter() - t0
             art = flowc.load(tmp, threads=threads)
             options = ort.SessionOptions()
@@ -112,6 +118,10 @@ def render(rows: list[dict], cpu: str) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | not compiled: "
+                         f"{r['error'][:300]} | | | | | | |")
+            continue
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['threads']} | {r['compile_s']:.2f} | "
             f"{r['flowc_ms']:.3f} | {r['ort_ms']:.3f} | {r['numpy_ms']:.3f} | "
