@@ -110,5 +110,7 @@ def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_
     run_tool(["ar", "rcsD", static, *objects], build_dir, f"archiving {static}")
     out_dir.mkdir(parents=True, exist_ok=True)
     for f in (shared, static):
-        shutil.copyfile(build_dir / f, out_dir / f)
+        # a new file, then rename: a process that has the old library mapped keeps it intact
+        shutil.copyfile(build_dir / f, out_dir / f".{f}.tmp")
+        os.replace(out_dir / f".{f}.tmp", out_dir / f)
     return [shared, static]

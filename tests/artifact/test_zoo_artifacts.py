@@ -99,3 +99,12 @@ def test_mlp_logits_through_real_kernels(tmp_path):
     got = flowc.load(tmp_path, threads=2).run(**feeds)
     for out, array in onnxruntime_outputs(model, feeds).items():
         np.testing.assert_allclose(got[out], array, rtol=RTOL, atol=ATOL)
+
+
+def test_real_build_is_byte_identical(tmp_path):
+    """The bundled mlp.flowc through the real kernels twice: the same files, byte for byte."""
+    source = Path(flowc.__file__).parent / "examples" / "mlp.flowc"
+    first = flowc.compile(source, tmp_path / "a", batch=2)
+    assert flowc.compile(source, tmp_path / "b", batch=2) == first
+    for name in [*first["files"], "manifest.json"]:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()

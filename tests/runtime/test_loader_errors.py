@@ -143,3 +143,23 @@ def test_bad_thread_count_from_environment(built_mlp, monkeypatch):
     monkeypatch.setenv("FLOWC_NUM_THREADS", "many")
     with pytest.raises(ArtifactError, match="FLOWC_NUM_THREADS='many': expected a whole number"):
         flowc.load(built_mlp)
+
+
+def test_caller_provided_arena(built_mlp):
+    """NAME_set_arena: an aligned buffer of the right size is used; a short one is refused."""
+    from flowc.runtime.loader import aligned_empty
+
+    model = flowc.load(built_mlp)
+    want = model(x())
+    set_arena = model._fn("set_arena")
+    set_arena.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    nbytes = model.manifest["arena_bytes"]
+    arena = aligned_empty((nbytes,), np.dtype(np.uint8))
+    arena[:] = 0xAB
+    assert set_arena(model._ctx, arena.ctypes.data, nbytes) == 0
+    np.testing.assert_array_equal(model(x()), want)
+    assert set_arena(model._ctx, arena.ctypes.data, nbytes - 1) == 1
+    assert model._error().startswith(f"mlp: the arena must be 64-byte aligned and hold {nbytes} "
+                                     f"bytes (got {nbytes - 1} bytes at 0x")
+    assert set_arena(model._ctx, None, 0) == 0  # back to an arena of its own
+    np.testing.assert_array_equal(model(x()), want)
