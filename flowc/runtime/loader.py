@@ -121,6 +121,13 @@ class Model:
         self.outputs = [(t["name"], numpy_dtype(t["dtype"]), tuple(t["shape"]))
                         for t in self.manifest["outputs"]]
         self.set_threads(threads if threads is not None else default_threads(self.manifest))
+        # per-run constants: the C functions, dtype codes and shape arrays of each tensor
+        self._setters = {kind: self._fn(f"set_{kind}") for kind in ("input", "output")}
+        self._run = self._fn("run")
+        self._specs = {kind: [(DTYPE_CODES[t["dtype"]], len(t["shape"]),
+                               (ctypes.c_int64 * max(len(t["shape"]), 1))(*t["shape"]))
+                              for t in self.manifest[f"{kind}s"]]
+                       for kind in ("input", "output")}
 
     # ---- setting up -----------------------------------------------------------------
     def _fn(self, suffix: str) -> Any:
@@ -221,16 +228,14 @@ class Model:
         with self._lock:
             if not self._ctx:
                 raise ArtifactError(f"model '{self.name}' was closed")
-            for kind, buffers, specs in (("input", arrays, self.inputs),
-                                         ("output", outputs, self.outputs)):
-                setter = self._fn(f"set_{kind}")
-                for k, (array, (name, _, _)) in enumerate(zip(buffers, specs, strict=True)):
-                    dims = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
-                    status = setter(self._ctx, k, array.ctypes.data,
-                                    DTYPE_CODES[self.manifest[f"{kind}s"][k]["dtype"]],
-                                    array.ndim, dims)
-                    self._check(status, f"{kind} '{name}'")
-            self._check(self._fn("run")(self._ctx), "run")
+            for kind, buffers in (("input", arrays), ("output", outputs)):
+                setter = self._setters[kind]
+                for k, (array, (code, rank, dims)) in enumerate(zip(buffers, self._specs[kind],
+                                                                    strict=True)):
+                    status = setter(self._ctx, k, array.ctypes.data, code, rank, dims)
+                    if status:
+                        self._check(status, f"{kind} #{k}")
+            self._check(self._run(self._ctx), "run")
         return {name: array for (name, _, _), array in zip(self.outputs, outputs, strict=True)}
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
