@@ -118,8 +118,8 @@ class _Functions:
         if (node.domain, node.op_type) in self.local:
             return True
         schema = self._schema(node, opset)
-        return schema is not None and (schema.has_function
-                                       or schema.has_context_dependent_function)
+        return schema is not None and any(v <= opset for v in [
+            *schema.function_opset_versions, *schema.context_dependent_function_opset_versions])
 
     @staticmethod
     def _schema(node: onnx.NodeProto, opset: int):
@@ -130,6 +130,19 @@ class _Functions:
         except onnx.defs.SchemaError:
             return None
 
+    def fixed_body(self, node: onnx.NodeProto, opset: int) -> Sequence[onnx.NodeProto]:
+        """The nodes of `node`'s function body where they do not depend on its operand types
+        (model-local functions, standard function ops); () for context-dependent ones."""
+        local = self.local.get((node.domain, node.op_type))
+        if local is not None:
+            return local.node
+        schema = self._schema(node, opset)
+        versions = [v for v in schema.function_opset_versions if v <= opset]
+        if not versions:
+            return ()
+        return onnx.FunctionProto.FromString(
+            schema.get_function_with_opset_version(max(versions))).node
+
     def body(self, node: onnx.NodeProto, opset: int,
              types: Sequence[TensorType | None]) -> tuple[onnx.FunctionProto, dict[str, Any]]:
         """The function body for `node` and the attribute values its body may refer to."""
@@ -139,7 +152,7 @@ class _Functions:
         schema = self._schema(node, opset)
         defaults = {name: attr_value(a.default_value, f"{node.op_type} default")
                     for name, a in schema.attributes.items() if a.default_value.name}
-        if schema.has_function:
+        if any(v <= opset for v in schema.function_opset_versions):
             version = max(v for v in schema.function_opset_versions if v <= opset)
             data = schema.get_function_with_opset_version(version)
         else:
@@ -171,6 +184,8 @@ def unsupported_nodes(model: onnx.ModelProto) -> list[str]:
             if not known and not functions.has_body(node, opset):
                 domain = node.domain or "ai.onnx"
                 lines.append(f"  node '{name}': {domain}.{node.op_type} (opset {opset})")
+            elif not known:
+                visit(functions.fixed_body(node, opset), f"{name}/")
             for attr in node.attribute:
                 for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
                     visit(g.node, f"{name}/{attr.name}/")
@@ -302,6 +317,11 @@ class _Importer:
         while inputs and inputs[-1] is None:
             inputs.pop()
         known = onnx_node.domain in _DEFAULT_DOMAINS and is_supported(onnx_node.op_type)
+        if not known and not self.functions.has_body(onnx_node, self.opset):
+            # only a function body's own nodes get here: the model's were checked up front
+            domain = onnx_node.domain or "ai.onnx"
+            raise _unsupported(self.path, [f"  node '{base}': {domain}.{onnx_node.op_type} "
+                                           f"(opset {self.opset})"])
         if not known:
             results = self._inline(onnx_node, inputs, scope, refs, base, where)
         else:
@@ -348,10 +368,10 @@ class _Importer:
             if value is not None:
                 inner.env[formal] = value
         self._nodes(function.node, inner, call_refs, f"{base}/")
-        results = []
-        for formal in function.output:
+        results: list[Value | None] = []
+        for formal, actual in zip(function.output, onnx_node.output, strict=False):
             value = inner.env.get(formal)
-            if value is None:
+            if value is None and actual:
                 raise OnnxImportError(f"{where}: its function body does not produce "
                                       f"'{formal}'")
             results.append(value)

@@ -34,7 +34,7 @@ def test_layer_norm_statistics(axis, count):
 
 def test_layer_norm_bad_count():
     x = np.ones((2, 3), np.float32)
-    with pytest.raises(InferError, match="num_outputs must be 1, 2 or 3 .*found 4"):
+    with pytest.raises(InferError, match=r"num_outputs must be 1, 2 or 3 .*found 4"):
         single_node_graph("layer_normalization", [x, x[0]], {"num_outputs": 4})
 
 
