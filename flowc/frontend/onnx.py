@@ -11,6 +11,10 @@ Contract:
 - Nodes convert through `onnx_nodes.CONVERTERS`, else straight onto the registry op that
   names them (`OpDef.onnx`). An op with neither that has a function body (a standard
   function op from `onnx.defs`, or a model-local function) is inlined through its body.
+- Shape arithmetic on known values (small integer results of constants, `shape`/`size` of
+  static types) is folded into constants as it is imported (`onnx_fold`), so the ops
+  whose result rank depends on such values (Reshape, ConstantOfShape, Expand ...) get
+  static types.
 - If/Loop bodies become closed flowc bodies: the outer values they read become explicit
   operands (see `onnx_nodes`).
 - Every unsupported op (bodies included) is reported in one error listing each offending
@@ -30,12 +34,13 @@ from onnx import helper
 
 from flowc.frontend.onnx_attrs import (
     OnnxImportError,
-    attr_value,
     node_attrs,
+    resolve_refs,
     tensor_type,
     to_array,
     to_onnx_elem_type,
 )
+from flowc.frontend.onnx_fold import fold_shape_arithmetic
 from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
 from flowc.ir import Graph, Tensor, TensorType, Value, dtype
 from flowc.ir.build import make_node
@@ -143,15 +148,16 @@ class _Functions:
         return onnx.FunctionProto.FromString(
             schema.get_function_with_opset_version(max(versions))).node
 
-    def body(self, node: onnx.NodeProto, opset: int,
-             types: Sequence[TensorType | None]) -> tuple[onnx.FunctionProto, dict[str, Any]]:
-        """The function body for `node` and the attribute values its body may refer to."""
+    def body(self, node: onnx.NodeProto, opset: int, types: Sequence[TensorType | None]
+             ) -> tuple[onnx.FunctionProto, dict[str, onnx.AttributeProto]]:
+        """The function body for `node` (its references resolved) and the schema's attribute
+        defaults, which its body may refer to."""
         local = self.local.get((node.domain, node.op_type))
         if local is not None:
             return local, {}
         schema = self._schema(node, opset)
-        defaults = {name: attr_value(a.default_value, f"{node.op_type} default")
-                    for name, a in schema.attributes.items() if a.default_value.name}
+        defaults = {name: a.default_value for name, a in schema.attributes.items()
+                    if a.default_value.name}
         if any(v <= opset for v in schema.function_opset_versions):
             version = max(v for v in schema.function_opset_versions if v <= opset)
             data = schema.get_function_with_opset_version(version)
@@ -299,13 +305,14 @@ class _Importer:
                          name=scope.unique(name or "Constant"), loc=self.path)
         return scope.graph.append(node).out()
 
-    def _nodes(self, nodes: Sequence[onnx.NodeProto], scope: _Scope, refs: dict[str, Any],
-               prefix: str) -> None:
+    def _nodes(self, nodes: Sequence[onnx.NodeProto], scope: _Scope,
+               refs: dict[str, onnx.AttributeProto], prefix: str) -> None:
         for i, onnx_node in enumerate(nodes):
             self._node(onnx_node, i, scope, refs, prefix)
 
-    def _node(self, onnx_node: onnx.NodeProto, i: int, scope: _Scope, refs: dict[str, Any],
-              prefix: str) -> None:
+    def _node(self, onnx_node: onnx.NodeProto, i: int, scope: _Scope,
+              refs: dict[str, onnx.AttributeProto], prefix: str) -> None:
+        onnx_node = resolve_refs(onnx_node, refs)
         base = f"{prefix}{onnx_node.name or f'{onnx_node.op_type}_{i}'}"
         where = f"{self.path}: node '{base}' ({onnx_node.op_type})"
         inputs: list[Value | None] = []
@@ -323,10 +330,10 @@ class _Importer:
             raise _unsupported(self.path, [f"  node '{base}': {domain}.{onnx_node.op_type} "
                                            f"(opset {self.opset})"])
         if not known:
-            results = self._inline(onnx_node, inputs, scope, refs, base, where)
+            results = self._inline(onnx_node, inputs, scope, base, where)
         else:
             ctx = NodeContext(
-                onnx_node, inputs, node_attrs(onnx_node, refs, where), where,
+                onnx_node, inputs, node_attrs(onnx_node, where), where,
                 emit=lambda op, operands, attrs: self._emit(scope, op, operands, attrs, base,
                                                             where),
                 constant=lambda array: self._constant(scope, array, f"{base}/const"),
@@ -351,17 +358,23 @@ class _Importer:
             node = make_node(op, operands, attrs, name=scope.unique(base), loc=self.path)
         except FlowcError as exc:
             raise OnnxImportError(f"{where}: {exc}") from None
+        try:
+            folded = fold_shape_arithmetic(node)
+        except Exception as exc:  # a kernel's own error, on known values
+            raise OnnxImportError(f"{where}: {type(exc).__name__}: {exc}") from None
+        if folded is not None:
+            return [self._constant(scope, array, node.name) for array in folded]
         return scope.graph.append(node).outputs
 
     def _inline(self, onnx_node: onnx.NodeProto, inputs: list[Value | None], scope: _Scope,
-                refs: dict[str, Any], base: str, where: str) -> list[Value]:
+                base: str, where: str) -> list[Value]:
         """Convert a function op through its body, in the caller's graph."""
         types = [None if v is None else v.type for v in inputs]
         try:
             function, defaults = self.functions.body(onnx_node, self.opset, types)
         except Exception as exc:  # onnx's function builders raise what they like
             raise OnnxImportError(f"{where}: cannot expand its function body: {exc}") from None
-        call_refs = {**defaults, **node_attrs(onnx_node, refs, where)}
+        call_refs = {**defaults, **{a.name: a for a in onnx_node.attribute}}
         inner = _Scope(scope.graph, None)
         inner.used = scope.used
         for formal, value in zip(function.input, inputs, strict=False):

@@ -5,11 +5,11 @@ Contract:
   when flowc has none (strings, complex numbers).
 - `tensor_type(value_info, where)` is the flowc TensorType of a graph input or output:
   `dim_value` -> int, `dim_param` -> symbol, anything else -> None (`?`).
-- `node_attrs(node, refs)` converts a node's attributes to flowc attribute values:
+- `node_attrs(node)` converts a node's attributes to flowc attribute values:
   ints/floats/strings as they are (lists as tuples), tensors as numpy arrays, graphs left
-  as GraphProto for the importer to convert. `ref_attr_name` attributes (inside function
-  bodies) are looked up in `refs`, the calling node's attributes; an unset one is dropped,
-  so the op's default applies.
+  as GraphProto for the importer to convert. `resolve_refs(node, refs)` first replaces
+  `ref_attr_name` attributes (inside function bodies) by the calling node's attributes;
+  an unset one is dropped, so the op's default applies.
 """
 
 from __future__ import annotations
@@ -87,13 +87,25 @@ def attr_value(attr: onnx.AttributeProto, what: str) -> Any:
     return value
 
 
-def node_attrs(node: onnx.NodeProto, refs: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """The node's attributes as flowc values (see the module docstring)."""
-    attrs = {}
+def resolve_refs(node: onnx.NodeProto,
+                 refs: Mapping[str, onnx.AttributeProto]) -> onnx.NodeProto:
+    """`node` with each `ref_attr_name` attribute replaced by the caller's value (`refs`),
+    or dropped where the caller leaves it unset; `node` itself when it has none."""
+    if not any(a.ref_attr_name for a in node.attribute):
+        return node
+    resolved = onnx.NodeProto()
+    resolved.CopyFrom(node)
+    del resolved.attribute[:]
     for a in node.attribute:
-        if a.ref_attr_name:
-            if a.ref_attr_name in refs:
-                attrs[a.name] = refs[a.ref_attr_name]
-        else:
-            attrs[a.name] = attr_value(a, what)
-    return attrs
+        if not a.ref_attr_name:
+            resolved.attribute.append(a)
+        elif a.ref_attr_name in refs:
+            value = resolved.attribute.add()
+            value.CopyFrom(refs[a.ref_attr_name])
+            value.name = a.name
+    return resolved
+
+
+def node_attrs(node: onnx.NodeProto, what: str) -> dict[str, Any]:
+    """The attributes of `node` (refs already resolved) as flowc values."""
+    return {a.name: attr_value(a, what) for a in node.attribute}
