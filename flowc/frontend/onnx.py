@@ -47,7 +47,8 @@ from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.verifier import verify
 
-__all__ = ["MIN_OPSET", "OnnxImportError", "import_onnx", "unsupported_nodes"]
+__all__ = ["MIN_OPSET", "OnnxImportError", "import_onnx", "import_onnx_with_values",
+           "unsupported_nodes"]
 
 MIN_OPSET = 13
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -239,7 +240,7 @@ class _Importer:
         self.functions = _Functions(proto)
 
     # ---- graphs -----------------------------------------------------------------------
-    def main(self) -> Graph:
+    def main(self) -> tuple[Graph, dict[str, Value]]:
         onnx_graph = self.proto.graph
         scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "main"), None)
         initializers = {t.name: t for t in onnx_graph.initializer}
@@ -254,7 +255,7 @@ class _Importer:
                 self._check_initializer(name, array, declared[name])
             scope.env[name] = self._constant(scope, array, name)
         self._nodes(onnx_graph.node, scope, {}, "")
-        return self._outputs(onnx_graph, scope)
+        return self._outputs(onnx_graph, scope), scope.env
 
     def _check_initializer(self, name: str, array: np.ndarray, info: onnx.ValueInfoProto):
         want = tensor_type(info, f"{self.path}: input")
@@ -398,11 +399,18 @@ def _unsupported(path: str, missing: list[str]) -> OnnxImportError:
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto) -> Graph:
     """The flowc graph of an ONNX model (see the module docstring)."""
+    return import_onnx_with_values(model)[0]
+
+
+def import_onnx_with_values(model: str | os.PathLike | onnx.ModelProto
+                            ) -> tuple[Graph, dict[str, Value]]:
+    """`import_onnx`, and the flowc value of each named tensor of the model's main graph
+    (for mapping ONNX names onto the IR, as the shape-inference comparison does)."""
     proto, path = _load(model)
     proto = _upgrade(proto, path)
     missing = unsupported_nodes(proto)
     if missing:
         raise _unsupported(path, missing)
-    graph = _Importer(proto, path).main()
+    graph, values = _Importer(proto, path).main()
     verify(graph)
-    return graph
+    return graph, values
