@@ -145,3 +145,14 @@ def test_wrong_input_dtype_at_run_time():
     with pytest.raises(InterpretError, match="feed 'x': expected dtype f32 \\(float32\\), "
                        "found int64"):
         interpret(g, {"x": np.ones((2, 4), np.int64)})
+
+
+def test_backend_devices_and_unknown_device():
+    from flowc.frontend.onnx_backend import FlowcBackend
+
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    y, = FlowcBackend.run_model(mlp_model(), [x], device="CPU:interpret")
+    np.testing.assert_allclose(y, np.maximum(x @ W + B, 0), rtol=1e-6)
+    with pytest.raises(ValueError, match="flowc's ONNX backend runs on CPU, CPU:interpret, "
+                       "not CUDA"):
+        FlowcBackend.prepare(mlp_model(), device="CUDA")
