@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
+from flowc.frontend.onnx_scan import convert_scan
 from flowc.ir import Graph, TensorType, Value
 from flowc.ir.graph import INPUT_OP, Node
 from flowc.ir.ops import ONNX_OPS
@@ -149,6 +150,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "MaxPool": _with_output_count,
     "If": _if,
     "Loop": _loop,
+    "Scan": convert_scan,
 }
 
 

@@ -3,6 +3,7 @@ ops (standard and model-local) inlined through their bodies."""
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
@@ -137,3 +138,26 @@ def test_non_tensor_attribute_kinds_are_refused():
     with pytest.raises(OnnxImportError, match="node 'id' \\(Identity\\): attribute 'odd' is of "
                        "kind TYPE_PROTOS, which flowc does not import"):
         import_onnx(m)
+
+
+@pytest.mark.parametrize(("in_dir", "out_dir", "out_axis"), [(0, 0, 0), (1, 0, 1), (0, 1, 1)])
+def test_scan_as_a_loop(in_dir, out_dir, out_axis):
+    """Running sum over the rows (axis 1) of x, times an outer w (a capture)."""
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["row", "w"], ["wr"]),
+         helper.make_node("Add", ["s", "wr"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["elem"])],
+        "body", [vi("s", shape=(2,)), vi("row", shape=(2,))],
+        [vi("s_out", shape=(2,)), vi("elem", shape=(2,))])
+    node = helper.make_node("Scan", ["s0", "x"], ["s", "elems"], body=body, num_scan_inputs=1,
+                            scan_input_axes=[1], scan_input_directions=[in_dir],
+                            scan_output_directions=[out_dir], scan_output_axes=[out_axis])
+    m = model([node], [vi("s0", shape=(2,)), vi("x", shape=(2, 5)), vi("w", shape=(2,))],
+              [vi("s", shape=(2,)), helper.make_tensor_value_info("elems", F, None)])
+    feeds = {"s0": np.ones(2, np.float32),
+             "x": RNG.standard_normal((2, 5)).astype(np.float32),
+             "w": RNG.standard_normal(2).astype(np.float32)}
+    # onnx.reference 1.23 runs Scan on axis 0, forwards only: onnxruntime is the oracle
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    g = check_against_onnx(m, feeds, session.run(None, feeds))
+    assert [n.op for n in g.nodes if n.op == "loop"] == ["loop"]
