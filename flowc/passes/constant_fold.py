@@ -105,8 +105,7 @@ class ShapeValues:
             return None
         if value in self.known:
             return self.known[value]
-        data = rw.const(value)
-        return None if data is None else np.asarray(data).astype(object)
+        return rw.const(value)
 
     def evaluate(self, node: Node, rw: Rewriter) -> np.ndarray | None:
         """`node`'s result as a symbolic array, or None if it is not a shape computation."""

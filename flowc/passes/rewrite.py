@@ -31,7 +31,7 @@ from flowc.ir.attrs import Tensor
 from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value, node_preds, rebuild, topological_order
-from flowc.ir.ops import HAS_BODY, OPS, PURE, STATEFUL, infer_types
+from flowc.ir.ops import HAS_BODY, OPS, PURE, REQUIRED, STATEFUL, infer_types
 from flowc.ir.types import TensorType, Type
 from flowc.passes.stats import count
 
@@ -122,8 +122,12 @@ class Rewriter:
 
     def make(self, op: str, inputs: Sequence[Value | None], attrs: Mapping[str, Any] | None,
              like: Node) -> Node:
-        """A new unnamed helper node at `like`'s location and device."""
-        node = make_node(op, inputs, dict(attrs or {}), device=like.device, loc=like.loc)
+        """A new unnamed helper node at `like`'s location and device. Attributes equal to
+        the op's defaults are left out, so equal nodes print (and CSE) alike."""
+        specs = OPS[op].attr_specs
+        attrs = {k: v for k, v in (attrs or {}).items()
+                 if k not in specs or specs[k].default is REQUIRED or v != specs[k].default}
+        node = make_node(op, inputs, attrs, device=like.device, loc=like.loc)
         for v in inputs:
             if v is not None:
                 self._uses[v.node] = self._uses.get(v.node, 0) + 1

@@ -42,7 +42,11 @@ def scalar(value: Value | None, rw: Rewriter) -> float | None:
         return None
     flat = data.reshape(-1)
     first = flat[0]
-    return float(first) if bool(np.all(flat == first)) else None
+    # str() gives the shortest text that reads back to the same value in its own dtype, so
+    # an f32 1e-5 stays 1e-05 rather than 9.99999974e-06 once widened
+    if not bool(np.all(flat == first)):
+        return None
+    return float(first) if data.dtype.kind in "biu" else float(str(first))
 
 
 def forward(node: Node, value: Value) -> list[Value] | None:
