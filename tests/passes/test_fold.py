@@ -68,7 +68,8 @@ def test_random_ops_never_fold_merge_or_vanish(random_op):
 
 def test_stateful_reads_never_fold():
     g = parse("""graph @g() -> (y: f32[2]) {
-  %0 = variable {init = dense<[1.0, 2.0]> : f32[2], shared_name = "v", type = f32[2]} : () -> var<f32[2]>
+  %0 = variable {init = dense<[1.0, 2.0]> : f32[2], shared_name = "v", type = f32[2]} \
+: () -> var<f32[2]>
   %1 = read_variable %0 : (var<f32[2]>) -> f32[2]
   %2 = neg %1 : (f32[2]) -> f32[2]
   return %2

@@ -15,7 +15,7 @@ def graph() -> Graph:
     x = g.add_input("x", TensorType("f32", (2,)))
     var = g.append(make_node("variable", [], {"type": TensorType("f32", (2,)), "shared_name": "v",
                                               "init": np.zeros(2, np.float32)}, name="v"))
-    dbg = g.append(make_node("split", [x], {"num_outputs": 2}, name="dbg"))
+    g.append(make_node("split", [x], {"num_outputs": 2}, name="dbg"))
     g.append(make_node("assign", [var.out(), x], name="update"))
     g.append(make_node("assign", [var.out(), x], name="other"))
     g.add_output("y", g.append(make_node("relu", [x], name="y")).out())
