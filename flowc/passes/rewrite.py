@@ -23,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -76,6 +77,9 @@ def merge_types(declared: Sequence[Type], inferred: Sequence[Type]) -> tuple[Typ
         return None
     merged = []
     for d, i in zip(declared, inferred, strict=True):
+        if d == i:
+            merged.append(d)
+            continue
         if not (isinstance(d, TensorType) and isinstance(i, TensorType)):
             if d != i:
                 return None
@@ -92,17 +96,28 @@ def merge_types(declared: Sequence[Type], inferred: Sequence[Type]) -> tuple[Typ
     return tuple(merged)
 
 
-def refine(node: Node) -> Node:
-    """`node` with result types made as precise as its op's type rule now allows."""
+def refine(node: Node, memo: dict | None = None) -> Node:
+    """`node` with result types made as precise as its op's type rule now allows. `memo`
+    caches the answer per (op, operand types, attributes, constant operands, declared
+    types), which repeat across the layers of a model."""
     opdef = OPS.get(node.op)
-    if opdef is None or not node.types:
-        return node
-    try:
-        inferred = infer_types(opdef, [None if v is None else v.type for v in node.inputs],
-                               node.attrs, [const_value(v) for v in node.inputs], node.label())
-    except FlowcError:
-        return node  # the verifier reports it, naming the node
-    merged = merge_types(node.types, inferred)
+    if opdef is None or not any(isinstance(t, TensorType) and None in t.shape
+                                for t in node.types):
+        return node  # nothing to learn: only unknown dims are ever refined
+    types = [None if v is None else v.type for v in node.inputs]
+    consts = [v.node.attrs["value"] if v is not None and v.node.op == "constant" else None
+              for v in node.inputs]
+    key = (node.op, tuple(types), node.attrs, tuple(consts), node.types)
+    merged = memo.get(key, False) if memo is not None else False
+    if merged is False:
+        try:
+            inferred = infer_types(opdef, types, node.attrs,
+                                   [const_value(v) for v in node.inputs], node.label())
+            merged = merge_types(node.types, inferred)
+        except FlowcError:
+            merged = None  # the verifier reports it, naming the node
+        if memo is not None:
+            memo[key] = merged
     return node if merged is None or merged == node.types else node.replace(types=merged)
 
 
@@ -164,19 +179,20 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
     """Rewrite `graph` with the patterns (see the module docstring)."""
     uses = count_uses(graph)
     rw = Rewriter(uses)
+    memo: dict = {}
 
     def visit(candidate: Node, old: tuple[Value, ...]) -> Result:
         if old:
             original = old[0].node
             uses[candidate] = uses.get(original, 0)
             if candidate is not original:
-                candidate = refine(candidate)
+                candidate = refine(candidate, memo)
         if candidate.ctrl:
             return candidate
         current = candidate
         for _ in range(MAX_STEPS):
             result = None
-            for name, pattern in (*by_op.get(current.op, ()), *any_op):
+            for name, pattern in chain(by_op.get(current.op, ()), any_op):
                 result = pattern(current, rw)
                 if result is not None:
                     count(name)
