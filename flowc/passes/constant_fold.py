@@ -16,7 +16,8 @@ Requires: a well-formed graph. Guarantees:
   that tensor are symbolic. A `reshape` whose shape operand is such a chain with symbolic
   elements gets a constant shape: a symbol copied from the same position of its input
   becomes `0` (copy that dim; only when `allowzero=0`) and one remaining unknown becomes
-  `-1`; its result type is then refined.
+  `-1`; its result type is then refined. An `expand` fed by such a chain gets a constant
+  shape too (`1` for a symbol its input already has at that right-aligned position).
 - A kernel that fails on its constant operands (an index out of range) leaves the node
   as it is: the error appears when the graph runs, naming the node.
 - Nodes that folding leaves unused are erased; nested bodies are folded too.
@@ -169,6 +170,27 @@ class ShapeValues:
         return rw.replace(node, "reshape", [x, rw.constant(array, node)], node.attrs)
 
 
+    def static_expand(self, node: Node, rw: Rewriter) -> Result:
+        """`expand(x, chain)` with a constant shape: a symbol that x already has at the
+        same (right-aligned) position becomes 1, which keeps that dim."""
+        x, shape = node.inputs
+        elements = self.known.get(shape)
+        if elements is None or elements.ndim != 1:
+            return None
+        dims = x.type.shape
+        offset = len(elements) - len(dims)
+        new = []
+        for i, e in enumerate(elements):
+            if _is_int(e):
+                new.append(e)
+            elif e is not None and i - offset >= 0 and dims[i - offset] == e:
+                new.append(1)
+            else:
+                return None
+        array = np.array(new, dtype=shape.type.dtype.np)
+        return rw.replace(node, "expand", [x, rw.constant(array, node)])
+
+
 def _is_int(e: object) -> bool:
     return isinstance(e, int | np.integer) and not isinstance(e, bool)
 
@@ -190,4 +212,5 @@ class ConstantFold:
         by_op: dict[str, list] = {op: [("shape-values-folded", shapes.pattern)]
                                   for op in ("shape", *_SELECT_OPS, *_RESHAPE_LIKE, *_ARITH)}
         by_op["reshape"].insert(0, ("reshapes-made-static", shapes.static_reshape))
+        by_op["expand"] = [("expands-made-static", shapes.static_expand)]
         return apply_patterns(graph, by_op, [("nodes-folded", fold_node(self.max_bytes))])
