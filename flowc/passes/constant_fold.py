@@ -57,11 +57,11 @@ def static_bytes(types: tuple) -> int | None:
     return total
 
 
-def constant_node(array: np.ndarray, like: Node, *, named: bool) -> Node:
-    """A `constant` holding `array`, at `like`'s location and device (and name if asked)."""
+def constant_node(array: np.ndarray, like: Node) -> Node:
+    """A `constant` holding `array` that stands in for `like` (its name, location, device)."""
     tensor = Tensor(array)
     return Node("constant", (), {"value": tensor}, (tensor_type_of(tensor.data),),
-                device=like.device, name=like.name if named else None, loc=like.loc)
+                device=like.device, name=like.name, loc=like.loc)
 
 
 def fold_node(max_bytes: int) -> Pattern:
@@ -88,8 +88,8 @@ def fold_node(max_bytes: int) -> Pattern:
         if sum(r.nbytes for r in results) > max_bytes:
             return None
         if len(results) == 1:
-            return constant_node(results[0], node, named=True)
-        return [constant_node(r, node, named=False).out() for r in results]
+            return constant_node(results[0], node)
+        return [rw.constant(r, node) for r in results]
 
     return pattern
 
@@ -148,7 +148,7 @@ class ShapeValues:
             return None
         if all(_is_int(e) for e in value.flat):
             array = np.array([int(e) for e in value.flat], dtype=node.types[0].dtype.np)
-            return constant_node(array.reshape(value.shape), node, named=True)
+            return constant_node(array.reshape(value.shape), node)
         self.known[node.out()] = value
         return None
 

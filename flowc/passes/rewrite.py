@@ -12,8 +12,8 @@ Contract:
   `MAX_STEPS` rewrites), so chains collapse in one walk. Nodes with control dependencies
   are left alone: their ordering would be lost. Result types are refined whenever operands
   change (a `?` dim becomes known once a shape operand is constant); a declared dim never
-  changes. Finally, pure nodes that nothing uses any more are erased (as MLIR's greedy
-  driver does) — nodes with effects never are. Every match bumps the statistics counter
+  changes. Finally, pure nodes that nothing uses are erased (as MLIR's greedy driver
+  does) — nodes with effects never are. Every match bumps the statistics counter
   named after its pattern. Linear in graph size (each node: a bounded number of matches).
 - `rw.uses(value)` is an upper bound on the users of a value's node (graph outputs count),
   so a "single user" test is safe: fusing a producer that has other users would compute it
@@ -39,6 +39,7 @@ from flowc.passes.stats import count
 Result = Node | Sequence[Value] | None
 Pattern = Callable[[Node, "Rewriter"], Result]
 MAX_STEPS = 8
+
 
 def bodies(node: Node) -> list[tuple[str, Graph]]:
     """The nested graphs a node holds as attributes."""
@@ -126,6 +127,7 @@ class Rewriter:
 
     def __init__(self, uses: dict[Node, int]):
         self._uses = uses
+        self.created = 0  # helper nodes made, which the driver then places
 
     def uses(self, value: Value) -> int:
         return self._uses.get(value.node, 0)
@@ -143,6 +145,7 @@ class Rewriter:
         attrs = {k: v for k, v in (attrs or {}).items()
                  if k not in specs or specs[k].default is REQUIRED or v != specs[k].default}
         node = make_node(op, inputs, attrs, device=like.device, loc=like.loc)
+        self.created += 1
         for v in inputs:
             if v is not None:
                 self._uses[v.node] = self._uses.get(v.node, 0) + 1
@@ -207,7 +210,8 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
             current = result
         return current
 
-    return erase_dead(with_new_nodes(rebuild(graph, visit)))
+    result = rebuild(graph, visit)
+    return erase_dead(with_new_nodes(result) if rw.created else result)
 
 
 def with_new_nodes(graph: Graph) -> Graph:
