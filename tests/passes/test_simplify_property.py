@@ -21,7 +21,7 @@ SHAPES = [("N", 4), (4,), (1, 4), (4, 4), ()]
 UNARY = ["relu", "neg", "tanh", "abs", "sigmoid"]
 BINARY = ["add", "sub", "mul", "max"]
 KINDS = ["unary", "binary", "duplicate", "const_arith", "identity", "transpose_pair",
-         "reshape_same", "matmul_add", "dead"]
+         "reshape_same", "matmul_add", "dead", "softmax", "gelu", "layer_norm"]
 
 
 class Builder:
@@ -76,7 +76,32 @@ class Builder:
             return self.add("add", [self.add("matmul", [x, w]), self.const(rng.random(3))])
         if kind == "dead":
             self.add("neg", [x])
+        if kind in ("softmax", "layer_norm") and x.type.rank:
+            return self.decomposed(kind, x, draw(st.integers(0, x.type.rank - 1)))
+        if kind == "gelu":
+            half_x = self.add("mul", [self.const(0.5), x])
+            if draw(st.booleans()):
+                inner = self.add("div", [x, self.const(np.sqrt(2.0))])
+                return self.add("mul", [half_x, self.add("add", [self.add("erf", [inner]),
+                                                                 self.const(1.0)])])
+            cube = self.add("pow", [x, self.const(3.0)])
+            inner = self.add("add", [x, self.add("mul", [self.const(0.044715), cube])])
+            t = self.add("tanh", [self.add("mul", [self.const(np.sqrt(2 / np.pi)), inner])])
+            return self.add("mul", [half_x, self.add("add", [self.const(1.0), t])])
         return None
+
+    def decomposed(self, kind: str, x: Value, axis: int) -> Value | None:
+        """softmax along `axis`, or LayerNorm over the axes from `axis` on, spelled out."""
+        rank = x.type.rank
+        axes = self.add("constant", [], {"value": np.arange(axis, rank) if kind ==
+                                         "layer_norm" else np.array([axis])})
+        if kind == "softmax":
+            e = self.add("exp", [self.add("sub", [x, self.add("reduce_max", [x, axes])])])
+            return self.add("div", [e, self.add("reduce_sum", [e, axes])])
+        d = self.add("sub", [x, self.add("reduce_mean", [x, axes])])
+        var = self.add("reduce_mean", [self.add("mul", [d, d]), axes])
+        std = self.add("sqrt", [self.add("add", [var, self.const(1e-5)])])
+        return self.add("div", [d, std])
 
 
 @st.composite
