@@ -203,10 +203,12 @@ class ConstantFold:
     name: ClassVar[str] = "constant-fold"
     max_bytes: int = 10 * MiB
 
-    def run(self, graph: Graph) -> Graph:
+    def __post_init__(self) -> None:
         if self.max_bytes < 0:
-            raise FlowcError(f"pass 'constant-fold': max_bytes must be >= 0, found "
+            raise FlowcError(f"pass 'constant-fold': option 'max_bytes' must be >= 0, found "
                              f"{self.max_bytes}")
+
+    def run(self, graph: Graph) -> Graph:
         graph = in_bodies(graph, self.run)
         shapes = ShapeValues()
         by_op: dict[str, list] = {op: [("shape-values-folded", shapes.pattern)]

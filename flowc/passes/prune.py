@@ -33,8 +33,8 @@ def named_nodes(graph: Graph, names: str) -> list[Node]:
         base, sep, index = name.rpartition(":")
         node = by_name.get(name) or (by_name.get(base) if sep and index.isdigit() else None)
         if node is None:
-            raise FlowcError(f"pass 'prune': keep names '{name}', but graph @{graph.name} "
-                             "has no node of that name")
+            raise FlowcError(f"option keep names '{name}', but graph @{graph.name} has no "
+                             "node of that name")
         found.append(node)
     return found
 

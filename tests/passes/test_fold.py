@@ -101,9 +101,9 @@ def test_size_bound_option_parses_and_prints():
 
 
 def test_negative_size_bound_is_an_error():
-    with pytest.raises(FlowcError, match="pass 'constant-fold': max_bytes must be >= 0, "
-                                         "found -1"):
-        ConstantFold(max_bytes=-1).run(Graph("g"))
+    with pytest.raises(FlowcError, match="pass 'constant-fold': option 'max_bytes' must be "
+                                         ">= 0, found -1"):
+        parse_pipeline("constant-fold{max_bytes=-1}")
 
 
 def test_if_on_constants_folds():

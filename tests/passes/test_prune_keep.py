@@ -6,7 +6,7 @@ import pytest
 from flowc.ir import FlowcError, Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import State, interpret
-from flowc.passes import parse_pipeline, print_pipeline
+from flowc.passes import PassManager, parse_pipeline, print_pipeline
 from flowc.passes.prune import Prune
 
 
@@ -43,9 +43,10 @@ def test_keep_requested_side_effects_only():
 
 
 def test_keep_an_unknown_name_is_an_error():
-    with pytest.raises(FlowcError, match="pass 'prune': keep names 'nope', but graph @g has "
-                                         "no node of that name"):
-        Prune(keep="y;nope").run(graph())
+    with pytest.raises(FlowcError, match=r"pass 'prune' \(after: cse\) on graph @g failed: "
+                                         "option keep names 'nope', but graph @g has no node "
+                                         "of that name"):
+        PassManager(parse_pipeline("cse,prune{keep=y;nope}")).run(graph())
 
 
 def test_keep_prints_only_when_set():

@@ -2,8 +2,9 @@
 passes) leaves the interpreter's results unchanged.
 
 The generator mixes plain arithmetic with duplicates (for cse), computations on constants
-and shape chains (constant-fold), identities, transpose and reshape pairs, matmul + add
-(simplify), and nodes nothing uses (prune).
+and shape chains (constant-fold), identities, transpose and reshape pairs, matmul + add,
+decomposed softmax, GELU and LayerNorm on random axes (simplify), and nodes nothing uses
+(prune).
 """
 
 from __future__ import annotations
