@@ -11,8 +11,12 @@ dialect with the bare-pointer calling convention; `to_llvm_ir` then translates i
    eliminated (producers write straight into the caller's buffers) and the function is
    bufferized with `linalg.copy` as the copy op (never `memref.copy`: that would need
    the MLIR runner-utils' `memrefCopy` at run time).
-3. `TO_LLVM`: loops, temporaries freed, everything down to the LLVM dialect.
-4. `check_llvm_only` refuses, with the ops named, a module still holding non-LLVM ops
+3. `free_temporaries`: every buffer bufferization allocated is hoisted to the function's
+   entry and freed before its return (static shapes make that always possible; MLIR's own
+   deallocation pipeline would emit a global helper function and i1 buffers, which abort
+   the LLVM lowering).
+4. `TO_LLVM`: loops, everything down to the LLVM dialect.
+5. `check_llvm_only` refuses, with the ops named, a module still holding non-LLVM ops
    (translating one would abort the process).
 """
 
@@ -22,6 +26,7 @@ from collections.abc import Callable
 
 from mlir import ir, passmanager
 from mlir.dialects import llvm as llvm_dialect
+from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
 from flowc.codegen.target import Target
@@ -36,7 +41,6 @@ PREPARE = ",".join([
 
 TO_LLVM = ",".join([
     "canonicalize",
-    "buffer-deallocation-pipeline",  # free the temporaries bufferization allocated
     "func.func(convert-linalg-to-loops)",
     "lower-affine",
     "convert-vector-to-scf",
@@ -102,8 +106,41 @@ def lower(module: ir.Module, target: Target, what: str, dump: Dump | None = None
     if dump:
         dump("schedule.mlir", script)
     apply_script(module, script, what)
+    run_passes(module, "canonicalize", what)
+    free_temporaries(module)
     run_passes(module, TO_LLVM, what)
     check_llvm_only(module, what)
+
+
+def free_temporaries(module: ir.Module) -> None:
+    """Hoist every `memref.alloc` of each function to its entry; dealloc before return."""
+    for fn in module.body.operations:
+        if fn.name != "func.func":
+            continue
+        allocs = _ops_named(fn.operation, "memref.alloc")
+        if not allocs:
+            continue
+        entry = fn.regions[0].blocks[0]
+        first = entry.operations[0]
+        for alloc in allocs:
+            if alloc != first:
+                alloc.move_before(first)
+        ret = entry.operations[len(entry.operations) - 1]
+        with ir.InsertionPoint(ret):
+            for alloc in allocs:
+                memref.DeallocOp(alloc.result)
+
+
+def _ops_named(root: ir.Operation, name: str) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == name:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return found
 
 
 def check_llvm_only(module: ir.Module, what: str) -> None:

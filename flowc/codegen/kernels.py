@@ -83,7 +83,7 @@ def check_supported(graph: Graph, target: Target | str = "host") -> None:
 def _unsupported_nodes(graph: Graph, target: Target) -> list[str]:
     problems = []
     for node in graph.nodes:
-        if node.op in NOT_KERNELS or node.op == "constant":
+        if node.op in NOT_KERNELS:
             continue
         if lookup(node.op, target) is None:
             problems.append(unsupported(node, target))

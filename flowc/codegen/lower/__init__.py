@@ -21,7 +21,6 @@ ARCH_RULES: dict[tuple[str, str], Rule] = {}
 
 # Ops that never become a kernel: the artifact implements them itself.
 NOT_KERNELS: dict[str, str] = {
-    "input": "a graph input is a buffer the caller passes in",
     "variable": "state lives in the runtime context; the artifact owns its buffer",
     "read_variable": "the artifact passes the variable's buffer to the kernels reading it",
     "assign": "the artifact copies the value into the variable's buffer",
@@ -29,7 +28,8 @@ NOT_KERNELS: dict[str, str] = {
     "recv": "a runtime transport call, not a computation",
 }
 
-_FAMILIES = ("elementwise", "matmul")
+_FAMILIES = ("elementwise", "matmul", "reduce", "shape", "nn", "conv", "pool",
+             "control")
 
 
 def register(*ops: str, arch: str | None = None) -> Callable[[Rule], Rule]:

@@ -144,6 +144,10 @@ class RuleCtx:
     def const(self, index: int) -> np.ndarray | None:
         return self.consts[index] if index < len(self.consts) else None
 
+    def has(self, index: int) -> bool:
+        """Whether optional operand `index` is present."""
+        return index < len(self.in_types) and self.in_types[index] is not None
+
     def require_const(self, index: int, what: str) -> np.ndarray:
         """The value of operand `index`, which codegen needs at compile time."""
         value = self.const(index)
@@ -191,3 +195,20 @@ def reshape(v: ir.Value, shape: Sequence[int]) -> ir.Value:
         return tensor.CollapseShapeOp(out_type, v, _reassoc([])).result
     return tensor.ExpandShapeOp(out_type, v, _reassoc([list(range(len(shape)))]), [],
                                 shape).result
+
+
+def expr_map(n_dims: int, exprs: Sequence[ir.AffineExpr]) -> ir.AffineMapAttr:
+    return ir.AffineMapAttr.get(ir.AffineMap.get(n_dims, 0, list(exprs)))
+
+
+def dim(i: int) -> ir.AffineExpr:
+    return ir.AffineDimExpr.get(i)
+
+
+def broadcast_to(v: ir.Value, shape: Sequence[int]) -> ir.Value:
+    """`v` numpy-broadcast to `shape`, materialized."""
+    src, shape = value_shape(v), list(shape)
+    if src == shape:
+        return v
+    return generic([v], [broadcast_map(src, shape)], [empty((shape, value_elem(v)))],
+                   [identity_map(len(shape))], "p" * len(shape), lambda x, _o: [x])[0]

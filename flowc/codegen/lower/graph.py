@@ -2,9 +2,9 @@
 
 Contract: `lower_graph(graph, args, target)` emits, at the current insertion point, the MLIR
 computing `graph`'s outputs from `args` (one tensor value per graph input) and returns one
-tensor value per output. Constants become tensor constants; every other node goes through
-its rule (`lookup`); a node without one is a FlowcError naming op, node and target (the
-kernel compiler calls `check_supported` first, so this is a safety net for nested bodies).
+tensor value per output. Every node goes through its rule (`lookup`); a node without one
+is a FlowcError naming op, node and target (the kernel compiler calls `check_supported`
+first, so this is a safety net for nested bodies).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numpy as np
 from mlir import ir
 
 from flowc.codegen.lower import lookup
-from flowc.codegen.lower.context import RuleCtx, dense_constant, tensor_type
+from flowc.codegen.lower.context import RuleCtx, tensor_type
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -33,11 +33,8 @@ def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[
     for node, arg in zip(graph.inputs, args, strict=True):
         values[node.out()] = arg
     for node in graph.nodes:
-        if node.op == "constant":
-            data = node.attrs["value"].data
-            consts[node.out()] = data
-            values[node.out()] = dense_constant(data, node.types[0].dtype)
-            continue
+        if node.op == "constant":  # rules may need its value at compile time
+            consts[node.out()] = node.attrs["value"].data
         rule = lookup(node.op, target)
         if rule is None:
             raise FlowcError(unsupported(node, target))

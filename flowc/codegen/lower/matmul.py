@@ -17,6 +17,7 @@ from flowc.codegen.lower import scalar as s
 from flowc.codegen.lower.context import (
     RuleCtx,
     broadcast_map,
+    broadcast_to,
     elem_type,
     empty,
     fill,
@@ -35,15 +36,6 @@ def acc_dtype(dt: DType) -> DType:
     if dt.is_bool:
         return i32
     return s.compute_dtype(dt)
-
-
-def broadcast_to(v: ir.Value, shape: _Dims) -> ir.Value:
-    src = value_shape(v)
-    if src == list(shape):
-        return v
-    et = ir.RankedTensorType(v.type).element_type
-    return generic([v], [broadcast_map(src, shape)], [empty((shape, et))],
-                   [identity_map(len(shape))], "p" * len(shape), lambda x, _o: [x])[0]
 
 
 def contract(a: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
