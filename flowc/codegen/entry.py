@@ -37,7 +37,7 @@ def _descs(kind: str, tensors: Sequence[TensorInfo], program: Program) -> list[s
     for i, t in enumerate(tensors):
         dims = ", ".join(str(d) for d in t.shape) or "0"
         lines.append(f"static const int64_t {kind}_shape_{i}[] = {{{dims}}};")
-    sizes = [program.inputs if kind == "input" else program.outputs][0]
+    sizes = program.inputs if kind == "input" else program.outputs
     rows = []
     for i, (t, (_, tt)) in enumerate(zip(tensors, sizes, strict=True)):
         nbytes = int(tt.num_elements) * tt.dtype.np.itemsize
@@ -74,7 +74,7 @@ def _entry(program: Program) -> list[str]:
     return lines
 
 
-def _api(info: ModelInfo, embedded: bool) -> list[str]:
+def _api(info: ModelInfo) -> list[str]:
     n = info.name
     api = "__attribute__((visibility(\"default\")))"
     ctx = "(flowc_ctx *)ctx"
@@ -168,6 +168,6 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         "",
         *model,
         "",
-        *_api(info, embedded),
+        *_api(info),
     ]
     return "\n".join(parts) + "\n"
