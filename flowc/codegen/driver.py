@@ -1,6 +1,6 @@
 """`flowc.compile`: from a model to an artifact directory.
 
-Contract: `compile(model, out_dir, target=None, pipeline="default", batch=1, dims=None,
+Contract: `compile(model, output_dir, target=None, pipeline="default", batch=1, dims=None,
 name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None)`
 1. imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a path to `.onnx` / `.flowc`);
 2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name);
@@ -105,13 +105,13 @@ def check_all(backend: ModuleType, graph: Graph, kernels: list, target: Any) -> 
                          + "\n  ".join(problems))
 
 
-def compile(model: ModelLike, out_dir: str | os.PathLike, *, target: Any = None,
+def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = None,
             pipeline: str = "default", batch: int | None = 1,
             dims: Mapping[str, int] | None = None, name: str | None = None,
             weights: str = "auto", dump_dir: str | os.PathLike | None = None,
             print_ir_after_all: bool = False, backend: ModuleType | None = None
             ) -> dict[str, Any]:
-    """Compile `model` into the artifact directory `out_dir`; returns its manifest."""
+    """Compile `model` into the artifact directory `output_dir`; returns its manifest."""
     from flowc.passes import PassManager, parse_pipeline
 
     graph = load_model(model)
@@ -135,6 +135,6 @@ def compile(model: ModelLike, out_dir: str | os.PathLike, *, target: Any = None,
     if write_dump:
         write_dump(f"{prefix}.flowc", print_graph(graph))
     obj = backend.compile_kernels(kernels, resolved, dump=write_dump) if kernels else b""
-    return write_artifact(program, Path(out_dir), kernel_object=obj, target=target_info,
+    return write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
                           sizes=sizes, graph_hash=graph_hash(graph, target_info),
                           flowc_version=flowc_version(), weights=weights, dump_dir=dump)
