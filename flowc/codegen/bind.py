@@ -113,7 +113,10 @@ def specialize(graph: Graph, feeds: Mapping[str, np.ndarray], fold: Collection[s
         if node.name not in feeds:
             raise FlowcError(f"graph @{graph.name}: input '{node.name}' is not fed")
         array = feeds[node.name]
-        t, declared = tensor_type_of(array), node.types[0]
+        try:
+            t, declared = tensor_type_of(array), node.types[0]
+        except TypeError as exc:
+            raise FlowcError(f"input '{node.name}': {exc}") from None
         if t.dtype != declared.dtype or t.rank != declared.rank:
             raise FlowcError(f"input '{node.name}' is {declared}, fed {t}")
         types[node.name] = t

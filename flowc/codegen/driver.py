@@ -105,6 +105,22 @@ def check_all(backend: ModuleType, graph: Graph, kernels: list, target: Any) -> 
                          + "\n  ".join(problems))
 
 
+def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any) -> bytes:
+    """The kernel object; a failure of the kernel compiler that is not a FlowcError still
+    becomes one naming the kernels (the cause stays chained for debugging)."""
+    if not kernels:
+        return b""
+    try:
+        return backend.compile_kernels(kernels, target, dump=dump)
+    except FlowcError:
+        raise
+    except Exception as exc:
+        names = ", ".join(f"{sym} ({', '.join(n.op for n in body.nodes)})"
+                          for sym, body in kernels)
+        raise FlowcError(f"the kernel compiler failed ({type(exc).__name__}: {exc}) on "
+                         f"kernels {names}") from exc
+
+
 def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = None,
             pipeline: str = "default", batch: int | None = 1,
             dims: Mapping[str, int] | None = None, name: str | None = None,
@@ -134,7 +150,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     write_dump = dump_writer(dump)
     if write_dump:
         write_dump(f"{prefix}.flowc", print_graph(graph))
-    obj = backend.compile_kernels(kernels, resolved, dump=write_dump) if kernels else b""
+    obj = compile_kernels(backend, kernels, resolved, write_dump)
     return write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
                           sizes=sizes, graph_hash=graph_hash(graph, target_info),
                           flowc_version=flowc_version(), weights=weights, dump_dir=dump)

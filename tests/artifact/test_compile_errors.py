@@ -11,7 +11,7 @@ import pytest
 from artifact_util import compile_naive
 
 from flowc.codegen.arena import Buffer, plan_arena
-from flowc.ir import FlowcError, Graph, Tensor, TensorType
+from flowc.ir import DTYPES, FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 
 
@@ -131,3 +131,34 @@ def test_arena_plan_never_overlaps_live_buffers():
                 assert (offsets[a.key] + a.nbytes <= offsets[b.key]
                         or offsets[b.key] + b.nbytes <= offsets[a.key]), (a, b)
     assert total < sum(b.nbytes + 64 for b in buffers)  # reuse happened
+
+
+def test_dtype_without_an_artifact_abi_is_refused(tmp_path):
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (2,)))
+    cast = make_node("cast", [x], {"to": DTYPES["f8E4M3FN"]}, name="to_f8")
+    g.add_output("y", g.append(cast).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'to_f8' (cast): result #0 is f8E4M3FN[2]: flowc artifacts do not support "
+            "dtype f8E4M3FN (they support bool, i8,")):
+        compile_naive(g, tmp_path)
+
+
+class BrokenBackend:
+    """A kernel compiler with a bug: it raises something other than a FlowcError."""
+
+    get_target = staticmethod(naive_backend.get_target)
+    check_supported = staticmethod(naive_backend.check_supported)
+
+    @staticmethod
+    def compile_kernels(kernels, target, dump=None) -> bytes:
+        raise KeyError("oops")
+
+
+def test_a_kernel_compiler_bug_is_reported_with_the_kernels(tmp_path):
+    import flowc
+
+    with pytest.raises(FlowcError, match=re.escape(
+            "the kernel compiler failed (KeyError: 'oops') on kernels g_k0 (relu)")):
+        flowc.compile(graph_with_input(TensorType("f32", (2, 3))), tmp_path,
+                      backend=BrokenBackend)
