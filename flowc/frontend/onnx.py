@@ -42,6 +42,7 @@ from flowc.frontend.onnx_attrs import (
 )
 from flowc.frontend.onnx_fold import fold_shape_arithmetic
 from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
+from flowc.frontend.onnx_scan import splice_graph
 from flowc.ir import Graph, Tensor, TensorType, Value, dtype
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
@@ -338,7 +339,9 @@ class _Importer:
                 emit=lambda op, operands, attrs: self._emit(scope, op, operands, attrs, base,
                                                             where),
                 constant=lambda array: self._constant(scope, array, f"{base}/const"),
-                body=lambda g, formal: self.body(scope, g, formal))
+                body=lambda g, formal: self.body(scope, g, formal),
+                splice=lambda g, args: splice_graph(scope.graph, g, args,
+                                                    lambda n: scope.unique(f"{base}/{n}")))
             try:
                 results = CONVERTERS.get(onnx_node.op_type, convert_default)(ctx)
             except OnnxImportError:

@@ -20,6 +20,7 @@ import onnx
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_scan import convert_scan
 from flowc.ir import Graph, TensorType, Value
+from flowc.ir.build import const_value
 from flowc.ir.graph import INPUT_OP, Node
 from flowc.ir.ops import ONNX_OPS
 from flowc.ir.types import bool_, i64
@@ -37,6 +38,7 @@ class NodeContext:
     emit: Callable[[str, Sequence[Value | None], dict[str, Any]], Sequence[Value]]
     constant: Callable[[np.ndarray], Value]
     body: Callable[[onnx.GraphProto, Sequence[TensorType]], tuple[Graph, list[Value]]]
+    splice: Callable[[Graph, Sequence[Value]], list[Value]]
 
     @property
     def num_outputs(self) -> int:
@@ -90,6 +92,14 @@ def _reduce(ctx: NodeContext) -> Sequence[Value]:
     return convert_default(ctx)
 
 
+def _scalar_axes(ctx: NodeContext) -> Sequence[Value]:
+    """Squeeze/Unsqueeze axes are 1-D; onnx's own function bodies pass a scalar too."""
+    if len(ctx.inputs) > 1 and ctx.inputs[1] is not None and ctx.inputs[1].type.rank == 0:
+        one = ctx.constant(np.array([1], np.int64))
+        ctx.inputs[1] = ctx.emit("reshape", [ctx.inputs[1], one], {})[0]
+    return convert_default(ctx)
+
+
 def _split(ctx: NodeContext) -> Sequence[Value]:
     """Split before opset 18 has no num_outputs: equal parts, one per named output."""
     if (len(ctx.inputs) < 2 or ctx.inputs[1] is None) and "num_outputs" not in ctx.attrs:
@@ -105,7 +115,14 @@ def _with_output_count(ctx: NodeContext) -> Sequence[Value]:
 
 def _if(ctx: NodeContext) -> Sequence[Value]:
     """ONNX If bodies read outer values implicitly; flowc bodies are closed, so every value
-    either branch reads becomes an operand, and both branches take all of them."""
+    either branch reads becomes an operand, and both branches take all of them. A condition
+    known at import (often folded shape arithmetic) imports only the branch it takes, in
+    line: the other branch never runs and need not even be well typed for these shapes."""
+    known = const_value(ctx.inputs[0])
+    if known is not None:
+        branch = "then_branch" if bool(np.asarray(known).reshape(-1)[0]) else "else_branch"
+        body, captures = ctx.body(ctx.attrs[branch], [])
+        return ctx.splice(body, captures)
     then_body, then_caps = ctx.body(ctx.attrs["then_branch"], [])
     else_body, else_caps = ctx.body(ctx.attrs["else_branch"], [])
     operands = list(dict.fromkeys([*then_caps, *else_caps]))
@@ -146,6 +163,8 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
                               "ReduceProd")},
     "Split": _split,
+    "Squeeze": _scalar_axes,
+    "Unsqueeze": _scalar_axes,
     "LayerNormalization": _with_output_count,
     "MaxPool": _with_output_count,
     "If": _if,

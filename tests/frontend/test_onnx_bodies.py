@@ -161,3 +161,22 @@ def test_scan_as_a_loop(in_dir, out_dir, out_axis):
     session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     g = check_against_onnx(m, feeds, session.run(None, feeds))
     assert [n.op for n in g.nodes if n.op == "loop"] == ["loop"]
+
+
+def test_if_with_a_condition_known_at_import_is_inlined():
+    """Size(x) == 3 folds to true: only the then branch is imported, in line; the else
+    branch (ill-typed for these shapes: [3] + [2]) is never converted."""
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"], name="neg")], "then", [],
+                             [vi("t")])
+    other = helper.make_graph([helper.make_node("Add", ["x", "z"], ["e"])], "else", [],
+                              [vi("e")])
+    nodes = [helper.make_node("Size", ["x"], ["n"]),
+             helper.make_node("Constant", [], ["three"], value_int=3),
+             helper.make_node("Equal", ["n", "three"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other,
+                              name="if")]
+    m = model(nodes, [vi("x"), vi("z", shape=(2,))], [vi("y")])
+    g = import_onnx(m)
+    assert "if" not in [n.op for n in g.nodes] and "if/neg" in [n.name for n in g.nodes]
+    x = RNG.standard_normal(3).astype(np.float32)
+    np.testing.assert_array_equal(interpret(g, {"x": x})["y"], -x)
