@@ -38,9 +38,9 @@ from flowc.frontend.onnx_attrs import (
     resolve_refs,
     tensor_type,
     to_array,
-    to_onnx_elem_type,
 )
 from flowc.frontend.onnx_fold import fold_shape_arithmetic
+from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
 from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
 from flowc.frontend.onnx_scan import splice_graph
 from flowc.ir import Graph, Tensor, TensorType, Value, dtype
@@ -52,7 +52,6 @@ __all__ = ["MIN_OPSET", "OnnxImportError", "import_onnx", "import_onnx_with_valu
            "unsupported_nodes"]
 
 MIN_OPSET = 13
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -75,7 +74,7 @@ def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
 
 def _opset(imports: Sequence[onnx.OperatorSetIdProto]) -> int:
     for entry in imports:
-        if entry.domain in _DEFAULT_DOMAINS:
+        if entry.domain in DEFAULT_DOMAINS:
             return entry.version
     return 0
 
@@ -115,80 +114,17 @@ def _unconvertible(proto: onnx.ModelProto) -> list[str]:
     return culprits
 
 
-class _Functions:
-    """Function bodies: the model's own functions, and standard function ops (onnx.defs)."""
-
-    def __init__(self, proto: onnx.ModelProto):
-        self.local = {(f.domain, f.name): f for f in proto.functions}
-
-    def has_body(self, node: onnx.NodeProto, opset: int) -> bool:
-        if (node.domain, node.op_type) in self.local:
-            return True
-        schema = self._schema(node, opset)
-        return schema is not None and any(v <= opset for v in [
-            *schema.function_opset_versions, *schema.context_dependent_function_opset_versions])
-
-    @staticmethod
-    def _schema(node: onnx.NodeProto, opset: int):
-        if node.domain not in _DEFAULT_DOMAINS:
-            return None
-        try:
-            return onnx.defs.get_schema(node.op_type, opset, "")
-        except onnx.defs.SchemaError:
-            return None
-
-    def fixed_body(self, node: onnx.NodeProto, opset: int) -> Sequence[onnx.NodeProto]:
-        """The nodes of `node`'s function body where they do not depend on its operand types
-        (model-local functions, standard function ops); () for context-dependent ones."""
-        local = self.local.get((node.domain, node.op_type))
-        if local is not None:
-            return local.node
-        schema = self._schema(node, opset)
-        versions = [v for v in schema.function_opset_versions if v <= opset]
-        if not versions:
-            return ()
-        return onnx.FunctionProto.FromString(
-            schema.get_function_with_opset_version(max(versions))).node
-
-    def body(self, node: onnx.NodeProto, opset: int, types: Sequence[TensorType | None]
-             ) -> tuple[onnx.FunctionProto, dict[str, onnx.AttributeProto]]:
-        """The function body for `node` (its references resolved) and the schema's attribute
-        defaults, which its body may refer to."""
-        local = self.local.get((node.domain, node.op_type))
-        if local is not None:
-            return local, {}
-        schema = self._schema(node, opset)
-        defaults = {name: a.default_value for name, a in schema.attributes.items()
-                    if a.default_value.name}
-        if any(v <= opset for v in schema.function_opset_versions):
-            version = max(v for v in schema.function_opset_versions if v <= opset)
-            data = schema.get_function_with_opset_version(version)
-        else:
-            version = max(v for v in schema.context_dependent_function_opset_versions
-                          if v <= opset)
-            protos = [_type_proto(t).SerializeToString() for t in types]
-            data = schema.get_context_dependent_function_with_opset_version(
-                version, node.SerializeToString(), protos)
-        return onnx.FunctionProto.FromString(data), defaults
-
-
-def _type_proto(t: TensorType | None) -> onnx.TypeProto:
-    if t is None:
-        return onnx.TypeProto()
-    dims = [d if d is not None else "?" for d in t.shape]
-    return helper.make_tensor_type_proto(to_onnx_elem_type(t.dtype), dims)
-
 
 def unsupported_nodes(model: onnx.ModelProto) -> list[str]:
     """One line per node (bodies included) whose op flowc can neither convert nor inline."""
-    functions = _Functions(model)
+    functions = Functions(model)
     opset = _opset(model.opset_import)
     lines: list[str] = []
 
     def visit(nodes: Sequence[onnx.NodeProto], prefix: str) -> None:
         for i, node in enumerate(nodes):
             name = f"{prefix}{node.name or f'#{i}'}"
-            known = node.domain in _DEFAULT_DOMAINS and is_supported(node.op_type)
+            known = node.domain in DEFAULT_DOMAINS and is_supported(node.op_type)
             if not known and not functions.has_body(node, opset):
                 domain = node.domain or "ai.onnx"
                 lines.append(f"  node '{name}': {domain}.{node.op_type} (opset {opset})")
@@ -238,7 +174,7 @@ class _Importer:
         self.proto = proto
         self.path = path
         self.opset = _opset(proto.opset_import)
-        self.functions = _Functions(proto)
+        self.functions = Functions(proto)
 
     # ---- graphs -----------------------------------------------------------------------
     def main(self) -> tuple[Graph, dict[str, Value]]:
@@ -325,7 +261,7 @@ class _Importer:
             inputs.append(value)
         while inputs and inputs[-1] is None:
             inputs.pop()
-        known = onnx_node.domain in _DEFAULT_DOMAINS and is_supported(onnx_node.op_type)
+        known = onnx_node.domain in DEFAULT_DOMAINS and is_supported(onnx_node.op_type)
         if not known and not self.functions.has_body(onnx_node, self.opset):
             # only a function body's own nodes get here: the model's were checked up front
             domain = onnx_node.domain or "ai.onnx"
