@@ -113,6 +113,39 @@ def _with_output_count(ctx: NodeContext) -> Sequence[Value]:
     return convert_default(ctx)
 
 
+def _sum(ctx: NodeContext) -> Sequence[Value]:
+    """ONNX Sum: a broadcasting add over one or more operands."""
+    if not ctx.inputs or any(v is None for v in ctx.inputs):
+        ctx.fail("Sum needs one or more operands, none of them absent")
+    total = ctx.inputs[0]
+    for v in ctx.inputs[1:]:
+        total = ctx.emit("add", [total, v], {})[0]
+    return [total] if len(ctx.inputs) > 1 else ctx.emit("identity", [total], {})
+
+
+def _mean(ctx: NodeContext) -> Sequence[Value]:
+    """ONNX Mean: Sum, divided by the operand count (in the operands' dtype)."""
+    total, = _sum(ctx)
+    count = ctx.constant(np.array(len(ctx.inputs), dtype=total.type.dtype.np))
+    return ctx.emit("div", [total, count], {})
+
+
+def _dropout(ctx: NodeContext) -> Sequence[Value]:
+    """ONNX Dropout for inference: the identity, and an all-true mask. Training mode with a
+    nonzero ratio draws random numbers, which flowc does not do."""
+    x, ratio, training = [*ctx.inputs, None, None][:3]
+    training_value, ratio_value = const_value(training), const_value(ratio)
+    if training is not None and (training_value is None or bool(training_value)) and (
+            ratio is None or ratio_value is None or float(ratio_value) != 0.0):
+        ctx.fail("random dropout (training mode with a nonzero or unknown ratio) is not "
+                 "supported; flowc imports Dropout for inference only")
+    y = ctx.emit("identity", [x], {})
+    if ctx.num_outputs < 2:
+        return y
+    shape = ctx.emit("shape", [x], {})[0]
+    return [*y, *ctx.emit("constant_of_shape", [shape], {"value": np.array([True])})]
+
+
 def _if(ctx: NodeContext) -> Sequence[Value]:
     """ONNX If bodies read outer values implicitly; flowc bodies are closed, so every value
     either branch reads becomes an operand, and both branches take all of them. A condition
@@ -163,6 +196,9 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
                               "ReduceProd")},
     "Split": _split,
+    "Sum": _sum,
+    "Mean": _mean,
+    "Dropout": _dropout,
     "Squeeze": _scalar_axes,
     "Unsqueeze": _scalar_axes,
     "LayerNormalization": _with_output_count,
