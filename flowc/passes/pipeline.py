@@ -25,6 +25,7 @@ PIPELINES: dict[str, list[tuple[str, str]]] = {
     "default": [
         ("cse", "merge pure nodes computing the same thing (duplicate constants, ops)"),
         ("prune", "drop nodes the merge, or the frontend, left unused; keep stateful ones"),
+        ("fuse", "last: group what is left into kernels (fused nodes) for codegen"),
     ],
 }
 
