@@ -18,7 +18,8 @@ device than the root, or have any operand or result whose type is not static (`N
 `?` dims: a kernel's buffers have fixed sizes). A group of one node stays as it is.
 Body nodes keep their names and locations and lose their device (the `fused` node, named
 and located as the root, carries it); control dependencies of members move to the
-`fused` node. Statistics: kernels-formed, nodes-fused, constants-inlined.
+`fused` node. Only the top-level graph is fused; nested bodies (`if`) are left as they
+are. Statistics: kernels-formed, nodes-fused, constants-inlined.
 """
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ import heapq
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from flowc.ir.build import make_node
 from flowc.ir.graph import INPUT_OP, Graph, Node, Value
-from flowc.ir.ops import ELEMENTWISE, HAS_BODY, OPS, PURE, STATEFUL
-from flowc.ir.ops.fused import ANCHORS, MAX_INLINE_CONSTANT
-from flowc.ir.types import TensorType
+from flowc.ir.ops import OPS
+from flowc.ir.ops.fused import (
+    ANCHORS,
+    elementwise_op,
+    kernel_op,
+    small_constant,
+    static_tensor,
+)
 from flowc.passes import stats
 from flowc.passes.registry import register
 
@@ -40,26 +45,20 @@ EPILOGUE_KIND = {op: kind for kind in ("matmul_epilogue", "conv_epilogue")
                  for op in ANCHORS[kind]}
 
 
-def _static(t: object) -> bool:
-    return isinstance(t, TensorType) and t.is_static
-
-
 def fusible(node: Node) -> bool:
     """A pure, body-less, single-result node whose operands and result are static tensors."""
-    opdef = OPS.get(node.op)
-    return (opdef is not None and opdef.has(PURE) and not opdef.has(STATEFUL)
-            and not opdef.has(HAS_BODY) and len(node.types) == 1 and _static(node.types[0])
-            and all(v is None or _static(v.type) for v in node.inputs))
+    return (node.op in OPS and kernel_op(node.op) and len(node.types) == 1
+            and static_tensor(node.types[0])
+            and all(v is None or static_tensor(v.type) for v in node.inputs))
 
 
 def inlinable(node: Node) -> bool:
-    """A constant small enough to copy into a kernel body."""
-    return (node.op == "constant" and not node.ctrl and _static(node.types[0])
-            and node.types[0].num_elements <= MAX_INLINE_CONSTANT)
+    """A constant small enough (MAX_INLINE_CONSTANT elements) to copy into a kernel body."""
+    return node.op == "constant" and not node.ctrl and small_constant(node.types[0])
 
 
 def elementwise(node: Node) -> bool:
-    return OPS[node.op].has(ELEMENTWISE)
+    return elementwise_op(node.op)
 
 
 @dataclass
@@ -85,8 +84,9 @@ class Analysis:
             self.pinned.update(node.ctrl)
         self.group_of: dict[Node, Group] = {}
         self.groups: list[Group] = []
+        self.fusible: dict[Node, bool] = {}
         for node in reversed(graph.nodes):
-            if node not in self.group_of and fusible(node) and (elementwise(node) or (
+            if node not in self.group_of and self.can_fuse(node) and (elementwise(node) or (
                     node.op in REDUCTIONS and all(inlinable(v.node) for v in node.inputs[1:]
                                                   if v is not None))):
                 self.grow(node)
@@ -122,10 +122,16 @@ class Analysis:
                 group.pushed.add(v.node)
                 heapq.heappush(heap, (-self.position[v.node], v.node))
 
+    def can_fuse(self, node: Node) -> bool:
+        ok = self.fusible.get(node)
+        if ok is None:
+            ok = self.fusible[node] = fusible(node)
+        return ok
+
     def absorbable(self, group: Group, node: Node) -> bool:
         root = group.root
         if (node in self.group_of or node in self.pinned or node.device != root.device
-                or not fusible(node) or not self.consumers[node] <= group.members):
+                or not self.can_fuse(node) or not self.consumers[node] <= group.members):
             return False
         if elementwise(node):
             return True
@@ -137,29 +143,32 @@ def build_body(group: Group, position: dict[Node, int],
                mapping: dict[Value, Value]) -> tuple[Graph, list[Value]]:
     """The group's body graph, and the outer values (rewritten by `mapping`) it takes."""
     body = Graph(group.kind)
-    inner: dict[Value, Value] = {}
+    copies: dict[Node, Node] = {}  # member or inlined constant -> its node in the body
+    inputs: dict[Value, Value] = {}  # outer value -> body input
     operands: list[Value] = []
-    members = sorted(group.members, key=position.__getitem__)
 
     def lookup(v: Value | None) -> Value | None:
         if v is None:
             return None
-        if v not in inner:
-            if v.node in group.constants:
-                copy = v.node.replace(device=None)
-                body.append(copy)
-                stats.count("constants-inlined")
-                inner[v] = copy.out()
-            else:
-                inner[v] = body.add_input(f"in{len(operands)}", v.type)
-                operands.append(mapping.get(v, v))
-        return inner[v]
+        copy = copies.get(v.node)
+        if copy is not None:
+            return Value(copy, v.index)
+        if v.node in group.constants:
+            c = v.node
+            copy = copies[c] = Node(c.op, (), c.attrs, c.types, name=c.name, loc=c.loc)
+            body.nodes.append(copy)
+            stats.count("constants-inlined")
+            return Value(copy, v.index)
+        if v not in inputs:
+            inputs[v] = body.add_input(f"in{len(operands)}", v.type)
+            operands.append(mapping.get(v, v))
+        return inputs[v]
 
-    for node in members:
-        inputs = [lookup(v) for v in node.inputs]
-        copy = body.append(node.replace(inputs=inputs, ctrl=(), device=None))
-        inner[node.out()] = copy.out()
-    body.add_output("out", inner[group.root.out()])
+    for node in sorted(group.members, key=position.__getitem__):
+        copy = copies[node] = Node(node.op, [lookup(v) for v in node.inputs], node.attrs,
+                                   node.types, name=node.name, loc=node.loc)
+        body.nodes.append(copy)
+    body.add_output("out", Value(copies[group.root], 0))
     return body, operands
 
 
@@ -190,8 +199,9 @@ class Fuse:
                     inputs=inputs, ctrl=ctrl)
             else:
                 body, operands = build_body(group, analysis.position, mapping)
-                new = make_node("fused", operands, {"body": body, "kind": group.kind},
-                                name=node.name, device=node.device, ctrl=ctrl, loc=node.loc)
+                # the body's output type is the root's: no type rule to run (verify checks)
+                new = Node("fused", operands, {"body": body, "kind": group.kind}, node.types,
+                           ctrl=ctrl, device=node.device, name=node.name, loc=node.loc)
                 stats.count("kernels-formed")
                 stats.count("nodes-fused", len(group.members))
             node_map[node] = new

@@ -20,6 +20,8 @@ The reference kernel runs the body on the interpreter.
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Any
 
 from flowc.ir.ops.registry import (
@@ -48,29 +50,47 @@ ANCHORS: dict[str, frozenset[str] | None] = {
 KINDS = tuple(ANCHORS)
 
 
+@functools.cache
+def kernel_op(op: str) -> bool:
+    """Whether `op` may be in a kernel body at all: pure, stateless, without bodies."""
+    opdef = OPS[op]
+    return opdef.has(PURE) and not opdef.has(STATEFUL) and not opdef.has(HAS_BODY)
+
+
+@functools.cache
+def elementwise_op(op: str) -> bool:
+    return OPS[op].has(ELEMENTWISE)
+
+
+@functools.cache
+def static_tensor(t: Any) -> bool:
+    return isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape)
+
+
+def small_constant(t: Any) -> bool:
+    """Whether a constant of type `t` is small enough to live inside a body."""
+    return static_tensor(t) and math.prod(t.shape) <= MAX_INLINE_CONSTANT
+
+
 def _check_node(ctx: InferContext, i: int, node: Any) -> None:
-    where = f"body node %{i} {node.label()}"
-    opdef = OPS[node.op]  # the verifier has checked the body's ops exist
-    if opdef.has(STATEFUL) or not opdef.has(PURE) or opdef.has(HAS_BODY):
-        ctx.fail(f"{where}: a fused body holds only pure ops without bodies")
+    if not kernel_op(node.op):  # the verifier has checked the body's ops exist
+        ctx.fail(f"body node %{i} {node.label()}: a fused body holds only pure ops without "
+                 "bodies")
     if node.device is not None:
-        ctx.fail(f"{where}: body nodes have no device (the fused node carries it), "
-                 f"found @{node.device}")
+        ctx.fail(f"body node %{i} {node.label()}: body nodes have no device (the fused node "
+                 f"carries it), found @{node.device}")
     if node.ctrl:
-        ctx.fail(f"{where}: body nodes have no control dependencies")
-    if node.op == "constant":
-        size = node.types[0].num_elements
-        if size is None or size > MAX_INLINE_CONSTANT:
-            ctx.fail(f"{where}: a body constant has at most {MAX_INLINE_CONSTANT} elements, "
-                     f"found {node.types[0]}")
+        ctx.fail(f"body node %{i} {node.label()}: body nodes have no control dependencies")
+    if node.op == "constant" and not small_constant(node.types[0]):
+        ctx.fail(f"body node %{i} {node.label()}: a body constant has at most "
+                 f"{MAX_INLINE_CONSTANT} elements, found {node.types[0]}")
 
 
 def _check_kind(ctx: InferContext, kind: str, body: Any) -> None:
     anchors_ok = ANCHORS[kind] or frozenset()
     anchors = [(i, n) for i, n in enumerate(body.nodes) if n.op in anchors_ok]
     for i, node in enumerate(body.nodes):
-        if node.op != "constant" and node.op not in anchors_ok and not OPS[node.op].has(
-                ELEMENTWISE):
+        if node.op != "constant" and node.op not in anchors_ok and not elementwise_op(node.op):
             allowed = "elementwise ops" + (f" and one of {', '.join(sorted(anchors_ok))}"
                                            if anchors_ok else "")
             ctx.fail(f"body node %{i} {node.label()}: a {kind} body holds {allowed}")
@@ -106,7 +126,7 @@ def _fused_infer(ctx: InferContext) -> tuple:
         ctx.fail("the body has no outputs")
     for what, types in (("input", body.input_types), ("output", body.output_types)):
         for t in types:
-            if not isinstance(t, TensorType) or not t.is_static:
+            if not static_tensor(t):
                 ctx.fail(f"every body {what} has a static tensor type (a kernel's buffers "
                          f"have fixed sizes), found {t}")
     for i, node in enumerate(body.nodes):
