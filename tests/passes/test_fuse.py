@@ -19,7 +19,8 @@ BINARY = ["add", "mul", "sub", "max"]
 
 def random_graph(seed: int, size: int = 30) -> Graph:
     """Elementwise ops over static [3,4] tensors with random fan-out, a few matmuls and
-    reductions mixed in, some results used as several outputs."""
+    reductions mixed in, some nodes on another device or with a control dependency, some
+    results used as several outputs."""
     rng = np.random.default_rng(seed)
     t = TensorType("f32", (3, 4))
     g = Graph(f"random{seed}")
@@ -38,6 +39,10 @@ def random_graph(seed: int, size: int = 30) -> Graph:
             node = make_node(str(rng.choice(UNARY)), [pick()], name=f"n{i}")
         else:
             node = make_node(str(rng.choice(BINARY)), [pick(), pick()], name=f"n{i}")
+        if rng.random() < 0.15:
+            node = node.replace(device="gpu:0")
+        if rng.random() < 0.08 and len(g.nodes) > 2:
+            node = node.replace(ctrl=(g.nodes[int(rng.integers(1, len(g.nodes)))],))
         values.append(g.append(node).out())
     for k, v in enumerate([*values[-3:], values[len(values) // 2]]):
         g.add_output(f"y{k}", v)
