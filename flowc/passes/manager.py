@@ -2,7 +2,9 @@
 
 Contract: `PassManager(passes, verify=True, dump=None, print_after="all", dump_dir=None)
 .run(graph)` runs the passes in order and returns the last result; the input is untouched.
-- With `verify`, the graph is verified after each pass.
+- With `verify`, the graph is verified after each pass that returned a new graph (one that
+  returns its input object unchanged is not re-verified: graphs are never mutated). The
+  input itself is the caller's to verify (the parser does).
 - After each pass selected by `print_after` ("all", or a collection of pass names), the
   graph is printed to the text stream `dump` under `// -----// IR Dump After NAME //----- //`
   and, with `dump_dir`, written to `DIR/NN-NAME.flowc` (`00-input.flowc` is the input; NN is
@@ -146,7 +148,7 @@ class PassManager:
             raise PassFailure(p.name, before, graph.name, "failed",
                               f"{type(exc).__name__}: {exc}", self.window(exc, graph)) from exc
         wall = time.perf_counter() - start
-        if self.verify:
+        if self.verify and result is not graph:  # an unchanged graph verified already
             try:
                 verify_graph(result)
             except FlowcError as exc:

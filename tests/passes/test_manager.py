@@ -166,3 +166,11 @@ def test_gc_is_paused_inside_and_restored_after():
     with pytest.raises(ValueError), gc_paused():
         raise ValueError("restored on error too")
     assert gc.isenabled()
+
+
+def test_a_pass_returning_its_input_is_not_verified_again():
+    g = sample()
+    broken = Graph("g", g.inputs, g.nodes[1:], g.outputs)  # 'c' reads 'a', now undefined
+    assert PassManager([Counting()]).run(broken) is broken  # unchanged: not re-verified
+    with pytest.raises(PassFailure, match="produced an invalid graph"):
+        PassManager([Prune()]).run(broken)  # a new graph: verified
