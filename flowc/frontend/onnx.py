@@ -43,7 +43,7 @@ from flowc.frontend.onnx_fold import fold_shape_arithmetic
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
 from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
 from flowc.frontend.onnx_scan import splice_graph
-from flowc.ir import Graph, Tensor, TensorType, Value, dtype
+from flowc.ir import Graph, Node, Tensor, TensorType, Value, dtype
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.verifier import verify
@@ -175,6 +175,7 @@ class _Importer:
         self.path = path
         self.opset = _opset(proto.opset_import)
         self.functions = Functions(proto)
+        self.folded: set[Node] = set()  # constants that folding made (dropped if unused)
 
     # ---- graphs -----------------------------------------------------------------------
     def main(self) -> tuple[Graph, dict[str, Value]]:
@@ -210,7 +211,11 @@ class _Importer:
                 raise OnnxImportError(f"{self.path}: graph output '{info.name}' is not "
                                       "produced")
             scope.graph.add_output(info.name, value)
-        return scope.graph
+        graph = scope.graph
+        used = {v.node for n in graph.nodes for v in n.inputs if v is not None}
+        used |= {c for n in graph.nodes for c in n.ctrl} | {v.node for _, v in graph.outputs}
+        graph.nodes = [n for n in graph.nodes if n not in self.folded or n in used]
+        return graph
 
     def body(self, parent: _Scope, onnx_graph: onnx.GraphProto,
              formal: Sequence[TensorType]) -> tuple[Graph, list[Value]]:
@@ -303,7 +308,9 @@ class _Importer:
         except Exception as exc:  # a kernel's own error, on known values
             raise OnnxImportError(f"{where}: {type(exc).__name__}: {exc}") from None
         if folded is not None:
-            return [self._constant(scope, array, node.name) for array in folded]
+            values = [self._constant(scope, array, node.name) for array in folded]
+            self.folded.update(v.node for v in values)
+            return values
         return scope.graph.append(node).outputs
 
     def _inline(self, onnx_node: onnx.NodeProto, inputs: list[Value | None], scope: _Scope,
