@@ -217,11 +217,11 @@ class _Importer:
         graph.nodes = [n for n in graph.nodes if n not in self.folded or n in used]
         return graph
 
-    def body(self, parent: _Scope, onnx_graph: onnx.GraphProto,
-             formal: Sequence[TensorType]) -> tuple[Graph, list[Value]]:
-        """A closed flowc body for an If/Loop graph attribute, and the outer values it reads
-        (its trailing inputs). `formal` types the body's declared inputs where ONNX leaves
-        their shape out."""
+    def body(self, parent: _Scope, onnx_graph: onnx.GraphProto, formal: Sequence[TensorType],
+             refs: dict[str, onnx.AttributeProto]) -> tuple[Graph, list[Value]]:
+        """A closed flowc body for an If/Loop/Scan graph attribute, and the outer values it
+        reads (its trailing inputs). `formal` types the body's declared inputs where ONNX
+        leaves their shape out; `refs` are the enclosing function call's attributes."""
         scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "body"), parent)
         if len(onnx_graph.input) != len(formal):
             raise OnnxImportError(f"{self.path}: body '{onnx_graph.name}' declares "
@@ -229,9 +229,11 @@ class _Importer:
         for info, fallback in zip(onnx_graph.input, formal, strict=True):
             t = self._body_input_type(info, fallback)
             scope.env[info.name] = scope.graph.add_input(scope.unique(info.name), t)
-        self._nodes(onnx_graph.node, scope, {}, "")
         for t in onnx_graph.initializer:
-            scope.env.setdefault(t.name, self._constant(scope, to_array(t, t.name), t.name))
+            if t.name not in scope.env:
+                array = to_array(t, f"{self.path}: initializer '{t.name}'")
+                scope.env[t.name] = self._constant(scope, array, t.name)
+        self._nodes(onnx_graph.node, scope, refs, "")
         return self._outputs(onnx_graph, scope), scope.captures
 
     def _body_input_type(self, info: onnx.ValueInfoProto, operand: TensorType) -> TensorType:
@@ -280,7 +282,7 @@ class _Importer:
                 emit=lambda op, operands, attrs: self._emit(scope, op, operands, attrs, base,
                                                             where),
                 constant=lambda array: self._constant(scope, array, f"{base}/const"),
-                body=lambda g, formal: self.body(scope, g, formal),
+                body=lambda g, formal: self.body(scope, g, formal, refs),
                 splice=lambda g, args: splice_graph(scope.graph, g, args,
                                                     lambda n: scope.unique(f"{base}/{n}")))
             try:

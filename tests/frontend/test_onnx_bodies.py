@@ -180,3 +180,18 @@ def test_if_with_a_condition_known_at_import_is_inlined():
     assert "if" not in [n.op for n in g.nodes] and "if/neg" in [n.name for n in g.nodes]
     x = RNG.standard_normal(3).astype(np.float32)
     np.testing.assert_array_equal(interpret(g, {"x": x})["y"], -x)
+
+
+def test_body_initializers_are_visible_to_the_body_nodes():
+    """A body's own initializer named like an outer tensor shadows it."""
+    then = helper.make_graph([helper.make_node("Add", ["x", "a"], ["t"])], "then", [],
+                             [vi("t")], [onnx.numpy_helper.from_array(
+                                 np.full(3, 10, np.float32), "a")])
+    other = helper.make_graph([helper.make_node("Identity", ["a"], ["e"])], "else", [],
+                              [vi("e")])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)
+    m = model([node], [vi("c", TensorProto.BOOL, ()), vi("x"), vi("a")], [vi("y")])
+    x, a = (RNG.standard_normal(3).astype(np.float32) for _ in range(2))
+    for cond, want in ((True, x + 10), (False, a)):
+        got = interpret(import_onnx(m), {"c": np.array(cond), "x": x, "a": a})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-6)
