@@ -35,17 +35,18 @@ def structure(graph: Graph) -> tuple:
     rows: list[tuple] = [tuple(n.types) for n in graph.inputs]
     for node in graph.nodes:
         operands = tuple(None if v is None else (index[v.node], v.index) for v in node.inputs)
-        rows.append((node.op, operands, attrs_key(node.attrs), node.types,
+        rows.append((node.op, operands, attrs_key(node), node.types,
                      tuple(index[c] for c in node.ctrl), node.device))
     rows.append(tuple((index[v.node], v.index) for _, v in graph.outputs))
     return tuple(rows)
 
 
-def attrs_key(attrs: Attrs) -> Attrs | tuple:
-    """`attrs` itself, or with nested bodies replaced by their structure."""
-    if not any(isinstance(v, Graph) for v in attrs.values()):
-        return attrs
-    return tuple((k, structure(v) if isinstance(v, Graph) else v) for k, v in attrs.items())
+def attrs_key(node: Node) -> Attrs | tuple:
+    """`node.attrs` itself, or with nested bodies replaced by their structure."""
+    if not bodies(node):
+        return node.attrs
+    return tuple((k, structure(v) if isinstance(v, Graph) else v)
+                 for k, v in node.attrs.items())
 
 
 @register
@@ -57,6 +58,7 @@ class CSE:
 
     def run(self, graph: Graph) -> Graph:
         seen: dict[tuple, Node] = {}
+        commutative = {name for name, opdef in OPS.items() if opdef.has(COMMUTATIVE)}
         order: dict[Node, int] = {n: i for i, n in enumerate(graph.inputs)}
 
         def rank(v: Value | None) -> tuple[int, int]:
@@ -66,9 +68,9 @@ class CSE:
             node = map_bodies(node, self.run) if bodies(node) else node
             if is_pure(node):
                 inputs = node.inputs
-                if OPS[node.op].has(COMMUTATIVE):
+                if node.op in commutative:
                     inputs = tuple(sorted(inputs, key=rank))
-                key = (node.op, inputs, attrs_key(node.attrs), node.types, node.ctrl,
+                key = (node.op, inputs, attrs_key(node), node.types, node.ctrl,
                        node.device)
                 kept = seen.setdefault(key, node)
                 if kept is not node:

@@ -41,8 +41,24 @@ Pattern = Callable[[Node, "Rewriter"], Result]
 MAX_STEPS = 8
 
 
+_OP_TRAITS: dict[str, tuple[object, bool, bool]] = {}
+
+
+def _traits(op: str) -> tuple[bool, bool]:
+    """(pure op, holds bodies) for `op`, cached per registry entry (a hot path)."""
+    opdef = OPS.get(op)
+    cached = _OP_TRAITS.get(op)
+    if cached is None or cached[0] is not opdef:
+        pure = opdef is not None and opdef.has(PURE) and not opdef.has(STATEFUL)
+        cached = (opdef, pure, opdef is not None and opdef.has(HAS_BODY))
+        _OP_TRAITS[op] = cached
+    return cached[1], cached[2]
+
+
 def bodies(node: Node) -> list[tuple[str, Graph]]:
     """The nested graphs a node holds as attributes."""
+    if not _traits(node.op)[1]:
+        return []
     return [(k, v) for k, v in node.attrs.items() if isinstance(v, Graph)]
 
 
@@ -50,11 +66,9 @@ def is_pure(node: Node) -> bool:
     """Whether `node` may be merged, folded or dropped: its op is PURE and not STATEFUL and
     every nested body holds only such nodes. Unknown ops are never pure. Random ops, when
     the registry gets them, are defined without PURE, so this keeps them too."""
-    opdef = OPS.get(node.op)
-    if opdef is None or not opdef.has(PURE) or opdef.has(STATEFUL):
-        return False
-    return not opdef.has(HAS_BODY) or all(is_pure(n) for _, g in bodies(node)
-                                          for n in g.nodes)
+    pure, has_body = _traits(node.op)
+    return pure and (not has_body or all(is_pure(n) for _, g in bodies(node)
+                                         for n in g.nodes))
 
 
 def map_bodies(node: Node, fn: Callable[[Graph], Graph]) -> Node:
