@@ -138,10 +138,7 @@ class ShapeValues:
             return args[0].reshape(out.shape)
         if node.op in _ARITH and len(args) == 2:
             a, b = np.broadcast_arrays(args[0], args[1])
-            fn = _ARITH[node.op]
-            return np.array([fn(x, y) if _is_int(x) and _is_int(y) and not (
-                node.op == "div" and y == 0) else None for x, y in zip(a.flat, b.flat,
-                                                                      strict=True)],
+            return np.array([_arith(node.op, x, y) for x, y in zip(a.flat, b.flat, strict=True)],
                             dtype=object).reshape(out.shape)
         return None
 
@@ -173,7 +170,6 @@ class ShapeValues:
         array = np.array([-1 if e is None else e for e in new], dtype=shape.type.dtype.np)
         return rw.replace(node, "reshape", [x, rw.constant(array, node)], node.attrs)
 
-
     def static_expand(self, node: Node, rw: Rewriter) -> Result:
         """`expand(x, chain)` with a constant shape: a symbol that x already has at the
         same (right-aligned) position becomes 1, which keeps that dim."""
@@ -197,6 +193,13 @@ class ShapeValues:
 
 def _is_int(e: object) -> bool:
     return isinstance(e, int | np.integer) and not isinstance(e, bool)
+
+
+def _arith(op: str, x: object, y: object) -> int | None:
+    """One element of add/sub/mul/div on shape values: known only when both operands are."""
+    if not (_is_int(x) and _is_int(y)) or (op == "div" and y == 0):
+        return None
+    return _ARITH[op](int(x), int(y))
 
 
 @register
