@@ -12,8 +12,9 @@ Contract:
   `MAX_STEPS` rewrites), so chains collapse in one walk. Nodes with control dependencies
   are left alone: their ordering would be lost. Result types are refined whenever operands
   change (a `?` dim becomes known once a shape operand is constant); a declared dim never
-  changes. Finally, pure nodes that nothing uses are erased (as MLIR's greedy driver
-  does) — nodes with effects never are. Every match bumps the statistics counter
+  changes. Finally, if anything matched, pure nodes that nothing uses are erased (as
+  MLIR's greedy driver does) — nodes with effects never are; if nothing matched, the input
+  graph itself is returned. Every match bumps the statistics counter
   named after its pattern. Linear in graph size (each node: a bounded number of matches).
 - `rw.uses(value)` is an upper bound on the users of a value's node (graph outputs count),
   so a "single user" test is safe: fusing a producer that has other users would compute it
@@ -142,6 +143,8 @@ class Rewriter:
     def __init__(self, uses: dict[Node, int]):
         self._uses = uses
         self.created = 0  # helper nodes made, which the driver then places
+        self.matched = 0
+        self._scalars: dict[Node, float | None] = {}
 
     def uses(self, value: Value) -> int:
         return self._uses.get(value.node, 0)
@@ -150,6 +153,15 @@ class Rewriter:
     def const(value: Value | None) -> np.ndarray | None:
         """The data of `value` when a constant (with its bytes present) produces it."""
         return const_value(value)
+
+    def scalar(self, value: Value | None) -> float | None:
+        """The one value of a constant whose elements are all equal, else None (cached per
+        constant node: patterns ask about the same few constants again and again)."""
+        if value is None or value.node.op != "constant":
+            return None
+        if value.node not in self._scalars:
+            self._scalars[value.node] = _single_value(self.const(value))
+        return self._scalars[value.node]
 
     def make(self, op: str, inputs: Sequence[Value | None], attrs: Mapping[str, Any] | None,
              like: Node) -> Node:
@@ -178,6 +190,18 @@ class Rewriter:
             return None
         return Node(op, new.inputs, new.attrs, types, ctrl=node.ctrl, device=node.device,
                     name=node.name, loc=node.loc)
+
+
+def _single_value(data: np.ndarray | None) -> float | None:
+    if data is None or data.size == 0:
+        return None
+    flat = data.reshape(-1)
+    first = flat[0]
+    if flat[-1] != first or flat[flat.size // 2] != first or not bool(np.all(flat == first)):
+        return None  # (the cheap probes spare a scan of every large weight)
+    # str() gives the shortest text that reads back to the same value in its own dtype, so
+    # an f32 1e-5 stays 1e-05 rather than 9.99999974e-06 once widened
+    return float(first) if data.dtype.kind in "biu" else float(str(first))
 
 
 def count_uses(graph: Graph) -> dict[Node, int]:
@@ -213,6 +237,7 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
                 result = pattern(current, rw)
                 if result is not None:
                     count(name)
+                    rw.matched += 1
                     break
             if result is None:
                 break
@@ -225,6 +250,8 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
         return current
 
     result = rebuild(graph, visit)
+    if not rw.matched:
+        return graph  # nothing matched: the rebuilt graph holds the very same nodes
     return erase_dead(with_new_nodes(result) if rw.created else result)
 
 
