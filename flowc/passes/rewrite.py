@@ -12,10 +12,11 @@ Contract:
   `MAX_STEPS` rewrites), so chains collapse in one walk. Nodes with control dependencies
   are left alone: their ordering would be lost. Result types are refined whenever operands
   change (a `?` dim becomes known once a shape operand is constant); a declared dim never
-  changes. Finally, if anything matched, pure nodes that nothing uses are erased (as
-  MLIR's greedy driver does) — nodes with effects never are; if nothing matched, the input
-  graph itself is returned. Every match bumps the statistics counter
-  named after its pattern. Linear in graph size (each node: a bounded number of matches).
+  changes. Finally, pure nodes that nothing uses are erased (as MLIR's greedy driver
+  does) — nodes with effects never are. A first look over the nodes as they are finds
+  whether any pattern matches at all; if none does, the input graph itself is returned.
+  Every match bumps the statistics counter named after its pattern. Linear in graph size
+  (each node: a bounded number of matches).
 - `rw.uses(value)` is an upper bound on the users of a value's node (graph outputs count),
   so a "single user" test is safe: fusing a producer that has other users would compute it
   twice, which patterns avoid by asking.
@@ -143,7 +144,6 @@ class Rewriter:
     def __init__(self, uses: dict[Node, int]):
         self._uses = uses
         self.created = 0  # helper nodes made, which the driver then places
-        self.matched = 0
         self._scalars: dict[Node, float | None] = {}
 
     def uses(self, value: Value) -> int:
@@ -219,6 +219,17 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
                    any_op: Sequence[tuple[str, Pattern]] = ()) -> Graph:
     """Rewrite `graph` with the patterns (see the module docstring)."""
     uses = count_uses(graph)
+
+    def match(node: Node, rw: Rewriter) -> tuple[str, Result] | None:
+        for name, pattern in chain(by_op.get(node.op, ()), any_op):
+            result = pattern(node, rw)
+            if result is not None:
+                return name, result
+        return None
+
+    # A first look at the nodes as they are: when nothing matches, no rewrite is needed.
+    if not any(not node.ctrl and match(node, Rewriter(uses)) for node in graph.nodes):
+        return graph
     rw = Rewriter(uses)
     memo: dict = {}
 
@@ -232,15 +243,11 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
             return candidate
         current = candidate
         for _ in range(MAX_STEPS):
-            result = None
-            for name, pattern in chain(by_op.get(current.op, ()), any_op):
-                result = pattern(current, rw)
-                if result is not None:
-                    count(name)
-                    rw.matched += 1
-                    break
-            if result is None:
+            found = match(current, rw)
+            if found is None:
                 break
+            name, result = found
+            count(name)
             if not isinstance(result, Node):
                 for value in result:
                     uses[value.node] = uses.get(value.node, 0) + uses.get(current, 0)
@@ -250,8 +257,6 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
         return current
 
     result = rebuild(graph, visit)
-    if not rw.matched:
-        return graph  # nothing matched: the rebuilt graph holds the very same nodes
     return erase_dead(with_new_nodes(result) if rw.created else result)
 
 
