@@ -145,7 +145,7 @@ def _kernel_llvm_ir(sym: str, body: Graph, target: Target, dump: Dump | None) ->
         if dump:
             dump(f"{sym}.input.mlir", str(module))
         sub_dump = (lambda name, text: dump(f"{sym}.{name}", text)) if dump else None
-        cpu_pipeline.lower(module, target, what, sub_dump)
+        module = cpu_pipeline.lower(module, target, what, sub_dump)
         if dump:
             dump(f"{sym}.llvm.mlir", str(module))
         return cpu_pipeline.to_llvm_ir(module)

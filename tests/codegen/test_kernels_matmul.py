@@ -49,3 +49,20 @@ def test_gemm(trans_a, trans_b, c_shape):
 
 def test_gemm_defaults():
     check_op("gemm", [rand(8, 16), rand(16, 32), rand(32)], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("sa,sb", [((64, 96), (96, 80)), ((33, 65), (65, 47)), ((1, 96), (96, 70)),
+                                   ((3, 17, 40), (3, 40, 70)), ((2, 4, 32), (2, 32, 50))])
+def test_matmul_strategy_applies_without_fallback(sa, sb):
+    """The packed (or, for fewer rows than a panel, direct) strategy of cpu_pipeline applies
+    to these shapes: no fallback to plain loops, vector FMAs in the LLVM dialect."""
+    from kernel_harness import op_body
+
+    from flowc.codegen.kernels import compile_kernels
+
+    seen = {}
+    body = op_body("matmul", [rand(*sa), rand(*sb)])
+    compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    assert "fallback" not in seen["k.schedule.mlir"]
+    assert "transform.structured.vectorize" in seen["k.schedule.mlir"]
+    assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
