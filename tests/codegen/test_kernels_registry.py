@@ -33,6 +33,20 @@ def _branch(op):
     return body
 
 
+def _loop_body():
+    from flowc.ir import Graph, TensorType
+    from flowc.ir.build import make_node
+
+    body = Graph("step")
+    i = body.add_input("i", TensorType("i64", ()))
+    c = body.add_input("c", TensorType("bool", ()))
+    x = body.add_input("x", TensorType("f32", (3,)))
+    body.add_output("c_next", body.append(make_node("identity", [c])).out())
+    body.add_output("x_next", body.append(make_node("tanh", [x])).out())
+    body.add_output("i_scan", body.append(make_node("identity", [i])).out())
+    return body
+
+
 X = f(2, 3, 4)
 B = RNG.integers(0, 2, (2, 3)).astype(bool)
 # op -> (operands, attrs, indices of constant operands)
@@ -79,9 +93,29 @@ CASES = {
     "shape": ([X], {}, ()), "range": ([np.int64(2), np.int64(20), np.int64(3)], {}, (0, 1, 2)),
     "constant_of_shape": ([ints(2, 3)], {}, (0,)), "tile": ([X, ints(1, 2, 2)], {}, (1,)),
     "trilu": ([X, np.int64(1)], {"upper": 0}, (1,)),
+    "loop": ([np.array(4, np.int64), None, f(3)], {"body": _loop_body()}, (0,)),
+    "gather_elements": ([X, RNG.integers(-3, 3, (2, 3, 4))], {"axis": 1}, ()),
+    "size": ([X], {}, ()),
     "if": ([np.array(True), f(2, 3)], {"then_branch": _branch("exp"),
                                         "else_branch": _branch("tanh")}, ()),
 }
+
+
+
+def _fused_body():
+    from flowc.ir import Graph, TensorType
+    from flowc.ir.build import make_node
+
+    body = Graph("fused")
+    a = body.add_input("a", TensorType("f32", (2, 3, 4)))
+    b = body.add_input("b", TensorType("f32", (4,)))
+    total = body.append(make_node("add", [a, b]))
+    body.add_output("y", body.append(make_node("exp", [total.out()])).out())
+    return body
+
+
+if "fused" in OPS:  # the fuse pass's kernel op (issue [3]), once it is in the registry
+    CASES["fused"] = ([X, f(4)], {"kind": "elementwise", "body": _fused_body()}, ())
 
 
 @pytest.mark.parametrize("target", list(TARGETS))
