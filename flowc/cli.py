@@ -1,4 +1,5 @@
-"""The `flowc` command: `opt` (parse, run passes, print), `run` (interpret), `verify`.
+"""The `flowc` command: `opt` (parse, run passes, print), `run` (interpret), `verify`,
+`import`; `compile`, `inspect`, `demo` and `run DIR` live in `cli_artifact.py`.
 
 Contract: `main(argv)` returns the exit status. Every FlowcError, and every OSError from
 reading or writing a file, is printed as `flowc: error: MESSAGE` on stderr with exit
@@ -16,12 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
+from flowc import cli_artifact
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.ir.parser import parse
 from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
 from flowc.passes import PASSES, PIPELINES, PassManager, parse_pipeline
+from flowc.passes.manager import format_statistics, format_timing
 
 SPLIT_RE = re.compile(r"^// -----[ \t]*$", re.MULTILINE)
 SPLIT_MARKER = "// -----\n"
@@ -65,28 +68,58 @@ def load_graph(path: str, verify: bool = True) -> Graph:
 
 
 # ---- commands ---------------------------------------------------------------------------
+def print_after_selection(args: argparse.Namespace, passes: list) -> str | set[str] | None:
+    """`all`, the set of pass names `--print-ir-after` names, or None when it is not given;
+    FlowcError for a name that is not a pass of the pipeline."""
+    names = list(args.print_ir_after or []) + (["all"] if args.print_ir_after_all else [])
+    if not names:
+        return None
+    chosen = {n.strip() for text in names for n in text.split(",") if n.strip()}
+    if "all" in chosen:
+        return "all"
+    known = [p.name for p in passes]
+    for name in sorted(chosen):
+        if name not in known:
+            listed = ", ".join(dict.fromkeys(known)) or "none: give one with -p"
+            raise FlowcError(f"--print-ir-after={name}: no pass '{name}' in the pipeline "
+                             f"(its passes: {listed})")
+    return chosen
+
+
 def cmd_opt(args: argparse.Namespace) -> int:
     text, name = read_source(args.file)
     passes = parse_pipeline(args.pipeline) if args.pipeline else []
-    dump = sys.stderr if args.print_ir_after_all else None
-    manager = PassManager(passes, verify=not args.no_verify, dump=dump,
-                          resources=args.emit_resources)
+    selection = print_after_selection(args, passes)
+    # dumps go to stderr, or into numbered files under --dump-dir (every pass by default)
+    stream = sys.stderr if selection is not None and args.dump_dir is None else None
     chunks = split_chunks(text) if args.split_input_file else [text]
     outputs, status = [], 0
-    for chunk in chunks:
+    for k, chunk in enumerate(chunks, 1):
+        dump_dir = args.dump_dir
+        if dump_dir is not None and len(chunks) > 1:
+            dump_dir = str(Path(dump_dir) / f"chunk{k}")
+        manager = PassManager(passes, verify=not args.no_verify, dump=stream,
+                              print_after=selection or "all", dump_dir=dump_dir,
+                              resources=args.emit_resources)
         try:
-            graph = manager.run(parse(chunk, name, verify=not args.no_verify))
-            outputs.append(print_graph(graph, resources=args.emit_resources))
+            graph = parse(chunk, name, verify=not args.no_verify)
+            result = manager.run(graph)
+            outputs.append(print_graph(result, resources=args.emit_resources))
         except FlowcError as exc:
             if not args.split_input_file:
                 raise
             error(str(exc))  # MLIR-style: report it, go on with the next chunk, fail at the end
             status = 1
-    result = SPLIT_MARKER.join(outputs)
+            continue
+        if args.timing:
+            sys.stderr.write(format_timing(manager.records, graph.name))
+        if args.statistics:
+            sys.stderr.write(format_statistics(manager.records, graph.name))
+    result_text = SPLIT_MARKER.join(outputs)
     if args.output in (None, "-"):
-        sys.stdout.write(result)
+        sys.stdout.write(result_text)
     else:
-        write_text(args.output, result)
+        write_text(args.output, result_text)
     return status
 
 
@@ -152,6 +185,8 @@ def random_feed(rng: np.random.Generator, name: str, t: object, dims: dict[str, 
 def cmd_run(args: argparse.Namespace) -> int:
     from flowc.ir.interpret import interpret  # imported here: `opt` does not need it
 
+    if Path(args.file).is_dir():  # an artifact directory (flowc compile's output)
+        return cli_artifact.run_artifact(args)
     graph = load_graph(args.file)
     feeds = {}
     for text in args.input:
@@ -217,8 +252,21 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--split-input-file", action="store_true",
                      help="treat each part between '// -----' lines as its own graph; "
                           "print the results separated by '// -----'")
+    opt.add_argument("--print-ir-after", metavar="NAME|all", action="append",
+                     help="print the graph to stderr after each pass named NAME (repeatable, "
+                          "or NAME,NAME), or after every pass with 'all'")
     opt.add_argument("--print-ir-after-all", action="store_true",
-                     help="print the graph to stderr after each pass")
+                     help="the same as --print-ir-after=all")
+    opt.add_argument("--dump-dir", metavar="DIR",
+                     help="write the input and the graph after each pass (those of "
+                          "--print-ir-after if given) to numbered files DIR/00-input.flowc, "
+                          "DIR/01-NAME.flowc ... instead of stderr; with --split-input-file, "
+                          "one DIR/chunkK folder per graph")
+    opt.add_argument("--timing", action="store_true",
+                     help="print each pass's wall and verify time and node counts to stderr")
+    opt.add_argument("--statistics", action="store_true",
+                     help="print each pass's node counts and counters (nodes fused, ...) "
+                          "to stderr")
     opt.add_argument("--emit-resources", action="store_true",
                      help="print large constants' bytes in a trailing resources section, so "
                           "the output is self-contained")
@@ -242,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "repeatable (default: every output)")
     run.add_argument("--output-dir", metavar="DIR",
                      help="save each fetched array as DIR/NAME.npy instead of printing it")
+    cli_artifact.add_run_options(run)
     run.set_defaults(func=cmd_run)
 
     imp = sub.add_parser(
@@ -261,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--split-input-file", action="store_true",
                      help="check each part between '// -----' lines as its own graph")
     ver.set_defaults(func=cmd_verify)
+    cli_artifact.add_commands(sub)
     return parser
 
 

@@ -40,10 +40,14 @@ def test_pipeline_canonical_form_spells_out_options():
 
 def test_named_pipeline_has_a_reason_per_step():
     steps = PIPELINES["default"]
-    assert [s for s, _ in steps][:5] == ["cse", "constant-fold", "simplify", "cse", "prune"]
+    assert [s for s, _ in steps] == [
+        "cse", "constant-fold", "simplify", "cse", "prune", "fuse"]
+    assert steps[-1][0] == "fuse"  # kernels are formed after every other rewrite
     assert all(reason for _, reason in steps)
-    assert print_pipeline(parse_pipeline("default")).startswith(
-        "cse,constant-fold{max_bytes=10485760},simplify,cse,prune{keep_stateful=true}")
+    text = print_pipeline(parse_pipeline("default"))
+    assert text.startswith(
+        "cse,constant-fold{max_bytes=10485760},simplify,cse,prune{keep_stateful=true},fuse")
+    assert print_pipeline(parse_pipeline(text)) == text
 
 
 @pytest.mark.parametrize("text, message", [
@@ -70,7 +74,7 @@ def test_registry_holds_the_passes():
 
 def test_cse_then_prune_keeps_semantics():
     g = graph_with_duplicates()
-    out = PassManager(parse_pipeline("default")).run(g)
+    out = PassManager(parse_pipeline("cse,prune")).run(g)
     assert [n.name for n in out.nodes] == ["a", "y"]
     assert out.nodes[1].inputs[0] == out.nodes[1].inputs[1]
     x = {"x": [1.0, -2.0, 3.0, -4.0]}

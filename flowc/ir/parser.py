@@ -8,12 +8,13 @@ graph is verified, and a verifier error is reported at the line of the node it n
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from flowc.ir.attrs import Tensor
 from flowc.ir.errors import ParseError, VerifyError
+from flowc.ir.gcpause import gc_paused
 from flowc.ir.graph import INPUT_OP, Graph, Node, Value
 from flowc.ir.ops import OPS
 from flowc.ir.types import DTYPES, DType, TensorType, Type, VarType
@@ -32,8 +33,7 @@ TOKEN_RE = re.compile(r"""
 """, re.VERBOSE)
 
 
-@dataclass
-class Token:
+class Token(NamedTuple):
     kind: str
     text: str
     line: int
@@ -46,24 +46,32 @@ def unquote(text: str) -> str:
 
 
 def tokenize(text: str, filename: str) -> list[Token]:
+    """The tokens of `text`, whitespace and comments dropped, ending with an `eof` token.
+
+    One `finditer` scan: a match that does not start where the previous one ended means
+    characters no token matches. Only whitespace tokens can hold newlines, so only they
+    move the line count.
+    """
     tokens: list[Token] = []
+    append = tokens.append
     pos, line, line_start = 0, 1, 0
-    lines = text.split("\n")
-    while pos < len(text):
-        m = TOKEN_RE.match(text, pos)
-        col = pos - line_start + 1
-        if not m:
-            raise ParseError(f"unexpected character {text[pos]!r}", filename, line, col,
-                             lines[line - 1])
+    for m in TOKEN_RE.finditer(text):
+        start = m.start()
+        if start != pos:
+            break
         kind = m.lastgroup
-        if kind != "ws":
-            tokens.append(Token(kind, m.group(), line, col))
-        newlines = m.group().count("\n")
-        if newlines:
-            line += newlines
-            line_start = m.start() + m.group().rindex("\n") + 1
         pos = m.end()
-    tokens.append(Token("eof", "end of input", line, pos - line_start + 1))
+        if kind == "ws":
+            newlines = text.count("\n", start, pos)
+            if newlines:
+                line += newlines
+                line_start = text.rindex("\n", start, pos) + 1
+            continue
+        append(Token(kind, m.group(), line, start - line_start + 1))
+    if pos < len(text):
+        raise ParseError(f"unexpected character {text[pos]!r}", filename, line,
+                         pos - line_start + 1, text.split("\n")[line - 1])
+    append(Token("eof", "end of input", line, pos - line_start + 1))
     return tokens
 
 
@@ -429,8 +437,9 @@ def _strip_sigil(text: str) -> str:
 
 def parse(text: str, filename: str = "<input>", verify: bool = True) -> Graph:
     """The graph the text describes; ParseError (file:line:col) for anything malformed."""
-    parser = Parser(text, filename)
-    graph = parser.graph()
+    with gc_paused():  # many long-lived small objects: collections would free nothing
+        parser = Parser(text, filename)
+        graph = parser.graph()
     if parser.tok.kind != "eof":
         raise parser.error(f"expected end of input after the graph but found "
                            f"'{parser.tok.text}'")

@@ -1,0 +1,231 @@
+"""`fuse`: group producers and consumers into kernels, as `fused` nodes with nested bodies.
+
+Requires: a well-formed graph. Guarantees: the result computes the same outputs; some
+groups of nodes are replaced by one `fused` node each (see flowc/ir/ops/fused.py for what a
+body may hold), placed where the group's root was. Groups are formed from the end of the
+graph backwards: each not-yet-grouped elementwise or reduction node is a root, and it
+absorbs producers
+- elementwise ops (into an elementwise root, or into a reduction root as its prologue);
+- one `matmul`/`gemm` or `conv` into an elementwise root whose result has the same shape
+  (an epilogue); the anchor's own operands become the kernel's inputs (no prologue);
+- small constants (at most MAX_INLINE_CONSTANT elements, no control dependencies), which
+  are copied into the body; the outer constant is dropped when nothing else uses it.
+A producer is absorbed only if every user of it is already in the group (it is not a graph
+output, has no other consumer and no control dependents), so a group is convex and its
+only value used outside is the root's result: every `fused` node has one result. Nodes
+are never absorbed when they are stateful or not pure, hold bodies, sit on a different
+device than the root, or have any operand or result whose type is not static (`N` or
+`?` dims: a kernel's buffers have fixed sizes). A group of one node stays as it is.
+Body nodes keep their names and locations and lose their device (the `fused` node, named
+and located as the root, carries it); control dependencies of members move to the
+`fused` node. Only the top-level graph is fused; nested bodies (`if`) are left as they
+are. Statistics: kernels-formed, nodes-fused, constants-inlined.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from flowc.ir.graph import INPUT_OP, Graph, Node, Value
+from flowc.ir.ops import OPS
+from flowc.ir.ops.fused import (
+    ANCHORS,
+    elementwise_op,
+    kernel_op,
+    small_constant,
+    static_tensor,
+)
+from flowc.passes import stats
+from flowc.passes.registry import register
+
+REDUCTIONS = ANCHORS["reduction"]
+EPILOGUE_KIND = {op: kind for kind in ("matmul_epilogue", "conv_epilogue")
+                 for op in ANCHORS[kind]}
+
+
+def fusible(node: Node) -> bool:
+    """A pure, body-less, single-result node whose operands and result are static tensors."""
+    return (node.op in OPS and kernel_op(node.op) and len(node.types) == 1
+            and static_tensor(node.types[0])
+            and all(v is None or static_tensor(v.type) for v in node.inputs))
+
+
+def inlinable(node: Node) -> bool:
+    """A constant small enough (MAX_INLINE_CONSTANT elements) to copy into a kernel body."""
+    return node.op == "constant" and not node.ctrl and small_constant(node.types[0])
+
+
+def elementwise(node: Node) -> bool:
+    return elementwise_op(node.op)
+
+
+@dataclass
+class Group:
+    root: Node
+    kind: str
+    members: set[Node] = field(default_factory=set)
+    constants: set[Node] = field(default_factory=set)
+    pushed: set[Node] = field(default_factory=set)  # producers considered for absorption
+
+
+class Analysis:
+    """Which nodes of one graph go into which group (the graph is not changed)."""
+
+    def __init__(self, graph: Graph):
+        self.position = {n: i for i, n in enumerate(graph.nodes)}
+        self.consumers: dict[Node, set[Node]] = {}
+        self.pinned: set[Node] = {v.node for _, v in graph.outputs}  # must stay visible
+        for node in graph.nodes:
+            for v in node.inputs:
+                if v is not None:
+                    self.consumers.setdefault(v.node, set()).add(node)
+            self.pinned.update(node.ctrl)
+        self.group_of: dict[Node, Group] = {}
+        self.groups: list[Group] = []
+        self.fusible: dict[Node, bool] = {}
+        for node in reversed(graph.nodes):
+            if node not in self.group_of and self.can_fuse(node) and (elementwise(node) or (
+                    node.op in REDUCTIONS and all(inlinable(v.node) for v in node.inputs[1:]
+                                                  if v is not None))):
+                self.grow(node)
+
+    def grow(self, root: Node) -> None:
+        kind = "reduction" if root.op in REDUCTIONS else "elementwise"
+        group = Group(root, kind, {root})
+        # candidates, latest first: when one is popped, all of its users that will ever
+        # join the group have joined, so "every user is in the group" is decided right
+        heap: list[tuple[int, Node]] = []
+        self.push_operands(heap, group, root)
+        while heap:
+            _, node = heapq.heappop(heap)
+            if not self.absorbable(group, node):
+                continue
+            group.members.add(node)
+            if node.op in EPILOGUE_KIND:
+                group.kind = EPILOGUE_KIND[node.op]
+            self.push_operands(heap, group, node)
+        if len(group.members) < 2:
+            return
+        self.groups.append(group)
+        for node in group.members:
+            self.group_of[node] = group
+
+    def push_operands(self, heap: list, group: Group, node: Node) -> None:
+        for v in node.inputs:
+            if v is None or v.node.op == INPUT_OP or v.node in group.pushed:
+                continue
+            if inlinable(v.node):
+                group.constants.add(v.node)
+            elif node.op not in EPILOGUE_KIND:  # an anchor's operands are kernel inputs
+                group.pushed.add(v.node)
+                heapq.heappush(heap, (-self.position[v.node], v.node))
+
+    def can_fuse(self, node: Node) -> bool:
+        ok = self.fusible.get(node)
+        if ok is None:
+            ok = self.fusible[node] = fusible(node)
+        return ok
+
+    def absorbable(self, group: Group, node: Node) -> bool:
+        root = group.root
+        if (node in self.group_of or node in self.pinned or node.device != root.device
+                or not self.can_fuse(node) or not self.consumers[node] <= group.members):
+            return False
+        if elementwise(node):
+            return True
+        return (node.op in EPILOGUE_KIND and group.kind == "elementwise"
+                and node.types[0].shape == root.types[0].shape)
+
+
+def build_body(group: Group, position: dict[Node, int],
+               mapping: dict[Value, Value]) -> tuple[Graph, list[Value]]:
+    """The group's body graph, and the outer values (rewritten by `mapping`) it takes."""
+    body = Graph(group.kind)
+    copies: dict[Node, Node] = {}  # member or inlined constant -> its node in the body
+    inputs: dict[Value, Value] = {}  # outer value -> body input
+    operands: list[Value] = []
+
+    def lookup(v: Value | None) -> Value | None:
+        if v is None:
+            return None
+        copy = copies.get(v.node)
+        if copy is not None:
+            return Value(copy, v.index)
+        if v.node in group.constants:
+            c = v.node
+            copy = copies[c] = Node(c.op, (), c.attrs, c.types, name=c.name, loc=c.loc)
+            body.nodes.append(copy)
+            stats.count("constants-inlined")
+            return Value(copy, v.index)
+        if v not in inputs:
+            inputs[v] = body.add_input(f"in{len(operands)}", v.type)
+            operands.append(mapping.get(v, v))
+        return inputs[v]
+
+    for node in sorted(group.members, key=position.__getitem__):
+        copy = copies[node] = Node(node.op, [lookup(v) for v in node.inputs], node.attrs,
+                                   node.types, name=node.name, loc=node.loc)
+        body.nodes.append(copy)
+    body.add_output("out", Value(copies[group.root], 0))
+    return body, operands
+
+
+@register
+@dataclass(frozen=True)
+class Fuse:
+    """Form `fused` kernels: elementwise chains, matmul/conv epilogues, reductions with
+    their elementwise prologue."""
+
+    name: ClassVar[str] = "fuse"
+
+    def run(self, graph: Graph) -> Graph:
+        analysis = Analysis(graph)
+        if not analysis.groups:
+            return graph
+        mapping: dict[Value, Value] = {}
+        node_map: dict[Node, Node] = {}
+        new_nodes: list[Node] = []
+        for node in graph.nodes:
+            group = analysis.group_of.get(node)
+            if group is not None and node is not group.root:
+                continue
+            ctrl = tuple(dict.fromkeys(node_map.get(c, c) for c in (
+                node.ctrl if group is None else _group_ctrl(group, analysis.position))))
+            if group is None:
+                inputs = tuple(None if v is None else mapping.get(v, v) for v in node.inputs)
+                new = node if inputs == node.inputs and ctrl == node.ctrl else node.replace(
+                    inputs=inputs, ctrl=ctrl)
+            else:
+                body, operands = build_body(group, analysis.position, mapping)
+                # the body's output type is the root's: no type rule to run (verify checks)
+                new = Node("fused", operands, {"body": body, "kind": group.kind}, node.types,
+                           ctrl=ctrl, device=node.device, name=node.name, loc=node.loc)
+                stats.count("kernels-formed")
+                stats.count("nodes-fused", len(group.members))
+            node_map[node] = new
+            for old, fresh in zip(node.outputs, new.outputs, strict=True):
+                mapping[old] = fresh
+            new_nodes.append(new)
+        outputs = [(name, mapping.get(v, v)) for name, v in graph.outputs]
+        return Graph(graph.name, graph.inputs, _drop_unused_constants(new_nodes, outputs,
+                                                                      analysis), outputs)
+
+
+def _group_ctrl(group: Group, position: dict[Node, int]) -> list[Node]:
+    members = sorted(group.members, key=position.__getitem__)
+    return [c for n in members for c in n.ctrl]
+
+
+def _drop_unused_constants(nodes: list[Node], outputs: list[tuple[str, Value]],
+                           analysis: Analysis) -> list[Node]:
+    """`nodes` without the constants copied into bodies that nothing outside uses now."""
+    inlined = {c for g in analysis.groups for c in g.constants}
+    if not inlined:
+        return nodes
+    used = {v.node for _, v in outputs}
+    for node in nodes:
+        used.update(v.node for v in node.inputs if v is not None)
+        used.update(node.ctrl)
+    return [n for n in nodes if n not in inlined or n in used]

@@ -1,0 +1,137 @@
+"""The `fuse` pass: semantics kept on random graphs and on the model zoo, statistics,
+what never fuses. Its golden cases are in tests/golden/fuse.flowc."""
+
+import numpy as np
+import pytest
+
+from flowc.examples import zoo
+from flowc.frontend.onnx import import_onnx
+from flowc.ir import Graph, TensorType
+from flowc.ir.build import make_node
+from flowc.ir.interpret import interpret
+from flowc.ir.printer import print_graph
+from flowc.passes import PassManager, parse_pipeline
+from flowc.passes.fuse import Fuse
+
+UNARY = ["relu", "neg", "tanh", "sigmoid", "abs", "exp"]
+BINARY = ["add", "mul", "sub", "max"]
+
+
+def random_graph(seed: int, size: int = 30) -> Graph:
+    """Elementwise ops over static [3,4] tensors with random fan-out, a few matmuls and
+    reductions mixed in, some nodes on another device or with a control dependency, some
+    results used as several outputs."""
+    rng = np.random.default_rng(seed)
+    t = TensorType("f32", (3, 4))
+    g = Graph(f"random{seed}")
+    values = [g.add_input("a", t), g.add_input("b", t)]
+    square = g.add_input("w", TensorType("f32", (4, 4)))
+    axes = g.append(make_node("constant", [], {"value": np.array([1])}))
+    for i in range(size):
+        pick = lambda: values[int(rng.integers(max(0, len(values) - 6), len(values)))]  # noqa: E731
+        roll = rng.random()
+        if roll < 0.1:
+            node = make_node("matmul", [pick(), square], name=f"n{i}")
+        elif roll < 0.17:
+            reduced = g.append(make_node("reduce_max", [pick(), axes.out()], name=f"r{i}"))
+            node = make_node("add", [pick(), reduced.out()], name=f"n{i}")
+        elif roll < 0.55:
+            node = make_node(str(rng.choice(UNARY)), [pick()], name=f"n{i}")
+        else:
+            node = make_node(str(rng.choice(BINARY)), [pick(), pick()], name=f"n{i}")
+        if rng.random() < 0.15:
+            node = node.replace(device="gpu:0")
+        if rng.random() < 0.08 and len(g.nodes) > 2:
+            node = node.replace(ctrl=(g.nodes[int(rng.integers(1, len(g.nodes)))],))
+        values.append(g.append(node).out())
+    for k, v in enumerate([*values[-3:], values[len(values) // 2]]):
+        g.add_output(f"y{k}", v)
+    return g
+
+
+def feeds_for(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {n.name: (rng.standard_normal(n.types[0].shape) * 0.5).astype(np.float32)
+            for n in graph.inputs}
+
+
+def body_nodes(graph: Graph) -> int:
+    return sum(len(n.attrs["body"].nodes) for n in graph.nodes if n.op == "fused")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fuse_keeps_results_on_random_graphs(seed):
+    g = random_graph(seed)
+    before = print_graph(g)
+    fused = PassManager([Fuse()]).run(g)  # verifies the result, bodies included
+    assert print_graph(g) == before  # the input is untouched
+    assert any(n.op == "fused" for n in fused.nodes)
+    feeds = feeds_for(g, seed)
+    want, got = interpret(g, feeds), interpret(fused, feeds)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
+    assert print_graph(Fuse().run(fused)) == print_graph(fused)  # a fixed point
+
+
+def test_statistics_count_kernels_nodes_and_constants():
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (4,)))
+    two = g.append(make_node("constant", [], {"value": np.array(2, np.float32)}))
+    a = g.append(make_node("mul", [x, two.out()]))
+    b = g.append(make_node("relu", [a.out()]))
+    g.add_output("y", b.out())
+    manager = PassManager([Fuse()])
+    out = manager.run(g)
+    assert [n.op for n in out.nodes] == ["fused"]
+    record = manager.records[0]
+    assert record.stats == {"constants-inlined": 1, "kernels-formed": 1, "nodes-fused": 2}
+    assert (record.nodes_before, record.nodes_after) == (3, 1)
+
+
+def test_nothing_to_fuse_returns_the_graph_itself():
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (4,)))
+    g.add_output("y", g.append(make_node("relu", [x])).out())
+    assert Fuse().run(g) is g
+
+
+def test_an_epilogue_that_broadcasts_past_the_matmul_leaves_the_matmul_out():
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (2, 3)))
+    w = g.add_input("w", TensorType("f32", (3, 4)))
+    big = g.add_input("big", TensorType("f32", (5, 2, 4)))
+    mm = g.append(make_node("matmul", [x, w]))
+    add = g.append(make_node("add", [mm.out(), big]))
+    g.add_output("y", g.append(make_node("relu", [add.out()])).out())
+    out = Fuse().run(g)
+    assert [n.op for n in out.nodes] == ["matmul", "fused"]
+    assert out.nodes[1].attrs["kind"] == "elementwise"
+
+
+def static_model(name: str, batch: int):
+    """A zoo model with its symbolic batch dim fixed, so that kernels have static shapes."""
+    model = zoo.MODELS[name]()
+    for info in [*model.graph.input, *model.graph.output]:
+        for dim in info.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param"):
+                dim.dim_value = batch
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
+def test_zoo_models_after_the_default_pipeline_give_the_interpreters_results(name):
+    model = static_model(name, batch=2)
+    graph = import_onnx(model)
+    out = PassManager(parse_pipeline("default")).run(graph)
+    if name != "cnn":  # the cnn's conv -> batch_normalization -> relu has no epilogue yet
+        assert any(n.op == "fused" for n in out.nodes), print_graph(out)
+        assert len(out.nodes) < len(graph.nodes)
+    feeds = zoo.sample_input(model, batch=2, seed=3)
+    want, got = interpret(graph, feeds), interpret(out, feeds)
+    for key in want:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
+
+
+def test_zoo_with_a_symbolic_batch_is_not_fused():
+    graph = import_onnx(zoo.mlp())
+    assert not any(n.op == "fused" for n in Fuse().run(graph).nodes)
