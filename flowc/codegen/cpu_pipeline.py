@@ -130,14 +130,16 @@ MATMUL = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#{k_loop} : !transform.any_op
 """
 
-# Matmul with fewer rows than a panel (M < MR, a matrix-vector product at M = 1): packing
-# would cost as much as the product, so B is streamed unpacked: column tiles of NR, the
-# whole C tile hoisted out of the k loop.
+# Matmul whose B is small enough to stay in cache (K*N <= DIRECT_MAX_B elements) and whose
+# M and N the register tile divides, or with fewer rows than a register tile: no packing
+# (no temporaries); MR x NR register tiles of C, column tiles outer and row tiles inner (a
+# K x NR strip of B stays in cache), k innermost with the C tile hoisted out of it. Partial
+# tiles (only below MR rows) are vectorized with masks.
 MATMUL_DIRECT = """
     %{n}_op = transform.structured.match ops{{["{op}"]}} attributes{{flowc.sched = {i} : i64}}
         in %root : (!transform.any_op) -> !transform.any_op
-    %{n}_tn, %{n}_ln:{nb} = transform.structured.tile_using_for %{n}_op tile_sizes [{cols}]
-        : (!transform.any_op) -> (!transform.any_op, {nb_types})
+    %{n}_tn, %{n}_ln:{nb} = transform.structured.tile_using_for %{n}_op tile_sizes [{tiles}]
+        interchange = [{interchange}] : (!transform.any_op) -> (!transform.any_op, {nb_types})
     %{n}_t, %{n}_lk = transform.structured.tile_using_for %{n}_tn tile_sizes [{k1}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     transform.structured.vectorize %{n}_t vector_sizes [{vsizes}] : !transform.any_op
@@ -224,6 +226,7 @@ FINISH_VECTORS = """
 """
 
 MICRO_ROWS = 8  # MR
+DIRECT_MAX_B = 1024 * 1024  # elements of B up to which the direct strategy is used
 K_BLOCK = 512  # KC
 ROW_PANELS = 16  # MB: panels of MR rows per row block
 
@@ -244,11 +247,14 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
         return None
     b = [0] if batched else []
     one = [1] if batched else []
-    if m < MICRO_ROWS:
+    divides = m % mr == 0 and n % nr == 0  # else masked tiles everywhere: slow
+    if m < MICRO_ROWS or (k * n <= DIRECT_MAX_B and divides):
+        mr = min(mr, m)
         return MATMUL_DIRECT.format(
-            n=f"mm{i}", op=op.name, i=i, cols=_ints([*one, 0, nr, 0]), nb=1 + len(one),
-            nb_types=", ".join(["!transform.any_op"] * (1 + len(one))),
-            k1=_ints([*b, 0, 0, 1]), vsizes=_ints([*one, m, nr, 1]))
+            n=f"mm{i}", op=op.name, i=i, tiles=_ints([*one, mr, nr, 0]), nb=2 + len(one),
+            nb_types=", ".join(["!transform.any_op"] * (2 + len(one))),
+            interchange=_ints([0, 2, 1, 3] if batched else [1, 0, 2]),
+            k1=_ints([*b, 0, 0, 1]), vsizes=_ints([*one, mr, nr, 1]))
     micro = [*one, 1, 1, 1]
     return MATMUL.format(
         n=f"mm{i}", op=op.name, i=i, packed=_ints([*b, mr, nr, 0]),
