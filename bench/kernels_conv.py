@@ -54,7 +54,7 @@ def main() -> None:
         ours, theirs, ratio = kc.time_pair(partial(call, x, w, y),
                                            partial(im2col_conv, x, w, s, pad), ARGS.repeats)
         flops = 2 * want.size * c * k * k
-        rows.append({"layer": f"{n}x{c}x{h}x{w_} f{f} k{k} s{s}",
+        rows.append({"layer": f"x {n}x{c}x{h}x{w_}, {f} filters {k}x{k}, stride {s}",
                      "flowc_ms": round(ours * 1e3, 3), "numpy_ms": round(theirs * 1e3, 3),
                      "flowc_gflops": round(flops / ours / 1e9, 1),
                      "numpy_gflops": round(flops / theirs / 1e9, 1),
