@@ -88,9 +88,11 @@ def schedule(module: ir.Module, target: Target) -> str:
     matmul-like op (each op is tagged `flowc.sched = i` so the script can name it), then
     bufferization."""
     parts = []
-    for i, op in enumerate(_ops_named(module.operation, "linalg.matmul")
-                           + _ops_named(module.operation, "linalg.batch_matmul")):
-        strategy = matmul_strategy(op, target, i)
+    ops = [*_ops_named(module.operation, "linalg.matmul"),
+           *_ops_named(module.operation, "linalg.batch_matmul"),
+           *_ops_named(module.operation, "linalg.conv_2d_nhwc_hwcf")]
+    for i, op in enumerate(ops):
+        strategy = (conv_strategy if "conv" in op.name else matmul_strategy)(op, target, i)
         if strategy:
             op.attributes["flowc.sched"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
             parts.append(strategy)
@@ -124,19 +126,20 @@ MATMUL = """
     transform.apply_patterns to %{n}_fn {{
       transform.apply_patterns.vector.reduction_to_contract
       transform.apply_patterns.vector.transfer_permutation_patterns
-      transform.apply_patterns.canonicalization
     }} : !transform.any_op
     transform.loop.hoist_loop_invariant_subsets %{n}_l#{k_loop} : !transform.any_op
 """
 
-# Matmul with fewer rows than a panel (M < MR, a matrix-vector product at M = 1): packing
-# would cost as much as the product, so B is streamed unpacked: column tiles of NR, the
-# whole C tile hoisted out of the k loop.
+# Matmul whose B is small enough to stay in cache (K*N <= DIRECT_MAX_B elements) and whose
+# M and N the register tile divides, or with fewer rows than a register tile: no packing
+# (no temporaries); MR x NR register tiles of C, column tiles outer and row tiles inner (a
+# K x NR strip of B stays in cache), k innermost with the C tile hoisted out of it. Partial
+# tiles (only below MR rows) are vectorized with masks.
 MATMUL_DIRECT = """
     %{n}_op = transform.structured.match ops{{["{op}"]}} attributes{{flowc.sched = {i} : i64}}
         in %root : (!transform.any_op) -> !transform.any_op
-    %{n}_tn, %{n}_ln:{nb} = transform.structured.tile_using_for %{n}_op tile_sizes [{cols}]
-        : (!transform.any_op) -> (!transform.any_op, {nb_types})
+    %{n}_tn, %{n}_ln:{nb} = transform.structured.tile_using_for %{n}_op tile_sizes [{tiles}]
+        interchange = [{interchange}] : (!transform.any_op) -> (!transform.any_op, {nb_types})
     %{n}_t, %{n}_lk = transform.structured.tile_using_for %{n}_tn tile_sizes [{k1}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     transform.structured.vectorize %{n}_t vector_sizes [{vsizes}] : !transform.any_op
@@ -145,10 +148,56 @@ MATMUL_DIRECT = """
     transform.apply_patterns to %{n}_fn {{
       transform.apply_patterns.vector.reduction_to_contract
       transform.apply_patterns.vector.transfer_permutation_patterns
-      transform.apply_patterns.canonicalization
     }} : !transform.any_op
     transform.loop.hoist_loop_invariant_subsets %{n}_lk : !transform.any_op
 """
+
+# 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
+# F_TILE output channels, c blocks of C_TILE; the 1x1-window slice of the kernel window is
+# decomposed into a 1-D convolution and vectorized; the output tile stays in registers
+# across the c, kw and kh loops.
+CONV = """
+    %{n}_op = transform.structured.match ops{{["linalg.conv_2d_nhwc_hwcf"]}}
+        attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
+    %{n}_t, %{n}_l:7 = transform.structured.tile_using_for %{n}_op tile_sizes [{tiles}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
+           !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op,
+           !transform.any_op)
+    %{n}_d = transform.structured.decompose %{n}_t : (!transform.any_op) -> !transform.any_op
+    transform.structured.vectorize %{n}_d : !transform.any_op
+    %{n}_fn = transform.structured.match ops{{["func.func"]}} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %{n}_fn {{
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.vector.transfer_permutation_patterns
+    }} : !transform.any_op
+    transform.loop.hoist_loop_invariant_subsets %{n}_l#6 : !transform.any_op
+    transform.loop.hoist_loop_invariant_subsets %{n}_l#5 : !transform.any_op
+    transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
+"""
+
+OW_TILE = 4
+C_TILE = 8
+
+
+def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
+    """The CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the dims (so
+    every tile is static), or None."""
+    out = ir.RankedTensorType(op.results[0].type)
+    width = {"f32": 32, "f64": 64}.get(str(out.element_type))
+    if width is None:
+        return None
+    _, _, ow, f = out.shape
+    c = ir.RankedTensorType(op.operands[1].type).shape[2]
+    lanes = target.vector_bits // width
+    tiles = [1, 1, _divisor(ow, OW_TILE), _divisor(f, 4 * lanes), 1, 1, _divisor(c, C_TILE)]
+    return CONV.format(n=f"cv{i}", i=i, tiles=_ints(tiles))
+
+
+def _divisor(n: int, at_most: int) -> int:
+    """The largest divisor of `n` that is at most `at_most`."""
+    return next(d for d in range(min(n, at_most), 0, -1) if n % d == 0)
+
 
 # After every strategy: contractions to FMAs, packs to plain transposes (never vectorized
 # whole: vectorizing big packs or transposes before tiling them can hang or exhaust memory).
@@ -177,6 +226,7 @@ FINISH_VECTORS = """
 """
 
 MICRO_ROWS = 8  # MR
+DIRECT_MAX_B = 1024 * 1024  # elements of B up to which the direct strategy is used
 K_BLOCK = 512  # KC
 ROW_PANELS = 16  # MB: panels of MR rows per row block
 
@@ -197,11 +247,14 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
         return None
     b = [0] if batched else []
     one = [1] if batched else []
-    if m < MICRO_ROWS:
+    divides = m % mr == 0 and n % nr == 0  # else masked tiles everywhere: slow
+    if m < MICRO_ROWS or (k * n <= DIRECT_MAX_B and divides):
+        mr = min(mr, m)
         return MATMUL_DIRECT.format(
-            n=f"mm{i}", op=op.name, i=i, cols=_ints([*one, 0, nr, 0]), nb=1 + len(one),
-            nb_types=", ".join(["!transform.any_op"] * (1 + len(one))),
-            k1=_ints([*b, 0, 0, 1]), vsizes=_ints([*one, m, nr, 1]))
+            n=f"mm{i}", op=op.name, i=i, tiles=_ints([*one, mr, nr, 0]), nb=2 + len(one),
+            nb_types=", ".join(["!transform.any_op"] * (2 + len(one))),
+            interchange=_ints([0, 2, 1, 3] if batched else [1, 0, 2]),
+            k1=_ints([*b, 0, 0, 1]), vsizes=_ints([*one, mr, nr, 1]))
     micro = [*one, 1, 1, 1]
     return MATMUL.format(
         n=f"mm{i}", op=op.name, i=i, packed=_ints([*b, mr, nr, 0]),
@@ -241,7 +294,8 @@ def lower(module: ir.Module, target: Target, what: str,
         apply_script(module, script, what)
     except FlowcError as exc:
         module = ir.Module.parse(prepared)
-        script = f"// fallback: {str(exc).splitlines()[0]}\n{BUFFERIZE}"
+        reason = "\n// ".join(str(exc).splitlines())
+        script = f"// fallback: {reason}\n{BUFFERIZE}"
         apply_script(module, BUFFERIZE, what)
     if dump:
         dump("schedule.mlir", script)

@@ -51,11 +51,14 @@ def test_gemm_defaults():
     check_op("gemm", [rand(8, 16), rand(16, 32), rand(32)], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("sa,sb", [((64, 96), (96, 80)), ((33, 65), (65, 47)), ((1, 96), (96, 70)),
-                                   ((3, 17, 40), (3, 40, 70)), ((2, 4, 32), (2, 32, 50))])
-def test_matmul_strategy_applies_without_fallback(sa, sb):
-    """The packed (or, for fewer rows than a panel, direct) strategy of cpu_pipeline applies
-    to these shapes: no fallback to plain loops, vector FMAs in the LLVM dialect."""
+@pytest.mark.parametrize("sa,sb,packed", [
+    ((64, 96), (96, 80), True), ((33, 65), (65, 47), True), ((1, 96), (96, 70), False),
+    ((3, 17, 40), (3, 40, 70), True), ((2, 4, 32), (2, 32, 50), False),
+    ((64, 128), (128, 96), False), ((4, 16, 64), (4, 64, 64), False)])
+def test_matmul_strategy_applies_without_fallback(sa, sb, packed):
+    """cpu_pipeline's packed strategy, or its direct one (small B with dims the register
+    tile divides, or fewer rows than a tile), applies to these shapes: no fallback to plain
+    loops, vector FMAs in the LLVM dialect; the results match."""
     from kernel_harness import op_body
 
     from flowc.codegen.kernels import compile_kernels
@@ -65,4 +68,6 @@ def test_matmul_strategy_applies_without_fallback(sa, sb):
     compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
     assert "fallback" not in seen["k.schedule.mlir"]
     assert "transform.structured.vectorize" in seen["k.schedule.mlir"]
+    assert ("transform.structured.pack " in seen["k.schedule.mlir"]) == packed
     assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
+    check_op("matmul", [rand(*sa), rand(*sb)], rtol=1e-4, atol=1e-4)

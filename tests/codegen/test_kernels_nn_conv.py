@@ -73,3 +73,24 @@ def test_conv(op, inputs, attrs):
 ])
 def test_pool(op, inputs, attrs):
     check_op(op, inputs, attrs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 16, 12, 12), (32, 16, 3, 3), {"pads": (1, 1, 1, 1)}),
+    ((2, 3, 10, 9), (5, 3, 3, 3), {"strides": (2, 2)}),
+    ((1, 8, 7, 7), (12, 8, 1, 1), {}),
+])
+def test_conv_strategy_applies_without_fallback(x_shape, w_shape, attrs):
+    """2-D convs get cpu_pipeline's tiled, decomposed, vectorized strategy (no fallback to
+    plain loops), odd sizes and strides included; the results still match."""
+    from kernel_harness import op_body
+
+    from flowc.codegen.kernels import compile_kernels
+
+    seen = {}
+    body = op_body("conv", [f(*x_shape), f(*w_shape)], attrs)
+    compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    assert "fallback" not in seen["k.schedule.mlir"]
+    assert "linalg.conv_2d_nhwc_hwcf" in seen["k.schedule.mlir"]
+    assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
+    check_op("conv", [f(*x_shape), f(*w_shape)], attrs, rtol=1e-4, atol=1e-4)

@@ -190,6 +190,29 @@ def _gather(ctx: RuleCtx, data, indices) -> list:
     return [gather_rows(ctx, data, index_of)]
 
 
+@register("gather_elements")
+def _gather_elements(ctx: RuleCtx, data, indices) -> list:
+    dshape = ctx.in_types[0].shape
+    axis = ctx.attrs["axis"] % len(dshape)
+    n = dshape[axis]
+    idx_dt = ctx.in_types[1].dtype
+
+    def index_of(ix, _args):
+        i = arith.index_cast(_index(), s.convert(tensor.extract(indices, ix), idx_dt, i64))
+        i = arith.select(arith.cmpi(s.IP.slt, i, index_const(0)),
+                         arith.addi(i, index_const(n)), i)
+        return [*ix[:axis], clamp_index(i, n), *ix[axis + 1:]]
+
+    if ctx.out.num_elements == 0:
+        return [empty(ctx.out)]
+    return [gather_rows(ctx, data, index_of)]
+
+
+@register("size")
+def _size(ctx: RuleCtx, x) -> list:
+    return [dense_constant(np.array(ctx.in_types[0].num_elements, np.int64), i64)]
+
+
 @register("pad")
 def _pad(ctx: RuleCtx, x, _pads, value=None, _axes=None) -> list:
     shape = ctx.in_types[0].shape

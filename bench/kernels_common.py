@@ -1,0 +1,104 @@
+"""Shared by bench/kernels_matmul.py and bench/kernels_conv.py: compile one body, load it
+with ctypes, time it next to a numpy function in the same process, write the results.
+
+numpy's BLAS is limited to the thread count asked (default 1: the kernels are
+single-threaded) by setting OPENBLAS_NUM_THREADS/OMP_NUM_THREADS before numpy is imported,
+so import this module before numpy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def parse_args(description: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--threads", type=int, default=1, help="numpy BLAS threads (default 1)")
+    parser.add_argument("--repeats", type=int, default=15, help="timed runs per size")
+    parser.add_argument("--target", default="host", help="flowc target (must be runnable)")
+    parser.add_argument("--quick", action="store_true", help="small sizes only (smoke run)")
+    args = parser.parse_args()
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(args.threads)
+    return args
+
+
+def load(body, target: str):
+    """(callable taking numpy arrays, compile seconds) for `body`'s kernel."""
+    import numpy as np
+
+    from flowc.codegen.kernels import compile_kernels
+
+    start = time.perf_counter()
+    obj = compile_kernels([("bench_kernel", body)], target)
+    seconds = time.perf_counter() - start
+    work = Path(tempfile.mkdtemp(prefix="flowc-bench-"))
+    (work / "k.o").write_bytes(obj)
+    subprocess.run(["cc", "-shared", "-o", str(work / "k.so"), str(work / "k.o"), "-lm"],
+                   check=True)
+    fn = ctypes.CDLL(str(work / "k.so")).bench_kernel
+
+    def call(*arrays: np.ndarray) -> None:
+        fn(*[ctypes.c_void_p(a.ctypes.data) for a in arrays])
+
+    return call, seconds
+
+
+def aligned(array):
+    """A C-contiguous copy of `array` starting on a 64-byte boundary (the kernel contract)."""
+    import numpy as np
+
+    array = np.asarray(array, order="C")
+    raw = np.empty(array.nbytes + 64, np.uint8)
+    offset = (-raw.ctypes.data) % 64
+    out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def time_pair(ours, theirs, repeats: int) -> tuple[float, float, float]:
+    """Median seconds of `ours()` and `theirs()` run alternately (so machine load hits both
+    alike), and the median of the per-round ratios theirs/ours."""
+    ours(), theirs()  # warm up
+    a, b, ratios = [], [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        ours()
+        a.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        theirs()
+        b.append(time.perf_counter() - t)
+        ratios.append(b[-1] / a[-1])
+    return statistics.median(a), statistics.median(b), statistics.median(ratios)
+
+
+def write_results(name: str, args: argparse.Namespace, rows: list[dict]) -> Path:
+    import numpy as np
+
+    from flowc.codegen.target import get_target
+
+    target = get_target(args.target)
+    info = {
+        "bench": name, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "machine": platform.processor() or platform.machine(), "cpu": target.cpu,
+        "target": target.name, "vector_bits": target.vector_bits,
+        "numpy": np.__version__, "numpy_threads": args.threads,
+        "load_average": os.getloadavg(), "repeats": args.repeats, "rows": rows,
+    }
+    out = Path(__file__).parent / "results" / f"{name}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(info, indent=1) + "\n")
+    for row in rows:
+        print("  ".join(f"{k}={v}" for k, v in row.items()))
+    print(f"load average {info['load_average']}; written to {out}", file=sys.stderr)
+    return out
