@@ -97,6 +97,8 @@ def measure(threads: int, min_time: float) -> list[dict]:
             rows.append({
                 "model": name, "batch": batch, "threads": threads, "compile_s": compile_s,
                 "flowc_ms": median_ms(lambda a=art, f=feeds: a.run(**f), min_time),
+                # the C entry alone, inputs already bound: the Python loader's share is the rest
+                "flowc_c_ms": median_ms(lambda a=art: a._run(a._ctx), min_time),
                 "ort_ms": median_ms(lambda s=session, f=feeds: s.run(None, f), min_time),
                 "numpy_ms": median_ms(numpy_fn, min_time),
                 "max_abs_err_vs_ort": err,
@@ -105,26 +107,30 @@ def measure(threads: int, min_time: float) -> list[dict]:
     return rows
 
 
-def render(rows: list[dict], cpu: str) -> str:
+def render(rows: list[dict], cpu: str, load: str) -> str:
     lines = [
         "# flowc artifacts vs onnxruntime vs numpy",
         "",
-        f"Written by `bench/models.py` on {cpu}; medians of repeated runs in one process per "
-        "thread count (numpy: the reference interpreter's numpy kernels for the zoo models, "
-        "`a @ b` for the matmul). Ratios above 1 mean flowc is faster.",
+        f"Written by `bench/models.py` on {cpu}, load average {load} at the start (the "
+        "machine is shared; read the ratios, not the absolute times); medians of repeated runs "
+        "in one process per thread count. flowc: `Model.run` from Python (checks, output "
+        "allocation, ctypes); flowc C: the C entry alone with inputs bound (kernels + runtime). "
+        "numpy: the reference interpreter's numpy kernels for the zoo models, `a @ b` for the "
+        "matmul. Ratios above 1 mean flowc is faster.",
         "",
-        "| model | batch | threads | compile s | flowc ms | onnxruntime ms | numpy ms | "
-        "ort/flowc | numpy/flowc | max abs err vs ort |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| model | batch | threads | compile s | flowc ms | flowc C ms | onnxruntime ms | "
+        "numpy ms | ort/flowc | numpy/flowc | max abs err vs ort |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['batch']} | {r['threads']} | not compiled: "
-                         f"{r['error'][:300]} | | | | | | |")
+                         f"{r['error'][:300]} | | | | | | | |")
             continue
         lines.append(
             f"| {r['model']} | {r['batch']} | {r['threads']} | {r['compile_s']:.2f} | "
-            f"{r['flowc_ms']:.3f} | {r['ort_ms']:.3f} | {r['numpy_ms']:.3f} | "
+            f"{r['flowc_ms']:.3f} | {r['flowc_c_ms']:.3f} | {r['ort_ms']:.3f} | "
+            f"{r['numpy_ms']:.3f} | "
             f"{r['ort_ms'] / r['flowc_ms']:.2f} | {r['numpy_ms'] / r['flowc_ms']:.2f} | "
             f"{r['max_abs_err_vs_ort']:.1e} |")
     return "\n".join(lines) + "\n"
@@ -151,6 +157,7 @@ def main() -> int:
     if args.child is not None:
         print(json.dumps(measure(args.child, args.min_time)))
         return 0
+    load = f"{os.getloadavg()[0]:.1f}"
     rows = []
     for t in args.threads:
         env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t),
@@ -162,7 +169,7 @@ def main() -> int:
             print(done.stderr, file=sys.stderr)
             return 1
         rows += json.loads(done.stdout.strip().splitlines()[-1])
-    text = render(rows, cpu_name())
+    text = render(rows, cpu_name(), load)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(text)
