@@ -107,9 +107,9 @@ def blamed_node(exc: BaseException, graph: Graph) -> Node | None:
         tb = tb.tb_next
     for frame in reversed(frames):
         local = frame.tb_frame.f_locals
-        for value in sorted(local.items(), key=lambda kv: kv[0] != "node"):
-            if isinstance(value[1], Node) and id(value[1]) in members:
-                return value[1]
+        for value in [local.get("node"), *local.values()]:  # a local named `node` first
+            if isinstance(value, Node) and id(value) in members:
+                return value
     return None
 
 
