@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from flowc.frontend.partial import partial_graph
 from flowc.ir import Graph as IRGraph
 from flowc.ir import TensorType, Value, dtype
 from flowc.ir.build import make_node
@@ -96,18 +97,26 @@ class Graph:
     def run(self, fetches: Sequence[Tensor | str | Node | Operation],
             feeds: dict[Any, Any] | None = None) -> list[Any]:
         """Interpret just what `fetches` need; feeds may name placeholders or any tensor."""
-        def key(item: Any) -> str:
-            if isinstance(item, str):
-                return item
-            if isinstance(item, Operation):
-                return item.node.name
-            value = item.value
-            return value.node.name if value.index == 0 else f"{value.node.name}:{value.index}"
-
-        names = [key(f) for f in fetches]
-        results = interpret(self.ir, {key(k): v for k, v in (feeds or {}).items()}, names,
+        names = [_key(f) for f in fetches]
+        results = interpret(self.ir, {_key(k): v for k, v in (feeds or {}).items()}, names,
                             self.state)
         return [results.get(n) for n in names]
+
+    def prune(self, feeds: Sequence[Tensor | str], fetches: Sequence[Tensor | str | Operation]
+              ) -> IRGraph:
+        """The IR graph that computes `fetches` from `feeds` (any tensors), for compiling a
+        partial run; see `flowc.frontend.partial.partial_graph` for its inputs' names."""
+        return partial_graph(self.ir, [_key(f) for f in feeds], [_key(f) for f in fetches])
+
+
+def _key(item: Any) -> str:
+    """The tensor name of a fetch or feed: a str as it is, a Tensor as `node` / `node:i`."""
+    if isinstance(item, str):
+        return item
+    if isinstance(item, Operation):
+        return item.node.name
+    value = item.value
+    return value.node.name if value.index == 0 else f"{value.node.name}:{value.index}"
 
 
 def get_default_graph() -> Graph:

@@ -1,4 +1,4 @@
-"""The ONNX importer: an ONNX model (opset 13 and newer) as a flowc IR graph.
+"""The ONNX importer: an ONNX model as a flowc IR graph.
 
 Contract:
 - `import_onnx(path_or_model)` returns a verified Graph. Graph inputs that are not
@@ -6,33 +6,52 @@ Contract:
   initializers become named `constant` nodes (external-data files are read relative to the
   model's directory); ONNX node names are kept as node names, and the model file as the
   location.
-- Ops map through the registry (`OpDef.onnx`), attributes by name, so the mapping is a
-  table and not a reinterpretation. The few attributes whose ONNX encoding differs (Cast's
-  `to` as an enum, Constant's `value_*` forms) are converted here.
-- Every unsupported op is reported in one error listing each offending node with its op and
-  opset, before anything is built. Any other problem names the file, node and op.
+- Models of opset 13 and newer import as they are; older ones are first converted to
+  opset 13 with `onnx.version_converter` (an error names the ops it could not convert).
+- Nodes convert through `onnx_nodes.CONVERTERS`, else straight onto the registry op that
+  names them (`OpDef.onnx`). An op with neither that has a function body (a standard
+  function op from `onnx.defs`, or a model-local function) is inlined through its body.
+- Shape arithmetic on known values (small integer results of constants, `shape`/`size` of
+  static types) is folded into constants as it is imported (`onnx_fold`), so the ops
+  whose result rank depends on such values (Reshape, ConstantOfShape, Expand ...) get
+  static types.
+- If/Loop bodies become closed flowc bodies: the outer values they read become explicit
+  operands (see `onnx_nodes`).
+- Every unsupported op (bodies included) is reported in one error listing each offending
+  node with its op and opset, before anything is built. Any other problem names the file,
+  node and op.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
+from flowc.frontend.onnx_attrs import (
+    OnnxImportError,
+    node_attrs,
+    resolve_refs,
+    tensor_type,
+    to_array,
+    to_onnx_elem_type,
+)
+from flowc.frontend.onnx_fold import fold_shape_arithmetic
+from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
 from flowc.ir import Graph, Tensor, TensorType, Value, dtype
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
-from flowc.ir.ops import ONNX_OPS
 from flowc.ir.verifier import verify
 
+__all__ = ["MIN_OPSET", "OnnxImportError", "import_onnx", "import_onnx_with_values",
+           "unsupported_nodes"]
+
 MIN_OPSET = 13
-
-
-class OnnxImportError(FlowcError):
-    """An ONNX model flowc cannot import; the message names the file, node and op."""
+_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -45,7 +64,7 @@ def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
         raise OnnxImportError(f"{path}: no such file") from None
     except Exception as exc:  # protobuf's DecodeError and friends
         raise OnnxImportError(f"{path}: not a readable ONNX model ({type(exc).__name__}: "
-                           f"{exc})") from None
+                              f"{exc})") from None
     try:
         onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path))
     except (OSError, ValueError) as exc:
@@ -53,141 +72,345 @@ def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
     return proto, path
 
 
-def _opset(model: onnx.ModelProto) -> int:
-    for entry in model.opset_import:
-        if entry.domain in ("", "ai.onnx"):
+def _opset(imports: Sequence[onnx.OperatorSetIdProto]) -> int:
+    for entry in imports:
+        if entry.domain in _DEFAULT_DOMAINS:
             return entry.version
     return 0
 
 
-def _tensor_type(value_info: onnx.ValueInfoProto, where: str) -> TensorType:
-    t = value_info.type.tensor_type
-    if not value_info.type.HasField("tensor_type"):
-        raise OnnxImportError(f"{where}: input '{value_info.name}' is not a tensor")
-    dims: list[Any] = []
-    for d in t.shape.dim:
-        if d.HasField("dim_value"):
-            dims.append(int(d.dim_value))
-        elif d.HasField("dim_param") and d.dim_param.isidentifier():
-            dims.append(d.dim_param)
-        else:
-            dims.append(None)
+def _upgrade(proto: onnx.ModelProto, path: str) -> onnx.ModelProto:
+    """`proto` at opset >= MIN_OPSET, converting older models with onnx.version_converter."""
+    opset = _opset(proto.opset_import)
+    if opset >= MIN_OPSET:
+        return proto
     try:
-        dt = dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
-    except (KeyError, TypeError) as exc:
-        raise OnnxImportError(f"{where}: input '{value_info.name}' has an unsupported element "
-                           f"type ({exc})") from None
-    return TensorType(dt, tuple(dims))
+        return onnx.version_converter.convert_version(proto, MIN_OPSET)
+    except Exception as exc:  # the converter raises RuntimeError and ValueError alike
+        missing = unsupported_nodes(proto)
+        if missing:  # ops neither onnx nor flowc knows: say so rather than why conversion failed
+            raise _unsupported(path, missing) from None
+        lines = str(exc).strip().splitlines()
+        raise OnnxImportError(f"{path}: opset {opset} is older than {MIN_OPSET} and "
+                              "onnx.version_converter cannot convert "
+                              f"{', '.join(_unconvertible(proto)) or 'it'}: "
+                              f"{lines[0] if lines else repr(exc)}") from None
 
 
-def _attr_value(attr: onnx.AttributeProto) -> Any:
-    if attr.type == onnx.AttributeProto.TENSOR:
-        return numpy_helper.to_array(attr.t)
-    if attr.type == onnx.AttributeProto.GRAPH:
-        raise OnnxImportError("graph attributes (If/Loop/Scan bodies) are not imported yet")
-    value = helper.get_attribute_value(attr)
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, list):
-        return [v.decode() if isinstance(v, bytes) else v for v in value]
-    return value
+def _unconvertible(proto: onnx.ModelProto) -> list[str]:
+    """The nodes the version converter fails on, each tried alone in a one-node model."""
+    known = {v.name: v for v in [*proto.graph.input, *proto.graph.value_info,
+                                 *proto.graph.output]}
+    culprits = []
+    for i, node in enumerate(proto.graph.node):
+        inputs = [known.get(n) or onnx.ValueInfoProto(name=n) for n in node.input if n]
+        outputs = [known.get(n) or onnx.ValueInfoProto(name=n) for n in node.output if n]
+        single = helper.make_model(helper.make_graph([node], "node", inputs, outputs),
+                                   opset_imports=proto.opset_import)
+        try:
+            onnx.version_converter.convert_version(single, MIN_OPSET)
+        except Exception:  # as in _upgrade
+            culprits.append(f"node '{node.name or f'#{i}'}' ({node.op_type})")
+    return culprits
 
 
-def _convert_attrs(node: onnx.NodeProto) -> dict[str, Any]:
-    attrs = {a.name: _attr_value(a) for a in node.attribute}
-    if node.op_type == "Cast" and "to" in attrs:
-        attrs["to"] = dtype(helper.tensor_dtype_to_np_dtype(attrs["to"]))
-        attrs.pop("saturate", None)
-    if node.op_type == "Constant":
-        (key, value), = attrs.items()
-        array = {"value_float": np.float32, "value_floats": np.float32,
-                 "value_int": np.int64, "value_ints": np.int64}.get(key)
-        attrs = {"value": np.asarray(value, dtype=array) if array else np.asarray(value)}
-    if node.op_type == "ConstantOfShape" and "value" in attrs:
-        attrs["value"] = np.asarray(attrs["value"])
-    return attrs
+class _Functions:
+    """Function bodies: the model's own functions, and standard function ops (onnx.defs)."""
+
+    def __init__(self, proto: onnx.ModelProto):
+        self.local = {(f.domain, f.name): f for f in proto.functions}
+
+    def has_body(self, node: onnx.NodeProto, opset: int) -> bool:
+        if (node.domain, node.op_type) in self.local:
+            return True
+        schema = self._schema(node, opset)
+        return schema is not None and any(v <= opset for v in [
+            *schema.function_opset_versions, *schema.context_dependent_function_opset_versions])
+
+    @staticmethod
+    def _schema(node: onnx.NodeProto, opset: int):
+        if node.domain not in _DEFAULT_DOMAINS:
+            return None
+        try:
+            return onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            return None
+
+    def fixed_body(self, node: onnx.NodeProto, opset: int) -> Sequence[onnx.NodeProto]:
+        """The nodes of `node`'s function body where they do not depend on its operand types
+        (model-local functions, standard function ops); () for context-dependent ones."""
+        local = self.local.get((node.domain, node.op_type))
+        if local is not None:
+            return local.node
+        schema = self._schema(node, opset)
+        versions = [v for v in schema.function_opset_versions if v <= opset]
+        if not versions:
+            return ()
+        return onnx.FunctionProto.FromString(
+            schema.get_function_with_opset_version(max(versions))).node
+
+    def body(self, node: onnx.NodeProto, opset: int, types: Sequence[TensorType | None]
+             ) -> tuple[onnx.FunctionProto, dict[str, onnx.AttributeProto]]:
+        """The function body for `node` (its references resolved) and the schema's attribute
+        defaults, which its body may refer to."""
+        local = self.local.get((node.domain, node.op_type))
+        if local is not None:
+            return local, {}
+        schema = self._schema(node, opset)
+        defaults = {name: a.default_value for name, a in schema.attributes.items()
+                    if a.default_value.name}
+        if any(v <= opset for v in schema.function_opset_versions):
+            version = max(v for v in schema.function_opset_versions if v <= opset)
+            data = schema.get_function_with_opset_version(version)
+        else:
+            version = max(v for v in schema.context_dependent_function_opset_versions
+                          if v <= opset)
+            protos = [_type_proto(t).SerializeToString() for t in types]
+            data = schema.get_context_dependent_function_with_opset_version(
+                version, node.SerializeToString(), protos)
+        return onnx.FunctionProto.FromString(data), defaults
+
+
+def _type_proto(t: TensorType | None) -> onnx.TypeProto:
+    if t is None:
+        return onnx.TypeProto()
+    dims = [d if d is not None else "?" for d in t.shape]
+    return helper.make_tensor_type_proto(to_onnx_elem_type(t.dtype), dims)
 
 
 def unsupported_nodes(model: onnx.ModelProto) -> list[str]:
-    """One line per node whose op flowc has no mapping for."""
-    opset = _opset(model)
-    lines = []
-    for i, node in enumerate(model.graph.node):
-        if node.domain not in ("", "ai.onnx") or node.op_type not in ONNX_OPS:
-            domain = node.domain or "ai.onnx"
-            lines.append(f"  node '{node.name or f'#{i}'}': {domain}.{node.op_type} "
-                         f"(opset {opset})")
+    """One line per node (bodies included) whose op flowc can neither convert nor inline."""
+    functions = _Functions(model)
+    opset = _opset(model.opset_import)
+    lines: list[str] = []
+
+    def visit(nodes: Sequence[onnx.NodeProto], prefix: str) -> None:
+        for i, node in enumerate(nodes):
+            name = f"{prefix}{node.name or f'#{i}'}"
+            known = node.domain in _DEFAULT_DOMAINS and is_supported(node.op_type)
+            if not known and not functions.has_body(node, opset):
+                domain = node.domain or "ai.onnx"
+                lines.append(f"  node '{name}': {domain}.{node.op_type} (opset {opset})")
+            elif not known:
+                visit(functions.fixed_body(node, opset), f"{name}/")
+            for attr in node.attribute:
+                for g in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs:
+                    visit(g.node, f"{name}/{attr.name}/")
+
+    visit(model.graph.node, "")
     return lines
+
+
+class _Scope:
+    """One flowc graph being built from one ONNX graph: its names, and for a body the
+    outer values it reads (each becomes a body input, in first-use order)."""
+
+    def __init__(self, graph: Graph, parent: _Scope | None):
+        self.graph = graph
+        self.parent = parent
+        self.env: dict[str, Value] = {}
+        self.captures: list[Value] = []
+        self.used: set[str] = set()
+
+    def unique(self, name: str) -> str:
+        """ONNX names need not be unique across nodes and tensors; flowc's are."""
+        candidate, k = name, 1
+        while candidate in self.used:
+            candidate, k = f"{name}_{k}", k + 1
+        self.used.add(candidate)
+        return candidate
+
+    def lookup(self, name: str) -> Value | None:
+        if name in self.env:
+            return self.env[name]
+        outer = self.parent.lookup(name) if self.parent is not None else None
+        if outer is None:
+            return None
+        value = self.graph.add_input(self.unique(name), outer.type)
+        self.env[name] = value
+        self.captures.append(outer)
+        return value
+
+
+class _Importer:
+    def __init__(self, proto: onnx.ModelProto, path: str):
+        self.proto = proto
+        self.path = path
+        self.opset = _opset(proto.opset_import)
+        self.functions = _Functions(proto)
+
+    # ---- graphs -----------------------------------------------------------------------
+    def main(self) -> tuple[Graph, dict[str, Value]]:
+        onnx_graph = self.proto.graph
+        scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "main"), None)
+        initializers = {t.name: t for t in onnx_graph.initializer}
+        declared = {i.name: i for i in onnx_graph.input}
+        for info in onnx_graph.input:
+            if info.name not in initializers:
+                scope.env[info.name] = scope.graph.add_input(
+                    scope.unique(info.name), tensor_type(info, f"{self.path}: input"))
+        for name, tensor in initializers.items():
+            array = to_array(tensor, f"{self.path}: initializer '{name}'")
+            if name in declared:
+                self._check_initializer(name, array, declared[name])
+            scope.env[name] = self._constant(scope, array, name)
+        self._nodes(onnx_graph.node, scope, {}, "")
+        return self._outputs(onnx_graph, scope), scope.env
+
+    def _check_initializer(self, name: str, array: np.ndarray, info: onnx.ValueInfoProto):
+        want = tensor_type(info, f"{self.path}: input")
+        got = TensorType(dtype(array.dtype), array.shape)
+        if want.dtype != got.dtype or want.rank != got.rank or any(
+                isinstance(d, int) and d != a for d, a in zip(want.shape, got.shape,
+                                                              strict=True)):
+            raise OnnxImportError(f"{self.path}: initializer '{name}' is {got} but the graph "
+                                  f"declares it as {want}")
+
+    def _outputs(self, onnx_graph: onnx.GraphProto, scope: _Scope) -> Graph:
+        for info in onnx_graph.output:
+            value = scope.lookup(info.name)
+            if value is None:
+                raise OnnxImportError(f"{self.path}: graph output '{info.name}' is not "
+                                      "produced")
+            scope.graph.add_output(info.name, value)
+        return scope.graph
+
+    def body(self, parent: _Scope, onnx_graph: onnx.GraphProto,
+             formal: Sequence[TensorType]) -> tuple[Graph, list[Value]]:
+        """A closed flowc body for an If/Loop graph attribute, and the outer values it reads
+        (its trailing inputs). `formal` types the body's declared inputs where ONNX leaves
+        their shape out."""
+        scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "body"), parent)
+        if len(onnx_graph.input) != len(formal):
+            raise OnnxImportError(f"{self.path}: body '{onnx_graph.name}' declares "
+                                  f"{len(onnx_graph.input)} inputs, expected {len(formal)}")
+        for info, fallback in zip(onnx_graph.input, formal, strict=True):
+            t = self._body_input_type(info, fallback)
+            scope.env[info.name] = scope.graph.add_input(scope.unique(info.name), t)
+        self._nodes(onnx_graph.node, scope, {}, "")
+        for t in onnx_graph.initializer:
+            scope.env.setdefault(t.name, self._constant(scope, to_array(t, t.name), t.name))
+        return self._outputs(onnx_graph, scope), scope.captures
+
+    def _body_input_type(self, info: onnx.ValueInfoProto, operand: TensorType) -> TensorType:
+        """A body input's declared type; where ONNX leaves the shape out, any shape of the
+        operand's rank (a loop-carried value may change shape between iterations)."""
+        declared = info.type.tensor_type
+        if declared.elem_type and declared.HasField("shape"):
+            return tensor_type(info, f"{self.path}: body input")
+        return TensorType(operand.dtype, (None,) * operand.rank)
+
+    # ---- nodes ------------------------------------------------------------------------
+    def _constant(self, scope: _Scope, array: np.ndarray, name: str | None = None) -> Value:
+        node = make_node("constant", [], {"value": Tensor(array)},
+                         name=scope.unique(name or "Constant"), loc=self.path)
+        return scope.graph.append(node).out()
+
+    def _nodes(self, nodes: Sequence[onnx.NodeProto], scope: _Scope,
+               refs: dict[str, onnx.AttributeProto], prefix: str) -> None:
+        for i, onnx_node in enumerate(nodes):
+            self._node(onnx_node, i, scope, refs, prefix)
+
+    def _node(self, onnx_node: onnx.NodeProto, i: int, scope: _Scope,
+              refs: dict[str, onnx.AttributeProto], prefix: str) -> None:
+        onnx_node = resolve_refs(onnx_node, refs)
+        base = f"{prefix}{onnx_node.name or f'{onnx_node.op_type}_{i}'}"
+        where = f"{self.path}: node '{base}' ({onnx_node.op_type})"
+        inputs: list[Value | None] = []
+        for n in onnx_node.input:
+            value = scope.lookup(n) if n else None
+            if n and value is None:
+                raise OnnxImportError(f"{where}: input '{n}' is not produced by any node")
+            inputs.append(value)
+        while inputs and inputs[-1] is None:
+            inputs.pop()
+        known = onnx_node.domain in _DEFAULT_DOMAINS and is_supported(onnx_node.op_type)
+        if not known and not self.functions.has_body(onnx_node, self.opset):
+            # only a function body's own nodes get here: the model's were checked up front
+            domain = onnx_node.domain or "ai.onnx"
+            raise _unsupported(self.path, [f"  node '{base}': {domain}.{onnx_node.op_type} "
+                                           f"(opset {self.opset})"])
+        if not known:
+            results = self._inline(onnx_node, inputs, scope, base, where)
+        else:
+            ctx = NodeContext(
+                onnx_node, inputs, node_attrs(onnx_node, where), where,
+                emit=lambda op, operands, attrs: self._emit(scope, op, operands, attrs, base,
+                                                            where),
+                constant=lambda array: self._constant(scope, array, f"{base}/const"),
+                body=lambda g, formal: self.body(scope, g, formal))
+            try:
+                results = CONVERTERS.get(onnx_node.op_type, convert_default)(ctx)
+            except OnnxImportError:
+                raise
+            except (FlowcError, TypeError, ValueError) as exc:
+                raise OnnxImportError(f"{where}: {exc}") from None
+        outputs = list(onnx_node.output)
+        if any(outputs[len(results):]):
+            raise OnnxImportError(f"{where}: flowc computes {len(results)} of its "
+                                  f"{len(outputs)} outputs")
+        for name, value in zip(outputs, results, strict=False):
+            if name:
+                scope.env[name] = value
+
+    def _emit(self, scope: _Scope, op: str, operands: Sequence[Value | None],
+              attrs: dict[str, Any], base: str, where: str) -> Sequence[Value]:
+        try:
+            node = make_node(op, operands, attrs, name=scope.unique(base), loc=self.path)
+        except FlowcError as exc:
+            raise OnnxImportError(f"{where}: {exc}") from None
+        try:
+            folded = fold_shape_arithmetic(node)
+        except Exception as exc:  # a kernel's own error, on known values
+            raise OnnxImportError(f"{where}: {type(exc).__name__}: {exc}") from None
+        if folded is not None:
+            return [self._constant(scope, array, node.name) for array in folded]
+        return scope.graph.append(node).outputs
+
+    def _inline(self, onnx_node: onnx.NodeProto, inputs: list[Value | None], scope: _Scope,
+                base: str, where: str) -> list[Value]:
+        """Convert a function op through its body, in the caller's graph."""
+        types = [None if v is None else v.type for v in inputs]
+        try:
+            function, defaults = self.functions.body(onnx_node, self.opset, types)
+        except Exception as exc:  # onnx's function builders raise what they like
+            raise OnnxImportError(f"{where}: cannot expand its function body: {exc}") from None
+        call_refs = {**defaults, **{a.name: a for a in onnx_node.attribute}}
+        inner = _Scope(scope.graph, None)
+        inner.used = scope.used
+        for formal, value in zip(function.input, inputs, strict=False):
+            if value is not None:
+                inner.env[formal] = value
+        self._nodes(function.node, inner, call_refs, f"{base}/")
+        results: list[Value | None] = []
+        for formal, actual in zip(function.output, onnx_node.output, strict=False):
+            value = inner.env.get(formal)
+            if value is None and actual:
+                raise OnnxImportError(f"{where}: its function body does not produce "
+                                      f"'{formal}'")
+            results.append(value)
+        return results
+
+
+def _unsupported(path: str, missing: list[str]) -> OnnxImportError:
+    return OnnxImportError(f"{path}: {len(missing)} node(s) use ops flowc does not support:\n"
+                           + "\n".join(missing))
 
 
 def import_onnx(model: str | os.PathLike | onnx.ModelProto) -> Graph:
     """The flowc graph of an ONNX model (see the module docstring)."""
+    return import_onnx_with_values(model)[0]
+
+
+def import_onnx_with_values(model: str | os.PathLike | onnx.ModelProto
+                            ) -> tuple[Graph, dict[str, Value]]:
+    """`import_onnx`, and the flowc value of each named tensor of the model's main graph
+    (for mapping ONNX names onto the IR, as the shape-inference comparison does)."""
     proto, path = _load(model)
-    opset = _opset(proto)
-    if opset < MIN_OPSET:
-        raise OnnxImportError(f"{path}: opset {opset} is older than {MIN_OPSET}; convert it with "
-                           "onnx.version_converter first")
+    proto = _upgrade(proto, path)
     missing = unsupported_nodes(proto)
     if missing:
-        raise OnnxImportError(f"{path}: {len(missing)} node(s) use ops flowc does not support:\n"
-                           + "\n".join(missing))
-    onnx_graph = proto.graph
-    graph = Graph(onnx_graph.name.replace(" ", "_") or "main")
-    used: set[str] = set()
-
-    def unique(name: str) -> str:
-        """ONNX names need not be unique across nodes and tensors; flowc's are."""
-        candidate, k = name, 1
-        while candidate in used:
-            candidate, k = f"{name}_{k}", k + 1
-        used.add(candidate)
-        return candidate
-
-    env: dict[str, Value] = {}
-    initializers = {t.name: t for t in onnx_graph.initializer}
-    for info in onnx_graph.input:
-        if info.name not in initializers:
-            env[info.name] = graph.add_input(unique(info.name), _tensor_type(info, path))
-    declared = {i.name: i for i in onnx_graph.input}
-    for name, tensor in initializers.items():
-        array = numpy_helper.to_array(tensor)
-        if name in declared:
-            want = _tensor_type(declared[name], path)
-            got = TensorType(dtype(array.dtype), array.shape)
-            if want.dtype != got.dtype or want.rank != got.rank or any(
-                    isinstance(d, int) and d != a for d, a in zip(want.shape, got.shape,
-                                                                  strict=True)):
-                raise OnnxImportError(f"{path}: initializer '{name}' is {got} but the graph "
-                                   f"declares it as {want}")
-        node = make_node("constant", [], {"value": Tensor(array)}, name=unique(name), loc=path)
-        env[name] = graph.append(node).out()
-    for i, onnx_node in enumerate(onnx_graph.node):
-        node_name = unique(onnx_node.name or f"{onnx_node.op_type}_{i}")
-        where = f"{path}: node '{node_name}' ({onnx_node.op_type})"
-        try:
-            inputs = [env[n] if n else None for n in onnx_node.input]
-        except KeyError as exc:
-            raise OnnxImportError(f"{where}: input {exc} is not produced by any node") from None
-        while inputs and inputs[-1] is None:
-            inputs.pop()
-        try:
-            node = make_node(ONNX_OPS[onnx_node.op_type].name, inputs,
-                             _convert_attrs(onnx_node), name=node_name, loc=path)
-        except FlowcError as exc:
-            raise OnnxImportError(f"{where}: {exc}") from None
-        except (TypeError, ValueError) as exc:
-            raise OnnxImportError(f"{where}: {exc}") from None
-        graph.append(node)
-        outputs = list(onnx_node.output)
-        if len(outputs) > len(node.types) and any(outputs[len(node.types):]):
-            raise OnnxImportError(f"{where}: flowc computes {len(node.types)} of its "
-                               f"{len(outputs)} outputs")
-        for name, value in zip(outputs, node.outputs, strict=False):
-            if name:
-                env[name] = value
-    for info in onnx_graph.output:
-        if info.name not in env:
-            raise OnnxImportError(f"{path}: graph output '{info.name}' is not produced")
-        graph.add_output(info.name, env[info.name])
+        raise _unsupported(path, missing)
+    graph, values = _Importer(proto, path).main()
     verify(graph)
-    return graph
+    return graph, values

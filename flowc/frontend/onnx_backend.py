@@ -1,14 +1,18 @@
 """An `onnx.backend.base.Backend` for flowc, so ONNX's own test runner drives it.
 
-`prepare(model)` imports the model (errors are the importer's); `BackendRep.run(inputs)`
-runs it. The only engine today is the reference interpreter (`device="CPU"`); the compiled
-CPU path becomes the default once codegen exists (issue [4]), with the interpreter kept on
-request (`device="CPU:interpret"`).
+`prepare(model, device)` imports the model (errors are the importer's) and hands the graph
+to the engine registered for `device` in `ENGINES`; `BackendRep.run(inputs)` runs it.
+
+`ENGINES` maps a device name to a factory `engine(graph) -> run(feeds) -> {output: array}`:
+the factory does any per-model work once (the compiled CPU path compiles there), and `run`
+is called per input set. Today every device runs the reference interpreter; the compiled
+CPU path (issue [4]) registers itself as "CPU" when it lands, and "CPU:interpret" keeps
+the interpreter on request.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,12 +23,25 @@ from flowc.frontend.onnx import import_onnx
 from flowc.ir import Graph
 from flowc.ir.interpret import interpret
 
-DEVICES = ("CPU", "CPU:interpret")
+Run = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
+Engine = Callable[[Graph], Run]
+
+
+def interpreter_engine(graph: Graph) -> Run:
+    """The reference interpreter: nothing to prepare; each run interprets the graph."""
+    return lambda feeds: interpret(graph, feeds)
+
+
+ENGINES: dict[str, Engine] = {
+    "CPU": interpreter_engine,
+    "CPU:interpret": interpreter_engine,
+}
 
 
 class FlowcRep(BackendRep):
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, run: Run):
         self.graph = graph
+        self._run = run
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
         if isinstance(inputs, dict):
@@ -32,7 +49,7 @@ class FlowcRep(BackendRep):
         else:
             arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             feeds = {n.name: a for n, a in zip(self.graph.inputs, arrays, strict=False)}
-        results = interpret(self.graph, feeds)
+        results = self._run(feeds)
         return tuple(results[name] for name, _ in self.graph.outputs)
 
 
@@ -40,8 +57,9 @@ class FlowcBackend(Backend):
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> FlowcRep:
         if not cls.supports_device(device):
-            raise ValueError(f"flowc's ONNX backend runs on {', '.join(DEVICES)}, not {device}")
-        return FlowcRep(import_onnx(model))
+            raise ValueError(f"flowc's ONNX backend runs on {', '.join(ENGINES)}, not {device}")
+        graph = import_onnx(model)
+        return FlowcRep(graph, ENGINES[device](graph))
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Sequence[np.ndarray],
@@ -50,7 +68,7 @@ class FlowcBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        return device in DEVICES
+        return device in ENGINES
 
 
 prepare = FlowcBackend.prepare

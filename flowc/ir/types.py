@@ -2,8 +2,14 @@
 
 Contract:
 - A `DType` is one of a fixed set (`DTYPES`), named in text by its short name (`f32`,
-  `bf16`, `i64`, `bool` ...) and mapped one-to-one onto a numpy dtype (bfloat16 via
-  ml_dtypes).
+  `bf16`, `i64`, `bool` ...) and mapped one-to-one onto a numpy dtype (bfloat16 and the
+  narrow types via ml_dtypes).
+- Narrow types (`f8E4M3FN`, `f8E4M3FNUZ`, `f8E5M2`, `f8E5M2FNUZ`, `f8E8M0FNU`, `f4E2M1FN`,
+  `i4`, `u4`, `i2`, `u2`) hold one element per byte of storage, as ml_dtypes does:
+  `bits` is the width of the value, `itemsize` the bytes one element occupies. They are
+  storage and cast types (`DType.narrow`); only the interpreter computes on them.
+- String tensors are not a flowc dtype: no registry op computes on them, they have no fixed
+  element size for an arena, and C callers would need an ownership convention.
 - A dimension is an `int` >= 0 (static), a `str` naming a symbolic dim bound at run time
   (for example a batch dim `N`), or `None` for a dim that no rule can name (printed `?`).
 - `TensorType(dtype, shape)` is immutable and hashable; rank 0 is `shape == ()`.
@@ -34,6 +40,16 @@ class DType:
     @property
     def np(self) -> np.dtype:
         return _NUMPY[self.name]
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes one element occupies in memory (narrow types take a whole byte)."""
+        return self.np.itemsize
+
+    @property
+    def narrow(self) -> bool:
+        """Whether this is one of the sub-byte or 8-bit float types (see the contract)."""
+        return self.name in NARROW
 
     @property
     def is_float(self) -> bool:
@@ -68,13 +84,25 @@ _TABLE = [
     ("bf16", "bfloat16", "float", 16),
     ("f32", "float32", "float", 32),
     ("f64", "float64", "float", 64),
+    ("f8E4M3FN", "float8_e4m3fn", "float", 8),
+    ("f8E4M3FNUZ", "float8_e4m3fnuz", "float", 8),
+    ("f8E5M2", "float8_e5m2", "float", 8),
+    ("f8E5M2FNUZ", "float8_e5m2fnuz", "float", 8),
+    ("f8E8M0FNU", "float8_e8m0fnu", "float", 8),
+    ("f4E2M1FN", "float4_e2m1fn", "float", 4),
+    ("i4", "int4", "int", 4),
+    ("u4", "uint4", "uint", 4),
+    ("i2", "int2", "int", 2),
+    ("u2", "uint2", "uint", 2),
 ]
+NARROW = frozenset(("f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN",
+                    "i4", "u4", "i2", "u2"))
 DTYPES: dict[str, DType] = {n: DType(n, np_name, k, b) for n, np_name, k, b in _TABLE}
 _NUMPY: dict[str, np.dtype] = {
-    n: np.dtype(ml_dtypes.bfloat16) if n == "bf16" else np.dtype(np_name)
-    for n, np_name, _, _ in _TABLE
+    n: np.dtype(getattr(ml_dtypes, np_name, None) or np_name) for n, np_name, _, _ in _TABLE
 }
 _FROM_NUMPY: dict[np.dtype, DType] = {_NUMPY[n]: d for n, d in DTYPES.items()}
+_ML_NAMES = frozenset(np_name for _, np_name, _, _ in _TABLE if hasattr(ml_dtypes, np_name))
 
 bool_ = DTYPES["bool"]
 i8, i16, i32, i64 = (DTYPES[n] for n in ("i8", "i16", "i32", "i64"))
@@ -89,7 +117,7 @@ def dtype(value: DType | str | np.dtype | type) -> DType:
     if isinstance(value, str) and value in DTYPES:
         return DTYPES[value]
     try:
-        npd = np.dtype(ml_dtypes.bfloat16) if value == "bfloat16" else np.dtype(value)
+        npd = np.dtype(getattr(ml_dtypes, value) if value in _ML_NAMES else value)
     except TypeError as exc:
         raise TypeError(f"not a dtype: {value!r}") from exc
     if npd not in _FROM_NUMPY:

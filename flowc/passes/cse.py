@@ -1,14 +1,18 @@
 """`cse`: common subexpression elimination.
 
-Requires: a well-formed graph. Guarantees: of any set of PURE, non-STATEFUL nodes with
-equal `Node.key()` (same op, operands, attributes, result types, control dependencies and
-device), only the first in graph order is kept and every use of the others (operands,
-control dependencies, graph outputs) refers to it. Merging cascades: nodes that become
-equal because their operands were merged are merged too. STATEFUL nodes (`variable`,
-`read_variable`, `assign`, `send`, `recv`) are never merged: two reads of one variable may
-see different values. Attributes holding nested bodies compare by identity, so two `if`
-nodes merge only when they share the same body objects. A merged-away node's name is gone:
-feeds and fetches by that name must use the kept node's name.
+Requires: a well-formed graph. Guarantees: of any set of pure nodes (`rewrite.is_pure`:
+PURE, not STATEFUL, bodies pure) with equal keys — same op, operands, attributes, result
+types, control dependencies and device — only the first in graph order is kept and every
+use of the others (operands, control dependencies, graph outputs) refers to it. The operands
+of COMMUTATIVE ops are compared as a multiset (`add %x, %y` equals `add %y, %x`); the kept
+node keeps its own operand order. Nested bodies are first CSE'd inside (a body is its own
+scope: bodies are closed), then compared by structure, ignoring node names and locations,
+so two `if`s with equal bodies merge. Merging cascades: nodes that become equal because
+their operands were merged are merged too. STATEFUL nodes (`variable`, `read_variable`,
+`assign`, `send`, `recv`) and ops without PURE (random ones) are never merged: two reads of
+one variable may see different values. A merged-away node's name is gone: feeds and
+fetches by that name must use the kept node's name. One walk over the graph, a dictionary
+lookup per node: linear in graph size.
 """
 
 from __future__ import annotations
@@ -16,14 +20,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from flowc.ir.attrs import Attrs
 from flowc.ir.graph import Graph, Node, Value, rebuild
-from flowc.ir.ops import OPS, PURE, STATEFUL
+from flowc.ir.ops import COMMUTATIVE, OPS
 from flowc.passes.registry import register
+from flowc.passes.rewrite import bodies, is_pure, map_bodies
+from flowc.passes.stats import count
 
 
-def mergeable(node: Node) -> bool:
-    opdef = OPS.get(node.op)
-    return opdef is not None and opdef.has(PURE) and not opdef.has(STATEFUL)
+def structure(graph: Graph) -> tuple:
+    """A hashable key equal for graphs that compute the same thing the same way: ops,
+    wiring, attributes, types and devices, not names or locations."""
+    index: dict[Node, int] = {n: i for i, n in enumerate(graph.all_nodes())}
+    rows: list[tuple] = [tuple(n.types) for n in graph.inputs]
+    for node in graph.nodes:
+        operands = tuple(None if v is None else (index[v.node], v.index) for v in node.inputs)
+        rows.append((node.op, operands, attrs_key(node.attrs), node.types,
+                     tuple(index[c] for c in node.ctrl), node.device))
+    rows.append(tuple((index[v.node], v.index) for _, v in graph.outputs))
+    return tuple(rows)
+
+
+def attrs_key(attrs: Attrs) -> Attrs | tuple:
+    """`attrs` itself, or with nested bodies replaced by their structure."""
+    if not any(isinstance(v, Graph) for v in attrs.values()):
+        return attrs
+    return tuple((k, structure(v) if isinstance(v, Graph) else v) for k, v in attrs.items())
 
 
 @register
@@ -35,11 +57,24 @@ class CSE:
 
     def run(self, graph: Graph) -> Graph:
         seen: dict[tuple, Node] = {}
+        order: dict[Node, int] = {n: i for i, n in enumerate(graph.inputs)}
 
-        def rewrite(node: Node, _old: tuple[Value, ...]) -> Node | tuple[Value, ...] | None:
-            if not mergeable(node):
-                return None
-            kept = seen.setdefault(node.key(), node)
-            return None if kept is node else kept.outputs
+        def rank(v: Value | None) -> tuple[int, int]:
+            return (-1, 0) if v is None else (order[v.node], v.index)
+
+        def rewrite(node: Node, _old: tuple[Value, ...]) -> Node | tuple[Value, ...]:
+            node = map_bodies(node, self.run) if bodies(node) else node
+            if is_pure(node):
+                inputs = node.inputs
+                if OPS[node.op].has(COMMUTATIVE):
+                    inputs = tuple(sorted(inputs, key=rank))
+                key = (node.op, inputs, attrs_key(node.attrs), node.types, node.ctrl,
+                       node.device)
+                kept = seen.setdefault(key, node)
+                if kept is not node:
+                    count("nodes-merged")
+                    return kept.outputs
+            order[node] = len(order)
+            return node
 
         return rebuild(graph, rewrite)

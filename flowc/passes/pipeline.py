@@ -4,7 +4,8 @@ Grammar: passes separated by `,`; each is a registered pass name, optionally fol
 `{option=value,...}` where each option is one of the pass's dataclass fields and the value
 is read by the field's type (`true`/`false`, an int, a float, or a bare string). A whole
 string may also be the name of a default pipeline in `PIPELINES`. `print_pipeline` writes
-the canonical form, every option of a pass with options spelled out (as MLIR does), so
+the canonical form, every option of a pass with options spelled out (as MLIR does; a field
+with `metadata={"print_default": False}` only when it differs from its default), so
 `print_pipeline(parse_pipeline(s)) == s` for every canonical `s` and printing is a fixed
 point for any `s`. Unknown passes and options raise FlowcError listing the known ones.
 """
@@ -24,7 +25,10 @@ Pipeline = list  # a list of pass instances, run in order
 PIPELINES: dict[str, list[tuple[str, str]]] = {
     "default": [
         ("cse", "merge pure nodes computing the same thing (duplicate constants, ops)"),
-        ("prune", "drop nodes the merge, or the frontend, left unused; keep stateful ones"),
+        ("constant-fold", "compute what depends only on constants and static shapes"),
+        ("simplify", "remove identities, collapse chains, form gemm, fold batch norms"),
+        ("cse", "merge what folding and simplification made equal"),
+        ("prune", "drop nodes the rewrites, or the frontend, left unused; keep stateful ones"),
         ("fuse", "last: group what is left into kernels (fused nodes) for codegen"),
     ],
 }
@@ -101,6 +105,8 @@ def print_pipeline(passes: list[Any]) -> str:
     items = []
     for p in passes:
         fields = dataclasses.fields(p)
-        options = ",".join(f"{f.name}={_format(getattr(p, f.name))}" for f in fields)
+        options = ",".join(f"{f.name}={_format(getattr(p, f.name))}" for f in fields
+                           if f.metadata.get("print_default", True)
+                           or getattr(p, f.name) != f.default)
         items.append(f"{p.name}{{{options}}}" if options else p.name)
     return ",".join(items)

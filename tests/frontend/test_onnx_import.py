@@ -109,10 +109,34 @@ def test_shape_error_names_file_node_and_op():
     assert "contracting dims differ" in str(info.value)
 
 
-def test_old_opset_is_refused():
+def test_old_opset_is_converted():
     model = mlp_model()
     model.opset_import[0].version = 11
-    with pytest.raises(OnnxImportError, match="opset 11 is older than 13"):
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    got = interpret(import_onnx(model), {"x": x})["y"]
+    np.testing.assert_allclose(got, np.maximum(x @ W + B, 0), rtol=1e-6)
+
+
+def test_old_opset_that_cannot_be_converted_names_the_node():
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="r"),
+             helper.make_node("Pad", ["h"], ["y"], name="pad")]  # Pad-2 needs 'pads'
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+    with pytest.raises(OnnxImportError, match=r"<model>: opset 10 is older than 13 and "
+                       r"onnx.version_converter cannot convert node 'pad' \(Pad\): .*'pads'"):
+        import_onnx(model)
+
+
+def test_old_opset_with_unknown_ops_lists_them():
+    nodes = [helper.make_node("Foo", ["x"], ["h"], name="f"),
+             helper.make_node("Bar", ["h"], ["y"], name="b")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
+    with pytest.raises(OnnxImportError, match=r"2 node\(s\) use ops flowc does not support:\n"
+                       r"  node 'f': ai.onnx.Foo \(opset 11\)\n  node 'b': ai.onnx.Bar"):
         import_onnx(model)
 
 
@@ -121,3 +145,14 @@ def test_wrong_input_dtype_at_run_time():
     with pytest.raises(InterpretError, match="feed 'x': expected dtype f32 \\(float32\\), "
                        "found int64"):
         interpret(g, {"x": np.ones((2, 4), np.int64)})
+
+
+def test_backend_devices_and_unknown_device():
+    from flowc.frontend.onnx_backend import FlowcBackend
+
+    x = RNG.standard_normal((2, 4)).astype(np.float32)
+    y, = FlowcBackend.run_model(mlp_model(), [x], device="CPU:interpret")
+    np.testing.assert_allclose(y, np.maximum(x @ W + B, 0), rtol=1e-6)
+    with pytest.raises(ValueError, match="flowc's ONNX backend runs on CPU, CPU:interpret, "
+                       "not CUDA"):
+        FlowcBackend.prepare(mlp_model(), device="CUDA")

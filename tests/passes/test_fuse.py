@@ -123,9 +123,8 @@ def test_zoo_models_after_the_default_pipeline_give_the_interpreters_results(nam
     model = static_model(name, batch=2)
     graph = import_onnx(model)
     out = PassManager(parse_pipeline("default")).run(graph)
-    if name != "cnn":  # the cnn's conv -> batch_normalization -> relu has no epilogue yet
-        assert any(n.op == "fused" for n in out.nodes), print_graph(out)
-        assert len(out.nodes) < len(graph.nodes)
+    assert any(n.op == "fused" for n in out.nodes), print_graph(out)
+    assert len(out.nodes) < len(graph.nodes)
     feeds = zoo.sample_input(model, batch=2, seed=3)
     want, got = interpret(graph, feeds), interpret(out, feeds)
     for key in want:

@@ -15,7 +15,7 @@ import numpy as np
 
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.ops.rules import require_dtype, same_dtype
-from flowc.ir.types import Dim, TensorType
+from flowc.ir.types import Dim, TensorType, i64
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 _LETTERS = "xyzuvw"
@@ -340,7 +340,7 @@ define("conv_transpose", ("X", "W", "B?"), _convt_infer, _convt_kernel, onnx="Co
 # --- pooling ----------------------------------------------------------------------------
 
 
-def _pool_infer(ctx: InferContext) -> TensorType:
+def _pool_infer(ctx: InferContext) -> TensorType | tuple[TensorType, ...]:
     x = _x_type(ctx, ints=ctx.op == "max_pool")  # ONNX MaxPool takes i8/u8 too
     n = x.rank - 2
     if ctx.attrs.get("kernel_shape") is None:
@@ -350,17 +350,37 @@ def _pool_infer(ctx: InferContext) -> TensorType:
     ceil = bool(ctx.attrs["ceil_mode"])
     if ceil and ctx.attrs["auto_pad"] != "NOTSET":
         ctx.fail(f"ceil_mode cannot be used with auto_pad {ctx.attrs['auto_pad']}")
-    return TensorType(x.dtype, (*x.shape[:2], *_spatial_out(ctx, x.shape[2:], kernel, ceil)))
+    y = TensorType(x.dtype, (*x.shape[:2], *_spatial_out(ctx, x.shape[2:], kernel, ceil)))
+    count = ctx.attrs.get("num_outputs", 1)
+    if count not in (1, 2):
+        ctx.fail(f"num_outputs must be 1 (Y) or 2 (Y, Indices), found {count}")
+    return (y, y.with_dtype(i64)) if count == 2 else y
 
 
-def _max_pool_kernel(ctx: KernelContext, x: np.ndarray) -> np.ndarray:
+def _max_pool_kernel(ctx: KernelContext, x: np.ndarray):
     kernel = list(ctx.attrs["kernel_shape"])
     strides, dilations, _, full, out = _geometry(ctx.attrs, x, kernel, bool(ctx.attrs[
         "ceil_mode"]))
     low = np.iinfo(x.dtype).min if np.issubdtype(x.dtype, np.integer) else -np.inf
     xp = np.pad(x, ((0, 0), (0, 0), *full), constant_values=low)
     win = _windows(xp, kernel, strides, dilations, out)
-    return win.max(axis=tuple(range(-len(kernel), 0))).astype(x.dtype, copy=False)
+    axes = tuple(range(-len(kernel), 0))
+    y = win.max(axis=axes).astype(x.dtype, copy=False)
+    if ctx.attrs["num_outputs"] == 1:
+        return y
+    # Indices: the flat index of each maximum in X (spatial dims in column-major order when
+    # storage_order=1), the first maximum of a window when there are several
+    spatial = x.shape[2:]
+    order = "F" if ctx.attrs["storage_order"] else "C"
+    flat = np.arange(int(np.prod(spatial))).reshape(spatial, order=order)
+    index = np.arange(x.shape[0] * x.shape[1])[:, None] * flat.size
+    index = index.reshape(*x.shape[:2], *[1] * len(spatial)) + flat
+    ip = np.pad(index, ((0, 0), (0, 0), *full), constant_values=-1)
+    iwin = _windows(ip, kernel, strides, dilations, out)
+    flat_win = win.reshape(*win.shape[:-len(kernel)], -1)
+    best = np.argmax(flat_win, axis=-1)[..., None]
+    indices = np.take_along_axis(iwin.reshape(flat_win.shape), best, axis=-1)[..., 0]
+    return y, indices.astype(np.int64)
 
 
 def _avg_pool_kernel(ctx: KernelContext, x: np.ndarray) -> np.ndarray:
@@ -384,8 +404,9 @@ def _avg_pool_kernel(ctx: KernelContext, x: np.ndarray) -> np.ndarray:
 
 _CEIL = AttrSpec("ceil_mode", "int", 0)
 define("max_pool", ("X",), _pool_infer, _max_pool_kernel, onnx="MaxPool",
-       attrs=[*_window_attrs(), _CEIL, AttrSpec("storage_order", "int", 0)],
-       doc="ONNX MaxPool, Y only (no Indices result).")
+       attrs=[*_window_attrs(), _CEIL, AttrSpec("storage_order", "int", 0),
+              AttrSpec("num_outputs", "int", 1)],
+       doc="ONNX MaxPool; num_outputs=2 adds Indices (i64 flat indices into X).")
 define("average_pool", ("X",), _pool_infer, _avg_pool_kernel, onnx="AveragePool",
        attrs=[*_window_attrs(), _CEIL, AttrSpec("count_include_pad", "int", 0)],
        doc="ONNX AveragePool; count_include_pad counts explicit pads, never ceil-mode ones.")

@@ -1,13 +1,15 @@
 """Elementwise ops: arithmetic, comparison, logic, activations, casts. ONNX semantics.
 
 Kernels return arrays of the result dtype the rule promises (numpy may promote otherwise).
-Float kernels compute f16 and bf16 in f32 and round back (numpy has few ufuncs for bf16).
+Float kernels compute floats narrower than f32 (f16, bf16, the f8/f4 types) in f32 and
+round back (numpy has few ufuncs for them).
 """
 
 from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 
 from flowc.ir.ops.registry import (
@@ -29,7 +31,7 @@ from flowc.ir.ops.rules import (
     require_dtype,
     same_dtype,
 )
-from flowc.ir.types import DType, TensorType, bf16, bool_, dtype, f16
+from flowc.ir.types import DTYPES, DType, TensorType, bool_, dtype
 
 EW = (PURE, ELEMENTWISE)
 EWC = (PURE, ELEMENTWISE, COMMUTATIVE)
@@ -44,9 +46,13 @@ def _typed(fn):
     return kernel
 
 
+_NARROW_FLOATS = frozenset(d.np for d in DTYPES.values() if d.is_float and d.bits < 32)
+
+
 def _wide(x: np.ndarray) -> np.ndarray:
-    """`x` itself, or as f32 when it is a 16-bit float (computed in f32, rounded back)."""
-    return x.astype(np.float32) if x.dtype in (f16.np, bf16.np) else x
+    """`x` itself, or as f32 when it is a float narrower than 32 bits (computed in f32,
+    rounded back)."""
+    return x.astype(np.float32) if x.dtype in _NARROW_FLOATS else x
 
 
 def _float_typed(fn):
@@ -155,6 +161,8 @@ def _cast_rule(ctx: InferContext) -> TensorType:
         target = to if isinstance(to, DType) else dtype(to)
     except TypeError as exc:
         ctx.fail(f"attribute to: {exc}")
+    if ctx.attrs["round_mode"] not in ("up", "down", "nearest"):
+        ctx.fail(f"round_mode must be up, down or nearest, found '{ctx.attrs['round_mode']}'")
     return TensorType(target, ctx.tensor(0).shape)
 
 
@@ -207,11 +215,41 @@ def _sigmoid(x):
     return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
+_SATURATING = frozenset(("f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ"))
+
+
 def _cast(ctx, x):
-    target = ctx.types[0].dtype.np
+    target = ctx.types[0].dtype
     # float -> int truncates toward zero (numpy's astype does, as does onnxruntime);
-    # 16-bit floats go through f32 so every target is reachable.
-    return _wide(np.asarray(x)).astype(target)
+    # narrow floats go through f32 so every target is reachable.
+    x = _wide(np.asarray(x))
+    if target.name == "f8E8M0FNU":
+        return _to_e8m0(x, bool(ctx.attrs["saturate"]), ctx.attrs["round_mode"])
+    if target.name in _SATURATING and ctx.attrs["saturate"]:
+        info = ml_dtypes.finfo(target.np)
+        x = np.clip(x.astype(np.float32), float(info.min), float(info.max))
+    return x.astype(target.np)
+
+
+def _to_e8m0(x: np.ndarray, saturate: bool, round_mode: str) -> np.ndarray:
+    """ONNX Cast to FLOAT8E8M0 (a bare 8-bit exponent, bias 127): the f32 exponent, rounded
+    by `round_mode` on the f32 mantissa; f32 inf/NaN give NaN (0xFF). With `saturate`,
+    rounding never carries past the largest finite exponent (254)."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32)
+    exponent = ((bits >> 23) & 0xFF).astype(np.uint16)
+    mantissa = bits & 0x7FFFFF
+    special = exponent == 0xFF
+    if round_mode == "up":
+        carry = mantissa > 0
+    elif round_mode == "nearest":
+        # half a unit or more rounds up, except an exact half on the zero exponent
+        carry = (mantissa > 0x400000) | ((mantissa == 0x400000) & (exponent > 0))
+    else:  # "down" (the type rule admits only these three)
+        carry = np.zeros(bits.shape, dtype=bool)
+    if saturate:
+        carry &= exponent != 0xFE
+    exponent = np.where(special, 0xFF, exponent + carry)
+    return exponent.astype(np.uint8).view(ml_dtypes.float8_e8m0fnu)
 
 
 def _mod(attrs, a, b):
@@ -282,8 +320,11 @@ define("clip", ("x", "min?", "max?"), _clip_rule, _typed(_clip), onnx="Clip", tr
        doc="ONNX Clip-13: absent bounds do not clip; min > max yields max.")
 define("isnan", ("x",), _isnan_rule, _typed(np.isnan), onnx="IsNaN", traits=EW)
 define("cast", ("x",), _cast_rule, _cast, onnx="Cast", traits=EW,
-       attrs=[AttrSpec("to", "dtype")],
-       doc="ONNX Cast: float -> int truncates toward zero; nonzero -> true for bool.")
+       attrs=[AttrSpec("to", "dtype"), AttrSpec("saturate", "int", 1),
+              AttrSpec("round_mode", "str", "up")],
+       doc="ONNX Cast-25: float -> int truncates toward zero; nonzero -> true for bool; "
+           "`saturate` clips to the finite range of the float8 types; `round_mode` (up, "
+           "down, nearest) rounds casts to f8E8M0FNU.")
 
 define("where", ("cond", "x", "y"), _where_rule,
        _typed(lambda c, x, y: np.where(c, x, y)), onnx="Where", traits=EW)

@@ -9,7 +9,7 @@ import numpy as np
 
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.ops.rules import broadcast_shapes, normalize_axis, require_dtype, same_dtype
-from flowc.ir.types import TensorType
+from flowc.ir.types import TensorType, f32
 
 
 def _matmul_infer(ctx: InferContext) -> TensorType:
@@ -99,37 +99,50 @@ def _float_x(ctx: InferContext, min_rank: int = 0) -> TensorType:
     return x
 
 
-def _batch_norm_infer(ctx: InferContext) -> TensorType:
+def _batch_norm_infer(ctx: InferContext) -> TensorType | tuple[TensorType, ...]:
     x = _float_x(ctx, 2)
     same_dtype(ctx)
-    if ctx.attrs["training_mode"]:
-        ctx.fail("only the inference form (training_mode=0) is supported")
     c = x.shape[1]
     for i, name in enumerate(("scale", "B", "input_mean", "input_var"), start=1):
         t = ctx.tensor(i)
         if t.rank != 1 or (isinstance(c, int) and isinstance(t.shape[0], int)
                            and t.shape[0] != c):
             ctx.fail(f"{name} must be [{c}] (one value per channel of X {x}), found {t}")
+    if ctx.attrs["training_mode"]:
+        return x, ctx.tensor(3), ctx.tensor(4)
     return x
 
 
-def _batch_norm_kernel(ctx: KernelContext, x, scale, b, mean, var) -> np.ndarray:
+def _batch_norm_kernel(ctx: KernelContext, x, scale, b, mean, var):
     shape = (-1, *([1] * (x.ndim - 2)))
     acc = _acc(x.dtype)
+    training = bool(ctx.attrs["training_mode"])
+    if training:  # normalize with the batch's statistics; update the running ones
+        axes = (0, *range(2, x.ndim))
+        batch_mean = x.astype(acc).mean(axis=axes)
+        batch_var = x.astype(acc).var(axis=axes)
+        m = acc.type(ctx.attrs["momentum"])
+        running_mean = mean.astype(acc) * m + batch_mean * (1 - m)
+        running_var = var.astype(acc) * m + batch_var * (1 - m)
+        mean, var = batch_mean, batch_var
     inv = scale.astype(acc) / np.sqrt(var.astype(acc) + acc.type(ctx.attrs["epsilon"]))
     y = (x.astype(acc) - mean.astype(acc).reshape(shape)) * inv.reshape(shape)
-    y = y + b.astype(acc).reshape(shape)
-    return y.astype(x.dtype, copy=False)
+    y = (y + b.astype(acc).reshape(shape)).astype(x.dtype, copy=False)
+    if training:
+        return y, running_mean.astype(x.dtype), running_var.astype(x.dtype)
+    return y
 
 
 define("batch_normalization", ("X", "scale", "B", "input_mean", "input_var"),
        _batch_norm_infer, _batch_norm_kernel, onnx="BatchNormalization",
        attrs=[AttrSpec("epsilon", "float", 1e-5), AttrSpec("momentum", "float", 0.9),
               AttrSpec("training_mode", "int", 0)],
-       doc="ONNX BatchNormalization, inference form: per-channel (dim 1) affine; Y only.")
+       doc="ONNX BatchNormalization-15: per-channel (dim 1) affine. With training_mode=1 "
+           "it normalizes with the batch's statistics and has three results: Y, "
+           "running_mean and running_var (input * momentum + batch * (1 - momentum)).")
 
 
-def _layer_norm_infer(ctx: InferContext) -> TensorType:
+def _layer_norm_infer(ctx: InferContext) -> TensorType | tuple[TensorType, ...]:
     x = _float_x(ctx, 1)
     same_dtype(ctx)
     axis = normalize_axis(ctx, ctx.attrs["axis"], x.rank)
@@ -145,27 +158,44 @@ def _layer_norm_infer(ctx: InferContext) -> TensorType:
         if not ok and (t.is_static and all(isinstance(d, int) for d in inner)):
             ctx.fail(f"{name} {t} does not broadcast to the normalized dims "
                      f"[{','.join(map(str, inner))}] of X {x} (axis={ctx.attrs['axis']})")
-    return x
+    count = ctx.attrs["num_outputs"]
+    if count not in (1, 2, 3):
+        ctx.fail(f"num_outputs must be 1, 2 or 3 (Y, Mean, InvStdDev), found {count}")
+    stats = TensorType(_stash_dtype(ctx.attrs, x), (*x.shape[:axis], *[1] * len(inner)))
+    return (x, stats, stats)[:count] if count > 1 else x
 
 
-def _layer_norm_kernel(ctx: KernelContext, x, scale, b=None) -> np.ndarray:
+def _stash_dtype(attrs, x: TensorType):
+    """Mean and InvStdDev are f32 for stash_type 1 (ONNX's FLOAT), else X's dtype."""
+    return f32 if attrs["stash_type"] == 1 else x.dtype
+
+
+def _layer_norm_kernel(ctx: KernelContext, x, scale, b=None):
     axis = ctx.attrs["axis"] % x.ndim
     axes = tuple(range(axis, x.ndim))
     acc = _acc(x.dtype)
     xa = x.astype(acc, copy=False)
     mean = xa.mean(axis=axes, keepdims=True)
     var = np.square(xa - mean).mean(axis=axes, keepdims=True)
-    y = (xa - mean) / np.sqrt(var + acc.type(ctx.attrs["epsilon"])) * scale.astype(acc)
+    inv_std = 1 / np.sqrt(var + acc.type(ctx.attrs["epsilon"]))
+    y = (xa - mean) * inv_std * scale.astype(acc)
     if b is not None:
         y = y + b.astype(acc)
-    return y.astype(x.dtype, copy=False)
+    y = y.astype(x.dtype, copy=False)
+    count = ctx.attrs["num_outputs"]
+    if count == 1:
+        return y
+    stats = ctx.types[1].dtype.np
+    return (y, mean.astype(stats), inv_std.astype(stats))[:count]
 
 
 define("layer_normalization", ("X", "Scale", "B?"), _layer_norm_infer, _layer_norm_kernel,
        onnx="LayerNormalization",
        attrs=[AttrSpec("axis", "int", -1), AttrSpec("epsilon", "float", 1e-5),
-              AttrSpec("stash_type", "int", 1)],
-       doc="ONNX LayerNormalization over dims [axis, rank); Y only. Statistics in >= f32.")
+              AttrSpec("stash_type", "int", 1), AttrSpec("num_outputs", "int", 1)],
+       doc="ONNX LayerNormalization over dims [axis, rank); statistics in >= f32. "
+           "num_outputs (1-3) selects Y, Mean, InvStdDev (Mean and InvStdDev keep the "
+           "normalized dims as 1s).")
 
 
 # --- softmax ----------------------------------------------------------------------------

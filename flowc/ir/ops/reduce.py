@@ -1,13 +1,15 @@
-"""Reductions: sum, mean, max, min, prod (ONNX-18 form, axes as an optional operand),
-argmax and argmin."""
+"""Reductions: sum, mean, max, min, prod (ONNX-18 form, axes as an optional operand; the
+importer turns the older `axes` attribute into that operand), argmax and argmin. Max and
+min take bool too (ONNX-20)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from flowc.ir.ops.registry import AttrSpec, InferContext, define
 from flowc.ir.ops.rules import const_ints, normalize_axis, require_dtype
-from flowc.ir.types import TensorType, i64
+from flowc.ir.types import TensorType, dtype, i64
 
 _REDUCE_ATTRS = [AttrSpec("keepdims", "int", 1), AttrSpec("noop_with_empty_axes", "int", 0)]
 
@@ -32,7 +34,10 @@ def _axes(ctx: InferContext, rank: int) -> tuple[int, ...] | None:
 
 def _reduce_infer(ctx: InferContext) -> TensorType:
     x = ctx.tensor(0)
-    require_dtype(ctx, 0, ("float", "int", "uint"), "numeric")
+    if ctx.op in ("reduce_max", "reduce_min"):
+        require_dtype(ctx, 0, ("float", "int", "uint", "bool"), "numeric or bool")
+    else:
+        require_dtype(ctx, 0, ("float", "int", "uint"), "numeric")
     axes = _axes(ctx, x.rank)
     keep = bool(ctx.attrs["keepdims"])
     if axes is None:
@@ -48,11 +53,15 @@ def _reduce_infer(ctx: InferContext) -> TensorType:
     return x.with_shape(tuple(shape))
 
 
-def _identity(fn, dtype: np.dtype):
-    """The identity of max/min for an empty reduction (-inf/+inf, or the integer bounds)."""
-    if dtype.kind == "f":
+def _identity(fn, np_dtype: np.dtype):
+    """The identity of max/min for an empty reduction: -inf/+inf for floats, the integer
+    bounds, False/True for bool."""
+    dt = dtype(np_dtype)
+    if dt.is_bool:
+        return np.bool_(fn is np.min)
+    if dt.is_float:
         return -np.inf if fn is np.max else np.inf
-    info = np.iinfo(dtype)
+    info = ml_dtypes.iinfo(np_dtype)
     return info.min if fn is np.max else info.max
 
 

@@ -20,7 +20,10 @@ def _reshape_infer(ctx: InferContext) -> TensorType:
     target = const_ints(ctx, 1)
     if target is None:
         n = shape_t.shape[0]
-        return TensorType(x.dtype, (None,) * n if isinstance(n, int) else ())
+        if not isinstance(n, int):
+            ctx.fail(f"shape {shape_t} has no static length: the result's rank would depend "
+                     "on run-time values")
+        return TensorType(x.dtype, (None,) * n)
     dims: list = []
     for i, d in enumerate(target):
         if d == 0 and not ctx.attrs["allowzero"]:
@@ -484,6 +487,32 @@ define("flatten", ("input",), _flatten_infer, _flatten_kernel, onnx="Flatten",
        attrs=[AttrSpec("axis", "int", 1)])
 
 
+# ---------------------------------------------------------------- gather_elements
+
+def _gather_elements_infer(ctx: InferContext) -> TensorType:
+    x, idx = ctx.tensor(0), ctx.tensor(1)
+    if not idx.dtype.is_int:
+        ctx.fail(f"indices must be integers, found {idx.dtype}")
+    if x.rank == 0 or idx.rank != x.rank:
+        ctx.fail(f"data and indices must have the same rank >= 1, found {x} and {idx}")
+    normalize_axis(ctx, ctx.attrs["axis"], x.rank)
+    return x.with_shape(idx.shape)
+
+
+def _gather_elements_kernel(ctx, x, idx):
+    axis = ctx.attrs["axis"] % x.ndim
+    n = x.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise ValueError(f"an index is out of range [-{n}, {n - 1}] for axis {axis}")
+    return np.take_along_axis(x, np.where(idx < 0, idx + n, idx).astype(np.int64), axis=axis)
+
+
+define("gather_elements", ("data", "indices"), _gather_elements_infer, _gather_elements_kernel,
+       onnx="GatherElements", attrs=[AttrSpec("axis", "int", 0)],
+       doc="ONNX GatherElements: out[i][j] = data[indices[i][j]][j] (axis 0), negative "
+           "indices counted from the end.")
+
+
 # ---------------------------------------------------------------- shape
 
 def _shape_range(rank: int, start: int, end: int | None) -> range:
@@ -605,3 +634,11 @@ def _trilu_kernel(ctx, x, k=None):
 
 define("trilu", ("input", "k?"), _trilu_infer, _trilu_kernel, onnx="Trilu",
        attrs=[AttrSpec("upper", "int", 1)])
+
+
+def _size_kernel(ctx, x):
+    return np.array(x.size, dtype=np.int64)
+
+
+define("size", ("data",), lambda ctx: TensorType(i64, ()), _size_kernel, onnx="Size",
+       doc="ONNX Size: the element count of the operand, an i64 scalar.")

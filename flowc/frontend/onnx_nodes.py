@@ -1,0 +1,159 @@
+"""The ONNX importer's per-op conversion table: ONNX node -> flowc nodes.
+
+Contract: `CONVERTERS[op_type](ctx)` converts one ONNX node and returns its result Values,
+one per ONNX output (missing trailing ones are allowed; the driver checks the node's named
+outputs against them). An op without an entry maps straight onto the registry op whose
+`OpDef.onnx` names it, attributes by name (`convert_default`). Entries exist only where
+the ONNX encoding differs from the registry's: an attribute that is an operand in newer
+opsets, an enum, an output count the registry takes as an attribute, or a body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+
+from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
+from flowc.frontend.onnx_scan import convert_scan
+from flowc.ir import Graph, TensorType, Value
+from flowc.ir.graph import INPUT_OP, Node
+from flowc.ir.ops import ONNX_OPS
+from flowc.ir.types import bool_, i64
+
+
+@dataclass
+class NodeContext:
+    """What a converter sees: the ONNX node, its operands (None where absent), its
+    attributes as flowc values, how many outputs the node names, and the driver's hooks."""
+
+    node: onnx.NodeProto
+    inputs: list[Value | None]
+    attrs: dict[str, Any]
+    where: str
+    emit: Callable[[str, Sequence[Value | None], dict[str, Any]], Sequence[Value]]
+    constant: Callable[[np.ndarray], Value]
+    body: Callable[[onnx.GraphProto, Sequence[TensorType]], tuple[Graph, list[Value]]]
+
+    @property
+    def num_outputs(self) -> int:
+        names = list(self.node.output)
+        while names and not names[-1]:
+            names.pop()
+        return len(names)
+
+    def fail(self, message: str) -> None:
+        raise OnnxImportError(f"{self.where}: {message}")
+
+
+def convert_default(ctx: NodeContext) -> Sequence[Value]:
+    return ctx.emit(ONNX_OPS[ctx.node.op_type].name, ctx.inputs, ctx.attrs)
+
+
+def _cast(ctx: NodeContext) -> Sequence[Value]:
+    ctx.attrs["to"] = onnx_dtype(ctx.attrs["to"], f"{ctx.where}: attribute 'to'")
+    return ctx.emit("cast", ctx.inputs, ctx.attrs)
+
+
+def _cast_like(ctx: NodeContext) -> Sequence[Value]:
+    x, like = ctx.inputs
+    return ctx.emit("cast", [x], {**ctx.attrs, "to": like.type.dtype})
+
+
+_CONSTANT_FORMS = {"value_float": np.float32, "value_floats": np.float32,
+                   "value_int": np.int64, "value_ints": np.int64}
+
+
+def _constant(ctx: NodeContext) -> Sequence[Value]:
+    if len(ctx.attrs) != 1:
+        ctx.fail(f"expected one value attribute, found {sorted(ctx.attrs)}")
+    (key, value), = ctx.attrs.items()
+    if key not in ("value", *_CONSTANT_FORMS):
+        ctx.fail(f"attribute '{key}' is not imported (value, value_float(s), value_int(s) are)")
+    return [ctx.constant(np.asarray(value, dtype=_CONSTANT_FORMS.get(key)))]
+
+
+def _constant_of_shape(ctx: NodeContext) -> Sequence[Value]:
+    if "value" in ctx.attrs:
+        ctx.attrs["value"] = np.asarray(ctx.attrs["value"])
+    return convert_default(ctx)
+
+
+def _reduce(ctx: NodeContext) -> Sequence[Value]:
+    """Reduce ops before opset 18 (ReduceSum before 13) take `axes` as an attribute."""
+    if "axes" in ctx.attrs:
+        axes = ctx.constant(np.asarray(ctx.attrs.pop("axes"), dtype=np.int64))
+        ctx.inputs = [ctx.inputs[0], axes]
+    return convert_default(ctx)
+
+
+def _split(ctx: NodeContext) -> Sequence[Value]:
+    """Split before opset 18 has no num_outputs: equal parts, one per named output."""
+    if (len(ctx.inputs) < 2 or ctx.inputs[1] is None) and "num_outputs" not in ctx.attrs:
+        ctx.attrs["num_outputs"] = len(ctx.node.output)
+    return convert_default(ctx)
+
+
+def _with_output_count(ctx: NodeContext) -> Sequence[Value]:
+    """Ops whose optional extra outputs the registry computes when `num_outputs` asks."""
+    ctx.attrs["num_outputs"] = max(ctx.num_outputs, 1)
+    return convert_default(ctx)
+
+
+def _if(ctx: NodeContext) -> Sequence[Value]:
+    """ONNX If bodies read outer values implicitly; flowc bodies are closed, so every value
+    either branch reads becomes an operand, and both branches take all of them."""
+    then_body, then_caps = ctx.body(ctx.attrs["then_branch"], [])
+    else_body, else_caps = ctx.body(ctx.attrs["else_branch"], [])
+    operands = list(dict.fromkeys([*then_caps, *else_caps]))
+    for body, caps in ((then_body, then_caps), (else_body, else_caps)):
+        by_value = dict(zip(caps, body.inputs, strict=True))
+        inputs: list[Node] = []
+        for v in operands:
+            inputs.append(by_value.get(v) or _unused_input(body, inputs, v))
+        body.inputs = inputs
+    return ctx.emit("if", [ctx.inputs[0], *operands],
+                    {"then_branch": then_body, "else_branch": else_body})
+
+
+def _unused_input(body: Graph, new_inputs: list[Node], value: Value) -> Node:
+    """A body input for an operand this body does not read (both branches take all)."""
+    taken = {n.name for n in [*body.all_nodes(), *new_inputs]}
+    name, k = "unused", 0
+    while name in taken:
+        name, k = f"unused_{k}", k + 1
+    return Node(INPUT_OP, (), None, (value.type,), name=name)
+
+
+def _loop(ctx: NodeContext) -> Sequence[Value]:
+    """ONNX Loop: body (iteration, cond, carried...) -> (cond, carried..., scans...); the
+    values the body reads from outside become trailing operands (`captures`)."""
+    m, cond, *carried = ctx.inputs + [None] * (2 - len(ctx.inputs))
+    formal = [TensorType(i64, ()), TensorType(bool_, ())] + [v.type for v in carried]
+    body, captures = ctx.body(ctx.attrs["body"], formal)
+    return ctx.emit("loop", [m, cond, *carried, *captures],
+                    {"body": body, "captures": len(captures)})
+
+
+CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
+    "Cast": _cast,
+    "CastLike": _cast_like,
+    "Constant": _constant,
+    "ConstantOfShape": _constant_of_shape,
+    **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+                              "ReduceProd")},
+    "Split": _split,
+    "LayerNormalization": _with_output_count,
+    "MaxPool": _with_output_count,
+    "If": _if,
+    "Loop": _loop,
+    "Scan": convert_scan,
+}
+
+
+def is_supported(op_type: str) -> bool:
+    """Whether the table or the registry converts `op_type` (of the default domain)."""
+    return op_type in CONVERTERS or op_type in ONNX_OPS

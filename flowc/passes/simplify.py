@@ -1,0 +1,58 @@
+"""`simplify`: algebraic simplification by a table of rewrite patterns.
+
+Requires: a well-formed graph (run `cse` first so that shared subexpressions are one value,
+which the recognizers need). Guarantees: the result computes the same outputs (up to
+floating-point rounding where BatchNorm is folded into weights), and
+- identities vanish: x*1, 1*x, x+0, 0+x, x-0, x/1, `identity`, and `reshape`, `transpose`,
+  `cast`, `expand` that do not change their operand's type;
+- transpose(transpose(x)) is one transpose (or none), reshape(reshape(x)) one reshape;
+- add(matmul(a, b), c) with 2-D a, b and c broadcasting to the result is gemm(a, b, c);
+- batch_normalization after a conv or gemm with constant weights is folded into them
+  (inference: the weights are scaled per output channel, the shift joins the bias);
+- decomposed LayerNorm, GELU (erf and tanh forms) and softmax become `layer_normalization`,
+  `gelu` and `softmax` (see simplify_recognize).
+A rewrite never merges a producer that has other users, never looks through a node with
+control dependencies or on another device, and never rewrites a node with control
+dependencies. Nodes left unused are erased; nested bodies are simplified too. The driver
+is `flowc.passes.rewrite.apply_patterns`; each pattern's name is its statistics counter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from flowc.ir.graph import Graph
+from flowc.passes import simplify_patterns as p
+from flowc.passes import simplify_recognize as r
+from flowc.passes.registry import register
+from flowc.passes.rewrite import Pattern, apply_patterns, in_bodies
+
+# op -> [(pattern name, pattern)], tried in order.
+PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
+    "identity": [("identity-removed", p.identity)],
+    "mul": [("mul-one-removed", p.mul_one), ("layer-norm-recognized", r.layer_norm),
+            ("layer-norm-scale-absorbed", r.layer_norm_scale), ("gelu-recognized", r.gelu)],
+    "add": [("add-zero-removed", p.add_zero), ("matmul-add-to-gemm", p.matmul_add_to_gemm),
+            ("layer-norm-bias-absorbed", r.layer_norm_bias)],
+    "sub": [("sub-zero-removed", p.sub_zero)],
+    "div": [("div-one-removed", p.div_one), ("layer-norm-recognized", r.layer_norm),
+            ("softmax-recognized", r.softmax)],
+    "reshape": [("reshape-simplified", p.reshape)],
+    "transpose": [("transpose-simplified", p.transpose)],
+    "cast": [("cast-removed", p.cast)],
+    "expand": [("expand-removed", p.expand)],
+    "batch_normalization": [("batch-norm-into-conv", p.batch_norm_into_conv),
+                            ("batch-norm-into-gemm", p.batch_norm_into_gemm)],
+}
+
+
+@register
+@dataclass(frozen=True)
+class Simplify:
+    """Apply the algebraic rewrite patterns in PATTERNS."""
+
+    name: ClassVar[str] = "simplify"
+
+    def run(self, graph: Graph) -> Graph:
+        return apply_patterns(in_bodies(graph, self.run), PATTERNS)

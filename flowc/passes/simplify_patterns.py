@@ -1,0 +1,202 @@
+"""Algebraic patterns of `simplify`: identities, transpose and reshape chains, MatMul+Add
+to Gemm, BatchNorm folded into the Conv or Gemm before it.
+
+Each pattern is `fn(node, rw) -> stand-in | values | None` (see `flowc.passes.rewrite`).
+Shared rules: a pattern looks through a producer only when that producer has no control
+dependencies and sits on the same device; it fuses a producer into the node only when the
+node is the producer's single user (else the producer would be computed twice); it removes
+a node only when its result type equals (with no unknown dims) the value that replaces it,
+so no broadcast, dtype change or device transfer is lost.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowc.ir.graph import Node, Value
+from flowc.passes.rewrite import Result, Rewriter
+
+# ---- helpers shared with simplify_recognize -------------------------------------------
+
+def producer(value: Value | None, *ops: str, like: Node | None = None) -> Node | None:
+    """The node producing `value` when its op is one of `ops`, it has no control
+    dependencies and (given `like`) it is on `like`'s device."""
+    if value is None:
+        return None
+    node = value.node
+    if node.op not in ops or node.ctrl or (like is not None and node.device != like.device):
+        return None
+    return node
+
+
+def sole_producer(value: Value | None, rw: Rewriter, *ops: str, like: Node) -> Node | None:
+    """`producer(...)` when `like` is its only user."""
+    node = producer(value, *ops, like=like)
+    return node if node is not None and rw.uses(value) == 1 else None
+
+
+def scalar(value: Value | None, rw: Rewriter) -> float | None:
+    """The one value of a constant whose elements are all equal, else None."""
+    data = rw.const(value)
+    if data is None or data.size == 0:
+        return None
+    flat = data.reshape(-1)
+    first = flat[0]
+    # str() gives the shortest text that reads back to the same value in its own dtype, so
+    # an f32 1e-5 stays 1e-05 rather than 9.99999974e-06 once widened
+    if not bool(np.all(flat == first)):
+        return None
+    return float(first) if data.dtype.kind in "biu" else float(str(first))
+
+
+def forward(node: Node, value: Value) -> list[Value] | None:
+    """Replace `node`'s result by `value` when that changes nothing observable."""
+    t = node.types[0]
+    same = value.type == t and all(d is not None for d in t.shape)
+    if not same or (node.device is not None and value.node.device != node.device):
+        return None
+    return [value]
+
+
+def is_const(value: Value | None, rw: Rewriter, x: float) -> bool:
+    return scalar(value, rw) == x
+
+
+# ---- identities -----------------------------------------------------------------------
+
+def _neutral(unit: float, commutative: bool):
+    def pattern(node: Node, rw: Rewriter) -> Result:
+        a, b = node.inputs
+        if is_const(b, rw, unit):
+            return forward(node, a)
+        if commutative and is_const(a, rw, unit):
+            return forward(node, b)
+        return None
+
+    return pattern
+
+
+mul_one = _neutral(1.0, True)
+add_zero = _neutral(0.0, True)
+sub_zero = _neutral(0.0, False)
+div_one = _neutral(1.0, False)
+
+
+def identity(node: Node, rw: Rewriter) -> Result:
+    return forward(node, node.inputs[0])
+
+
+def perm_of(node: Node) -> tuple[int, ...]:
+    perm = node.attrs.get("perm")
+    return tuple(reversed(range(node.inputs[0].type.rank))) if perm is None else tuple(perm)
+
+
+def transpose(node: Node, rw: Rewriter) -> Result:
+    """No-op transposes vanish; transpose(transpose(x, p), q) is one transpose."""
+    perm = perm_of(node)
+    if perm == tuple(range(len(perm))):
+        return forward(node, node.inputs[0])
+    inner = producer(node.inputs[0], "transpose", like=node)
+    if inner is None:
+        return None
+    first = perm_of(inner)
+    return rw.replace(node, "transpose", [inner.inputs[0]], {"perm": [first[p] for p in perm]})
+
+
+def reshape(node: Node, rw: Rewriter) -> Result:
+    """No-op reshapes vanish; reshape(reshape(x), s) is reshape(x, s) when s copies no dim
+    of the inner result (no 0 entry unless allowzero)."""
+    same = forward(node, node.inputs[0])
+    if same is not None:
+        return same
+    inner = producer(node.inputs[0], "reshape", like=node)
+    shape = rw.const(node.inputs[1])
+    if inner is None or shape is None or (0 in shape and not node.attrs.get("allowzero", 0)):
+        return None
+    return rw.replace(node, "reshape", [inner.inputs[0], node.inputs[1]], node.attrs)
+
+
+def cast(node: Node, rw: Rewriter) -> Result:
+    return forward(node, node.inputs[0])  # a cast to the dtype it already has
+
+
+def expand(node: Node, rw: Rewriter) -> Result:
+    return forward(node, node.inputs[0])  # an expand to the shape it already has
+
+
+# ---- MatMul + Add -> Gemm -------------------------------------------------------------
+
+def _broadcasts_to(bias: Value, result: tuple) -> bool:
+    """Whether `bias` broadcasts one way to the 2-D `result` shape, as Gemm's C must."""
+    t = bias.type
+    if t.rank > 2:
+        return False
+    padded = (1,) * (2 - t.rank) + t.shape
+    return all(d == 1 or (d is not None and d == r) for d, r in zip(padded, result,
+                                                                      strict=True))
+
+
+def matmul_add_to_gemm(node: Node, rw: Rewriter) -> Result:
+    """add(matmul(a, b), c) with 2-D a, b, and c broadcasting to the result: gemm(a, b, c)."""
+    for mm_value, bias in (node.inputs, node.inputs[::-1]):
+        mm = sole_producer(mm_value, rw, "matmul", like=node)
+        if mm is None or any(v.type.rank != 2 for v in mm.inputs):
+            continue
+        if mm_value.type != node.types[0] or not _broadcasts_to(bias, node.types[0].shape):
+            continue
+        if mm_value.type.dtype.is_bool:
+            continue
+        return rw.replace(node, "gemm", [*mm.inputs, bias])
+    return None
+
+
+# ---- BatchNorm folded into Conv / Gemm ------------------------------------------------
+
+def _bn_params(node: Node, rw: Rewriter) -> tuple[np.ndarray, np.ndarray] | None:
+    """(per-channel scale, per-channel shift) of an inference batch norm with constant
+    parameters, in f64: y = x * scale + shift."""
+    gamma, beta, mean, var = (rw.const(v) for v in node.inputs[1:])
+    if any(p is None for p in (gamma, beta, mean, var)):
+        return None
+    eps = node.attrs.get("epsilon", 1e-5)
+    scale = gamma.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+    return scale, beta.astype(np.float64) - mean.astype(np.float64) * scale
+
+
+def batch_norm_into_conv(node: Node, rw: Rewriter) -> Result:
+    """batch_normalization(conv(x, W, B)) with constant W, B and parameters: one conv with
+    W scaled per output channel and the shift folded into B."""
+    conv = sole_producer(node.inputs[0], rw, "conv", like=node)
+    params = _bn_params(node, rw) if conv is not None else None
+    if params is None:
+        return None
+    w = rw.const(conv.inputs[1])
+    b = rw.const(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] is not None else 0.0
+    if w is None or b is None:
+        return None
+    scale, shift = params
+    new_w = w.astype(np.float64) * scale.reshape(-1, *([1] * (w.ndim - 1)))
+    new_b = np.asarray(b, np.float64) * scale + shift
+    return rw.replace(node, "conv", [conv.inputs[0], rw.constant(new_w.astype(w.dtype), node),
+                                     rw.constant(new_b.astype(w.dtype), node)], conv.attrs)
+
+
+def batch_norm_into_gemm(node: Node, rw: Rewriter) -> Result:
+    """batch_normalization(gemm(a, B, C)) with constant B, C and parameters: one gemm with
+    B scaled per output column and the shift folded into C (beta becomes 1)."""
+    gemm = sole_producer(node.inputs[0], rw, "gemm", like=node)
+    params = _bn_params(node, rw) if gemm is not None else None
+    if params is None:
+        return None
+    w = rw.const(gemm.inputs[1])
+    has_c = len(gemm.inputs) > 2 and gemm.inputs[2] is not None
+    c = rw.const(gemm.inputs[2]) if has_c else np.zeros((), np.float64)
+    if w is None or c is None:
+        return None
+    scale, shift = params
+    trans_b = gemm.attrs.get("transB", 0)
+    new_w = w.astype(np.float64) * (scale[:, None] if trans_b else scale[None, :])
+    new_c = gemm.attrs.get("beta", 1.0) * c.astype(np.float64) * scale + shift
+    attrs = gemm.attrs.replace(beta=1.0)
+    return rw.replace(node, "gemm", [gemm.inputs[0], rw.constant(new_w.astype(w.dtype), node),
+                                     rw.constant(new_c.astype(w.dtype), node)], attrs)
