@@ -1,3 +1,28 @@
-"""flowc: an ahead-of-time compiler for machine-learning dataflow graphs."""
+"""flowc: an ahead-of-time compiler for machine-learning dataflow graphs.
+
+`flowc.compile(model, out_dir, ...)` builds an artifact directory (see
+`flowc/codegen/driver.py`); `flowc.load(dir)` runs one (see `flowc/runtime/loader.py`).
+Both are imported on first use, so `import flowc` loads neither the compiler (mlir,
+llvmlite) nor the runtime.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __version__ = "0.1.0"
+
+_LAZY = {"compile": ("flowc.codegen.driver", "compile"),
+         "load": ("flowc.runtime.loader", "load")}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'flowc' has no attribute '{name}'")
+
+
+__all__ = ["__version__", "compile", "load"]

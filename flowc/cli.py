@@ -1,4 +1,5 @@
-"""The `flowc` command: `opt` (parse, run passes, print), `run` (interpret), `verify`.
+"""The `flowc` command: `opt` (parse, run passes, print), `run` (interpret), `verify`,
+`import`; `compile`, `inspect`, `demo` and `run DIR` live in `cli_artifact.py`.
 
 Contract: `main(argv)` returns the exit status. Every FlowcError, and every OSError from
 reading or writing a file, is printed as `flowc: error: MESSAGE` on stderr with exit
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowc import cli_artifact
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.ir.parser import parse
@@ -183,6 +185,8 @@ def random_feed(rng: np.random.Generator, name: str, t: object, dims: dict[str, 
 def cmd_run(args: argparse.Namespace) -> int:
     from flowc.ir.interpret import interpret  # imported here: `opt` does not need it
 
+    if Path(args.file).is_dir():  # an artifact directory (flowc compile's output)
+        return cli_artifact.run_artifact(args)
     graph = load_graph(args.file)
     feeds = {}
     for text in args.input:
@@ -286,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "repeatable (default: every output)")
     run.add_argument("--output-dir", metavar="DIR",
                      help="save each fetched array as DIR/NAME.npy instead of printing it")
+    cli_artifact.add_run_options(run)
     run.set_defaults(func=cmd_run)
 
     imp = sub.add_parser(
@@ -305,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--split-input-file", action="store_true",
                      help="check each part between '// -----' lines as its own graph")
     ver.set_defaults(func=cmd_verify)
+    cli_artifact.add_commands(sub)
     return parser
 
 

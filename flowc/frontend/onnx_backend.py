@@ -5,9 +5,10 @@ to the engine registered for `device` in `ENGINES`; `BackendRep.run(inputs)` run
 
 `ENGINES` maps a device name to a factory `engine(graph) -> run(feeds) -> {output: array}`:
 the factory does any per-model work once (the compiled CPU path compiles there), and `run`
-is called per input set. Today every device runs the reference interpreter; the compiled
-CPU path (issue [4]) registers itself as "CPU" when it lands, and "CPU:interpret" keeps
-the interpreter on request.
+is called per input set. "CPU" and "CPU:interpret" run the reference interpreter;
+"CPU:compiled" compiles the model to an artifact for the shapes it is fed and runs it with
+the runtime (`flowc.codegen.session`). The interpreter stays the default "CPU" while the
+compiled path passes fewer node tests (bench/results/onnx_node_tests.md).
 """
 
 from __future__ import annotations
@@ -32,9 +33,17 @@ def interpreter_engine(graph: Graph) -> Run:
     return lambda feeds: interpret(graph, feeds)
 
 
+def compiled_engine(graph: Graph) -> Run:
+    """The compiled path: one artifact per fed shape signature, run by the runtime."""
+    from flowc.codegen.session import CompiledSession
+
+    return CompiledSession(graph).run
+
+
 ENGINES: dict[str, Engine] = {
     "CPU": interpreter_engine,
     "CPU:interpret": interpreter_engine,
+    "CPU:compiled": compiled_engine,
 }
 
 

@@ -1,6 +1,7 @@
 """Graph-to-graph passes, their registry, pipelines, and the pass manager.
 
-Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`, `fuse`).
+Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
+`fuse`).
 """
 
 from flowc.passes import constant_fold, cse, fuse, prune, simplify  # noqa: F401  (register passes)

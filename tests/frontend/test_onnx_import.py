@@ -154,5 +154,5 @@ def test_backend_devices_and_unknown_device():
     y, = FlowcBackend.run_model(mlp_model(), [x], device="CPU:interpret")
     np.testing.assert_allclose(y, np.maximum(x @ W + B, 0), rtol=1e-6)
     with pytest.raises(ValueError, match="flowc's ONNX backend runs on CPU, CPU:interpret, "
-                       "not CUDA"):
+                       "CPU:compiled, not CUDA"):
         FlowcBackend.prepare(mlp_model(), device="CUDA")

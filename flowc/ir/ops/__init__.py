@@ -3,7 +3,16 @@
 Importing this package registers every op; each module below defines one family.
 """
 
-from flowc.ir.ops import control, conv, core, elementwise, fused, nn, reduce, shape  # noqa: F401  (register ops)
+from flowc.ir.ops import (  # noqa: F401  (register ops)
+    control,
+    conv,
+    core,
+    elementwise,
+    fused,
+    nn,
+    reduce,
+    shape,
+)
 from flowc.ir.ops.registry import (
     COMMUTATIVE,
     ELEMENTWISE,

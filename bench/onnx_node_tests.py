@@ -1,0 +1,156 @@
+"""ONNX backend node tests on flowc's two engines: the interpreter and the compiled path.
+
+Runs every in-scope node test (the ops of tests/frontend/test_onnx_backend.py's SCOPE_OPS)
+through `FlowcBackend` with device "CPU:interpret" and "CPU:compiled", each test in a worker
+process that is restarted if a test crashes it or hangs (120 s), and sorts the compiled
+path's failures into: refused (a result shape depends on run-time values), unsupported (no
+lowering rule / no kernel for a dtype), import (the importer refuses the model, as for the
+interpreter), wrong (ran, wrong numbers), error (anything else), crash/timeout. Writes
+bench/results/onnx_node_tests.md.
+
+    .venv/bin/python bench/onnx_node_tests.py [--limit N] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TIMEOUT_S = 120
+
+
+def scope_tests() -> list[str]:
+    sys.path.insert(0, str(ROOT / "tests" / "frontend"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import test_onnx_backend as t
+    return sorted(t.SCOPE_NAMES)
+
+
+def worker(device: str) -> None:
+    """Reads test names on stdin, prints one JSON result per test on stdout."""
+    import unittest
+
+    import onnx.backend.test
+
+    from flowc.frontend.onnx_backend import FlowcBackend
+
+    class Backend(FlowcBackend):
+        @classmethod
+        def prepare(cls, model, device_="CPU", **kwargs):
+            return FlowcBackend.prepare(model, device, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        suite = onnx.backend.test.BackendTest(Backend, "flowc_report")
+        cases = suite.test_cases["OnnxBackendNodeModelTest"]
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        name = line.strip()
+        result = unittest.TestResult()
+        cases(f"{name}_cpu").run(result)
+        problems = result.errors + result.failures
+        detail = problems[0][1].strip().splitlines()[-1][:400] if problems else ""
+        kind = "error" if result.errors else "fail" if result.failures else (
+            "skip" if result.skipped else "pass")
+        print(json.dumps({"name": name, "kind": kind, "detail": detail}), flush=True)
+
+
+def classify(kind: str, detail: str) -> str:
+    if kind in ("pass", "skip", "crash", "timeout"):
+        return kind
+    if "OnnxImportError" in detail or "ops flowc does not support" in detail:
+        return "import"
+    if "static shape" in detail:
+        return "refused"
+    if "no lowering rule" in detail or "cannot compile graph" in detail:
+        return "unsupported"
+    if kind == "fail":
+        return "wrong"
+    return "error"
+
+
+def run_device(device: str, names: list[str]) -> dict[str, tuple[str, str]]:
+    results: dict[str, tuple[str, str]] = {}
+    pending = list(names)
+    while pending:
+        proc = subprocess.Popen([sys.executable, __file__, "--worker", device],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
+        proc.stdout.readline()  # ready
+        while pending:
+            name = pending[0]
+            proc.stdin.write(name + "\n")
+            proc.stdin.flush()
+            ready, _, _ = select.select([proc.stdout], [], [], TIMEOUT_S)
+            line = proc.stdout.readline() if ready else ""
+            pending.pop(0)
+            if not line:
+                results[name] = ("timeout" if not ready else "crash", "")
+                proc.kill()
+                proc.wait()
+                break
+            r = json.loads(line)
+            results[name] = (r["kind"], r["detail"])
+        else:
+            proc.stdin.close()
+            proc.wait()
+    return results
+
+
+def render(names: list[str], interp: dict, compiled: dict, seconds: float) -> str:
+    ic = collections.Counter(classify(*interp[n]) for n in names)
+    cc = collections.Counter(classify(*compiled[n]) for n in names)
+    rows = ["pass", "refused", "unsupported", "import", "wrong", "error", "crash", "timeout",
+            "skip"]
+    lines = [
+        "# ONNX node tests: interpreter vs compiled path",
+        "",
+        f"Written by `bench/onnx_node_tests.py`: {len(names)} in-scope node tests "
+        f"(SCOPE_OPS of tests/frontend/test_onnx_backend.py), {seconds:.0f} s in all.",
+        "",
+        "| outcome | CPU:interpret | CPU:compiled |",
+        "| --- | ---: | ---: |",
+    ]
+    lines += [f"| {r} | {ic[r]} | {cc[r]} |" for r in rows if ic[r] or cc[r]]
+    lines += ["", "Compiled-path failures where the interpreter passes:", ""]
+    for n in names:
+        c = classify(*compiled[n])
+        if c != "pass" and classify(*interp[n]) == "pass":
+            lines.append(f"- `{n}`: {c}: {compiled[n][1][:200]}")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, help="only the first N tests (a quick look)")
+    parser.add_argument("--out", default=str(HERE / "results" / "onnx_node_tests.md"))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker)
+        return 0
+    names = scope_tests()[: args.limit]
+    start = time.perf_counter()
+    interp = run_device("CPU:interpret", names)
+    compiled = run_device("CPU:compiled", names)
+    text = render(names, interp, compiled, time.perf_counter() - start)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("FLOWC_NUM_THREADS", "1")
+    raise SystemExit(main())

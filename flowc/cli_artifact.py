@@ -1,0 +1,247 @@
+"""The artifact commands of `flowc`: `compile`, `inspect`, `demo`, and `run DIR` (running
+an artifact directory rather than a .flowc file).
+
+Contract: `add_commands(sub)` registers `compile`, `inspect` and `demo` on the CLI's
+subparsers; `run_artifact(args)` runs `flowc run DIR ...`. Each returns an exit status and
+reports problems as FlowcError (artifact problems are converted), which the CLI prints as
+one `flowc: error: ...` line. `inspect` and `run DIR` use only the runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flowc.ir.errors import FlowcError
+from flowc.runtime.errors import ArtifactError
+
+DEMO_MODELS = ("mlp", "zoo_mlp", "cnn", "transformer_encoder")
+
+
+def _artifact_errors(fn: Callable[[argparse.Namespace], int]):
+    def wrapped(args: argparse.Namespace) -> int:
+        try:
+            return fn(args)
+        except ArtifactError as exc:
+            raise FlowcError(str(exc)) from None
+    return wrapped
+
+
+def _bindings(items: list[str], what: str) -> dict[str, int]:
+    sizes = {}
+    for text in items:
+        name, eq, value = text.partition("=")
+        if not eq or not name or not value.isdigit():
+            raise FlowcError(f"{what} '{text}' must look like NAME=SIZE (a whole number)")
+        sizes[name] = int(value)
+    return sizes
+
+
+# ---- compile ----------------------------------------------------------------------------
+def cmd_compile(args: argparse.Namespace) -> int:
+    from flowc.codegen.driver import compile as compile_model
+
+    out = args.output or f"{Path(args.model).stem}_artifact"
+    manifest = compile_model(args.model, out, target=args.target, pipeline=args.pipeline,
+                             batch=args.batch, dims=_bindings(args.dim, "--dim"), name=args.name,
+                             weights=args.weights, dump_dir=args.dump_dir,
+                             print_ir_after_all=args.print_ir_after_all)
+    print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
+          f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
+          f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
+    return 0
+
+
+# ---- inspect ----------------------------------------------------------------------------
+def _describe(t: dict[str, Any]) -> str:
+    return f"{t['name']}: {t['dtype']}[{','.join(map(str, t['shape']))}]"
+
+
+@_artifact_errors
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from flowc.runtime.loader import read_manifest
+
+    path = Path(args.dir)
+    m = read_manifest(path)
+    target = m.get("target", {})
+    print(f"artifact {path}: model '{m['name']}', flowc {m.get('flowc_version')}, "
+          f"ABI {m['abi_version']}, graph {m['graph_hash']}")
+    print(f"target: {target.get('triple')} cpu={target.get('cpu')} "
+          f"features={','.join(target.get('features', [])) or '-'}")
+    for kind in ("inputs", "outputs"):
+        for t in m[kind]:
+            print(f"{kind[:-1]} {_describe(t)}")
+    dims = ", ".join(f"{k}={v}" for k, v in m.get("symbolic_dims", {}).items()) or "none"
+    weights = m["weights"]
+    where = f"in {weights['file']}" if weights.get("file") else "embedded"
+    print(f"bound dims: {dims}; arena: {m.get('arena_bytes')} bytes; weights: "
+          f"{weights['bytes']} bytes {where}")
+    for name in m["files"]:
+        file = path / name
+        size = file.stat().st_size if file.exists() else "missing"
+        print(f"file {name}: {size} bytes")
+    print(f"kernels: {len(m.get('kernels', []))}")
+    for k in m.get("kernels", []):
+        print(f"  {k['symbol']}: {', '.join(k['nodes'])}")
+    return 0
+
+
+# ---- run DIR ----------------------------------------------------------------------------
+def _random(rng: np.random.Generator, dt: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    if dt == np.bool_:
+        return rng.random(shape) < 0.5
+    if dt.kind == "f" or dt.name == "bfloat16":
+        return rng.standard_normal(shape).astype(dt)
+    return rng.integers(0, 10, size=shape).astype(dt)
+
+
+@_artifact_errors
+def run_artifact(args: argparse.Namespace) -> int:
+    from flowc.runtime.loader import load
+
+    model = load(args.file, threads=args.threads)
+    feeds: dict[str, Any] = {}
+    for text in args.input:
+        name, eq, path = text.partition("=")
+        if not eq or not name or not path:
+            raise FlowcError(f"--input '{text}' must look like NAME=VALUE")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise FlowcError(f"--input {name}: cannot read '{path}': {exc}") from None
+    if args.random_inputs is not None:
+        rng = np.random.default_rng(args.seed)
+        for name, dt, shape in model.inputs:
+            feeds.setdefault(name, _random(rng, dt, shape))
+    results = model.run(**feeds)
+    if args.output_dir:
+        out = Path(args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, array in results.items():
+            path = out / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".npy")
+            np.save(path, array, allow_pickle=False)
+            print(f"{name}: wrote {path}")
+        return 0
+    for name, array in results.items():
+        print(f"{name}: dtype={array.dtype} shape={tuple(array.shape)}")
+        print(np.array2string(array, threshold=1000))
+    return 0
+
+
+# ---- demo -------------------------------------------------------------------------------
+def _median_seconds(fn: Callable[[], Any], runs: int) -> float:
+    fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def demo_graph(name: str):
+    """The demo's model as a graph: the bundled mlp.flowc, or a model of the zoo."""
+    if name == "mlp":
+        from flowc.ir.parser import parse
+
+        path = Path(__file__).resolve().parent / "examples" / "mlp.flowc"
+        return parse(path.read_text(), str(path)), "flowc/examples/mlp.flowc"
+    from flowc.examples import zoo
+    from flowc.frontend.onnx import import_onnx
+
+    key = name.removeprefix("zoo_")
+    return import_onnx(zoo.MODELS[key]()), f"the {key} of flowc/examples/zoo.py"
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from flowc.codegen.driver import compile as compile_model
+    from flowc.ir.interpret import interpret
+    from flowc.runtime.loader import load
+
+    graph, source = demo_graph(args.model)
+    with tempfile.TemporaryDirectory(prefix="flowc-demo-") as tmp:
+        out = Path(args.output or tmp)
+        start = time.perf_counter()
+        manifest = compile_model(graph, out, batch=args.batch)
+        compile_s = time.perf_counter() - start
+        print(f"compiled {source} for batch {args.batch} into {out}/ in {compile_s:.2f} s: "
+              f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes, "
+              f"target {manifest['target'].get('triple')} ({manifest['target'].get('cpu')})")
+        try:
+            model = load(out, threads=1)
+        except ArtifactError as exc:
+            raise FlowcError(str(exc)) from None
+        rng = np.random.default_rng(0)
+        feeds = {name: _random(rng, dt, shape) for name, dt, shape in model.inputs}
+        results = model.run(**feeds)
+        want = interpret(graph, feeds)
+        for name, array in results.items():
+            err = float(np.max(np.abs(array - want[name]))) if array.size else 0.0
+            print(f"output {name}: shape {list(array.shape)}, max |artifact - interpreter| = "
+                  f"{err:.2e}")
+            print(np.array2string(array[:2], precision=4, threshold=40))
+            if not np.allclose(array, want[name], rtol=1e-4, atol=1e-5):
+                raise FlowcError(f"demo: output '{name}' differs from the interpreter by "
+                                 f"{err:.3g} (tolerance rtol=1e-4, atol=1e-5)")
+        t_art = _median_seconds(lambda: model.run(**feeds), 50)
+        t_ref = _median_seconds(lambda: interpret(graph, feeds), 10)
+        print(f"median latency, 1 thread: artifact {t_art * 1e3:.3f} ms, interpreter (numpy) "
+              f"{t_ref * 1e3:.3f} ms ({t_ref / t_art:.1f}x)")
+        model.close()
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register compile, inspect and demo on the `flowc` subparsers."""
+    comp = sub.add_parser(
+        "compile", help="compile a model into an artifact directory",
+        description="Compile MODEL (.onnx or .flowc) into DIR: libNAME.so, libNAME.a, NAME.h, "
+                    "manifest.json (and NAME.weights for large models).")
+    comp.add_argument("model", metavar="MODEL", help="the .onnx model or .flowc graph")
+    comp.add_argument("-o", "--output", metavar="DIR",
+                      help="the artifact directory (default: MODEL's stem + _artifact)")
+    comp.add_argument("--target", metavar="TARGET", help="target (default: this host)")
+    comp.add_argument("--name", metavar="NAME", help="symbol prefix (default: graph name)")
+    comp.add_argument("--batch", type=int, default=1,
+                      help="size of symbolic leading dims (default 1)")
+    comp.add_argument("--dim", metavar="SYM=SIZE", action="append", default=[],
+                      help="size of a symbolic dim by name; repeatable")
+    comp.add_argument("-p", "--pipeline", default="default", help="pass pipeline (default)")
+    comp.add_argument("--weights", choices=("auto", "embed", "file"), default="auto",
+                      help="embed the weights in the library, or write NAME.weights "
+                           "(auto: a file above 64 MiB)")
+    comp.add_argument("--dump-dir", metavar="DIR",
+                      help="write the optimized graph, the generated C and kernel IR here")
+    comp.add_argument("--print-ir-after-all", action="store_true",
+                      help="print the graph to stderr after each pass")
+    comp.set_defaults(func=cmd_compile)
+
+    insp = sub.add_parser("inspect", help="describe an artifact directory",
+                          description="Print an artifact's manifest: inputs, outputs, target, "
+                                      "sizes, files and kernels.")
+    insp.add_argument("dir", metavar="DIR")
+    insp.set_defaults(func=cmd_inspect)
+
+    demo = sub.add_parser(
+        "demo", help="compile a bundled example model, run it, check it, time it",
+        description="Compile a model of the bundled zoo, run the artifact, check it against "
+                    "the reference interpreter and print its median latency.")
+    demo.add_argument("--model", choices=DEMO_MODELS, default="mlp",
+                      help="mlp: flowc/examples/mlp.flowc (default); the others: the model "
+                           "zoo of flowc/examples/zoo.py")
+    demo.add_argument("--batch", type=int, default=4)
+    demo.add_argument("-o", "--output", metavar="DIR", help="keep the artifact here")
+    demo.set_defaults(func=cmd_demo)
+
+
+def add_run_options(run: argparse.ArgumentParser) -> None:
+    """Options `flowc run DIR` adds to `flowc run`."""
+    run.add_argument("--threads", type=int, default=None,
+                     help="(artifact directories) threads to run on (default: all cores)")

@@ -1,0 +1,72 @@
+"""Writing an artifact directory from a program and its compiled kernels.
+
+Contract: `write_artifact(program, out_dir, kernel_object=..., ...)` writes `NAME.h`,
+`libNAME.so`, `libNAME.a`, `manifest.json` and, when the weights are not embedded,
+`NAME.weights` (a 64-byte header naming the graph hash, then the blob), and returns the
+manifest. Weights are embedded as read-only data up to `EMBED_MAX_BYTES` (`weights="auto"`),
+always (`"embed"`) or never (`"file"`). The same arguments give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from flowc.codegen.entry import render_model_c
+from flowc.codegen.header import ModelInfo, TensorInfo, accessor_names, render_header
+from flowc.codegen.link import link
+from flowc.codegen.manifest import build_manifest, write_manifest
+from flowc.codegen.program import Program, weights_blob
+from flowc.ir.errors import FlowcError
+from flowc.runtime.abi import weights_header
+
+EMBED_MAX_BYTES = 64 << 20
+WEIGHTS_MODES = ("auto", "embed", "file")
+
+
+def model_info(program: Program, weights_file: str | None) -> ModelInfo:
+    def tensors(items: list) -> tuple[TensorInfo, ...]:
+        c_names = accessor_names([name for name, _ in items])
+        return tuple(TensorInfo(name, c, t.dtype.name, tuple(int(d) for d in t.shape))
+                     for (name, t), c in zip(items, c_names, strict=True))
+
+    return ModelInfo(program.name, tensors(program.inputs), tensors(program.outputs),
+                     program.arena_bytes, weights_file)
+
+
+def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
+                   target: Mapping[str, Any], sizes: Mapping[str, int], graph_hash: str,
+                   flowc_version: str, weights: str = "auto",
+                   dump_dir: Path | None = None) -> dict[str, Any]:
+    if weights not in WEIGHTS_MODES:
+        raise FlowcError(f"weights='{weights}': expected one of {', '.join(WEIGHTS_MODES)}")
+    blob = weights_blob(program)
+    embed = weights == "embed" or (weights == "auto" and len(blob) <= EMBED_MAX_BYTES)
+    name = program.name
+    side = None if embed or not blob else f"{name}.weights"
+    info = model_info(program, side)
+    header = render_header(info)
+    model_c = render_model_c(program, info, graph_hash, target.get("features", ()),
+                             embedded=embed)
+    if dump_dir is not None:
+        dump_dir.mkdir(parents=True, exist_ok=True)
+        (dump_dir / f"{name}_model.c").write_text(model_c)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="flowc-link-") as tmp:
+        written = link(Path(tmp), out_dir, name, kernel_object, model_c, header,
+                       blob if embed and blob else None, [k.symbol for k in program.kernels])
+    (out_dir / f"{name}.h").write_text(header)
+    written.append(f"{name}.h")
+    if side:
+        (out_dir / side).write_bytes(weights_header(graph_hash, len(blob)) + blob)
+        written.append(side)
+    files = {f: (out_dir / f).read_bytes() for f in written}
+    kernels = [(k.symbol, [n for c in program.calls if c.kernel is k for n in c.nodes])
+               for k in program.kernels]
+    manifest = build_manifest(info, program, flowc_version=flowc_version,
+                              graph_hash=graph_hash, target=target, sizes=sizes, weights=blob,
+                              files=files, kernel_nodes=kernels)
+    write_manifest(out_dir, manifest)
+    return manifest

@@ -1,0 +1,125 @@
+"""Binding symbolic dims: the graph an artifact is compiled for has only static shapes.
+
+Contract:
+- `bind_dims(graph, batch, dims, strict=True)` returns (a new graph whose inputs have static
+  types and whose every node's result types are re-inferred by the registry's rules under
+  those bindings, the sizes bound). `dims` binds symbols by name; `batch` binds every
+  symbol that is the leading dim of some input and is not in `dims`. A symbol left unbound
+  or a `?` input dim is a FlowcError naming the input and saying how to bind it. With
+  `strict`, a result the rules cannot make static is a FlowcError naming the node; without,
+  it is left for the passes (constant folding may make it static) and `require_static`.
+- `require_static(graph, note)` re-infers every node and raises for any non-static result.
+- `specialize(graph, feeds, fold=())` types each input as its feed array; the inputs named
+  in `fold` become constants holding the feed's value (for shape-like integer inputs whose
+  values decide result shapes). The artifact then runs exactly these shapes (its manifest
+  states them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+import numpy as np
+
+from flowc.ir.attrs import Tensor
+from flowc.ir.build import const_value, make_node
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph, Node, rebuild
+from flowc.ir.ops import get_op, infer_types
+from flowc.ir.types import TensorType, tensor_type_of
+
+
+def symbol_sizes(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> dict[str, int]:
+    """The size of each symbolic dim of the inputs (see the module docstring)."""
+    sizes = {k: int(v) for k, v in dims.items()}
+    for name, size in sizes.items():
+        if size < 0:
+            raise FlowcError(f"dim {name}={size}: a dim size must be >= 0")
+    for node in graph.inputs:
+        t = node.types[0]
+        if not isinstance(t, TensorType):
+            raise FlowcError(f"input '{node.name}' is {t}: artifacts take only tensor inputs")
+        for axis, dim in enumerate(t.shape):
+            if dim is None:
+                raise FlowcError(f"input '{node.name}' is {t}: dim {axis} has no size or name; "
+                                 "give the model a static or named dim")
+            if isinstance(dim, str) and dim not in sizes:
+                if axis == 0 and batch is not None:
+                    sizes[dim] = int(batch)
+                else:
+                    raise FlowcError(
+                        f"input '{node.name}' is {t}: symbolic dim {dim} needs a size; bind "
+                        f"it with dims={{'{dim}': SIZE}} (CLI: --dim {dim}=SIZE)"
+                        + ("" if axis else " or batch=SIZE (CLI: --batch SIZE)"))
+    return sizes
+
+
+def retype(graph: Graph, types: Mapping[str, TensorType],
+           constants: Mapping[str, np.ndarray] | None = None, note: str | None = None) -> Graph:
+    """`graph` with the named inputs retyped (or, in `constants`, replaced by constants) and
+    every node's types re-inferred; with `note`, a non-static result raises (naming it)."""
+    constants = constants or {}
+    inputs, renamed, folded = [], {}, []
+    for node in graph.inputs:
+        if node.name in constants:
+            const = make_node("constant", [], {"value": Tensor(constants[node.name])},
+                              name=node.name, loc=node.loc)
+            folded.append(const)
+            renamed[node.out()] = const.out()
+            continue
+        new = node.replace(types=(types.get(node.name, node.types[0]),))
+        inputs.append(new)
+        renamed[node.out()] = new.out()
+
+    def reinfer(node: Node, _old: tuple) -> Node | None:
+        if node.op == "constant":
+            return None  # kept as is, so `renamed` may point at folded inputs
+        operands = tuple(None if v is None else renamed.get(v, v) for v in node.inputs)
+        result = infer_types(get_op(node.op), [None if v is None else v.type for v in operands],
+                             node.attrs, [const_value(v) for v in operands], node.label())
+        for i, t in enumerate(result):
+            if note is not None and isinstance(t, TensorType) and not t.is_static:
+                raise FlowcError(f"node {node.label()}: result #{i} is {t} even with {note}; "
+                                 "flowc artifacts need static shapes")
+        return node.replace(inputs=operands, types=result)
+
+    staged = Graph(graph.name, inputs, [*folded, *graph.nodes],
+                   [(n, renamed.get(v, v)) for n, v in graph.outputs])
+    return rebuild(staged, reinfer)
+
+
+def bind_dims(graph: Graph, batch: int | None = 1, dims: Mapping[str, int] | None = None,
+              strict: bool = True) -> tuple[Graph, dict[str, int]]:
+    """(the graph with static input shapes, the sizes bound); see the module docstring."""
+    sizes = symbol_sizes(graph, batch, dims or {})
+    types = {}
+    for node in graph.inputs:
+        t = node.types[0]
+        types[node.name] = t.with_shape(tuple(sizes.get(d, d) if isinstance(d, str) else d
+                                              for d in t.shape))
+    return retype(graph, types, note=format_sizes(sizes) if strict else None), sizes
+
+
+def require_static(graph: Graph, note: str) -> Graph:
+    """`graph` with every type re-inferred; FlowcError for a result that is not static."""
+    return retype(graph, {}, note=note)
+
+
+def specialize(graph: Graph, feeds: Mapping[str, np.ndarray], fold: Collection[str] = ()
+               ) -> Graph:
+    """`graph` typed for `feeds` (inputs named in `fold` become constants)."""
+    types = {}
+    for node in graph.inputs:
+        if node.name not in feeds:
+            raise FlowcError(f"graph @{graph.name}: input '{node.name}' is not fed")
+        array = feeds[node.name]
+        t, declared = tensor_type_of(array), node.types[0]
+        if t.dtype != declared.dtype or t.rank != declared.rank:
+            raise FlowcError(f"input '{node.name}' is {declared}, fed {t}")
+        types[node.name] = t
+    return retype(graph, types, {n: np.asarray(feeds[n]) for n in fold})
+
+
+def format_sizes(sizes: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(sizes.items())) or "no symbolic dims"
+

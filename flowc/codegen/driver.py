@@ -1,0 +1,140 @@
+"""`flowc.compile`: from a model to an artifact directory.
+
+Contract: `compile(model, out_dir, target=None, pipeline="default", batch=1, dims=None,
+name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None)`
+1. imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a path to `.onnx` / `.flowc`);
+2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name);
+3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass, then
+   re-infers every type and requires it static (`bind.require_static`: folding may have
+   turned computed shapes into constants), so every kernel has static shapes;
+4. builds the program (`program.build_program`: kernels, weights, arena plan);
+5. checks every kernel body is supported (`backend.check_supported`) before any codegen, then
+   compiles all kernels into one object (`backend.compile_kernels(kernels, target, dump)`);
+6. writes the artifact (`artifact.write_artifact`) and returns its manifest.
+`target` is a name of `flowc.codegen.target` (`host` by default, `x86-64`, `aarch64`); a
+target this machine cannot run is linked only when `$CC` names a cross compiler.
+`backend` defaults to `flowc.codegen.kernels` (MLIR/LLVM); tests may pass another module
+with the same three functions (`get_target`, `check_supported`, `compile_kernels`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from flowc.codegen.artifact import write_artifact
+from flowc.codegen.bind import bind_dims, format_sizes, require_static
+from flowc.codegen.header import c_identifier
+from flowc.codegen.program import build_program
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph
+from flowc.ir.printer import print_graph
+
+ModelLike = Graph | str | os.PathLike | Any  # Any: an onnx.ModelProto
+
+
+def load_model(model: ModelLike) -> Graph:
+    """The graph of `model`: a Graph, an onnx.ModelProto, or a .onnx / .flowc path."""
+    if isinstance(model, Graph):
+        return model
+    if isinstance(model, str | os.PathLike):
+        path = Path(model)
+        if path.suffix == ".flowc":
+            from flowc.ir.parser import parse
+
+            try:
+                return parse(path.read_text(), str(path))
+            except OSError as exc:
+                raise FlowcError(f"cannot read '{path}': {exc.strerror or exc}") from None
+        if path.suffix != ".onnx":
+            raise FlowcError(f"'{path}': expected a .onnx model or a .flowc graph")
+    from flowc.frontend.onnx import import_onnx
+
+    return import_onnx(model)
+
+
+def default_backend() -> ModuleType:
+    from flowc.codegen import kernels
+
+    return kernels
+
+
+def describe_target(target: Any) -> dict[str, Any]:
+    """The manifest's view of a Target: name, triple, cpu and the enabled features."""
+    features = [f[1:] for f in target.features.split(",") if f.startswith("+")]
+    return {"name": target.name, "triple": target.triple, "cpu": target.cpu,
+            "features": sorted(features)}
+
+
+def dump_writer(dump_dir: Path | None):
+    """The kernel compiler's `dump(name, text)` callback writing into `dump_dir`."""
+    if dump_dir is None:
+        return None
+    dump_dir.mkdir(parents=True, exist_ok=True)
+    return lambda name, text: (dump_dir / name).write_text(text)
+
+
+def graph_hash(graph: Graph, target: Mapping[str, Any]) -> str:
+    h = hashlib.sha256(print_graph(graph).encode())
+    h.update(repr(sorted(target.items())).encode())
+    return h.hexdigest()[:16]
+
+
+def flowc_version() -> str:
+    from flowc import __version__
+
+    return __version__
+
+
+def check_all(backend: ModuleType, graph: Graph, kernels: list, target: Any) -> None:
+    """One FlowcError listing every unsupported node of every kernel, before codegen."""
+    problems: list[str] = []
+    for _, body in kernels:
+        try:
+            backend.check_supported(body, target)
+        except FlowcError as exc:
+            lines = str(exc).splitlines()
+            problems += [ln.strip() for ln in (lines[1:] or lines) if ln.strip() not in problems]
+    if problems:
+        raise FlowcError(f"cannot compile graph @{graph.name} for target {target.name}:\n  "
+                         + "\n  ".join(problems))
+
+
+def compile(model: ModelLike, out_dir: str | os.PathLike, *, target: Any = None,
+            pipeline: str = "default", batch: int | None = 1,
+            dims: Mapping[str, int] | None = None, name: str | None = None,
+            weights: str = "auto", dump_dir: str | os.PathLike | None = None,
+            print_ir_after_all: bool = False, backend: ModuleType | None = None
+            ) -> dict[str, Any]:
+    """Compile `model` into the artifact directory `out_dir`; returns its manifest."""
+    from flowc.passes import PassManager, parse_pipeline
+
+    graph = load_model(model)
+    graph, sizes = bind_dims(graph, batch, dims, strict=False)
+    passes = parse_pipeline(pipeline) if pipeline else []
+    graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None).run(graph)
+    graph = require_static(graph, format_sizes(sizes))
+    prefix = c_identifier(name or graph.name)
+    program = build_program(graph, prefix)
+    backend = backend or default_backend()
+    resolved = backend.get_target(target or "host")
+    if not resolved.runnable and "CC" not in os.environ:
+        raise FlowcError(f"target {resolved.name} ({resolved.triple}) is not this machine's: "
+                         "set CC to a C compiler for it (e.g. aarch64-linux-gnu-gcc) to link "
+                         "the artifact")
+    target_info = describe_target(resolved)
+    kernels = [(k.symbol, k.body) for k in program.kernels]
+    check_all(backend, graph, kernels, resolved)
+    dump = Path(dump_dir) if dump_dir is not None else None
+    write_dump = dump_writer(dump)
+    if write_dump:
+        write_dump(f"{prefix}.flowc", print_graph(graph))
+    obj = backend.compile_kernels(kernels, resolved, dump=write_dump) if kernels else b""
+    return write_artifact(program, Path(out_dir), kernel_object=obj, target=target_info,
+                          sizes=sizes, graph_hash=graph_hash(graph, target_info),
+                          flowc_version=flowc_version(), weights=weights, dump_dir=dump)

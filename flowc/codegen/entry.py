@@ -1,0 +1,173 @@
+"""The generated C file `NAME_model.c`: the entry function, the tables, the public API.
+
+Contract: `render_model_c(program, info, graph_hash, cpu_features, embedded)` returns C
+source that (with the runtime compiled under the prefix `NAME_`, the kernels object and,
+when `embedded`, the weights object defining `NAME_weights`) implements every function
+`NAME.h` declares. The entry function calls the kernels in program order with pointers
+into the inputs, outputs, weights and arena, then copies the outputs that no kernel wrote
+in place. Only the functions of `NAME.h` have default visibility.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from flowc.codegen.header import C_TYPES, ModelInfo, TensorInfo
+from flowc.codegen.program import Program, Storage
+from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES
+
+# CPU features the runtime checks before running (gcc's __builtin_cpu_supports names).
+X86_FEATURES = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "popcnt",
+                "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512vnni",
+                "avx512bf16", "avx512fp16")
+
+
+def c_string(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + "".join(c if 32 <= ord(c) < 127 else f"\\{ord(c):03o}" for c in escaped) + '"'
+
+
+def pointer(where: Storage) -> str:
+    return {"input": f"in[{where.at}]", "output": f"out[{where.at}]",
+            "weight": f"(void *)(w + {where.at})", "arena": f"arena + {where.at}"}[where.kind]
+
+
+def _descs(kind: str, tensors: Sequence[TensorInfo], program: Program) -> list[str]:
+    lines = []
+    for i, t in enumerate(tensors):
+        dims = ", ".join(str(d) for d in t.shape) or "0"
+        lines.append(f"static const int64_t {kind}_shape_{i}[] = {{{dims}}};")
+    sizes = [program.inputs if kind == "input" else program.outputs][0]
+    rows = []
+    for i, (t, (_, tt)) in enumerate(zip(tensors, sizes, strict=True)):
+        nbytes = int(tt.num_elements) * tt.dtype.np.itemsize
+        rows.append(f"  {{{c_string(t.name)}, {DTYPE_CODES[t.dtype]}, {len(t.shape)}, "
+                    f"{kind}_shape_{i}, {nbytes}u}},")
+    body = "\n".join(rows) or "  {0}"
+    lines.append(f"static const flowc_tensor_desc {kind}s[] = {{\n{body}\n}};")
+    return lines
+
+
+def _cpu_check(features: Sequence[str]) -> list[str]:
+    checks = [f for f in features if f in X86_FEATURES]
+    lines = ["static const char *cpu_missing(void) {"]
+    if checks:
+        lines.append("#if defined(__x86_64__) || defined(__i386__)")
+        lines.append("  __builtin_cpu_init();")
+        for f in checks:
+            lines.append(f'  if (!__builtin_cpu_supports("{f}")) return "{f}";')
+        lines.append("#endif")
+    lines += ["  return 0;", "}"]
+    return lines
+
+
+def _entry(program: Program) -> list[str]:
+    lines = ["static void entry(void *const *in, void *const *out, char *arena, "
+             "const char *w) {", "  (void)in; (void)out; (void)arena; (void)w;"]
+    for call in program.calls:
+        args = [pointer(program.where(v)) for v in (*call.operands, *call.results)]
+        lines.append(f"  /* {', '.join(call.nodes)} */")
+        lines.append(f"  {call.kernel.symbol}({', '.join(args)});")
+    for j, source, nbytes in program.copies:
+        lines.append(f"  memcpy(out[{j}], {pointer(source)}, {nbytes}u);")
+    lines.append("}")
+    return lines
+
+
+def _api(info: ModelInfo, embedded: bool) -> list[str]:
+    n = info.name
+    api = "__attribute__((visibility(\"default\")))"
+    ctx = "(flowc_ctx *)ctx"
+    lines = [
+        f"{api} int {n}_create({n}_ctx **out) {{",
+        f"  return {n}_rt_create(&model, 0, (flowc_ctx **)out);\n}}",
+        f"{api} int {n}_create_with_weights({n}_ctx **out, const char *path) {{",
+        f"  return {n}_rt_create(&model, path, (flowc_ctx **)out);\n}}",
+        f"{api} void {n}_destroy({n}_ctx *ctx) {{ {n}_rt_destroy({ctx}); }}",
+        f"{api} const char *{n}_error(const {n}_ctx *ctx) {{",
+        f"  return {n}_rt_error((const flowc_ctx *)ctx);\n}}",
+        f"{api} int {n}_run({n}_ctx *ctx) {{ return {n}_rt_run({ctx}); }}",
+        f"{api} int {n}_set_threads({n}_ctx *ctx, int threads) {{",
+        f"  return {n}_rt_set_threads({ctx}, threads);\n}}",
+        f"{api} int {n}_set_arena({n}_ctx *ctx, void *arena, size_t bytes) {{",
+        f"  return {n}_rt_set_arena({ctx}, arena, bytes);\n}}",
+        f"{api} size_t {n}_arena_bytes(void) {{ return model.arena_bytes; }}",
+        f"{api} int {n}_abi_version(void) {{ return {ABI_VERSION}; }}",
+        f"{api} const char *{n}_graph_hash(void) {{ return model.graph_hash; }}",
+        f"{api} int {n}_num_inputs(void) {{ return model.num_inputs; }}",
+        f"{api} int {n}_num_outputs(void) {{ return model.num_outputs; }}",
+    ]
+    for kind in ("input", "output"):
+        count = f"model.num_{kind}s"
+        get = f"(i >= 0 && i < {count} ? &{kind}s[i] : 0)"
+        lines += [
+            f"{api} const char *{n}_{kind}_name(int i) {{",
+            f"  return {get} ? {kind}s[i].name : 0;\n}}",
+            f"{api} int {n}_{kind}_dtype(int i) {{ return {get} ? {kind}s[i].dtype : -1; }}",
+            f"{api} int {n}_{kind}_rank(int i) {{ return {get} ? {kind}s[i].rank : -1; }}",
+            f"{api} const int64_t *{n}_{kind}_shape(int i) {{",
+            f"  return {get} ? {kind}s[i].shape : 0;\n}}",
+            f"{api} size_t {n}_{kind}_bytes(int i) {{ return {get} ? {kind}s[i].bytes : 0; }}",
+        ]
+    lines += [
+        f"{api} int {n}_set_input({n}_ctx *ctx, int i, const void *data, int dtype, int rank,"
+        " const int64_t *shape) {",
+        f"  return {n}_rt_set_input({ctx}, i, data, dtype, rank, shape);\n}}",
+        f"{api} int {n}_set_output({n}_ctx *ctx, int i, void *data, int dtype, int rank,"
+        " const int64_t *shape) {",
+        f"  return {n}_rt_set_output({ctx}, i, data, dtype, rank, shape);\n}}",
+        f"{api} void *{n}_input({n}_ctx *ctx, int i) {{ return {n}_rt_input({ctx}, i); }}",
+        f"{api} const void *{n}_output(const {n}_ctx *ctx, int i) {{",
+        f"  return {n}_rt_output((const flowc_ctx *)ctx, i);\n}}",
+    ]
+    for i, t in enumerate(info.inputs):
+        lines.append(f"{api} {C_TYPES[t.dtype]} *{n}_input_{t.c_name}({n}_ctx *ctx) {{ "
+                     f"return {n}_rt_input({ctx}, {i}); }}")
+    for i, t in enumerate(info.outputs):
+        lines.append(f"{api} const {C_TYPES[t.dtype]} *{n}_output_{t.c_name}"
+                     f"(const {n}_ctx *ctx) {{ "
+                     f"return {n}_rt_output((const flowc_ctx *)ctx, {i}); }}")
+    return lines
+
+
+def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
+                   cpu_features: Sequence[str], embedded: bool) -> str:
+    n = info.name
+    kernels = [f"FLOWC_HIDDEN void {k.symbol}("
+               + ", ".join(["const void *"] * len(k.body.inputs)
+                           + ["void *"] * len(k.body.outputs)) + ");"
+               for k in program.kernels]
+    has_weights = program.weights_bytes > 0
+    weights = ([f"FLOWC_HIDDEN extern const unsigned char {n}_weights[];"]
+               if has_weights and embedded else [])
+    blob = f"{n}_weights" if has_weights and embedded else "0"
+    side = c_string(info.weights_file) if info.weights_file else "0"
+    model = [
+        "static const flowc_model model = {",
+        f"  {c_string(n)}, {c_string(graph_hash)}, {ABI_VERSION},",
+        f"  {len(info.inputs)}, inputs, {len(info.outputs)}, outputs,",
+        f"  {program.arena_bytes}u, {blob}, {program.weights_bytes}u, {side},",
+        "  cpu_missing, entry,",
+        "};",
+    ]
+    parts = [
+        f"/* {n}_model.c: generated by flowc; the entry function and API of model {n}. */",
+        "#include <string.h>",
+        '#include "flowc_rt.h"',
+        f'#include "{n}.h"',
+        "",
+        *kernels,
+        *weights,
+        "",
+        *_descs("input", info.inputs, program),
+        *_descs("output", info.outputs, program),
+        "",
+        *_cpu_check(cpu_features),
+        "",
+        *_entry(program),
+        "",
+        *model,
+        "",
+        *_api(info, embedded),
+    ]
+    return "\n".join(parts) + "\n"

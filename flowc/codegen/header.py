@@ -1,0 +1,172 @@
+"""The per-model C header `NAME.h`: the artifact's public C API, documented in comments.
+
+Contract: `c_identifier(text)` and `accessor_names(names)` give the C names used for typed
+accessors (the manifest records them); `render_header(info)` returns the header text for a
+`ModelInfo`. Every exported symbol starts with `NAME_`, so several models link into one
+program. The status codes are the same in every header (guarded), matching flowc_rt.h.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES, STATUS
+
+C_TYPES = {
+    "bool": "uint8_t", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
+    "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t",
+    "f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double",
+}
+C_KEYWORDS = frozenset((
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
+    "union", "unsigned", "void", "volatile", "while"))
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str  # as in the graph
+    c_name: str  # its accessor suffix
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # the symbol prefix
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    arena_bytes: int
+    weights_file: str | None
+
+
+def c_identifier(text: str) -> str:
+    """`text` as a C identifier: other characters become `_`, a leading digit gets `_`."""
+    ident = re.sub(r"[^A-Za-z0-9_]", "_", text) or "_"
+    if ident[0].isdigit() or ident in C_KEYWORDS:
+        ident = "_" + ident
+    return ident
+
+
+def accessor_names(names: list[str]) -> list[str]:
+    """Distinct C identifiers for `names`, in order (a clash gets `_2`, `_3` ...)."""
+    used: set[str] = set()
+    result = []
+    for name in names:
+        base = candidate = c_identifier(name)
+        k = 2
+        while candidate in used:
+            candidate, k = f"{base}_{k}", k + 1
+        used.add(candidate)
+        result.append(candidate)
+    return result
+
+
+def _shape(t: TensorInfo) -> str:
+    return f"{t.dtype}[{','.join(map(str, t.shape))}]"
+
+
+def render_header(info: ModelInfo) -> str:
+    n = info.name
+    guard = f"FLOWC_MODEL_{n.upper()}_H"
+    status = "\n".join(f"#define {name} {code}" for code, name in STATUS.items())
+    dtypes = "\n".join(f"#define FLOWC_DTYPE_{name.upper()} {code}"
+                       for name, code in DTYPE_CODES.items())
+    tables = "\n".join(
+        [f" *   input {i} '{t.name}': {_shape(t)}" for i, t in enumerate(info.inputs)]
+        + [f" *   output {i} '{t.name}': {_shape(t)}" for i, t in enumerate(info.outputs)])
+    accessors = []
+    for i, t in enumerate(info.inputs):
+        accessors.append(f"/* Input {i} '{t.name}', {_shape(t)}: write it before {n}_run. */\n"
+                         f"{C_TYPES[t.dtype]} *{n}_input_{t.c_name}({n}_ctx *ctx);")
+    for i, t in enumerate(info.outputs):
+        accessors.append(f"/* Output {i} '{t.name}', {_shape(t)}: read it after {n}_run. */\n"
+                         f"const {C_TYPES[t.dtype]} *{n}_output_{t.c_name}(const {n}_ctx *ctx);")
+    weights = (f"Its weights are in '{info.weights_file}', mapped read-only from the library's "
+               f"directory\n * (or from the path given to {n}_create_with_weights)."
+               if info.weights_file else "Its weights are embedded in the library.")
+    return f"""/* {n}.h: a model compiled by flowc (artifact ABI {ABI_VERSION}).
+ *
+ * Use: {n}_create, fill the inputs (typed accessors, or {n}_set_input), {n}_run, read the
+ * outputs, {n}_destroy. Functions returning int return FLOWC_OK (0) or a status code; then
+ * {n}_error(ctx) is a non-empty message. A context is not thread-safe: use one per thread.
+ * {weights}
+ * Tensors are dense row-major; shapes are fixed at compile time:
+{tables}
+ * Temporaries live in one arena of {info.arena_bytes} bytes per context.
+ */
+#ifndef {guard}
+#define {guard}
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
+#ifndef FLOWC_STATUS_CODES
+#define FLOWC_STATUS_CODES
+{status}
+#endif
+
+#ifndef FLOWC_DTYPE_CODES
+#define FLOWC_DTYPE_CODES
+{dtypes}
+#endif
+
+typedef struct {n}_ctx {n}_ctx;
+
+/* Creates a context in *out. On failure *out may still hold a context carrying the
+ * message ({n}_error) that the caller must {n}_destroy; it is NULL only when out of memory. */
+int {n}_create({n}_ctx **out);
+/* As {n}_create, with the weights side file at weights_path (NULL: next to the library). */
+int {n}_create_with_weights({n}_ctx **out, const char *weights_path);
+void {n}_destroy({n}_ctx *ctx);
+/* The message of the last failure on ctx; never empty after one. */
+const char *{n}_error(const {n}_ctx *ctx);
+/* Runs the model on the current inputs. */
+int {n}_run({n}_ctx *ctx);
+/* Threads used by {n}_run (1 by default). */
+int {n}_set_threads({n}_ctx *ctx, int threads);
+/* Uses a caller-owned arena (64-byte aligned, {n}_arena_bytes() bytes); NULL: own one. */
+int {n}_set_arena({n}_ctx *ctx, void *arena, size_t bytes);
+size_t {n}_arena_bytes(void);
+
+/* Tables. */
+int {n}_abi_version(void);
+const char *{n}_graph_hash(void);
+int {n}_num_inputs(void);
+int {n}_num_outputs(void);
+const char *{n}_input_name(int i);
+int {n}_input_dtype(int i);
+int {n}_input_rank(int i);
+const int64_t *{n}_input_shape(int i);
+size_t {n}_input_bytes(int i);
+const char *{n}_output_name(int i);
+int {n}_output_dtype(int i);
+int {n}_output_rank(int i);
+const int64_t *{n}_output_shape(int i);
+size_t {n}_output_bytes(int i);
+
+/* Generic access by index. set_input checks dtype and shape; 64-byte aligned data is
+ * used in place (it must stay valid until set again), other data is copied. set_output
+ * likewise makes {n}_run write into the caller's buffer. {n}_input / {n}_output give the
+ * context's own buffers (and make {n}_run use them again). */
+int {n}_set_input({n}_ctx *ctx, int i, const void *data, int dtype, int rank,
+    const int64_t *shape);
+int {n}_set_output({n}_ctx *ctx, int i, void *data, int dtype, int rank,
+    const int64_t *shape);
+void *{n}_input({n}_ctx *ctx, int i);
+const void *{n}_output(const {n}_ctx *ctx, int i);
+
+/* Typed accessors. */
+{chr(10).join(accessors)}
+
+#ifdef __cplusplus
+}}
+#endif
+#endif
+"""

@@ -1,0 +1,193 @@
+"""The kernel compiler: closed static-shaped body graphs -> one relocatable object file.
+
+Contract (flowc/codegen/README.md, "Kernels"):
+- `compile_kernels(kernels, target, dump=None) -> bytes`: `kernels` is a sequence of
+  `(symbol, body)`; the object defines exactly those symbols, each
+  `void SYM(const T0 *in0, ..., T *out0, ...)` over dense row-major 64-byte-aligned buffers
+  (bool as one byte), and needs only libc/libm at run time. Same input, same bytes.
+- `single_node_body(node)`: the one-node body of a registry op; its inputs are
+  `kernel_operands(node)`, in order (small constants are copied into the body instead).
+- `check_supported(graph, target)`: a FlowcError naming every node (op, node, target) that
+  no lowering rule covers, nested bodies included, before any codegen work.
+- `dump(name, text)`, when given, receives per kernel `SYM.input.mlir`,
+  `SYM.schedule.mlir`, `SYM.llvm.mlir`, `SYM.ll` and `SYM.s`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import llvmlite.binding as llvm
+from mlir import ir
+from mlir.dialects import bufferization, func
+
+from flowc.codegen import cpu_pipeline
+from flowc.codegen.lower import NOT_KERNELS, lookup
+from flowc.codegen.lower.context import (
+    empty,
+    generic,
+    identity_map,
+    memref_type,
+    tensor_type,
+)
+from flowc.codegen.lower.graph import lower_graph, unsupported
+from flowc.codegen.target import Target, get_target
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.ops import HAS_BODY, get_op
+from flowc.ir.types import TensorType
+
+MAX_INLINE_CONSTANT = 16  # elements: constants up to this size are copied into a body
+
+Dump = Callable[[str, str], None]
+
+
+def kernel_operands(node: Node) -> list[Value]:
+    """The operands of `node` that its single-node body takes as inputs, in order: every
+    present operand except constants of at most MAX_INLINE_CONSTANT elements."""
+    return [v for v in node.inputs if v is not None and not _inlined(v)]
+
+
+def _inlined(v: Value) -> bool:
+    t = v.type
+    return (v.node.op == "constant" and isinstance(t, TensorType)
+            and t.num_elements is not None and t.num_elements <= MAX_INLINE_CONSTANT)
+
+
+def single_node_body(node: Node) -> Graph:
+    """A closed graph computing `node` alone (see `kernel_operands`); outputs `out0`..."""
+    body = Graph(f"{node.op}_body")
+    mapping: dict[Value, Value] = {}
+    for i, v in enumerate(node.inputs):
+        if v is None or v in mapping:
+            continue
+        if _inlined(v):
+            mapping[v] = body.append(v.node.replace(ctrl=(), device=None)).out()
+        else:
+            mapping[v] = body.add_input(f"in{i}", v.type)
+    copy = body.append(node.replace(inputs=tuple(None if v is None else mapping[v]
+                                                 for v in node.inputs), ctrl=(), device=None))
+    for i in range(len(node.types)):
+        body.add_output(f"out{i}", copy.out(i))
+    return body
+
+
+def check_supported(graph: Graph, target: Target | str = "host") -> None:
+    target = get_target(target)
+    problems = _unsupported_nodes(graph, target)
+    if problems:
+        raise FlowcError(f"cannot compile graph @{graph.name} for target {target.name}:\n  "
+                         + "\n  ".join(problems))
+
+
+def _unsupported_nodes(graph: Graph, target: Target) -> list[str]:
+    problems = []
+    for node in graph.nodes:
+        if node.op in NOT_KERNELS:
+            continue
+        if lookup(node.op, target) is None:
+            problems.append(unsupported(node, target))
+        if get_op(node.op).has(HAS_BODY):
+            for value in node.attrs.values():
+                if isinstance(value, Graph):
+                    problems += _unsupported_nodes(value, target)
+    return problems
+
+
+def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str = "host",
+                    dump: Dump | None = None) -> bytes:
+    """One object file defining every kernel of `kernels` (see the module docstring)."""
+    target = get_target(target)
+    symbols = [sym for sym, _ in kernels]
+    if len(set(symbols)) != len(symbols):
+        raise FlowcError(f"compile_kernels: duplicate kernel symbols in {symbols}")
+    tm = target.target_machine()
+    linked = None
+    for sym, body in kernels:
+        check_supported(body, target)
+        _check_body(sym, body)
+        mod = llvm.parse_assembly(_kernel_llvm_ir(sym, body, target, dump))
+        mod.triple, mod.data_layout = target.triple, str(tm.target_data)
+        mod.verify()
+        if linked is None:
+            linked = mod
+        else:
+            linked.link_in(mod)
+    if linked is None:
+        raise FlowcError("compile_kernels: no kernels given")
+    _optimize(linked, tm)
+    if dump:
+        dump("kernels.ll", str(linked))
+        dump("kernels.s", tm.emit_assembly(linked))
+    return tm.emit_object(linked)
+
+
+def _check_body(sym: str, body: Graph) -> None:
+    for what, types in (("input", body.input_types), ("output", body.output_types)):
+        for t in types:
+            if not isinstance(t, TensorType) or not t.is_static:
+                raise FlowcError(f"kernel {sym}: every body {what} needs a static tensor type, "
+                                 f"found {t}")
+
+
+def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
+    pto = llvm.create_pipeline_tuning_options(3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+
+
+def _kernel_llvm_ir(sym: str, body: Graph, target: Target, dump: Dump | None) -> str:
+    what = f"kernel {sym}"
+    with ir.Context(), ir.Location.unknown():
+        module = build_module(sym, body, target)
+        if dump:
+            dump(f"{sym}.input.mlir", str(module))
+        sub_dump = (lambda name, text: dump(f"{sym}.{name}", text)) if dump else None
+        module = cpu_pipeline.lower(module, target, what, sub_dump)
+        if dump:
+            dump(f"{sym}.llvm.mlir", str(module))
+        return cpu_pipeline.to_llvm_ir(module)
+
+
+def build_module(sym: str, body: Graph, target: Target) -> ir.Module:
+    """The kernel as a function over memrefs: inputs, then outputs (see cpu_pipeline)."""
+    ins, outs = body.input_types, body.output_types
+    module = ir.Module.create()
+    with ir.InsertionPoint(module.body):
+        fn = func.FuncOp(sym, ir.FunctionType.get([memref_type(t) for t in [*ins, *outs]], []))
+        arg_attr = ir.DictAttr.get({"llvm.noalias": ir.UnitAttr.get(),
+                                    "llvm.align": ir.IntegerAttr.get(
+                                        ir.IntegerType.get_signless(64), 64)})
+        fn.arg_attrs = ir.ArrayAttr.get([arg_attr] * (len(ins) + len(outs)))
+        entry = fn.add_entry_block()
+    with ir.InsertionPoint(entry):
+        args = [bufferization.ToTensorOp(tensor_type(t), a, restrict=True).result
+                for t, a in zip(ins, entry.arguments[:len(ins)], strict=True)]
+        results = lower_graph(body, args, target)
+        written: set = set()
+        for t, value, dest in zip(outs, results, entry.arguments[len(ins):], strict=True):
+            if not _writes_in_place(value) or value in written:
+                value = _copy(t, value)
+            written.add(value)
+            bufferization.MaterializeInDestinationOp(None, value, dest, restrict=True,
+                                                     writable=True)
+        func.ReturnOp([])
+    if not module.operation.verify():
+        raise FlowcError(f"kernel {sym}: generated MLIR does not verify")
+    return module
+
+
+def _writes_in_place(value: ir.Value) -> bool:
+    """Whether `value` is made by a linalg op (which can write into the output buffer)."""
+    owner = value.owner
+    return isinstance(owner, ir.OpView | ir.Operation) and owner.name.startswith("linalg.")
+
+
+def _copy(t: TensorType, value: ir.Value) -> ir.Value:
+    rank = len(t.shape)
+    return generic([value], [identity_map(rank)], [empty(t)], [identity_map(rank)], "p" * rank,
+                   lambda x, _out: [x])[0]
+
+

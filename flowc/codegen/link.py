@@ -1,0 +1,116 @@
+"""Linking an artifact with the system C compiler (`$CC`, default `cc`).
+
+Contract: `link(build_dir, out_dir, name, kernel_object, model_c, header, weights, symbols)`
+compiles the runtime (flowc/runtime/*.c, prefixed `NAME_`), the generated model file and,
+when `weights` is given, a weights object embedding them as read-only data; checks that
+the kernel object defines exactly `symbols` (renaming plain `__kmpc_*` references to the
+runtime's prefixed ones); then writes `libNAME.so` (exporting only the `NAME.h` API) and
+`libNAME.a` (all objects, every global symbol prefixed) into `out_dir`. Sources are compiled
+under relative names without debug info and archived deterministically, so the same
+inputs give the same bytes. A failing tool is a FlowcError quoting its output.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from flowc.ir.errors import FlowcError
+
+RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+RUNTIME_SOURCES = ("runtime.c", "pool.c")
+RUNTIME_HEADER = "flowc_rt.h"
+CFLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=gnu11", "-Wall")
+LINK_LIBS = ("-lm", "-lpthread")
+API_RE = re.compile(r"^(?:const )?[\w ]+?\**\s*\b(\w+)\(", re.MULTILINE)
+
+
+def compiler() -> str:
+    return os.environ.get("CC", "cc")
+
+
+def run_tool(argv: Sequence[str], cwd: Path, what: str) -> str:
+    try:
+        done = subprocess.run(list(argv), cwd=cwd, capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise FlowcError(f"{what}: '{argv[0]}' is not installed (set CC to a C compiler)") from None
+    if done.returncode != 0:
+        output = (done.stderr or done.stdout).strip()[-3000:]
+        raise FlowcError(f"{what} failed: {' '.join(argv)}\n{output}")
+    return done.stdout
+
+
+def exported_functions(header: str, name: str) -> list[str]:
+    """The function names the header declares (all start with NAME_)."""
+    return sorted({m for m in API_RE.findall(header) if m.startswith(name + "_")})
+
+
+def _symbols(obj: Path, cwd: Path, flags: Sequence[str]) -> set[str]:
+    out = run_tool(["nm", *flags, obj.name], cwd, f"listing the symbols of {obj.name}")
+    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+
+def check_kernel_object(obj: Path, cwd: Path, name: str, symbols: Sequence[str]) -> None:
+    """Raise unless the object defines exactly `symbols`; prefix plain OpenMP references."""
+    defined = _symbols(obj, cwd, ["--defined-only", "-g"])
+    if defined != set(symbols):
+        extra, missing = sorted(defined - set(symbols)), sorted(set(symbols) - defined)
+        raise FlowcError(f"the kernel object breaks the kernel contract: it defines "
+                         f"{extra or 'nothing else'} beyond the kernels and lacks "
+                         f"{missing or 'none of them'}")
+    plain = sorted(s for s in _symbols(obj, cwd, ["-u"]) if s.startswith("__kmpc_"))
+    if plain:
+        renames = [f"--redefine-sym={s}={name}_{s}" for s in plain]
+        run_tool(["objcopy", *renames, obj.name], cwd, "prefixing OpenMP references")
+
+
+def weights_asm(name: str, blob_file: str) -> str:
+    return (f'\t.section .rodata.flowc_weights,"a"\n\t.balign 64\n\t.globl {name}_weights\n'
+            f"\t.hidden {name}_weights\n{name}_weights:\n\t.incbin \"{blob_file}\"\n"
+            '\t.section .note.GNU-stack,"",@progbits\n')
+
+
+def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_c: str,
+         header: str, weights: bytes | None, symbols: Sequence[str]) -> list[str]:
+    """Build the libraries (see the module docstring); returns the files written."""
+    build_dir.mkdir(parents=True, exist_ok=True)
+    for src in (*RUNTIME_SOURCES, RUNTIME_HEADER):
+        shutil.copyfile(RUNTIME_DIR / src, build_dir / src)
+    (build_dir / f"{name}.h").write_text(header)
+    (build_dir / f"{name}_model.c").write_text(model_c)
+    kobj = build_dir / f"{name}_kernels.o"
+    if kernel_object:
+        kobj.write_bytes(kernel_object)
+        check_kernel_object(kobj, build_dir, name, symbols)
+    sources = [*RUNTIME_SOURCES, f"{name}_model.c"]
+    if weights is not None:
+        (build_dir / f"{name}_weights.bin").write_bytes(weights)
+        (build_dir / f"{name}_weights.S").write_text(weights_asm(name, f"{name}_weights.bin"))
+        sources.append(f"{name}_weights.S")
+    objects = []
+    for src in sources:
+        obj = f"{name}_{Path(src).stem}.o" if src in RUNTIME_SOURCES else f"{Path(src).stem}.o"
+        run_tool([compiler(), *CFLAGS, f"-DFLOWC_PREFIX={name}_", "-I.", "-c", src, "-o", obj],
+                 build_dir, f"compiling {src}")
+        objects.append(obj)
+    if kernel_object:
+        objects.append(kobj.name)
+    exports = exported_functions(header, name)
+    (build_dir / "exports.map").write_text(
+        "{\n  global:\n" + "".join(f"    {s};\n" for s in exports) + "  local: *;\n};\n")
+    shared, static = f"lib{name}.so", f"lib{name}.a"
+    run_tool([compiler(), "-shared", "-o", shared, *objects, *LINK_LIBS,
+              "-Wl,--version-script=exports.map", "-Wl,-z,noexecstack"], build_dir,
+             f"linking {shared}")
+    (build_dir / static).unlink(missing_ok=True)
+    run_tool(["ar", "rcsD", static, *objects], build_dir, f"archiving {static}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for f in (shared, static):
+        # a new file, then rename: a process that has the old library mapped keeps it intact
+        shutil.copyfile(build_dir / f, out_dir / f".{f}.tmp")
+        os.replace(out_dir / f".{f}.tmp", out_dir / f)
+    return [shared, static]

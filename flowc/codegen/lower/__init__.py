@@ -1,0 +1,65 @@
+"""THE lowering table of flowc's code generator: op name -> rule.
+
+Contract: `lookup(op, target)` returns the rule lowering `op` for `target` (a rule
+registered for the target's architecture overrides the generic one) or None. Every
+registry op either has a rule here or is listed in `NOT_KERNELS` with the reason no kernel
+computes it (the artifact handles it); tests/codegen asserts that for every target.
+Rules are written in one module per op family, listed in `_FAMILIES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from flowc.codegen.target import Target
+
+Rule = Callable[..., list]
+
+RULES: dict[str, Rule] = {}
+ARCH_RULES: dict[tuple[str, str], Rule] = {}
+
+# Ops that never become a kernel: the artifact implements them itself.
+NOT_KERNELS: dict[str, str] = {
+    "variable": "state lives in the runtime context; the artifact owns its buffer",
+    "read_variable": "the artifact passes the variable's buffer to the kernels reading it",
+    "assign": "the artifact copies the value into the variable's buffer",
+    "send": "a runtime transport call, not a computation",
+    "recv": "a runtime transport call, not a computation",
+}
+
+_FAMILIES = ("elementwise", "matmul", "reduce", "shape", "nn", "conv", "pool",
+             "control")
+
+
+def register(*ops: str, arch: str | None = None) -> Callable[[Rule], Rule]:
+    """Decorator: `fn` lowers each of `ops` (on every target, or only on `arch`)."""
+
+    def wrap(fn: Rule) -> Rule:
+        for op in ops:
+            table_key = (arch, op) if arch else op
+            if (ARCH_RULES if arch else RULES).get(table_key) is not None:
+                raise ValueError(f"op {op} has two lowering rules for {arch or 'all targets'}")
+            if arch:
+                ARCH_RULES[(arch, op)] = fn
+            else:
+                RULES[op] = fn
+        return fn
+
+    return wrap
+
+
+def lookup(op: str, target: Target) -> Rule | None:
+    _load()
+    return ARCH_RULES.get((target.arch, op)) or RULES.get(op)
+
+
+_loaded = False
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for family in _FAMILIES:
+            importlib.import_module(f"flowc.codegen.lower.{family}")

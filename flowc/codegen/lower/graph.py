@@ -1,0 +1,55 @@
+"""Lowering a closed body graph node by node through the rule table.
+
+Contract: `lower_graph(graph, args, target)` emits, at the current insertion point, the MLIR
+computing `graph`'s outputs from `args` (one tensor value per graph input) and returns one
+tensor value per output. Every node goes through its rule (`lookup`); a node without one
+is a FlowcError naming op, node and target (the kernel compiler calls `check_supported`
+first, so this is a safety net for nested bodies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from mlir import ir
+
+from flowc.codegen.lower import lookup
+from flowc.codegen.lower.context import RuleCtx, tensor_type
+from flowc.codegen.target import Target
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.ops import get_op
+from flowc.ir.types import TensorType
+
+
+def unsupported(node: Node, target: Target) -> str:
+    return f"no lowering rule for op '{node.op}' (node {node.label()}) on target {target.name}"
+
+
+def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[ir.Value]:
+    values: dict[Value, ir.Value] = {}
+    consts: dict[Value, np.ndarray] = {}
+    for node, arg in zip(graph.inputs, args, strict=True):
+        values[node.out()] = arg
+    for node in graph.nodes:
+        if node.op == "constant":  # rules may need its value at compile time
+            consts[node.out()] = node.attrs["value"].data
+        rule = lookup(node.op, target)
+        if rule is None:
+            raise FlowcError(unsupported(node, target))
+        for i, t in enumerate(node.types):
+            if not isinstance(t, TensorType) or not t.is_static:
+                raise FlowcError(f"codegen ({target.name}): node {node.label()}: result #{i} "
+                                 f"is {t}; a kernel needs static tensor types")
+        ctx = RuleCtx(node, get_op(node.op).resolve_attrs(node.attrs),
+                      [None if v is None else v.type for v in node.inputs], list(node.types),
+                      [None if v is None else consts.get(v) for v in node.inputs], target)
+        results = rule(ctx, *[None if v is None else values[v] for v in node.inputs])
+        for i, r in enumerate(results):
+            expected = tensor_type(node.types[i])
+            if r.type != expected:
+                raise FlowcError(f"codegen ({target.name}): node {node.label()}: the rule for "
+                                 f"'{node.op}' made {r.type} for result #{i}, not {expected}")
+            values[node.out(i)] = r
+    return [values[v] for _, v in graph.outputs]

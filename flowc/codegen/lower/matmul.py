@@ -1,0 +1,130 @@
+"""Lowering rules of matmul and gemm: named `linalg.matmul` / `linalg.batch_matmul` ops
+(which the CPU pipeline packs and tiles), with numpy's batching and rank-1 promotion done by
+reshapes and broadcasts around them.
+
+16-bit floats accumulate in f32; ints in their own type (wrapping); bool as i32 counts
+(any nonzero is true).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import linalg
+
+from flowc.codegen.lower import register
+from flowc.codegen.lower import scalar as s
+from flowc.codegen.lower.context import (
+    RuleCtx,
+    broadcast_map,
+    broadcast_to,
+    elem_type,
+    empty,
+    fill,
+    generic,
+    identity_map,
+    reshape,
+    scalar_const,
+    value_shape,
+)
+from flowc.ir.types import DType, i32
+
+_Dims = list[int]
+
+
+def acc_dtype(dt: DType) -> DType:
+    if dt.is_bool:
+        return i32
+    return s.compute_dtype(dt)
+
+
+def contract(a: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
+    """a [..., M, K] @ b [..., K, N] (equal batch dims, rank 2 or 3) in `acc_dtype(dt)`."""
+    acc = acc_dtype(dt)
+    sa, sb = value_shape(a), value_shape(b)
+    out_shape = [*sa[:-1], sb[-1]]
+    init = fill(scalar_const(acc, 0), empty((out_shape, elem_type(acc))))
+    op = linalg.matmul if len(sa) == 2 else linalg.batch_matmul
+    return op(a, b, outs=[init])
+
+
+def convert_tensor(v: ir.Value, src: DType, dst: DType) -> ir.Value:
+    if src == dst:
+        return v
+    shape = value_shape(v)
+    n = len(shape)
+
+    def body(x, _o):
+        if src == i32 and dst.is_bool:
+            return [s.from_i1(s.cmp(i32, "ne", x, s.const(i32, 0)))]
+        return [s.convert(x, src, dst)]
+
+    return generic([v], [identity_map(n)], [empty((shape, elem_type(dst)))], [identity_map(n)],
+                   "p" * n, body)[0]
+
+
+def matmul_nd(a: ir.Value, b: ir.Value, dt: DType, out_shape: _Dims) -> ir.Value:
+    """numpy.matmul of `a` and `b` (dtype `dt`), result of `out_shape` in acc_dtype(dt)."""
+    sa, sb = value_shape(a), value_shape(b)
+    if len(sa) == 1:
+        a, sa = reshape(a, [1, sa[0]]), [1, sa[0]]
+    if len(sb) == 1:
+        b, sb = reshape(b, [sb[0], 1]), [sb[0], 1]
+    batch_a, batch_b = sa[:-2], sb[:-2]
+    m, k, n = sa[-2], sa[-1], sb[-1]
+    if int(np.prod(batch_b)) == 1:  # b is one matrix: fold a's batch into M
+        rows = int(np.prod(batch_a)) * m
+        y = contract(reshape(a, [rows, k]), reshape(b, [k, n]), dt)
+    else:
+        batch = list(np.broadcast_shapes(tuple(batch_a), tuple(batch_b)))
+        a = broadcast_to(reshape(a, [*[1] * (len(batch) - len(batch_a)), *sa]),
+                         [*batch, m, k])
+        b = broadcast_to(reshape(b, [*[1] * (len(batch) - len(batch_b)), *sb]),
+                         [*batch, k, n])
+        total = int(np.prod(batch))
+        y = contract(reshape(a, [total, m, k]), reshape(b, [total, k, n]), dt)
+    return reshape(y, out_shape)
+
+
+@register("matmul")
+def _matmul(ctx: RuleCtx, a, b) -> list:
+    dt = ctx.out.dtype
+    y = matmul_nd(a, b, dt, list(ctx.out.shape))
+    return [convert_tensor(y, acc_dtype(dt), dt)]
+
+
+def transpose2(v: ir.Value) -> ir.Value:
+    r, c = value_shape(v)
+    et = ir.RankedTensorType(v.type).element_type
+    return linalg.transpose(v, outs=[empty(([c, r], et))], permutation=[1, 0]).results[0]
+
+
+@register("gemm")
+def _gemm(ctx: RuleCtx, a, b, c=None) -> list:
+    dt = ctx.out.dtype
+    acc = acc_dtype(dt)
+    if ctx.attrs["transA"]:
+        a = transpose2(a)
+    if ctx.attrs["transB"]:
+        b = transpose2(b)
+    y = contract(a, b, dt)
+    alpha, beta = float(ctx.attrs["alpha"]), float(ctx.attrs["beta"])
+    shape = list(ctx.out.shape)
+    ins, maps = [y], [identity_map(2)]
+    if c is not None:
+        ins.append(c)
+        maps.append(broadcast_map(value_shape(c), shape))
+    if alpha == 1.0 and c is None:
+        return [convert_tensor(y, acc, dt)]
+    c_dt = ctx.in_types[2].dtype if c is not None else dt
+
+    def body(x, *rest):
+        r = x if alpha == 1.0 else s.mul(acc, x, s.const(acc, alpha))
+        if c is not None:
+            cv = s.convert(rest[0], c_dt, acc)
+            r = s.add(acc, r, cv if beta == 1.0 else s.mul(acc, cv, s.const(acc, beta)))
+        return [s.convert(r, acc, dt)]
+
+    return generic(ins, maps, [empty(ctx.out)], [identity_map(2)], "pp", body)
+
+

@@ -1,0 +1,100 @@
+"""Lowering rules of the normalization and softmax ops, composed from the reduction and
+elementwise building blocks (statistics in f32 at least, as the reference computes)."""
+
+from __future__ import annotations
+
+from mlir import ir
+from mlir.dialects import arith, math
+
+from flowc.codegen.lower import register
+from flowc.codegen.lower import scalar as s
+from flowc.codegen.lower.context import (
+    RuleCtx,
+    broadcast_map,
+    elem_type,
+    empty,
+    generic,
+    identity_map,
+    reshape,
+    value_shape,
+)
+from flowc.codegen.lower.matmul import convert_tensor
+from flowc.codegen.lower.reduce import reduce_axes
+from flowc.ir.types import DType
+
+
+def map_values(ins: list[ir.Value], out_shape: list[int], dt: DType, fn) -> ir.Value:
+    """An elementwise generic over `ins` broadcast to `out_shape`, results of dtype `dt`."""
+    rank = len(out_shape)
+    maps = [broadcast_map(value_shape(v), out_shape) for v in ins]
+    return generic(ins, maps, [empty((out_shape, elem_type(dt)))], [identity_map(rank)],
+                   "p" * rank, lambda *a: [fn(*a[:-1])])[0]
+
+
+def _sum(x: ir.Value, axes: tuple[int, ...], dt: DType) -> ir.Value:
+    return reduce_axes(x, axes, True, dt, 0, lambda a, v: s.add(dt, a, v))
+
+
+@register("softmax", "log_softmax")
+def _softmax(ctx: RuleCtx, x) -> list:
+    t = ctx.in_types[0]
+    acc = s.compute_dtype(t.dtype)
+    axis = ctx.attrs["axis"] % t.rank
+    shape = list(t.shape)
+    xa = convert_tensor(x, t.dtype, acc)
+    m = reduce_axes(xa, (axis,), True, acc, float("-inf"), lambda a, v: arith.maximumf(a, v))
+    shifted = map_values([xa, m], shape, acc, lambda v, mx: arith.subf(v, mx))
+    e = map_values([shifted], shape, acc, math.exp)
+    total = _sum(e, (axis,), acc)
+    if ctx.node.op == "softmax":
+        y = map_values([e, total], shape, acc, arith.divf)
+    else:
+        y = map_values([shifted, total], shape, acc, lambda v, tot: arith.subf(v, math.log(tot)))
+    return [convert_tensor(y, acc, t.dtype)]
+
+
+@register("layer_normalization")
+def _layer_norm(ctx: RuleCtx, x, scale, bias=None) -> list:
+    t = ctx.in_types[0]
+    acc = s.compute_dtype(t.dtype)
+    axis = ctx.attrs["axis"] % t.rank
+    shape = list(t.shape)
+    axes = tuple(range(axis, t.rank))
+    count = 1
+    for a in axes:
+        count *= shape[a]
+    xa = convert_tensor(x, t.dtype, acc)
+    n = s.const(acc, count)
+    mean = map_values([_sum(xa, axes, acc)], [*shape[:axis], *[1] * len(axes)], acc,
+                      lambda v: arith.divf(v, n))
+    centered = map_values([xa, mean], shape, acc, arith.subf)
+    var = map_values([_sum(map_values([centered], shape, acc, lambda v: arith.mulf(v, v)),
+                           axes, acc)], value_shape(mean), acc, lambda v: arith.divf(v, n))
+    eps = s.const(acc, ctx.attrs["epsilon"])
+    ins = [centered, var, convert_tensor(scale, ctx.in_types[1].dtype, acc)]
+    if bias is not None:
+        ins.append(convert_tensor(bias, ctx.in_types[2].dtype, acc))
+
+    def norm(c, v, g, *b):
+        y = arith.mulf(arith.divf(c, math.sqrt(arith.addf(v, eps))), g)
+        return arith.addf(y, b[0]) if b else y
+
+    return [convert_tensor(map_values(ins, shape, acc, norm), acc, t.dtype)]
+
+
+@register("batch_normalization")
+def _batch_norm(ctx: RuleCtx, x, scale, b, mean, var) -> list:
+    t = ctx.in_types[0]
+    acc = s.compute_dtype(t.dtype)
+    shape = list(t.shape)
+    per_channel = [shape[1], *[1] * (t.rank - 2)]
+    params = [reshape(convert_tensor(v, ctx.in_types[i].dtype, acc), per_channel)
+              for i, v in enumerate((scale, b, mean, var), start=1)]
+    eps = s.const(acc, ctx.attrs["epsilon"])
+
+    def norm(v, g, bb, mu, var_):
+        inv = arith.divf(g, math.sqrt(arith.addf(var_, eps)))
+        return arith.addf(arith.mulf(arith.subf(v, mu), inv), bb)
+
+    y = map_values([convert_tensor(x, t.dtype, acc), *params], shape, acc, norm)
+    return [convert_tensor(y, acc, t.dtype)]

@@ -1,0 +1,106 @@
+"""Lowering rules of the pooling ops: the input padded (with the identity of the pooling:
+-inf / the integer minimum for max, 0 for average), then one reduction generic over
+(n, c, *out, *kernel). Average pooling divides by each window's count, computed at compile
+time exactly as the reference counts it (count_include_pad, ceil-mode pads never counted)."""
+
+from __future__ import annotations
+
+import numpy as np
+from mlir.dialects import arith
+
+from flowc.codegen.lower import register
+from flowc.codegen.lower import scalar as s
+from flowc.codegen.lower.context import (
+    RuleCtx,
+    dense_constant,
+    dim,
+    elem_type,
+    empty,
+    expr_map,
+    fill,
+    generic,
+    scalar_const,
+)
+from flowc.codegen.lower.conv import pad_spatial, window_extent, window_geometry
+from flowc.codegen.lower.matmul import convert_tensor
+from flowc.codegen.lower.nn import map_values
+from flowc.codegen.lower.reduce import identity_of, reduce_axes
+from flowc.ir.types import DType
+
+
+def window_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilations, acc: DType,
+                  init, combine):
+    nsp = len(kernel)
+    n_loops = 2 + 2 * nsp
+    x_map = expr_map(n_loops, [dim(0), dim(1), *(dim(2 + i) * strides[i] +
+                                                 dim(2 + nsp + i) * dilations[i]
+                                                 for i in range(nsp))])
+    out_map = expr_map(n_loops, [dim(i) for i in range(2 + nsp)])
+    start = fill(scalar_const(acc, init), empty((out_shape, elem_type(acc))))
+    k_map = expr_map(n_loops, [dim(2 + nsp + i) for i in range(nsp)])
+    return generic([xp, window_extent(kernel)], [x_map, k_map], [start], [out_map],
+                   "p" * (2 + nsp) + "r" * nsp, lambda v, _k, a: [combine(a, v)])[0]
+
+
+@register("max_pool", "average_pool")
+def _pool(ctx: RuleCtx, x) -> list:
+    t = ctx.in_types[0]
+    dt = t.dtype
+    acc = s.compute_dtype(dt)
+    kernel = list(ctx.attrs["kernel_shape"])
+    out_shape = list(ctx.out.shape)
+    strides, dilations, begin, end = window_geometry(ctx.attrs, t.shape[2:], kernel,
+                                                     out_shape[2:])
+    xa = convert_tensor(x, dt, acc)
+    if ctx.node.op == "max_pool":
+        low = identity_of("reduce_max", dt)
+        xp = pad_spatial(xa, begin, end, scalar_const(acc, low))
+        y = window_reduce(xp, out_shape, kernel, strides, dilations, acc, low,
+                          lambda a, v: s.maximum(acc, a, v))
+        return [convert_tensor(y, acc, dt)]
+    xp = pad_spatial(xa, begin, end, scalar_const(acc, 0))
+    total = window_reduce(xp, out_shape, kernel, strides, dilations, acc, 0,
+                          lambda a, v: s.add(acc, a, v))
+    counts = dense_constant(_counts(ctx, t.shape[2:], kernel, out_shape[2:]), acc)
+    y = map_values([total, counts], out_shape, acc, arith.divf)
+    return [convert_tensor(y, acc, dt)]
+
+
+def _counts(ctx: RuleCtx, spatial, kernel, out) -> np.ndarray:
+    """How many elements each window averages, as the reference counts them."""
+    from flowc.ir.ops.conv import _pads_for, _windows
+
+    n = len(kernel)
+    strides = list(ctx.attrs.get("strides") or [1] * n)
+    dilations = list(ctx.attrs.get("dilations") or [1] * n)
+    pads = _pads_for(ctx.attrs, spatial, kernel, strides, dilations)
+    _, _, begin, end = window_geometry(ctx.attrs, spatial, kernel, out)
+    full = list(zip(begin, end, strict=True))
+    ones = np.ones(spatial, np.float64)
+    if ctx.attrs["count_include_pad"]:
+        mask = np.pad(ones, pads, constant_values=1)
+        mask = np.pad(mask, [(0, f[1] - p[1]) for f, p in zip(full, pads, strict=True)])
+    else:
+        mask = np.pad(ones, full)
+    return _windows(mask[None, None], kernel, strides, dilations, out).sum(
+        axis=tuple(range(-n, 0)))[0, 0]
+
+
+@register("global_max_pool", "global_average_pool")
+def _global_pool(ctx: RuleCtx, x) -> list:
+    t = ctx.in_types[0]
+    dt = t.dtype
+    acc = s.compute_dtype(dt)
+    axes = tuple(range(2, t.rank))
+    xa = convert_tensor(x, dt, acc)
+    if ctx.node.op == "global_max_pool":
+        y = reduce_axes(xa, axes, True, acc, identity_of("reduce_max", dt),
+                        lambda a, v: s.maximum(acc, a, v))
+    else:
+        count = int(np.prod(t.shape[2:]))
+        total = reduce_axes(xa, axes, True, acc, 0, lambda a, v: s.add(acc, a, v))
+        y = map_values([total], list(ctx.out.shape), acc,
+                       lambda v: arith.divf(v, s.const(acc, count)))
+    return [convert_tensor(y, acc, dt)]
+
+

@@ -1,0 +1,129 @@
+"""Lowering rules of the reductions (reduce_*, arg_max, arg_min): one `linalg.generic`
+with reduction loops over the reduced axes, accumulating as the reference does (16-bit
+floats in f32; max/min propagate NaN; argmax/argmin pick the first extreme element, or the
+last with select_last_index, and treat NaN as the extreme, as numpy does)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from mlir import ir
+from mlir.dialects import arith, linalg
+
+from flowc.codegen.lower import register
+from flowc.codegen.lower import scalar as s
+from flowc.codegen.lower.context import (
+    RuleCtx,
+    affine_map,
+    elem_type,
+    empty,
+    fill,
+    generic,
+    identity_map,
+    scalar_const,
+    value_shape,
+)
+from flowc.codegen.lower.matmul import convert_tensor
+from flowc.ir.types import DType, f64, i64
+
+
+def reduce_axes(x: ir.Value, axes: Sequence[int], keepdims: bool, dt: DType, init: float | int,
+                combine: Callable[[ir.Value, ir.Value], ir.Value]) -> ir.Value:
+    """`combine`-fold `x` (elements of dtype `dt`, already in compute form) over `axes`."""
+    shape = value_shape(x)
+    rank = len(shape)
+    kept = [i for i in range(rank) if i not in axes]
+    out_exprs: list[int | str] = ([("0" if i in axes else i) for i in range(rank)] if keepdims
+                                  else kept)
+    out_shape = [1 if i in axes else d for i, d in enumerate(shape)] if keepdims else [
+        shape[i] for i in kept]
+    acc = fill(scalar_const(dt, init), empty((out_shape, elem_type(dt))))
+    kinds = "".join("r" if i in axes else "p" for i in range(rank))
+    return generic([x], [identity_map(rank)], [acc], [affine_map(rank, out_exprs)], kinds,
+                   lambda v, a: [combine(a, v)])[0]
+
+
+def identity_of(op: str, dt: DType) -> float | int:
+    if op in ("reduce_sum", "reduce_mean"):
+        return 0
+    if op == "reduce_prod":
+        return 1
+    if dt.is_float:
+        return -np.inf if op == "reduce_max" else np.inf
+    info = np.iinfo(dt.np)
+    return int(info.min if op == "reduce_max" else info.max)
+
+
+def _normalized_axes(ctx: RuleCtx, rank: int) -> tuple[int, ...] | None:
+    """The reduced axes; None for a no-op (empty axes with noop_with_empty_axes)."""
+    if ctx.in_types[1] is None:
+        axes: list[int] = []
+    else:
+        axes = [int(a) for a in ctx.require_const(1, "axes").reshape(-1)]
+    if not axes:
+        return None if ctx.attrs["noop_with_empty_axes"] else tuple(range(rank))
+    return tuple(sorted({a % max(rank, 1) for a in axes}))
+
+
+@register("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod")
+def _reduce(ctx: RuleCtx, x, axes_operand=None) -> list:
+    t = ctx.in_types[0]
+    axes = _normalized_axes(ctx, t.rank)
+    if axes is None:
+        return [x]
+    op, dt = ctx.node.op, t.dtype
+    acc = s.compute_dtype(dt)
+    if op == "reduce_mean" and dt.is_int:
+        acc = f64  # numpy's mean of ints is an f64 mean, truncated back
+    x = convert_tensor(x, dt, acc)
+    combine = {"reduce_sum": lambda a, v: s.add(acc, a, v),
+               "reduce_mean": lambda a, v: s.add(acc, a, v),
+               "reduce_prod": lambda a, v: s.mul(acc, a, v),
+               "reduce_max": lambda a, v: s.maximum(acc, a, v),
+               "reduce_min": lambda a, v: s.minimum(acc, a, v)}[op]
+    y = reduce_axes(x, axes, bool(ctx.attrs["keepdims"]), acc, identity_of(op, dt), combine)
+    if op == "reduce_mean":
+        count = int(np.prod([t.shape[a] for a in axes]))
+        y = divide(y, acc, count)
+    return [convert_tensor(y, acc, dt)]
+
+
+def divide(y: ir.Value, dt: DType, divide_by: int) -> ir.Value:
+    """y / divide_by, elementwise (`dt` a float type)."""
+    shape = value_shape(y)
+    n = len(shape)
+    return generic([y], [identity_map(n)], [empty((shape, elem_type(dt)))], [identity_map(n)],
+                   "p" * n, lambda v, _o: [arith.divf(v, s.const(dt, divide_by))])[0]
+
+
+@register("arg_max", "arg_min")
+def _arg(ctx: RuleCtx, x) -> list:
+    t = ctx.in_types[0]
+    rank, axis = t.rank, ctx.attrs["axis"] % t.rank
+    dt = s.compute_dtype(t.dtype)
+    x = convert_tensor(x, t.dtype, dt)
+    keep = bool(ctx.attrs["keepdims"])
+    out_exprs: list[int | str] = ([("0" if i == axis else i) for i in range(rank)] if keep
+                                  else [i for i in range(rank) if i != axis])
+    out_shape = list(ctx.out.shape)
+    op = "reduce_max" if ctx.node.op == "arg_max" else "reduce_min"
+    best = fill(scalar_const(dt, identity_of(op, t.dtype)), empty((out_shape, elem_type(dt))))
+    index = fill(scalar_const(i64, 0), empty(ctx.out))
+    last = bool(ctx.attrs["select_last_index"])
+    pred = ("ge" if last else "gt") if op == "reduce_max" else ("le" if last else "lt")
+    out_map = affine_map(rank, out_exprs)
+
+    def body(v, b, i):
+        better = s.cmp(dt, pred, v, b)
+        if dt.is_float:
+            v_nan = arith.cmpf(s.FP.UNO, v, v)
+            if not last:
+                v_nan = arith.andi(v_nan, arith.cmpf(s.FP.ORD, b, b))
+            better = arith.ori(better, v_nan)
+        here = arith.index_cast(ir.IntegerType.get_signless(64), linalg.IndexOp(axis).result)
+        return [arith.select(better, v, b), arith.select(better, here, i)]
+
+    kinds = "".join("r" if i == axis else "p" for i in range(rank))
+    return [generic([x], [identity_map(rank)], [best, index], [out_map, out_map], kinds,
+                    body)[1]]

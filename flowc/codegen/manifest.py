@@ -1,0 +1,63 @@
+"""The artifact's `manifest.json`: what the loader and `flowc inspect` need to know.
+
+Contract: `build_manifest(...)` returns a JSON-ready dict with, in this order: `format`
+("flowc-artifact"), `abi_version`, `flowc_version`, `name` (the symbol prefix),
+`graph_hash`, `target` (triple, cpu, features), `inputs` and `outputs` (name, c_name,
+dtype, shape), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
+`threads_default` (0: all cores, unless FLOWC_NUM_THREADS says otherwise), `weights`
+(bytes, sha256, and `file` when they are a side file, else null), `files` (the artifact's
+files with their sha256), `kernels` (symbol and the graph nodes each runs), `link_flags`
+(what a C program linking libNAME.a adds). No timestamps or absolute paths, so the same
+compilation gives the same bytes. `write_manifest` writes it with sorted-free stable layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from flowc.codegen.header import ModelInfo, TensorInfo
+from flowc.codegen.link import LINK_LIBS
+from flowc.codegen.program import Program
+from flowc.runtime.abi import ABI_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _tensor(t: TensorInfo) -> dict[str, Any]:
+    return {"name": t.name, "c_name": t.c_name, "dtype": t.dtype, "shape": list(t.shape)}
+
+
+def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, graph_hash: str,
+                   target: Mapping[str, Any], sizes: Mapping[str, int], weights: bytes,
+                   files: Mapping[str, bytes], kernel_nodes: Sequence[tuple[str, list[str]]]
+                   ) -> dict[str, Any]:
+    return {
+        "format": MANIFEST_FORMAT,
+        "abi_version": ABI_VERSION,
+        "flowc_version": flowc_version,
+        "name": info.name,
+        "graph_hash": graph_hash,
+        "target": dict(target),
+        "inputs": [_tensor(t) for t in info.inputs],
+        "outputs": [_tensor(t) for t in info.outputs],
+        "symbolic_dims": dict(sorted(sizes.items())),
+        "arena_bytes": program.arena_bytes,
+        "threads_default": 0,
+        "weights": {"bytes": len(weights), "sha256": sha256(weights),
+                    "file": info.weights_file},
+        "files": {name: sha256(data) for name, data in sorted(files.items())},
+        "kernels": [{"symbol": s, "nodes": nodes} for s, nodes in kernel_nodes],
+        "link_flags": list(LINK_LIBS),
+    }
+
+
+def write_manifest(out_dir: Path, manifest: Mapping[str, Any]) -> Path:
+    path = out_dir / MANIFEST_FILE
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return path

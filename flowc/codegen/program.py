@@ -1,0 +1,236 @@
+"""From a graph with static shapes to a program: kernels in order and where every tensor lives.
+
+Contract: `build_program(graph, prefix)` returns a `Program`:
+- each `fused` node becomes one kernel whose body is its `body` attribute; every other
+  compute node becomes a single-node kernel (`single_node_body`); kernels with the same body
+  (same ops, attributes, types and inline constants) share one symbol `PREFIX_kN`;
+- `constant` nodes feed kernels as weights (one blob, 64-byte aligned entries, equal
+  constants stored once), except small ones (<= INLINE_MAX_ELEMENTS elements) which are
+  copied into the kernel bodies that use them, as the kernel contract allows;
+- view ops (`ALIAS_OPS`: identity, reshape, flatten, squeeze, unsqueeze) move no data: their
+  result is their operand's buffer;
+- each value lives in one place (`Storage`): a graph input, the weights blob, an output
+  buffer (a kernel writes a graph output in place when it can) or the arena, planned by
+  `arena.plan_arena`; outputs that are inputs, weights, views or repeated are copied at the
+  end (`Program.copies`).
+Stateful ops, variables, send/recv and nested control flow are refused with a FlowcError
+naming the node: artifacts do not run them yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from flowc.codegen.arena import Buffer, align, plan_arena
+from flowc.ir.attrs import Tensor
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.ops import OPS, PURE
+from flowc.ir.printer import print_graph
+from flowc.ir.types import TensorType
+
+ALIAS_OPS = frozenset({"identity", "reshape", "flatten", "squeeze", "unsqueeze"})
+INLINE_MAX_ELEMENTS = 16  # as flowc.codegen.kernels.MAX_INLINE_CONSTANT
+FUSED_OP = "fused"
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Where a tensor lives: kind is input|output|weight|arena; index or byte offset."""
+
+    kind: str
+    at: int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    symbol: str
+    body: Graph
+
+
+@dataclass(frozen=True)
+class Call:
+    """One step of the entry function: a kernel applied to graph values."""
+
+    kernel: Kernel
+    operands: tuple[Value, ...]
+    results: tuple[Value, ...]
+    nodes: tuple[str, ...]
+
+
+@dataclass
+class Program:
+    name: str
+    graph: Graph
+    inputs: list[tuple[str, TensorType]]
+    outputs: list[tuple[str, TensorType]]
+    kernels: list[Kernel] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+    storage: dict[Value, Storage] = field(default_factory=dict)
+    copies: list[tuple[int, Storage, int]] = field(default_factory=list)  # (output, from, bytes)
+    weights: list[tuple[int, Tensor]] = field(default_factory=list)  # (offset, data)
+    weights_bytes: int = 0
+    arena_bytes: int = 0
+
+    def where(self, value: Value) -> Storage:
+        return self.storage[value]
+
+
+def nbytes(t: TensorType) -> int:
+    return int(t.num_elements) * t.dtype.np.itemsize
+
+
+def inlinable(value: Value | None) -> bool:
+    return (value is not None and value.node.op == "constant"
+            and value.node.attrs["value"].type.num_elements <= INLINE_MAX_ELEMENTS)
+
+
+def single_node_body(node: Node, name: str = "kernel") -> tuple[Graph, list[Value]]:
+    """(a closed one-node body for `node`, the graph values feeding its inputs in order).
+
+    Small constant operands are copied into the body; every other operand becomes a body
+    input `inK`; results become outputs `outK`. Control dependencies are dropped (the
+    entry function runs kernels in graph order)."""
+    body = Graph(name)
+    operands: list[Value] = []
+    inner: list[Value | None] = []
+    for v in node.inputs:
+        if v is None:
+            inner.append(None)
+        elif inlinable(v):
+            inner.append(body.append(v.node.replace(inputs=(), ctrl=(), device=None)).out())
+        else:
+            inner.append(body.add_input(f"in{len(operands)}", v.type))
+            operands.append(v)
+    copy = body.append(node.replace(inputs=tuple(inner), ctrl=(), device=None))
+    for i, v in enumerate(copy.outputs):
+        body.add_output(f"out{i}", v)
+    return body, operands
+
+
+def fused_body(node: Node) -> tuple[Graph, list[Value]]:
+    body = node.attrs["body"]
+    if len(body.inputs) != len([v for v in node.inputs if v is not None]):
+        raise FlowcError(f"node {node.label()}: its body takes {len(body.inputs)} inputs but "
+                         f"the node has {len(node.inputs)} operands")
+    return body, [v for v in node.inputs if v is not None]
+
+
+def _structure_key(body: Graph) -> str:
+    """Equal for bodies that compute the same thing (names and locations ignored)."""
+    anonymous = Graph("kernel", [n.replace(name=f"in{i}", loc=None)
+                                 for i, n in enumerate(body.inputs)], [], [])
+    mapping = {old.out(): new.out() for old, new in zip(body.inputs, anonymous.inputs,
+                                                        strict=True)}
+    for node in body.nodes:
+        inputs = tuple(None if v is None else mapping[v] for v in node.inputs)
+        new = anonymous.append(node.replace(inputs=inputs, ctrl=(), name=None, loc=None))
+        mapping.update(zip(node.outputs, new.outputs, strict=True))
+    anonymous.outputs = [(f"out{i}", mapping[v]) for i, (_, v) in enumerate(body.outputs)]
+    return print_graph(anonymous)
+
+
+def check_node(node: Node) -> None:
+    opdef = OPS.get(node.op)
+    if node.op == FUSED_OP:
+        return
+    if opdef is None or not opdef.has(PURE):
+        raise FlowcError(f"node {node.label()}: op '{node.op}' is stateful or communicates; "
+                         "flowc artifacts run only pure tensor ops so far")
+    if any(isinstance(v, Graph) for v in node.attrs.values()):
+        raise FlowcError(f"node {node.label()}: op '{node.op}' holds nested bodies; flowc "
+                         "artifacts do not run control flow yet")
+    for i, t in enumerate(node.types):
+        if not isinstance(t, TensorType) or not t.is_static:
+            raise FlowcError(f"node {node.label()}: result #{i} is {t}; kernels need tensors "
+                             "of static shape (bind symbolic dims first)")
+
+
+def build_program(graph: Graph, prefix: str) -> Program:
+    """The program for `graph` (static shapes); see the module docstring."""
+    program = Program(prefix, graph, [(n.name, n.types[0]) for n in graph.inputs],
+                      [(name, v.type) for name, v in graph.outputs])
+    root: dict[Value, Value] = {}  # a view's result -> the value whose buffer it is
+    by_key: dict[str, Kernel] = {}
+    for node in graph.nodes:
+        if node.op == "constant":
+            continue
+        check_node(node)
+        if node.op in ALIAS_OPS:
+            root[node.out()] = root.get(node.inputs[0], node.inputs[0])
+            continue
+        body, operands = fused_body(node) if node.op == FUSED_OP else single_node_body(node)
+        key = _structure_key(body)
+        if key not in by_key:
+            by_key[key] = Kernel(f"{prefix}_k{len(by_key)}", body)
+            program.kernels.append(by_key[key])
+        names = tuple(n.name or n.op for n in body.nodes) if node.op == FUSED_OP else (
+            node.name or node.op,)
+        program.calls.append(Call(by_key[key],
+                                  tuple(root.get(v, v) for v in operands),
+                                  node.outputs, names))
+    _assign_storage(program, root)
+    return program
+
+
+def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
+    graph = program.graph
+    storage = program.storage
+    for i, node in enumerate(graph.inputs):
+        storage[node.out()] = Storage("input", i)
+    digests: dict[str, int] = {}
+
+    def weight(value: Value) -> Storage:
+        tensor = value.node.attrs["value"]
+        if tensor.is_elided:
+            raise FlowcError(f"constant {value.node.label()} ({tensor.type}) has no data: it "
+                             "was elided from the IR text; print it with --emit-resources")
+        if tensor.digest not in digests:
+            digests[tensor.digest] = program.weights_bytes
+            program.weights.append((program.weights_bytes, tensor))
+            program.weights_bytes += align(tensor.data.nbytes)
+        return Storage("weight", digests[tensor.digest])
+
+    written = {v for call in program.calls for v in call.results}
+    claimed: set[Value] = set()
+    for j, (_, value) in enumerate(graph.outputs):
+        base = root.get(value, value)
+        if base == value and base in written and base not in claimed:
+            storage[base] = Storage("output", j)
+            claimed.add(base)
+    last_use: dict[Value, int] = {}
+    for step, call in enumerate(program.calls):
+        for v in call.operands:
+            last_use[v] = step
+            if v.node.op == "constant":
+                storage.setdefault(v, weight(v))
+    end = len(program.calls)
+    for _, value in graph.outputs:
+        base = root.get(value, value)
+        last_use[base] = end
+        if base.node.op == "constant":
+            storage.setdefault(base, weight(base))
+    buffers = [Buffer(v, nbytes(v.type), step, last_use.get(v, step))
+               for step, call in enumerate(program.calls) for v in call.results
+               if v not in storage]
+    offsets, program.arena_bytes = plan_arena(buffers)
+    for v, offset in offsets.items():
+        storage[v] = Storage("arena", offset)
+    for view, base in root.items():
+        if base in storage:
+            storage[view] = storage[base]
+    for j, (_, value) in enumerate(graph.outputs):
+        where = storage[root.get(value, value)]
+        if where != Storage("output", j):
+            program.copies.append((j, where, nbytes(value.type)))
+
+
+def weights_blob(program: Program) -> bytes:
+    """The weights as one byte string laid out as `program.weights` says."""
+    blob = bytearray(program.weights_bytes)
+    for offset, tensor in program.weights:
+        data = np.ascontiguousarray(tensor.data).tobytes()
+        blob[offset:offset + len(data)] = data
+    return bytes(blob)

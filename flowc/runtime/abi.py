@@ -1,0 +1,47 @@
+"""The artifact ABI shared by the code generator and the loader (no compiler imports).
+
+Contract: these tables match `flowc_rt.h` (status codes, dtype codes, the weights side-file
+header) and are the only place the Python side defines them; `ABI_VERSION` changes whenever
+the C API, the descriptor layout or the manifest format changes incompatibly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ABI_VERSION = 1
+MANIFEST_FORMAT = "flowc-artifact"
+MANIFEST_FILE = "manifest.json"
+ALIGN = 64  # bytes: every buffer a kernel sees is aligned to this
+WEIGHTS_MAGIC = b"FLOWCWTS"
+WEIGHTS_HEADER = 64  # magic[8], u32 abi, u32 0, graph hash[16 ascii], u64 data bytes, padding
+
+# Element types in code order (the C runtime's DTYPE_NAMES): name -> (numpy name, bytes).
+DTYPES: dict[str, tuple[str, int]] = {
+    "bool": ("bool", 1), "i8": ("int8", 1), "i16": ("int16", 2), "i32": ("int32", 4),
+    "i64": ("int64", 8), "u8": ("uint8", 1), "u16": ("uint16", 2), "u32": ("uint32", 4),
+    "u64": ("uint64", 8), "f16": ("float16", 2), "bf16": ("bfloat16", 2),
+    "f32": ("float32", 4), "f64": ("float64", 8),
+}
+DTYPE_CODES: dict[str, int] = {name: code for code, name in enumerate(DTYPES)}
+
+STATUS: dict[int, str] = {
+    0: "FLOWC_OK", 1: "FLOWC_ERR_ARGUMENT", 2: "FLOWC_ERR_SHAPE", 3: "FLOWC_ERR_DTYPE",
+    4: "FLOWC_ERR_NOMEM", 5: "FLOWC_ERR_WEIGHTS", 6: "FLOWC_ERR_CPU", 7: "FLOWC_ERR_THREADS",
+}
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of an artifact dtype name (bf16 needs ml_dtypes, loaded only then)."""
+    if name == "bf16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(DTYPES[name][0])
+
+
+def weights_header(graph_hash: str, data_bytes: int) -> bytes:
+    """The 64-byte header of a weights side file (see flowc_rt.h)."""
+    head = (WEIGHTS_MAGIC + ABI_VERSION.to_bytes(4, "little") + bytes(4)
+            + graph_hash.encode("ascii")[:16].ljust(16, b"0") + data_bytes.to_bytes(8, "little"))
+    return head.ljust(WEIGHTS_HEADER, b"\0")

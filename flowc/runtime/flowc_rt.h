@@ -1,0 +1,116 @@
+/* flowc_rt.h: the thin runtime's internal interface.
+ *
+ * The runtime (runtime.c, pool.c) is compiled into every artifact with
+ * -DFLOWC_PREFIX=<model>_ , so each of its global symbols carries the model's prefix and
+ * several artifacts link into one program without clashes. The generated model file
+ * (<model>_model.c) fills in a flowc_model descriptor and wraps these functions in the
+ * public <model>_* API declared by <model>.h.
+ *
+ * No global mutable state: everything lives in a flowc_ctx (one per thread of use); the
+ * only per-thread variable is the pool of the run in progress, used by the OpenMP entry
+ * points that kernels may call.
+ */
+#ifndef FLOWC_RT_H
+#define FLOWC_RT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef FLOWC_PREFIX
+#error "compile the flowc runtime with -DFLOWC_PREFIX=<model>_"
+#endif
+#define FLOWC_CAT2(a, b) a##b
+#define FLOWC_CAT(a, b) FLOWC_CAT2(a, b)
+#define FLOWC_RT(name) FLOWC_CAT(FLOWC_PREFIX, name)
+#define FLOWC_HIDDEN __attribute__((visibility("hidden")))
+
+#ifndef FLOWC_STATUS_CODES
+#define FLOWC_STATUS_CODES
+/* Status codes (also in every <model>.h and in flowc/runtime/abi.py). */
+#define FLOWC_OK 0
+#define FLOWC_ERR_ARGUMENT 1 /* bad index, null pointer, unknown name */
+#define FLOWC_ERR_SHAPE 2    /* an input or output of the wrong shape */
+#define FLOWC_ERR_DTYPE 3    /* an input or output of the wrong element type */
+#define FLOWC_ERR_NOMEM 4    /* an allocation failed */
+#define FLOWC_ERR_WEIGHTS 5  /* the weights file is missing, unreadable or mismatched */
+#define FLOWC_ERR_CPU 6      /* this CPU lacks a feature the kernels were built for */
+#define FLOWC_ERR_THREADS 7  /* the thread pool could not start */
+#endif
+
+#define FLOWC_ALIGN 64
+#define FLOWC_ERROR_BYTES 512
+#define FLOWC_WEIGHTS_HEADER 64 /* side file: "FLOWCWTS", u32 abi, u32 0, hash[16], u64 bytes */
+
+typedef struct {
+  const char *name;
+  int32_t dtype; /* a code of abi.py's DTYPES */
+  int32_t rank;
+  const int64_t *shape;
+  size_t bytes;
+} flowc_tensor_desc;
+
+/* Runs the kernels in order: inputs[i] and outputs[j] are 64-byte aligned buffers of the
+ * described sizes, arena holds arena_bytes, weights the weights blob. Cannot fail. */
+typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *arena,
+                               const char *weights);
+
+typedef struct {
+  const char *name;
+  const char *graph_hash;
+  int32_t abi_version;
+  int32_t num_inputs;
+  const flowc_tensor_desc *inputs;
+  int32_t num_outputs;
+  const flowc_tensor_desc *outputs;
+  size_t arena_bytes;
+  const unsigned char *weights; /* embedded blob, or NULL when weights_file is used */
+  size_t weights_bytes;
+  const char *weights_file; /* side file name (next to the library), or NULL */
+  const char *(*cpu_missing)(void); /* the first CPU feature missing, or NULL */
+  flowc_entry_fn entry;
+} flowc_model;
+
+typedef struct flowc_pool flowc_pool;
+
+typedef struct flowc_ctx {
+  const flowc_model *model;
+  char error[FLOWC_ERROR_BYTES];
+  void **inputs;       /* what run() reads: owned buffers or the caller's */
+  void **outputs;      /* what run() writes: owned buffers or the caller's (aligned) */
+  void **out_copy;     /* caller's unaligned output buffers, filled after run() */
+  char *owned;         /* one block: owned input and output buffers */
+  char *arena;
+  int arena_owned;
+  const char *weights;
+  void *map;
+  size_t map_bytes;
+  flowc_pool *pool;
+  int threads;
+} flowc_ctx;
+
+FLOWC_HIDDEN int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_path,
+                                     flowc_ctx **out);
+FLOWC_HIDDEN void FLOWC_RT(rt_destroy)(flowc_ctx *ctx);
+FLOWC_HIDDEN const char *FLOWC_RT(rt_error)(const flowc_ctx *ctx);
+FLOWC_HIDDEN int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int index, const void *data,
+                                        int dtype, int rank, const int64_t *shape);
+FLOWC_HIDDEN int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int index, void *data, int dtype,
+                                         int rank, const int64_t *shape);
+FLOWC_HIDDEN void *FLOWC_RT(rt_input)(flowc_ctx *ctx, int index);
+FLOWC_HIDDEN const void *FLOWC_RT(rt_output)(const flowc_ctx *ctx, int index);
+FLOWC_HIDDEN int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads);
+FLOWC_HIDDEN int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes);
+FLOWC_HIDDEN int FLOWC_RT(rt_run)(flowc_ctx *ctx);
+FLOWC_HIDDEN const char *FLOWC_RT(rt_dtype_name)(int dtype);
+
+/* The thread pool (pool.c). pool_run calls fn(arg, tid, n) once on each of the n threads
+ * (the caller is thread 0) and returns when all are done; nested calls run on the caller
+ * alone. */
+typedef void (*flowc_task_fn)(void *arg, int tid, int nthreads);
+FLOWC_HIDDEN flowc_pool *FLOWC_RT(pool_create)(int nthreads, char *error, size_t error_bytes);
+FLOWC_HIDDEN void FLOWC_RT(pool_destroy)(flowc_pool *pool);
+FLOWC_HIDDEN void FLOWC_RT(pool_run)(flowc_pool *pool, flowc_task_fn fn, void *arg);
+FLOWC_HIDDEN void FLOWC_RT(pool_enter)(flowc_pool *pool); /* the pool of this thread's run */
+FLOWC_HIDDEN void FLOWC_RT(pool_leave)(void);
+
+#endif

@@ -1,0 +1,268 @@
+/* runtime.c: contexts, input/output binding with shape and dtype checks, the arena, the
+ * weights (embedded, or a side file mapped read-only), and run(). See flowc_rt.h.
+ * Every failure returns a non-zero status and leaves a non-empty message in ctx->error. */
+#define _GNU_SOURCE
+#include "flowc_rt.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *const DTYPE_NAMES[] = {"bool", "i8",  "i16", "i32",  "i64", "u8", "u16",
+                                          "u32",  "u64", "f16", "bf16", "f32", "f64"};
+#define NUM_DTYPES ((int)(sizeof DTYPE_NAMES / sizeof DTYPE_NAMES[0]))
+
+const char *FLOWC_RT(rt_dtype_name)(int dtype) {
+  return dtype >= 0 && dtype < NUM_DTYPES ? DTYPE_NAMES[dtype] : "unknown";
+}
+
+static int fail(flowc_ctx *ctx, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+static size_t round_up(size_t n) { return (n + FLOWC_ALIGN - 1) / FLOWC_ALIGN * FLOWC_ALIGN; }
+
+static void *alloc_aligned(size_t bytes) {
+  void *p = NULL;
+  return posix_memalign(&p, FLOWC_ALIGN, bytes ? bytes : FLOWC_ALIGN) == 0 ? p : NULL;
+}
+
+static void format_shape(char *buf, size_t size, int rank, const int64_t *shape) {
+  size_t used = (size_t)snprintf(buf, size, "[");
+  for (int i = 0; i < rank && used < size; i++)
+    used += (size_t)snprintf(buf + used, size - used, i ? ",%lld" : "%lld", (long long)shape[i]);
+  if (used < size) snprintf(buf + used, size - used, "]");
+}
+
+/* The path of the weights side file: given, or next to the library holding the model. */
+static int weights_path(flowc_ctx *ctx, const char *given, char *path, size_t size) {
+  if (given) {
+    snprintf(path, size, "%s", given);
+    return FLOWC_OK;
+  }
+  Dl_info info;
+  if (!dladdr((const void *)ctx->model, &info) || !info.dli_fname)
+    return fail(ctx, FLOWC_ERR_WEIGHTS, "%s: cannot find the library's directory to look for "
+                "weights file '%s'; pass its path", ctx->model->name, ctx->model->weights_file);
+  const char *slash = strrchr(info.dli_fname, '/');
+  int dir = slash ? (int)(slash - info.dli_fname) : 1;
+  snprintf(path, size, "%.*s/%s", dir, slash ? info.dli_fname : ".", ctx->model->weights_file);
+  return FLOWC_OK;
+}
+
+static int map_weights(flowc_ctx *ctx, const char *given) {
+  const flowc_model *m = ctx->model;
+  char path[4096];
+  int status = weights_path(ctx, given, path, sizeof path);
+  if (status) return status;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return fail(ctx, FLOWC_ERR_WEIGHTS, "%s: cannot open weights file '%s': %s", m->name, path,
+                strerror(errno));
+  struct stat st;
+  size_t want = FLOWC_WEIGHTS_HEADER + m->weights_bytes;
+  if (fstat(fd, &st) != 0 || (size_t)st.st_size != want) {
+    close(fd);
+    return fail(ctx, FLOWC_ERR_WEIGHTS, "%s: weights file '%s' has %lld bytes, expected %zu",
+                m->name, path, (long long)st.st_size, want);
+  }
+  void *map = mmap(NULL, want, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED)
+    return fail(ctx, FLOWC_ERR_WEIGHTS, "%s: cannot map weights file '%s': %s", m->name, path,
+                strerror(errno));
+  ctx->map = map;
+  ctx->map_bytes = want;
+  const char *head = map;
+  uint32_t abi;
+  memcpy(&abi, head + 8, sizeof abi);
+  if (memcmp(head, "FLOWCWTS", 8) != 0 || abi != (uint32_t)m->abi_version ||
+      memcmp(head + 16, m->graph_hash, 16) != 0)
+    return fail(ctx, FLOWC_ERR_WEIGHTS, "%s: weights file '%s' belongs to another model or "
+                "flowc version (expected graph %.16s, ABI %d)", m->name, path, m->graph_hash,
+                m->abi_version);
+  ctx->weights = head + FLOWC_WEIGHTS_HEADER;
+  return FLOWC_OK;
+}
+
+static int setup(flowc_ctx *ctx, const char *weights_file) {
+  const flowc_model *m = ctx->model;
+  const char *missing = m->cpu_missing ? m->cpu_missing() : NULL;
+  if (missing)
+    return fail(ctx, FLOWC_ERR_CPU, "%s: this CPU lacks '%s', which the artifact was compiled "
+                "for; recompile it for this machine (flowc compile --target host)", m->name,
+                missing);
+  int n = m->num_inputs + m->num_outputs;
+  ctx->inputs = calloc((size_t)n + (size_t)m->num_outputs + 1, sizeof(void *));
+  if (!ctx->inputs) return fail(ctx, FLOWC_ERR_NOMEM, "%s: out of memory", m->name);
+  ctx->outputs = ctx->inputs + m->num_inputs;
+  ctx->out_copy = ctx->outputs + m->num_outputs;
+  size_t owned = 0;
+  for (int i = 0; i < m->num_inputs; i++) owned += round_up(m->inputs[i].bytes);
+  for (int i = 0; i < m->num_outputs; i++) owned += round_up(m->outputs[i].bytes);
+  ctx->owned = alloc_aligned(owned);
+  ctx->arena = alloc_aligned(m->arena_bytes);
+  ctx->arena_owned = 1;
+  if (!ctx->owned || !ctx->arena)
+    return fail(ctx, FLOWC_ERR_NOMEM, "%s: out of memory allocating %zu + %zu bytes", m->name,
+                owned, m->arena_bytes);
+  char *p = ctx->owned;
+  for (int i = 0; i < m->num_inputs; i++, p += round_up(m->inputs[i - 1].bytes)) {
+    memset(p, 0, m->inputs[i].bytes);
+    ctx->inputs[i] = p;
+  }
+  for (int i = 0; i < m->num_outputs; i++, p += round_up(m->outputs[i - 1].bytes))
+    ctx->outputs[i] = p;
+  ctx->threads = 1;
+  if (m->weights || m->weights_bytes == 0) {
+    ctx->weights = (const char *)m->weights;
+    return FLOWC_OK;
+  }
+  return map_weights(ctx, weights_file);
+}
+
+int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_file, flowc_ctx **out) {
+  flowc_ctx *ctx = calloc(1, sizeof *ctx);
+  *out = ctx;
+  if (!ctx) return FLOWC_ERR_NOMEM;
+  ctx->model = m;
+  return setup(ctx, weights_file);
+}
+
+void FLOWC_RT(rt_destroy)(flowc_ctx *ctx) {
+  if (!ctx) return;
+  if (ctx->pool) FLOWC_RT(pool_destroy)(ctx->pool);
+  if (ctx->map) munmap(ctx->map, ctx->map_bytes);
+  if (ctx->arena_owned) free(ctx->arena);
+  free(ctx->owned);
+  free(ctx->inputs);
+  free(ctx);
+}
+
+const char *FLOWC_RT(rt_error)(const flowc_ctx *ctx) {
+  if (!ctx) return "out of memory: no context was created";
+  return ctx->error[0] ? ctx->error : "no error";
+}
+
+static int check_tensor(flowc_ctx *ctx, const char *what, const flowc_tensor_desc *d,
+                        const void *data, int dtype, int rank, const int64_t *shape) {
+  const char *model = ctx->model->name;
+  if (!data) return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s '%s': data is NULL", model, what,
+                         d->name);
+  if (dtype != d->dtype)
+    return fail(ctx, FLOWC_ERR_DTYPE, "%s: %s '%s': expected dtype %s, got %s", model, what,
+                d->name, FLOWC_RT(rt_dtype_name)(d->dtype), FLOWC_RT(rt_dtype_name)(dtype));
+  int same = rank == d->rank && (rank == 0 || shape);
+  for (int i = 0; same && i < rank; i++) same = shape[i] == d->shape[i];
+  if (!same) {
+    char want[256], got[256];
+    format_shape(want, sizeof want, d->rank, d->shape);
+    format_shape(got, sizeof got, shape ? rank : 0, shape);
+    return fail(ctx, FLOWC_ERR_SHAPE, "%s: %s '%s': expected shape %s, got %s%s", model, what,
+                d->name, want, got, shape || rank == 0 ? "" : " (no shape given)");
+  }
+  return FLOWC_OK;
+}
+
+int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int i, const void *data, int dtype, int rank,
+                           const int64_t *shape) {
+  const flowc_model *m = ctx->model;
+  if (i < 0 || i >= m->num_inputs)
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: input index %d out of range (the model has %d)",
+                m->name, i, m->num_inputs);
+  int status = check_tensor(ctx, "input", &m->inputs[i], data, dtype, rank, shape);
+  if (status) return status;
+  void *own = FLOWC_RT(rt_input)(ctx, i);
+  if (((uintptr_t)data % FLOWC_ALIGN) == 0)
+    ctx->inputs[i] = (void *)data; /* borrowed: valid until set again or destroyed */
+  else
+    memcpy(own, data, m->inputs[i].bytes);
+  return FLOWC_OK;
+}
+
+int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int i, void *data, int dtype, int rank,
+                            const int64_t *shape) {
+  const flowc_model *m = ctx->model;
+  if (i < 0 || i >= m->num_outputs)
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: output index %d out of range (the model has %d)",
+                m->name, i, m->num_outputs);
+  int status = check_tensor(ctx, "output", &m->outputs[i], data, dtype, rank, shape);
+  if (status) return status;
+  (void)FLOWC_RT(rt_output)(ctx, i);
+  if (((uintptr_t)data % FLOWC_ALIGN) == 0)
+    ctx->outputs[i] = data;
+  else
+    ctx->out_copy[i] = data;
+  return FLOWC_OK;
+}
+
+/* The owned buffer of input i, which run() reads from now on. */
+void *FLOWC_RT(rt_input)(flowc_ctx *ctx, int i) {
+  const flowc_model *m = ctx->model;
+  if (i < 0 || i >= m->num_inputs) return NULL;
+  char *p = ctx->owned;
+  for (int k = 0; k < i; k++) p += round_up(m->inputs[k].bytes);
+  ctx->inputs[i] = p;
+  return p;
+}
+
+/* The owned buffer of output i, which run() writes from now on. */
+const void *FLOWC_RT(rt_output)(const flowc_ctx *ctx, int i) {
+  const flowc_model *m = ctx->model;
+  if (i < 0 || i >= m->num_outputs) return NULL;
+  char *p = ctx->owned;
+  for (int k = 0; k < m->num_inputs; k++) p += round_up(m->inputs[k].bytes);
+  for (int k = 0; k < i; k++) p += round_up(m->outputs[k].bytes);
+  ((flowc_ctx *)ctx)->outputs[i] = p;
+  ((flowc_ctx *)ctx)->out_copy[i] = NULL;
+  return p;
+}
+
+int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads) {
+  if (threads < 1 || threads > 1024)
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: thread count must be 1..1024, got %d",
+                ctx->model->name, threads);
+  if (threads == ctx->threads) return FLOWC_OK;
+  if (ctx->pool) FLOWC_RT(pool_destroy)(ctx->pool);
+  ctx->pool = NULL;
+  ctx->threads = 1;
+  if (threads > 1) {
+    ctx->pool = FLOWC_RT(pool_create)(threads, ctx->error, sizeof ctx->error);
+    if (!ctx->pool) return FLOWC_ERR_THREADS;
+  }
+  ctx->threads = threads;
+  return FLOWC_OK;
+}
+
+int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes) {
+  const flowc_model *m = ctx->model;
+  if (arena && ((uintptr_t)arena % FLOWC_ALIGN || bytes < m->arena_bytes))
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: the arena must be %d-byte aligned and hold %zu "
+                "bytes (got %zu bytes at %p)", m->name, FLOWC_ALIGN, m->arena_bytes, bytes, arena);
+  if (ctx->arena_owned) free(ctx->arena);
+  ctx->arena = arena ? arena : alloc_aligned(m->arena_bytes);
+  ctx->arena_owned = arena == NULL;
+  if (!ctx->arena) return fail(ctx, FLOWC_ERR_NOMEM, "%s: out of memory", m->name);
+  return FLOWC_OK;
+}
+
+int FLOWC_RT(rt_run)(flowc_ctx *ctx) {
+  const flowc_model *m = ctx->model;
+  FLOWC_RT(pool_enter)(ctx->pool);
+  m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights);
+  FLOWC_RT(pool_leave)();
+  for (int i = 0; i < m->num_outputs; i++)
+    if (ctx->out_copy[i]) memcpy(ctx->out_copy[i], ctx->outputs[i], m->outputs[i].bytes);
+  return FLOWC_OK;
+}

@@ -1,0 +1,133 @@
+"""Compile-time errors: each names the input, node or file and says what to do."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import naive_backend
+import numpy as np
+import pytest
+from artifact_util import compile_naive
+
+from flowc.codegen.arena import Buffer, plan_arena
+from flowc.ir import FlowcError, Graph, Tensor, TensorType
+from flowc.ir.build import make_node
+
+
+def graph_with_input(t: TensorType) -> Graph:
+    g = Graph("g")
+    x = g.add_input("x", t)
+    g.add_output("y", g.append(make_node("relu", [x], name="r")).out())
+    return g
+
+
+def test_unbound_symbol(tmp_path):
+    g = graph_with_input(TensorType("f32", (4, "S")))
+    with pytest.raises(FlowcError, match=re.escape(
+            "input 'x' is f32[4,S]: symbolic dim S needs a size; bind it with "
+            "dims={'S': SIZE} (CLI: --dim S=SIZE)")):
+        compile_naive(g, tmp_path)
+
+
+def test_unknown_dim(tmp_path):
+    with pytest.raises(FlowcError, match=re.escape(
+            "input 'x' is f32[?,3]: dim 0 has no size or name")):
+        compile_naive(graph_with_input(TensorType("f32", (None, 3))), tmp_path)
+
+
+def test_named_dims_bind(tmp_path):
+    g = graph_with_input(TensorType("f32", ("N", "S")))
+    manifest = compile_naive(g, tmp_path, batch=2, dims={"S": 5})
+    assert manifest["inputs"][0]["shape"] == [2, 5]
+    assert manifest["symbolic_dims"] == {"N": 2, "S": 5}
+
+
+def test_stateful_graph_is_refused(tmp_path):
+    g = Graph("state")
+    x = g.add_input("x", TensorType("f32", (2,)))
+    v = g.append(make_node("variable", [], {"type": TensorType("f32", (2,)),
+                                            "shared_name": "v"}, name="v")).out()
+    g.append(make_node("assign", [v, x], name="store"))
+    g.add_output("y", x)
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'v' (variable): op 'variable' is stateful or communicates; flowc artifacts "
+            "run only pure tensor ops so far")):
+        compile_naive(g, tmp_path, pipeline="")
+
+
+def test_unsupported_op_is_reported_before_codegen(tmp_path):
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (2, 3)))
+    g.add_output("y", g.append(make_node("erf", [x], name="my_erf")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "no naive kernel for node(s) 'my_erf' (erf) on target host")):
+        compile_naive(g, tmp_path)
+
+
+def test_elided_constant(tmp_path):
+    g = Graph("g")
+    c = Tensor(None, TensorType("f32", (100,)), "0123456789abcdef")
+    g.add_output("y", g.append(make_node("constant", [], {"value": c}, name="w")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "constant 'w' (constant) (f32[100]) has no data: it was elided")):
+        compile_naive(g, tmp_path)
+
+
+class ExtraSymbolBackend:
+    """A backend breaking the kernel contract: its object defines one global too many."""
+
+    get_target = staticmethod(naive_backend.get_target)
+    check_supported = staticmethod(naive_backend.check_supported)
+
+    @staticmethod
+    def compile_kernels(kernels, target, dump=None) -> bytes:
+        obj = naive_backend.compile_kernels(kernels, target, dump)
+        extra = naive_backend.compile_kernels([("helper_not_prefixed", kernels[0][1])], target)
+        return _link_relocatable(obj, extra)
+
+
+def _link_relocatable(a: bytes, b: bytes) -> bytes:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "a.o").write_bytes(a)
+        Path(tmp, "b.o").write_bytes(b)
+        subprocess.run(["ld", "-r", "a.o", "b.o", "-o", "c.o"], cwd=tmp, check=True)
+        return Path(tmp, "c.o").read_bytes()
+
+
+def test_kernel_object_breaking_the_contract(tmp_path):
+    g = graph_with_input(TensorType("f32", (2, 3)))
+    with pytest.raises(FlowcError, match=re.escape(
+            "the kernel object breaks the kernel contract: it defines ['helper_not_prefixed'] "
+            "beyond the kernels and lacks none of them")):
+        import flowc
+
+        flowc.compile(g, tmp_path, backend=ExtraSymbolBackend)
+
+
+def test_bad_weights_mode(tmp_path):
+    with pytest.raises(FlowcError, match=re.escape(
+            "weights='mmap': expected one of auto, embed, file")):
+        compile_naive(graph_with_input(TensorType("f32", (2,))), tmp_path, weights="mmap")
+
+
+def test_arena_plan_never_overlaps_live_buffers():
+    rng = np.random.default_rng(0)
+    buffers = []
+    for i in range(200):
+        first = int(rng.integers(0, 50))
+        buffers.append(Buffer(i, int(rng.integers(0, 5000)), first,
+                              first + int(rng.integers(0, 10))))
+    offsets, total = plan_arena(buffers)
+    for a in buffers:
+        assert offsets[a.key] % 64 == 0
+        assert offsets[a.key] + a.nbytes <= total
+        for b in buffers:
+            if a.key < b.key and a.first <= b.last and b.first <= a.last and a.nbytes and \
+                    b.nbytes:
+                assert (offsets[a.key] + a.nbytes <= offsets[b.key]
+                        or offsets[b.key] + b.nbytes <= offsets[a.key]), (a, b)
+    assert total < sum(b.nbytes + 64 for b in buffers)  # reuse happened

@@ -1,0 +1,48 @@
+"""Compile-on-first-run sessions and the ONNX backend's compiled device (real kernels)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from flowc.codegen.session import CompiledSession
+from flowc.frontend.onnx_backend import FlowcBackend
+from flowc.ir import Graph, TensorType
+from flowc.ir.build import make_node
+
+
+def reshape_graph() -> Graph:
+    """relu(reshape(x, shape)): the result shape depends on the value of input `shape`."""
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (None, 4)))
+    shape = g.add_input("shape", TensorType("i64", (2,)))
+    r = g.append(make_node("reshape", [x, shape], name="r")).out()
+    g.add_output("y", g.append(make_node("relu", [r], name="relu")).out())
+    return g
+
+
+def test_session_folds_shape_inputs_and_caches():
+    session = CompiledSession(reshape_graph())
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    try:
+        for shape in ([2, 6], [2, 6], [6, 2], [12, 1]):
+            y = session.run({"x": x, "shape": np.array(shape, np.int64)})["y"]
+            np.testing.assert_array_equal(y, np.maximum(x.reshape(shape), 0))
+        assert len(session._models) == 3  # one artifact per distinct shape value
+    finally:
+        session.close()
+
+
+def test_onnx_backend_compiled_device():
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Relu", ["c"], ["d"])],
+        "add_relu",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "ab"],
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    a, b = np.random.default_rng(1).standard_normal((2, 2, 3)).astype(np.float32)
+    (d,) = FlowcBackend.run_model(model, [a, b], device="CPU:compiled")
+    np.testing.assert_allclose(d, np.maximum(a + b, 0), rtol=1e-6)
+    with pytest.raises(ValueError, match="runs on CPU, CPU:interpret, CPU:compiled, not GPU"):
+        FlowcBackend.prepare(model, "GPU")

@@ -1,0 +1,101 @@
+"""Shared helpers of the codegen tests: compile bodies once per session, run them through
+ctypes, compare with the reference interpreter.
+
+`run_body(body, inputs)` compiles `body` (cached by its text and target), links the object
+into a shared library with `cc -shared`, calls the kernel on 64-byte-aligned copies of
+`inputs` and returns the outputs as numpy arrays.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from flowc.codegen.kernels import compile_kernels, single_node_body
+from flowc.ir import Graph, Tensor, TensorType
+from flowc.ir.build import make_node
+from flowc.ir.interpret import interpret
+from flowc.ir.printer import print_graph
+
+_WORK = Path(tempfile.mkdtemp(prefix="flowc-codegen-tests-"))
+_CACHE: dict[tuple[str, str], ctypes.CDLL] = {}
+_OBJECTS: dict[tuple[str, str], bytes] = {}
+
+
+def aligned(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of `array` whose data starts on a 64-byte boundary."""
+    array = np.asarray(array, order="C")
+    raw = np.empty(array.nbytes + 64, np.uint8)
+    offset = (-raw.ctypes.data) % 64
+    out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def compile_body(body: Graph, target: str = "host") -> bytes:
+    key = (print_graph(body), target)
+    if key not in _OBJECTS:
+        _OBJECTS[key] = compile_kernels([("kernel", body)], target)
+    return _OBJECTS[key]
+
+
+def link(obj: bytes, name: str) -> Path:
+    o, so = _WORK / f"{name}.o", _WORK / f"{name}.so"
+    o.write_bytes(obj)
+    subprocess.run(["cc", "-shared", "-o", str(so), str(o), "-lm"], check=True)
+    return so
+
+
+def load_body(body: Graph, target: str = "host") -> ctypes.CDLL:
+    key = (print_graph(body), target)
+    if key not in _CACHE:
+        _CACHE[key] = ctypes.CDLL(str(link(compile_body(body, target), f"k{len(_CACHE)}")))
+    return _CACHE[key]
+
+
+def run_body(body: Graph, inputs: list[np.ndarray], target: str = "host") -> list[np.ndarray]:
+    lib = load_body(body, target)
+    ins = [aligned(np.asarray(a, dtype=t.dtype.np)) for a, t in
+           zip(inputs, body.input_types, strict=True)]
+    outs = [aligned(np.zeros(t.shape, t.dtype.np)) for t in body.output_types]
+    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in [*ins, *outs]])
+    return outs
+
+
+def op_body(op: str, inputs: list, attrs: dict | None = None, consts: tuple = ()) -> Graph:
+    """The single-node body of `op` on graph inputs typed like `inputs` (arrays, None for
+    absent operands); operands whose index is in `consts` are constant nodes."""
+    g = Graph()
+    values = []
+    for k, a in enumerate(inputs):
+        if a is None:
+            values.append(None)
+        elif k in consts:
+            values.append(g.append(make_node("constant", [], {"value": Tensor(np.asarray(a))}))
+                          .out())
+        else:
+            values.append(g.add_input(f"i{k}", TensorType(a.dtype, a.shape)))
+    node = g.append(make_node(op, values, attrs or {}))
+    return single_node_body(node)
+
+
+def check_op(op: str, inputs: list, attrs: dict | None = None, consts: tuple = (),
+             rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Compile `op` on `inputs`, run it, and compare every output with the interpreter."""
+    body = op_body(op, inputs, attrs, consts)
+    feeds = [a for k, a in enumerate(inputs) if a is not None and
+             (k not in consts or np.asarray(a).size > 16)]
+    expected = interpret(body, {n.name: a for n, a in zip(body.inputs, feeds, strict=True)})
+    got = run_body(body, feeds)
+    for (name, _), y in zip(body.outputs, got, strict=True):
+        want = expected[name]
+        assert y.shape == want.shape and y.dtype == want.dtype, (y.shape, want.shape)
+        if want.dtype.kind == "f" or want.dtype.name == "bfloat16":
+            np.testing.assert_allclose(y.astype(np.float64), want.astype(np.float64),
+                                       rtol=rtol, atol=atol, err_msg=f"{op} output {name}")
+        else:
+            np.testing.assert_array_equal(y, want, err_msg=f"{op} output {name}")

@@ -1,0 +1,75 @@
+"""Normalization, softmax, convolution and pooling kernels against the interpreter:
+grouped, strided, dilated, padded (auto_pad too), 1-D/2-D/3-D, transposed, ceil mode."""
+
+import numpy as np
+import pytest
+from kernel_harness import check_op
+
+RNG = np.random.default_rng(9)
+
+
+def f(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+X = f(3, 4, 5)
+
+
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("softmax", [X], {}), ("softmax", [X], {"axis": 1}), ("log_softmax", [X], {"axis": 0}),
+    ("softmax", [X * 50], {"axis": -1}),
+    ("layer_normalization", [X, f(5), f(5)], {}),
+    ("layer_normalization", [X, f(4, 5)], {"axis": 1}),
+    ("batch_normalization", [X, f(4), f(4), f(4), np.abs(f(4))], {}),
+    ("softmax", [X.astype(np.float16)], {}),
+    ("layer_normalization", [X.astype(np.float64), f(5, dtype=np.float64)], {}),
+])
+def test_nn(op, inputs, attrs):
+    check_op(op, inputs, attrs, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("conv", [f(2, 3, 9, 10), f(4, 3, 3, 3), f(4)], {}),
+    ("conv", [f(1, 4, 9, 10), f(6, 2, 3, 2)],
+     {"group": 2, "pads": (1, 0, 2, 1), "strides": (2, 1), "dilations": (1, 2)}),
+    ("conv", [f(1, 3, 9, 10), f(4, 3, 3, 3)], {"auto_pad": "SAME_UPPER", "strides": (2, 2)}),
+    ("conv", [f(1, 3, 9, 10), f(4, 3, 2, 2)], {"auto_pad": "SAME_LOWER"}),
+    ("conv", [f(1, 3, 11), f(5, 3, 4), f(5)], {"pads": (1, 2)}),
+    ("conv", [f(1, 2, 5, 6, 7), f(3, 2, 2, 3, 2)], {}),
+    ("conv", [f(1, 4, 8, 8), f(4, 1, 3, 3)], {"group": 4, "pads": (1, 1, 1, 1)}),
+    ("conv", [f(2, 16, 12, 12), f(32, 16, 3, 3), f(32)], {"pads": (1, 1, 1, 1)}),
+    ("conv", [f(1, 3, 9, 10, dtype=np.float64), f(4, 3, 3, 3, dtype=np.float64)], {}),
+    ("conv", [f(1, 3, 9, 10, dtype=np.float16), f(4, 3, 3, 3, dtype=np.float16)], {}),
+    ("conv_transpose", [f(1, 3, 5, 6), f(3, 4, 3, 3), f(4)], {}),
+    ("conv_transpose", [f(1, 4, 5, 6), f(4, 2, 3, 2)],
+     {"group": 2, "strides": (2, 3), "pads": (1, 0, 0, 1), "output_padding": (1, 0)}),
+    ("conv_transpose", [f(1, 2, 5), f(2, 3, 3)], {"strides": (2,), "dilations": (2,)}),
+    ("conv_transpose", [f(1, 2, 4, 4), f(2, 3, 3, 3)], {"strides": (2, 2),
+                                                        "output_shape": (10, 9)}),
+    ("conv_transpose", [f(1, 2, 4, 4), f(2, 3, 3, 3)], {"strides": (2, 2),
+                                                        "auto_pad": "SAME_UPPER"}),
+])
+def test_conv(op, inputs, attrs):
+    tol = 1e-2 if inputs[0].dtype == np.float16 else 1e-4
+    check_op(op, inputs, attrs, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("max_pool", [f(2, 3, 9, 10)], {"kernel_shape": (3, 3)}),
+    ("max_pool", [f(2, 3, 9, 10)], {"kernel_shape": (3, 2), "strides": (2, 2),
+                                    "pads": (1, 1, 1, 0), "ceil_mode": 1}),
+    ("max_pool", [(f(1, 2, 7, 7) * 9).astype(np.int8)], {"kernel_shape": (2, 2),
+                                                         "dilations": (2, 2)}),
+    ("average_pool", [f(2, 3, 9, 10)], {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1)}),
+    ("average_pool", [f(2, 3, 9, 10)], {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1),
+                                        "count_include_pad": 1, "strides": (2, 2),
+                                        "ceil_mode": 1}),
+    ("average_pool", [f(1, 2, 10)], {"kernel_shape": (4,), "auto_pad": "SAME_LOWER",
+                                     "strides": (3,)}),
+    ("max_pool", [f(1, 2, 4, 5, 6)], {"kernel_shape": (2, 2, 3)}),
+    ("global_max_pool", [f(2, 3, 4, 5)], {}),
+    ("global_average_pool", [f(2, 3, 4, 5)], {}),
+    ("global_average_pool", [f(2, 3, 7)], {}),
+])
+def test_pool(op, inputs, attrs):
+    check_op(op, inputs, attrs, rtol=1e-5, atol=1e-5)

@@ -1,0 +1,101 @@
+"""Reductions and data-movement ops compiled and run against the interpreter: every axes
+form (default axes of max/min/prod included: they once failed in MLIR), keepdims, ints,
+ties and NaNs for argmax/argmin, slices with negative steps, every pad mode."""
+
+import numpy as np
+import pytest
+from kernel_harness import check_op
+
+RNG = np.random.default_rng(5)
+X = RNG.standard_normal((3, 4, 5)).astype(np.float32)
+REDUCE = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"]
+
+
+def ints(*values):
+    return np.array(values, np.int64)
+
+
+@pytest.mark.parametrize("op", REDUCE)
+@pytest.mark.parametrize("axes,keep", [(None, 1), (None, 0), (ints(1), 1), (ints(0, 2), 0),
+                                       (ints(-1), 0)])
+def test_reduce_float(op, axes, keep):
+    check_op(op, [X, axes], {"keepdims": keep}, consts=(1,), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", REDUCE)
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.float16])
+def test_reduce_default_axes_other_dtypes(op, dtype):
+    x = (np.abs(X) * 3).astype(dtype)[:, :2, :3]
+    check_op(op, [x, None], {"keepdims": 0}, rtol=2e-3, atol=2e-3)
+
+
+def test_reduce_noop_with_empty_axes_and_nan():
+    check_op("reduce_sum", [X, None], {"noop_with_empty_axes": 1})
+    x = X.copy()
+    x[1, 2, 3] = np.nan
+    for op in ("reduce_max", "reduce_min"):
+        check_op(op, [x, ints(2)], {}, consts=(1,))
+
+
+@pytest.mark.parametrize("op", ["arg_max", "arg_min"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_reductions_with_ties_and_nan(op, axis, last):
+    x = np.round(X)  # many ties
+    x[0, 1, 2] = np.nan
+    check_op(op, [x], {"axis": axis, "select_last_index": last, "keepdims": axis % 2})
+    check_op(op, [(X * 4).astype(np.int8)], {"axis": axis, "select_last_index": last})
+
+
+@pytest.mark.parametrize("op,inputs,attrs,consts", [
+    ("reshape", [X, ints(4, -1)], {}, (1,)),
+    ("flatten", [X], {"axis": 2}, ()),
+    ("squeeze", [X[:1], ints(0)], {}, (1,)),
+    ("unsqueeze", [X, ints(0, 3)], {}, (1,)),
+    ("expand", [X[:, :1], ints(2, 3, 4, 5)], {}, (1,)),
+    ("transpose", [X], {"perm": (2, 0, 1)}, ()),
+    ("transpose", [X], {}, ()),
+    ("slice", [X, ints(1, -1), ints(3, 0), ints(1, 2), ints(1, -2)], {}, (1, 2, 3, 4)),
+    ("slice", [X, ints(0), ints(2)], {}, (1, 2)),
+    ("slice", [X, ints(-1, 4), ints(-100, 0), ints(0, 2), ints(-1, -1)], {}, (1, 2, 3, 4)),
+    ("split", [X, ints(1, 3)], {"axis": 1}, (1,)),
+    ("split", [X], {"axis": 2, "num_outputs": 2}, ()),
+    ("concat", [X, X[:, :2], X[:, :1]], {"axis": 1}, ()),
+    ("tile", [X, ints(2, 1, 3)], {}, (1,)),
+    ("gather", [X, ints(2, -1, 0)], {"axis": 1}, ()),
+    ("gather", [X, np.array([[0, 2], [1, 1]], np.int32)], {"axis": 2}, ()),
+    ("gather", [X, np.array(1, np.int64)], {"axis": 0}, ()),
+    ("pad", [X, ints(1, 0, 2, 0, 3, -1)], {}, (1,)),
+    ("pad", [X, ints(1, 0, 2, 0, 3, 1), np.float32(2.5)], {}, (1,)),
+    ("pad", [X, ints(2, 3, 1, 1, 3, 4)], {"mode": "reflect"}, (1,)),
+    ("pad", [X, ints(2, 3, 1, 1, 3, 4)], {"mode": "edge"}, (1,)),
+    ("pad", [X, ints(2, 3, 1, 1, 3, 4)], {"mode": "wrap"}, (1,)),
+    ("pad", [X, ints(1, 2), None, ints(-1)], {}, (1, 3)),
+    ("shape", [X], {"start": 1}, ()),
+    ("range", [np.float32(1), np.float32(5), np.float32(0.7)], {}, (0, 1, 2)),
+    ("range", [np.int32(10), np.int32(-3), np.int32(-3)], {}, (0, 1, 2)),
+    ("constant_of_shape", [ints(2, 3)], {}, (0,)),
+    ("trilu", [X], {"upper": 0}, ()),
+    ("trilu", [X, np.int64(1)], {}, (1,)),
+    ("trilu", [X, np.int64(-1)], {}, ()),
+    ("concat", [RNG.integers(0, 2, (2, 3)) > 0, RNG.integers(0, 2, (2, 2)) > 0], {"axis": 1},
+     ()),
+])
+def test_shape_ops(op, inputs, attrs, consts):
+    check_op(op, inputs, attrs, consts)
+
+
+def test_range_with_runtime_limit_is_refused_as_dynamic():
+    from flowc.ir.errors import FlowcError
+
+    with pytest.raises(FlowcError, match="every body output needs a static tensor type, "
+                                         r"found f32\[\?\]"):
+        check_op("range", [np.float32(0.5), np.float32(4), np.float32(0.5)], {})
+
+
+def test_gather_out_of_range_index_is_clamped_not_a_crash():
+    from kernel_harness import op_body, run_body
+
+    body = op_body("gather", [X, ints(0, 1)], {"axis": 0})
+    got = run_body(body, [X, ints(7, -9)])[0]
+    np.testing.assert_array_equal(got, X[[2, 0]])
