@@ -77,11 +77,17 @@ class Analysis:
         self.position = {n: i for i, n in enumerate(graph.nodes)}
         self.consumers: dict[Node, set[Node]] = {}
         self.pinned: set[Node] = {v.node for _, v in graph.outputs}  # must stay visible
+        consumers = self.consumers
         for node in graph.nodes:
             for v in node.inputs:
                 if v is not None:
-                    self.consumers.setdefault(v.node, set()).add(node)
-            self.pinned.update(node.ctrl)
+                    users = consumers.get(v.node)
+                    if users is None:
+                        consumers[v.node] = {node}
+                    else:
+                        users.add(node)
+            if node.ctrl:
+                self.pinned.update(node.ctrl)
         self.group_of: dict[Node, Group] = {}
         self.groups: list[Group] = []
         self.fusible: dict[Node, bool] = {}
