@@ -152,6 +152,13 @@ def build_body(group: Group, position: dict[Node, int],
     copies: dict[Node, Node] = {}  # member or inlined constant -> its node in the body
     inputs: dict[Value, Value] = {}  # outer value -> body input
     operands: list[Value] = []
+    taken = {n.name for n in (*group.members, *group.constants) if n.name is not None}
+
+    def input_name() -> str:  # in0, in1 ...; never the name of a node in the body
+        name = f"in{len(operands)}"
+        while name in taken:
+            name += "_"
+        return name
 
     def lookup(v: Value | None) -> Value | None:
         if v is None:
@@ -166,7 +173,7 @@ def build_body(group: Group, position: dict[Node, int],
             stats.count("constants-inlined")
             return Value(copy, v.index)
         if v not in inputs:
-            inputs[v] = body.add_input(f"in{len(operands)}", v.type)
+            inputs[v] = body.add_input(input_name(), v.type)
             operands.append(mapping.get(v, v))
         return inputs[v]
 

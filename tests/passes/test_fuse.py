@@ -134,3 +134,15 @@ def test_zoo_models_after_the_default_pipeline_give_the_interpreters_results(nam
 def test_zoo_with_a_symbolic_batch_is_not_fused():
     graph = import_onnx(zoo.mlp())
     assert not any(n.op == "fused" for n in Fuse().run(graph).nodes)
+
+
+def test_body_inputs_never_take_a_member_nodes_name():
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (4,)))
+    a = g.append(make_node("exp", [x], name="in0"))
+    b = g.append(make_node("relu", [a.out()], name="in0_"))
+    g.add_output("y", b.out())
+    out = PassManager([Fuse()]).run(g)  # verifies: names in the body are unique
+    body = out.nodes[0].attrs["body"]
+    assert [n.name for n in body.inputs] == ["in0__"]
+    assert [n.name for n in body.nodes] == ["in0", "in0_"]
