@@ -295,9 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     imp = sub.add_parser(
         "import", help="import an ONNX model and print it as flowc IR",
-        description="Import MODEL.onnx (opset 13 or newer) and print the graph in the text "
-                    "form, with its weights in a trailing resources section so that the "
-                    "output runs on its own.")
+        description="Import MODEL.onnx (older opsets are converted to 13) and print the "
+                    "graph in the text form, with its weights in a trailing resources section "
+                    "so that the output runs on its own.")
     imp.add_argument("model", metavar="MODEL.onnx", help="the ONNX model to import")
     imp.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     imp.add_argument("--elide-resources", action="store_true",

@@ -38,11 +38,12 @@ from flowc.frontend.onnx_attrs import (
     resolve_refs,
     tensor_type,
     to_array,
-    to_onnx_elem_type,
 )
 from flowc.frontend.onnx_fold import fold_shape_arithmetic
+from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
 from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
-from flowc.ir import Graph, Tensor, TensorType, Value, dtype
+from flowc.frontend.onnx_scan import splice_graph
+from flowc.ir import Graph, Node, Tensor, TensorType, Value, dtype
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.verifier import verify
@@ -51,7 +52,6 @@ __all__ = ["MIN_OPSET", "OnnxImportError", "import_onnx", "import_onnx_with_valu
            "unsupported_nodes"]
 
 MIN_OPSET = 13
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 
 
 def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -74,7 +74,7 @@ def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
 
 def _opset(imports: Sequence[onnx.OperatorSetIdProto]) -> int:
     for entry in imports:
-        if entry.domain in _DEFAULT_DOMAINS:
+        if entry.domain in DEFAULT_DOMAINS:
             return entry.version
     return 0
 
@@ -114,80 +114,17 @@ def _unconvertible(proto: onnx.ModelProto) -> list[str]:
     return culprits
 
 
-class _Functions:
-    """Function bodies: the model's own functions, and standard function ops (onnx.defs)."""
-
-    def __init__(self, proto: onnx.ModelProto):
-        self.local = {(f.domain, f.name): f for f in proto.functions}
-
-    def has_body(self, node: onnx.NodeProto, opset: int) -> bool:
-        if (node.domain, node.op_type) in self.local:
-            return True
-        schema = self._schema(node, opset)
-        return schema is not None and any(v <= opset for v in [
-            *schema.function_opset_versions, *schema.context_dependent_function_opset_versions])
-
-    @staticmethod
-    def _schema(node: onnx.NodeProto, opset: int):
-        if node.domain not in _DEFAULT_DOMAINS:
-            return None
-        try:
-            return onnx.defs.get_schema(node.op_type, opset, "")
-        except onnx.defs.SchemaError:
-            return None
-
-    def fixed_body(self, node: onnx.NodeProto, opset: int) -> Sequence[onnx.NodeProto]:
-        """The nodes of `node`'s function body where they do not depend on its operand types
-        (model-local functions, standard function ops); () for context-dependent ones."""
-        local = self.local.get((node.domain, node.op_type))
-        if local is not None:
-            return local.node
-        schema = self._schema(node, opset)
-        versions = [v for v in schema.function_opset_versions if v <= opset]
-        if not versions:
-            return ()
-        return onnx.FunctionProto.FromString(
-            schema.get_function_with_opset_version(max(versions))).node
-
-    def body(self, node: onnx.NodeProto, opset: int, types: Sequence[TensorType | None]
-             ) -> tuple[onnx.FunctionProto, dict[str, onnx.AttributeProto]]:
-        """The function body for `node` (its references resolved) and the schema's attribute
-        defaults, which its body may refer to."""
-        local = self.local.get((node.domain, node.op_type))
-        if local is not None:
-            return local, {}
-        schema = self._schema(node, opset)
-        defaults = {name: a.default_value for name, a in schema.attributes.items()
-                    if a.default_value.name}
-        if any(v <= opset for v in schema.function_opset_versions):
-            version = max(v for v in schema.function_opset_versions if v <= opset)
-            data = schema.get_function_with_opset_version(version)
-        else:
-            version = max(v for v in schema.context_dependent_function_opset_versions
-                          if v <= opset)
-            protos = [_type_proto(t).SerializeToString() for t in types]
-            data = schema.get_context_dependent_function_with_opset_version(
-                version, node.SerializeToString(), protos)
-        return onnx.FunctionProto.FromString(data), defaults
-
-
-def _type_proto(t: TensorType | None) -> onnx.TypeProto:
-    if t is None:
-        return onnx.TypeProto()
-    dims = [d if d is not None else "?" for d in t.shape]
-    return helper.make_tensor_type_proto(to_onnx_elem_type(t.dtype), dims)
-
 
 def unsupported_nodes(model: onnx.ModelProto) -> list[str]:
     """One line per node (bodies included) whose op flowc can neither convert nor inline."""
-    functions = _Functions(model)
+    functions = Functions(model)
     opset = _opset(model.opset_import)
     lines: list[str] = []
 
     def visit(nodes: Sequence[onnx.NodeProto], prefix: str) -> None:
         for i, node in enumerate(nodes):
             name = f"{prefix}{node.name or f'#{i}'}"
-            known = node.domain in _DEFAULT_DOMAINS and is_supported(node.op_type)
+            known = node.domain in DEFAULT_DOMAINS and is_supported(node.op_type)
             if not known and not functions.has_body(node, opset):
                 domain = node.domain or "ai.onnx"
                 lines.append(f"  node '{name}': {domain}.{node.op_type} (opset {opset})")
@@ -237,7 +174,8 @@ class _Importer:
         self.proto = proto
         self.path = path
         self.opset = _opset(proto.opset_import)
-        self.functions = _Functions(proto)
+        self.functions = Functions(proto)
+        self.folded: set[Node] = set()  # constants that folding made (dropped if unused)
 
     # ---- graphs -----------------------------------------------------------------------
     def main(self) -> tuple[Graph, dict[str, Value]]:
@@ -273,13 +211,17 @@ class _Importer:
                 raise OnnxImportError(f"{self.path}: graph output '{info.name}' is not "
                                       "produced")
             scope.graph.add_output(info.name, value)
-        return scope.graph
+        graph = scope.graph
+        used = {v.node for n in graph.nodes for v in n.inputs if v is not None}
+        used |= {c for n in graph.nodes for c in n.ctrl} | {v.node for _, v in graph.outputs}
+        graph.nodes = [n for n in graph.nodes if n not in self.folded or n in used]
+        return graph
 
-    def body(self, parent: _Scope, onnx_graph: onnx.GraphProto,
-             formal: Sequence[TensorType]) -> tuple[Graph, list[Value]]:
-        """A closed flowc body for an If/Loop graph attribute, and the outer values it reads
-        (its trailing inputs). `formal` types the body's declared inputs where ONNX leaves
-        their shape out."""
+    def body(self, parent: _Scope, onnx_graph: onnx.GraphProto, formal: Sequence[TensorType],
+             refs: dict[str, onnx.AttributeProto]) -> tuple[Graph, list[Value]]:
+        """A closed flowc body for an If/Loop/Scan graph attribute, and the outer values it
+        reads (its trailing inputs). `formal` types the body's declared inputs where ONNX
+        leaves their shape out; `refs` are the enclosing function call's attributes."""
         scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "body"), parent)
         if len(onnx_graph.input) != len(formal):
             raise OnnxImportError(f"{self.path}: body '{onnx_graph.name}' declares "
@@ -287,9 +229,11 @@ class _Importer:
         for info, fallback in zip(onnx_graph.input, formal, strict=True):
             t = self._body_input_type(info, fallback)
             scope.env[info.name] = scope.graph.add_input(scope.unique(info.name), t)
-        self._nodes(onnx_graph.node, scope, {}, "")
         for t in onnx_graph.initializer:
-            scope.env.setdefault(t.name, self._constant(scope, to_array(t, t.name), t.name))
+            if t.name not in scope.env:
+                array = to_array(t, f"{self.path}: initializer '{t.name}'")
+                scope.env[t.name] = self._constant(scope, array, t.name)
+        self._nodes(onnx_graph.node, scope, refs, "")
         return self._outputs(onnx_graph, scope), scope.captures
 
     def _body_input_type(self, info: onnx.ValueInfoProto, operand: TensorType) -> TensorType:
@@ -324,7 +268,7 @@ class _Importer:
             inputs.append(value)
         while inputs and inputs[-1] is None:
             inputs.pop()
-        known = onnx_node.domain in _DEFAULT_DOMAINS and is_supported(onnx_node.op_type)
+        known = onnx_node.domain in DEFAULT_DOMAINS and is_supported(onnx_node.op_type)
         if not known and not self.functions.has_body(onnx_node, self.opset):
             # only a function body's own nodes get here: the model's were checked up front
             domain = onnx_node.domain or "ai.onnx"
@@ -338,7 +282,9 @@ class _Importer:
                 emit=lambda op, operands, attrs: self._emit(scope, op, operands, attrs, base,
                                                             where),
                 constant=lambda array: self._constant(scope, array, f"{base}/const"),
-                body=lambda g, formal: self.body(scope, g, formal))
+                body=lambda g, formal: self.body(scope, g, formal, refs),
+                splice=lambda g, args: splice_graph(scope.graph, g, args,
+                                                    lambda n: scope.unique(f"{base}/{n}")))
             try:
                 results = CONVERTERS.get(onnx_node.op_type, convert_default)(ctx)
             except OnnxImportError:
@@ -364,7 +310,9 @@ class _Importer:
         except Exception as exc:  # a kernel's own error, on known values
             raise OnnxImportError(f"{where}: {type(exc).__name__}: {exc}") from None
         if folded is not None:
-            return [self._constant(scope, array, node.name) for array in folded]
+            values = [self._constant(scope, array, node.name) for array in folded]
+            self.folded.update(v.node for v in values)
+            return values
         return scope.graph.append(node).outputs
 
     def _inline(self, onnx_node: onnx.NodeProto, inputs: list[Value | None], scope: _Scope,

@@ -20,6 +20,7 @@ import onnx
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_scan import convert_scan
 from flowc.ir import Graph, TensorType, Value
+from flowc.ir.build import const_value
 from flowc.ir.graph import INPUT_OP, Node
 from flowc.ir.ops import ONNX_OPS
 from flowc.ir.types import bool_, i64
@@ -37,6 +38,7 @@ class NodeContext:
     emit: Callable[[str, Sequence[Value | None], dict[str, Any]], Sequence[Value]]
     constant: Callable[[np.ndarray], Value]
     body: Callable[[onnx.GraphProto, Sequence[TensorType]], tuple[Graph, list[Value]]]
+    splice: Callable[[Graph, Sequence[Value]], list[Value]]
 
     @property
     def num_outputs(self) -> int:
@@ -90,6 +92,14 @@ def _reduce(ctx: NodeContext) -> Sequence[Value]:
     return convert_default(ctx)
 
 
+def _scalar_axes(ctx: NodeContext) -> Sequence[Value]:
+    """Squeeze/Unsqueeze axes are 1-D; onnx's own function bodies pass a scalar too."""
+    if len(ctx.inputs) > 1 and ctx.inputs[1] is not None and ctx.inputs[1].type.rank == 0:
+        one = ctx.constant(np.array([1], np.int64))
+        ctx.inputs[1] = ctx.emit("reshape", [ctx.inputs[1], one], {})[0]
+    return convert_default(ctx)
+
+
 def _split(ctx: NodeContext) -> Sequence[Value]:
     """Split before opset 18 has no num_outputs: equal parts, one per named output."""
     if (len(ctx.inputs) < 2 or ctx.inputs[1] is None) and "num_outputs" not in ctx.attrs:
@@ -103,9 +113,49 @@ def _with_output_count(ctx: NodeContext) -> Sequence[Value]:
     return convert_default(ctx)
 
 
+def _sum(ctx: NodeContext) -> Sequence[Value]:
+    """ONNX Sum: a broadcasting add over one or more operands."""
+    if not ctx.inputs or any(v is None for v in ctx.inputs):
+        ctx.fail("Sum needs one or more operands, none of them absent")
+    total = ctx.inputs[0]
+    for v in ctx.inputs[1:]:
+        total = ctx.emit("add", [total, v], {})[0]
+    return [total] if len(ctx.inputs) > 1 else ctx.emit("identity", [total], {})
+
+
+def _mean(ctx: NodeContext) -> Sequence[Value]:
+    """ONNX Mean: Sum, divided by the operand count (in the operands' dtype)."""
+    total, = _sum(ctx)
+    count = ctx.constant(np.array(len(ctx.inputs), dtype=total.type.dtype.np))
+    return ctx.emit("div", [total, count], {})
+
+
+def _dropout(ctx: NodeContext) -> Sequence[Value]:
+    """ONNX Dropout for inference: the identity, and an all-true mask. Training mode with a
+    nonzero ratio draws random numbers, which flowc does not do."""
+    x, ratio, training = [*ctx.inputs, None, None][:3]
+    training_value, ratio_value = const_value(training), const_value(ratio)
+    if training is not None and (training_value is None or bool(training_value)) and (
+            ratio is None or ratio_value is None or float(ratio_value) != 0.0):
+        ctx.fail("random dropout (training mode with a nonzero or unknown ratio) is not "
+                 "supported; flowc imports Dropout for inference only")
+    y = ctx.emit("identity", [x], {})
+    if ctx.num_outputs < 2:
+        return y
+    shape = ctx.emit("shape", [x], {})[0]
+    return [*y, *ctx.emit("constant_of_shape", [shape], {"value": np.array([True])})]
+
+
 def _if(ctx: NodeContext) -> Sequence[Value]:
     """ONNX If bodies read outer values implicitly; flowc bodies are closed, so every value
-    either branch reads becomes an operand, and both branches take all of them."""
+    either branch reads becomes an operand, and both branches take all of them. A condition
+    known at import (often folded shape arithmetic) imports only the branch it takes, in
+    line: the other branch never runs and need not even be well typed for these shapes."""
+    known = const_value(ctx.inputs[0])
+    if known is not None:
+        branch = "then_branch" if bool(np.asarray(known).reshape(-1)[0]) else "else_branch"
+        body, captures = ctx.body(ctx.attrs[branch], [])
+        return ctx.splice(body, captures)
     then_body, then_caps = ctx.body(ctx.attrs["then_branch"], [])
     else_body, else_caps = ctx.body(ctx.attrs["else_branch"], [])
     operands = list(dict.fromkeys([*then_caps, *else_caps]))
@@ -146,6 +196,11 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
                               "ReduceProd")},
     "Split": _split,
+    "Sum": _sum,
+    "Mean": _mean,
+    "Dropout": _dropout,
+    "Squeeze": _scalar_axes,
+    "Unsqueeze": _scalar_axes,
     "LayerNormalization": _with_output_count,
     "MaxPool": _with_output_count,
     "If": _if,

@@ -14,7 +14,7 @@ body emits. flowc has one looping op, so the importer builds it from `loop`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -81,7 +81,7 @@ def convert_scan(ctx: NodeContext) -> Sequence[Value]:
             index = add("squeeze", [add("sub", [last, iteration]),
                                     const(np.array([0], np.int64))])
         slices.append(add("gather", [full, index], {"axis": axis}))
-    results = _splice(body, inner, [*state_in, *slices, *captured])
+    results = splice_graph(body, inner, [*state_in, *slices, *captured], name)
     for j, value in enumerate([cond, *results]):
         body.add_output(name(f"out_{j}"), value)
 
@@ -104,13 +104,16 @@ def convert_scan(ctx: NodeContext) -> Sequence[Value]:
     return outputs
 
 
-def _splice(target: Graph, body: Graph, args: Sequence[Value]) -> list[Value]:
-    """Append `body`'s nodes to `target` with its inputs bound to `args`; its results."""
+def splice_graph(target: Graph, body: Graph, args: Sequence[Value],
+                 rename: Callable[[str], str]) -> list[Value]:
+    """Append `body`'s nodes to `target` with its inputs bound to `args` and each node named
+    `rename(name)`; the values of its results."""
     mapping: dict[Value, Value] = {n.out(): a for n, a in zip(body.inputs, args, strict=True)}
     nodes = {}
     for node in body.nodes:
         inputs = tuple(None if v is None else mapping.get(v, v) for v in node.inputs)
-        new = node.replace(inputs=inputs, ctrl=tuple(nodes[c] for c in node.ctrl))
+        new = node.replace(inputs=inputs, ctrl=tuple(nodes[c] for c in node.ctrl),
+                           name=rename(node.name or node.op))
         nodes[node] = target.append(new)
         mapping.update(zip(node.outputs, new.outputs, strict=True))
     return [mapping.get(v, v) for _, v in body.outputs]

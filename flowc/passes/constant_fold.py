@@ -9,7 +9,8 @@ Requires: a well-formed graph. Guarantees:
   node with control dependencies, nor an `if` whose bodies hold such ops.
 - Size bound: a node whose results would take more than `max_bytes` bytes (default
   10 MiB) stays as it is, so an `expand` or `constant_of_shape` to a huge shape is not
-  materialized into the IR.
+  materialized into the IR. A `loop` never folds (its run time is not bounded by sizes);
+  constants inside its body still do.
 - Shape chains fold: `shape` of a tensor gives the dims its type states, so
   `shape -> gather/slice -> (unsqueeze) -> concat -> reshape` chains, as exporters emit
   them, become constants wherever the selected dims are static, even when other dims of
@@ -40,6 +41,9 @@ from flowc.passes.registry import register
 from flowc.passes.rewrite import Pattern, Result, Rewriter, apply_patterns, in_bodies, is_pure
 
 MiB = 1024 * 1024
+# Ops whose kernel may run for a time no operand or result size bounds (a `loop` with a
+# constant trip count of 10**9): never run at compile time.
+UNBOUNDED = ("loop",)
 # Ops that move shape elements around (their data operand may hold symbolic dims).
 _SELECT_OPS = ("gather", "slice", "concat")
 _RESHAPE_LIKE = ("reshape", "squeeze", "unsqueeze", "identity", "flatten", "cast")
@@ -68,7 +72,7 @@ def fold_node(max_bytes: int) -> Pattern:
     """The pattern folding a pure node with all-constant operands."""
 
     def pattern(node: Node, rw: Rewriter) -> Result:
-        if node.op == "constant" or not node.types or not is_pure(node):
+        if node.op in ("constant", *UNBOUNDED) or not node.types or not is_pure(node):
             return None
         env: dict[Value, np.ndarray] = {}
         for v in node.inputs:
@@ -134,10 +138,7 @@ class ShapeValues:
             return args[0].reshape(out.shape)
         if node.op in _ARITH and len(args) == 2:
             a, b = np.broadcast_arrays(args[0], args[1])
-            fn = _ARITH[node.op]
-            return np.array([fn(x, y) if _is_int(x) and _is_int(y) and not (
-                node.op == "div" and y == 0) else None for x, y in zip(a.flat, b.flat,
-                                                                      strict=True)],
+            return np.array([_arith(node.op, x, y) for x, y in zip(a.flat, b.flat, strict=True)],
                             dtype=object).reshape(out.shape)
         return None
 
@@ -169,7 +170,6 @@ class ShapeValues:
         array = np.array([-1 if e is None else e for e in new], dtype=shape.type.dtype.np)
         return rw.replace(node, "reshape", [x, rw.constant(array, node)], node.attrs)
 
-
     def static_expand(self, node: Node, rw: Rewriter) -> Result:
         """`expand(x, chain)` with a constant shape: a symbol that x already has at the
         same (right-aligned) position becomes 1, which keeps that dim."""
@@ -193,6 +193,13 @@ class ShapeValues:
 
 def _is_int(e: object) -> bool:
     return isinstance(e, int | np.integer) and not isinstance(e, bool)
+
+
+def _arith(op: str, x: object, y: object) -> int | None:
+    """One element of add/sub/mul/div on shape values: known only when both operands are."""
+    if not (_is_int(x) and _is_int(y)) or (op == "div" and y == 0):
+        return None
+    return _ARITH[op](int(x), int(y))
 
 
 @register

@@ -11,8 +11,9 @@ so two `if`s with equal bodies merge. Merging cascades: nodes that become equal 
 their operands were merged are merged too. STATEFUL nodes (`variable`, `read_variable`,
 `assign`, `send`, `recv`) and ops without PURE (random ones) are never merged: two reads of
 one variable may see different values. A merged-away node's name is gone: feeds and
-fetches by that name must use the kept node's name. One walk over the graph, a dictionary
-lookup per node: linear in graph size.
+fetches by that name must use the kept node's name. A first walk over the graph as it is
+finds whether any two nodes merge (if none do, the graph itself is returned); then one
+rewriting walk, a dictionary lookup per node: linear in graph size.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from flowc.ir.attrs import Attrs
 from flowc.ir.graph import Graph, Node, Value, rebuild
 from flowc.ir.ops import COMMUTATIVE, OPS
 from flowc.passes.registry import register
-from flowc.passes.rewrite import bodies, is_pure, map_bodies
+from flowc.passes.rewrite import bodies, in_bodies, is_pure
 from flowc.passes.stats import count
 
 
@@ -35,17 +36,18 @@ def structure(graph: Graph) -> tuple:
     rows: list[tuple] = [tuple(n.types) for n in graph.inputs]
     for node in graph.nodes:
         operands = tuple(None if v is None else (index[v.node], v.index) for v in node.inputs)
-        rows.append((node.op, operands, attrs_key(node.attrs), node.types,
+        rows.append((node.op, operands, attrs_key(node), node.types,
                      tuple(index[c] for c in node.ctrl), node.device))
     rows.append(tuple((index[v.node], v.index) for _, v in graph.outputs))
     return tuple(rows)
 
 
-def attrs_key(attrs: Attrs) -> Attrs | tuple:
-    """`attrs` itself, or with nested bodies replaced by their structure."""
-    if not any(isinstance(v, Graph) for v in attrs.values()):
-        return attrs
-    return tuple((k, structure(v) if isinstance(v, Graph) else v) for k, v in attrs.items())
+def attrs_key(node: Node) -> Attrs | tuple:
+    """`node.attrs` itself, or with nested bodies replaced by their structure."""
+    if not bodies(node):
+        return node.attrs
+    return tuple((k, structure(v) if isinstance(v, Graph) else v)
+                 for k, v in node.attrs.items())
 
 
 @register
@@ -56,24 +58,32 @@ class CSE:
     name: ClassVar[str] = "cse"
 
     def run(self, graph: Graph) -> Graph:
+        graph = in_bodies(graph, self.run)  # each body is its own scope, CSE'd first
+        commutative = {name for name, opdef in OPS.items() if opdef.has(COMMUTATIVE)}
+        order: dict[Node, int] = {n: i for i, n in enumerate(graph.all_nodes())}
         seen: dict[tuple, Node] = {}
-        order: dict[Node, int] = {n: i for i, n in enumerate(graph.inputs)}
 
-        def rank(v: Value | None) -> tuple[int, int]:
-            return (-1, 0) if v is None else (order[v.node], v.index)
+        def key(node: Node) -> tuple | None:
+            if not is_pure(node):
+                return None
+            inputs = node.inputs
+            if node.op in commutative:
+                inputs = tuple(sorted(inputs, key=lambda v: (-1, 0) if v is None else (
+                    order[v.node], v.index)))
+            return (node.op, inputs, attrs_key(node), node.types, node.ctrl, node.device)
+
+        # A first look: the first merge is always between two nodes of the input graph.
+        if not any(k is not None and seen.setdefault(k, n) is not n
+                   for n in graph.nodes for k in (key(n),)):
+            return graph
+        seen.clear()
 
         def rewrite(node: Node, _old: tuple[Value, ...]) -> Node | tuple[Value, ...]:
-            node = map_bodies(node, self.run) if bodies(node) else node
-            if is_pure(node):
-                inputs = node.inputs
-                if OPS[node.op].has(COMMUTATIVE):
-                    inputs = tuple(sorted(inputs, key=rank))
-                key = (node.op, inputs, attrs_key(node.attrs), node.types, node.ctrl,
-                       node.device)
-                kept = seen.setdefault(key, node)
-                if kept is not node:
-                    count("nodes-merged")
-                    return kept.outputs
+            k = key(node)
+            kept = node if k is None else seen.setdefault(k, node)
+            if kept is not node:
+                count("nodes-merged")
+                return kept.outputs
             order[node] = len(order)
             return node
 

@@ -13,8 +13,10 @@ Contract:
   are left alone: their ordering would be lost. Result types are refined whenever operands
   change (a `?` dim becomes known once a shape operand is constant); a declared dim never
   changes. Finally, pure nodes that nothing uses are erased (as MLIR's greedy driver
-  does) — nodes with effects never are. Every match bumps the statistics counter
-  named after its pattern. Linear in graph size (each node: a bounded number of matches).
+  does) — nodes with effects never are. A first look over the nodes as they are finds
+  whether any pattern matches at all; if none does, the input graph itself is returned.
+  Every match bumps the statistics counter named after its pattern. Linear in graph size
+  (each node: a bounded number of matches).
 - `rw.uses(value)` is an upper bound on the users of a value's node (graph outputs count),
   so a "single user" test is safe: fusing a producer that has other users would compute it
   twice, which patterns avoid by asking.
@@ -41,8 +43,24 @@ Pattern = Callable[[Node, "Rewriter"], Result]
 MAX_STEPS = 8
 
 
+_OP_TRAITS: dict[str, tuple[object, bool, bool]] = {}
+
+
+def _traits(op: str) -> tuple[bool, bool]:
+    """(pure op, holds bodies) for `op`, cached per registry entry (a hot path)."""
+    opdef = OPS.get(op)
+    cached = _OP_TRAITS.get(op)
+    if cached is None or cached[0] is not opdef:
+        pure = opdef is not None and opdef.has(PURE) and not opdef.has(STATEFUL)
+        cached = (opdef, pure, opdef is not None and opdef.has(HAS_BODY))
+        _OP_TRAITS[op] = cached
+    return cached[1], cached[2]
+
+
 def bodies(node: Node) -> list[tuple[str, Graph]]:
     """The nested graphs a node holds as attributes."""
+    if not _traits(node.op)[1]:
+        return []
     return [(k, v) for k, v in node.attrs.items() if isinstance(v, Graph)]
 
 
@@ -50,11 +68,9 @@ def is_pure(node: Node) -> bool:
     """Whether `node` may be merged, folded or dropped: its op is PURE and not STATEFUL and
     every nested body holds only such nodes. Unknown ops are never pure. Random ops, when
     the registry gets them, are defined without PURE, so this keeps them too."""
-    opdef = OPS.get(node.op)
-    if opdef is None or not opdef.has(PURE) or opdef.has(STATEFUL):
-        return False
-    return not opdef.has(HAS_BODY) or all(is_pure(n) for _, g in bodies(node)
-                                          for n in g.nodes)
+    pure, has_body = _traits(node.op)
+    return pure and (not has_body or all(is_pure(n) for _, g in bodies(node)
+                                         for n in g.nodes))
 
 
 def map_bodies(node: Node, fn: Callable[[Graph], Graph]) -> Node:
@@ -128,6 +144,7 @@ class Rewriter:
     def __init__(self, uses: dict[Node, int]):
         self._uses = uses
         self.created = 0  # helper nodes made, which the driver then places
+        self._scalars: dict[Node, float | None] = {}
 
     def uses(self, value: Value) -> int:
         return self._uses.get(value.node, 0)
@@ -136,6 +153,15 @@ class Rewriter:
     def const(value: Value | None) -> np.ndarray | None:
         """The data of `value` when a constant (with its bytes present) produces it."""
         return const_value(value)
+
+    def scalar(self, value: Value | None) -> float | None:
+        """The one value of a constant whose elements are all equal, else None (cached per
+        constant node: patterns ask about the same few constants again and again)."""
+        if value is None or value.node.op != "constant":
+            return None
+        if value.node not in self._scalars:
+            self._scalars[value.node] = _single_value(self.const(value))
+        return self._scalars[value.node]
 
     def make(self, op: str, inputs: Sequence[Value | None], attrs: Mapping[str, Any] | None,
              like: Node) -> Node:
@@ -166,6 +192,18 @@ class Rewriter:
                     name=node.name, loc=node.loc)
 
 
+def _single_value(data: np.ndarray | None) -> float | None:
+    if data is None or data.size == 0:
+        return None
+    flat = data.reshape(-1)
+    first = flat[0]
+    if flat[-1] != first or flat[flat.size // 2] != first or not bool(np.all(flat == first)):
+        return None  # (the cheap probes spare a scan of every large weight)
+    # str() gives the shortest text that reads back to the same value in its own dtype, so
+    # an f32 1e-5 stays 1e-05 rather than 9.99999974e-06 once widened
+    return float(first) if data.dtype.kind in "biu" else float(str(first))
+
+
 def count_uses(graph: Graph) -> dict[Node, int]:
     """How many operand slots, control edges and graph outputs refer to each node."""
     uses: dict[Node, int] = {}
@@ -181,6 +219,17 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
                    any_op: Sequence[tuple[str, Pattern]] = ()) -> Graph:
     """Rewrite `graph` with the patterns (see the module docstring)."""
     uses = count_uses(graph)
+
+    def match(node: Node, rw: Rewriter) -> tuple[str, Result] | None:
+        for name, pattern in chain(by_op.get(node.op, ()), any_op):
+            result = pattern(node, rw)
+            if result is not None:
+                return name, result
+        return None
+
+    # A first look at the nodes as they are: when nothing matches, no rewrite is needed.
+    if not any(not node.ctrl and match(node, Rewriter(uses)) for node in graph.nodes):
+        return graph
     rw = Rewriter(uses)
     memo: dict = {}
 
@@ -194,14 +243,11 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
             return candidate
         current = candidate
         for _ in range(MAX_STEPS):
-            result = None
-            for name, pattern in chain(by_op.get(current.op, ()), any_op):
-                result = pattern(current, rw)
-                if result is not None:
-                    count(name)
-                    break
-            if result is None:
+            found = match(current, rw)
+            if found is None:
                 break
+            name, result = found
+            count(name)
             if not isinstance(result, Node):
                 for value in result:
                     uses[value.node] = uses.get(value.node, 0) + uses.get(current, 0)

@@ -37,16 +37,7 @@ def sole_producer(value: Value | None, rw: Rewriter, *ops: str, like: Node) -> N
 
 def scalar(value: Value | None, rw: Rewriter) -> float | None:
     """The one value of a constant whose elements are all equal, else None."""
-    data = rw.const(value)
-    if data is None or data.size == 0:
-        return None
-    flat = data.reshape(-1)
-    first = flat[0]
-    # str() gives the shortest text that reads back to the same value in its own dtype, so
-    # an f32 1e-5 stays 1e-05 rather than 9.99999974e-06 once widened
-    if not bool(np.all(flat == first)):
-        return None
-    return float(first) if data.dtype.kind in "biu" else float(str(first))
+    return rw.scalar(value)
 
 
 def forward(node: Node, value: Value) -> list[Value] | None:

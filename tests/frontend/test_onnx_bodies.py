@@ -161,3 +161,37 @@ def test_scan_as_a_loop(in_dir, out_dir, out_axis):
     session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     g = check_against_onnx(m, feeds, session.run(None, feeds))
     assert [n.op for n in g.nodes if n.op == "loop"] == ["loop"]
+
+
+def test_if_with_a_condition_known_at_import_is_inlined():
+    """Size(x) == 3 folds to true: only the then branch is imported, in line; the else
+    branch (ill-typed for these shapes: [3] + [2]) is never converted."""
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t"], name="neg")], "then", [],
+                             [vi("t")])
+    other = helper.make_graph([helper.make_node("Add", ["x", "z"], ["e"])], "else", [],
+                              [vi("e")])
+    nodes = [helper.make_node("Size", ["x"], ["n"]),
+             helper.make_node("Constant", [], ["three"], value_int=3),
+             helper.make_node("Equal", ["n", "three"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other,
+                              name="if")]
+    m = model(nodes, [vi("x"), vi("z", shape=(2,))], [vi("y")])
+    g = import_onnx(m)
+    assert "if" not in [n.op for n in g.nodes] and "if/neg" in [n.name for n in g.nodes]
+    x = RNG.standard_normal(3).astype(np.float32)
+    np.testing.assert_array_equal(interpret(g, {"x": x})["y"], -x)
+
+
+def test_body_initializers_are_visible_to_the_body_nodes():
+    """A body's own initializer named like an outer tensor shadows it."""
+    then = helper.make_graph([helper.make_node("Add", ["x", "a"], ["t"])], "then", [],
+                             [vi("t")], [onnx.numpy_helper.from_array(
+                                 np.full(3, 10, np.float32), "a")])
+    other = helper.make_graph([helper.make_node("Identity", ["a"], ["e"])], "else", [],
+                              [vi("e")])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)
+    m = model([node], [vi("c", TensorProto.BOOL, ()), vi("x"), vi("a")], [vi("y")])
+    x, a = (RNG.standard_normal(3).astype(np.float32) for _ in range(2))
+    for cond, want in ((True, x + 10), (False, a)):
+        got = interpret(import_onnx(m), {"c": np.array(cond), "x": x, "a": a})["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-6)

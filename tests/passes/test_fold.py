@@ -11,6 +11,7 @@ from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
 from flowc.ir.ops import OPS, OpDef
 from flowc.ir.parser import parse
+from flowc.ir.printer import print_graph
 from flowc.ir.verifier import verify
 from flowc.passes import PassManager, parse_pipeline
 from flowc.passes.constant_fold import ConstantFold
@@ -168,3 +169,14 @@ def test_nodes_with_control_dependencies_do_not_fold():
     g.add_output("y", late.out())
     out = Prune().run(CSE().run(ConstantFold().run(g)))
     assert [n.name for n in out.nodes] == ["first", None, "late"]
+
+
+def test_elided_constants_do_not_fold():
+    big = np.arange(32, dtype=np.float32)
+    g = Graph("g")
+    c = g.append(make_node("constant", [], {"value": big}))
+    g.add_output("y", g.append(make_node("neg", [c.out()])).out())
+    elided = parse(print_graph(g))  # no resource section: the bytes are not there
+    assert elided.nodes[0].attrs["value"].is_elided
+    assert ops(ConstantFold().run(elided)) == ["constant", "neg"]
+    assert ops(ConstantFold().run(g)) == ["constant"]

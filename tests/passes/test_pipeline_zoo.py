@@ -8,7 +8,8 @@ from flowc.frontend.onnx import import_onnx
 from flowc.ir.interpret import interpret
 from flowc.passes import PassManager, parse_pipeline
 
-# Node counts before and after the default pipeline: the MLP's matmul+add becomes a gemm;
+# Node counts before the default pipeline and after its rewrites (up to prune; fuse then
+# groups nodes into kernels): the MLP's matmul+add becomes a gemm;
 # the CNN's two batch norms fold into their convs (with their 8 parameters); the
 # transformer's equal constants merge (three reshape shapes, two LayerNorm scales of ones).
 COUNTS = {"mlp": (9, 8), "cnn": (25, 15), "transformer_encoder": (46, 43)}
@@ -20,12 +21,14 @@ def test_default_pipeline_shrinks_and_keeps_results(name):
     graph = import_onnx(model)
     feeds = zoo.sample_input(model, batch=3, seed=7)
     want = interpret(graph, feeds)
-    current = graph
+    current, after = graph, {}
     for p in parse_pipeline("default"):
         current = PassManager([p]).run(current)  # verified after the pass
+        after[p.name] = len(current.nodes)
         got = interpret(current, feeds)
         for out_name in want:
             # f32; folding BatchNorm into conv weights rounds differently
             np.testing.assert_allclose(got[out_name], want[out_name], rtol=1e-5, atol=1e-5,
                                        err_msg=f"after {p.name}")
-    assert (len(graph.nodes), len(current.nodes)) == COUNTS[name]
+    assert (len(graph.nodes), after["prune"]) == COUNTS[name]
+    assert len(current.nodes) <= after["prune"]  # fusing never adds nodes

@@ -131,3 +131,11 @@ def test_folding_then_simplifying_removes_a_reshape_made_static():
 }""")
     out = Simplify().run(ConstantFold().run(g))
     assert out.nodes == [] and out.outputs[0][1] == out.inputs[0].out()
+
+
+def test_nothing_to_do_returns_the_graph_itself():
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (2, 3)))
+    g.add_output("y", g.append(make_node("relu", [x])).out())
+    assert Simplify().run(g) is g
+    assert ConstantFold().run(g) is g

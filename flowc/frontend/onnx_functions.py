@@ -1,0 +1,83 @@
+"""Function bodies for the ONNX importer: model-local functions and the standard function
+ops of `onnx.defs` (fixed bodies, and context-dependent ones built for the operand types).
+
+Contract: `Functions(model)` answers, per node, whether it has a body at the model's opset
+(`has_body`), the nodes of a body that does not depend on operand types (`fixed_body`, for
+the up-front unsupported-op check), and the body to inline (`body`), with the schema's
+attribute defaults that the body's `ref_attr_name` attributes may refer to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import onnx
+from onnx import helper
+
+from flowc.frontend.onnx_attrs import to_onnx_elem_type
+from flowc.ir import TensorType
+
+DEFAULT_DOMAINS = ("", "ai.onnx")
+
+
+class Functions:
+    """Function bodies: the model's own functions, and standard function ops (onnx.defs)."""
+
+    def __init__(self, proto: onnx.ModelProto):
+        self.local = {(f.domain, f.name): f for f in proto.functions}
+
+    def has_body(self, node: onnx.NodeProto, opset: int) -> bool:
+        if (node.domain, node.op_type) in self.local:
+            return True
+        schema = self._schema(node, opset)
+        return schema is not None and any(v <= opset for v in [
+            *schema.function_opset_versions, *schema.context_dependent_function_opset_versions])
+
+    @staticmethod
+    def _schema(node: onnx.NodeProto, opset: int):
+        if node.domain not in DEFAULT_DOMAINS:
+            return None
+        try:
+            return onnx.defs.get_schema(node.op_type, opset, "")
+        except onnx.defs.SchemaError:
+            return None
+
+    def fixed_body(self, node: onnx.NodeProto, opset: int) -> Sequence[onnx.NodeProto]:
+        """The nodes of `node`'s function body where they do not depend on its operand types
+        (model-local functions, standard function ops); () for context-dependent ones."""
+        local = self.local.get((node.domain, node.op_type))
+        if local is not None:
+            return local.node
+        schema = self._schema(node, opset)
+        versions = [v for v in schema.function_opset_versions if v <= opset]
+        if not versions:
+            return ()
+        return onnx.FunctionProto.FromString(
+            schema.get_function_with_opset_version(max(versions))).node
+
+    def body(self, node: onnx.NodeProto, opset: int, types: Sequence[TensorType | None]
+             ) -> tuple[onnx.FunctionProto, dict[str, onnx.AttributeProto]]:
+        """The function body for `node` (its references resolved) and the schema's attribute
+        defaults, which its body may refer to."""
+        local = self.local.get((node.domain, node.op_type))
+        if local is not None:
+            return local, {}
+        schema = self._schema(node, opset)
+        defaults = {name: a.default_value for name, a in schema.attributes.items()
+                    if a.default_value.name}
+        if any(v <= opset for v in schema.function_opset_versions):
+            version = max(v for v in schema.function_opset_versions if v <= opset)
+            data = schema.get_function_with_opset_version(version)
+        else:
+            version = max(v for v in schema.context_dependent_function_opset_versions
+                          if v <= opset)
+            protos = [_type_proto(t).SerializeToString() for t in types]
+            data = schema.get_context_dependent_function_with_opset_version(
+                version, node.SerializeToString(), protos)
+        return onnx.FunctionProto.FromString(data), defaults
+
+
+def _type_proto(t: TensorType | None) -> onnx.TypeProto:
+    if t is None:
+        return onnx.TypeProto()
+    return helper.make_tensor_type_proto(to_onnx_elem_type(t.dtype), list(t.shape))
