@@ -1,13 +1,15 @@
 """THE CPU pipeline: from a kernel's linalg-on-tensors function to an LLVM module.
 
-Contract: `lower(module, target, dump)` takes a module holding one kernel function over
-memref arguments (inputs read through `bufferization.to_tensor restrict`, outputs written
-by `bufferization.materialize_in_destination`) and rewrites it, in place, into the LLVM
-dialect with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps:
+Contract: `lower(module, target, what, dump)` takes a module holding one kernel function
+over memref arguments (inputs read through `bufferization.to_tensor restrict`, outputs
+written by `bufferization.materialize_in_destination`) and returns it in the LLVM dialect
+with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps:
 
 1. `PREPARE`: fuse elementwise producers into consumers, clean up.
-2. The transform script `schedule(module, target)` writes: each matmul-, conv- and
-   elementwise-like op gets its tiling/vectorization strategy; then empty tensors are
+2. The transform script `schedule(module, target)` writes: each matmul, batch matmul and
+   2-D conv gets its tiling/packing/vectorization strategy (other ops become loops that
+   LLVM vectorizes); if a strategy fails on some shape, the kernel is lowered without
+   strategies instead (the dumped schedule says why); then empty tensors are
    eliminated (producers write straight into the caller's buffers) and the function is
    bufferized with `linalg.copy` as the copy op (never `memref.copy`: that would need
    the MLIR runner-utils' `memrefCopy` at run time).
@@ -40,6 +42,7 @@ PREPARE = ",".join([
 ])
 
 TO_LLVM = ",".join([
+    "cse",  # identical subviews, so that self-copies left by bufferization fold away
     "canonicalize",
     "func.func(convert-linalg-to-loops)",
     "lower-affine",
@@ -176,7 +179,8 @@ CONV = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
 """
 
-OW_TILE = 4
+OW_TILE = 4  # output pixels per register tile; else the largest divisor up to OW_TILE_MAX
+OW_TILE_MAX = 7  # (4 x 4 vectors or 7 x 4 vectors of accumulators fit 32 registers)
 C_TILE = 8
 
 
@@ -190,7 +194,8 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     _, _, ow, f = out.shape
     c = ir.RankedTensorType(op.operands[1].type).shape[2]
     lanes = target.vector_bits // width
-    tiles = [1, 1, _divisor(ow, OW_TILE), _divisor(f, 4 * lanes), 1, 1, _divisor(c, C_TILE)]
+    ow_tile = OW_TILE if ow % OW_TILE == 0 else _divisor(ow, OW_TILE_MAX)
+    tiles = [1, 1, ow_tile, _divisor(f, 4 * lanes), 1, 1, _divisor(c, C_TILE)]
     return CONV.format(n=f"cv{i}", i=i, tiles=_ints(tiles))
 
 
