@@ -1,13 +1,15 @@
 """THE CPU pipeline: from a kernel's linalg-on-tensors function to an LLVM module.
 
-Contract: `lower(module, target, dump)` takes a module holding one kernel function over
-memref arguments (inputs read through `bufferization.to_tensor restrict`, outputs written
-by `bufferization.materialize_in_destination`) and rewrites it, in place, into the LLVM
-dialect with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps:
+Contract: `lower(module, target, what, dump)` takes a module holding one kernel function
+over memref arguments (inputs read through `bufferization.to_tensor restrict`, outputs
+written by `bufferization.materialize_in_destination`) and returns it in the LLVM dialect
+with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps:
 
 1. `PREPARE`: fuse elementwise producers into consumers, clean up.
-2. The transform script `schedule(module, target)` writes: each matmul-, conv- and
-   elementwise-like op gets its tiling/vectorization strategy; then empty tensors are
+2. The transform script `schedule(module, target)` writes: each matmul, batch matmul and
+   2-D conv gets its tiling/packing/vectorization strategy (other ops become loops that
+   LLVM vectorizes); if a strategy fails on some shape, the kernel is lowered without
+   strategies instead (the dumped schedule says why); then empty tensors are
    eliminated (producers write straight into the caller's buffers) and the function is
    bufferized with `linalg.copy` as the copy op (never `memref.copy`: that would need
    the MLIR runner-utils' `memrefCopy` at run time).
@@ -16,8 +18,11 @@ dialect with the bare-pointer calling convention; `to_llvm_ir` then translates i
    deallocation pipeline would emit a global helper function and i1 buffers, which abort
    the LLVM lowering).
 4. `TO_LLVM`: loops, everything down to the LLVM dialect.
-5. `check_llvm_only` refuses, with the ops named, a module still holding non-LLVM ops
-   (translating one would abort the process).
+5. `check_llvm_only` refuses, with the ops named, a module still holding ops other than
+   the LLVM and OpenMP dialects' (translating one would abort the process). Parallel
+   loops become OpenMP regions whose translation calls `__kmpc_fork_call`,
+   `__kmpc_global_thread_num`, `__kmpc_for_static_init_*`, `__kmpc_for_static_fini` and
+   `__kmpc_barrier`, which the artifact's runtime provides under its prefix.
 """
 
 from __future__ import annotations
@@ -40,7 +45,11 @@ PREPARE = ",".join([
 ])
 
 TO_LLVM = ",".join([
+    "cse",  # identical subviews, so that self-copies left by bufferization fold away
     "canonicalize",
+    "func.func(scf-forall-to-parallel)",
+    "convert-scf-to-openmp",  # calls __kmpc_*: the artifact's runtime provides them
+    "canonicalize",  # inlines the alloca scopes it wraps bodies in (there are no allocas)
     "func.func(convert-linalg-to-loops)",
     "lower-affine",
     "convert-vector-to-scf{full-unroll=true}",
@@ -57,6 +66,7 @@ TO_LLVM = ",".join([
     "convert-cf-to-llvm",
     "convert-ub-to-llvm",
     "convert-func-to-llvm{use-bare-ptr-memref-call-conv=1}",
+    "convert-openmp-to-llvm",  # after func: its own func patterns use memref descriptors
     "reconcile-unrealized-casts",
     "canonicalize",
 ])
@@ -132,14 +142,17 @@ MATMUL = """
 
 # Matmul whose B is small enough to stay in cache (K*N <= DIRECT_MAX_B elements) and whose
 # M and N the register tile divides, or with fewer rows than a register tile: no packing
-# (no temporaries); MR x NR register tiles of C, column tiles outer and row tiles inner (a
-# K x NR strip of B stays in cache), k innermost with the C tile hoisted out of it. Partial
-# tiles (only below MR rows) are vectorized with masks.
+# (no temporaries); MR x NR register tiles of C, column tiles outer (a parallel loop: the
+# runtime's threads split them) and row tiles inner (a K x NR strip of B stays in cache),
+# k innermost with the C tile hoisted out of it. Partial tiles (only below MR rows) are
+# vectorized with masks.
 MATMUL_DIRECT = """
     %{n}_op = transform.structured.match ops{{["{op}"]}} attributes{{flowc.sched = {i} : i64}}
         in %root : (!transform.any_op) -> !transform.any_op
-    %{n}_tn, %{n}_ln:{nb} = transform.structured.tile_using_for %{n}_op tile_sizes [{tiles}]
-        interchange = [{interchange}] : (!transform.any_op) -> (!transform.any_op, {nb_types})
+    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op tile_sizes [{cols}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_tn, %{n}_ln:{nb} = transform.structured.tile_using_for %{n}_tp tile_sizes [{rows}]
+        : (!transform.any_op) -> (!transform.any_op, {nb_types})
     %{n}_t, %{n}_lk = transform.structured.tile_using_for %{n}_tn tile_sizes [{k1}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     transform.structured.vectorize %{n}_t vector_sizes [{vsizes}] : !transform.any_op
@@ -155,11 +168,14 @@ MATMUL_DIRECT = """
 # 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
 # F_TILE output channels, c blocks of C_TILE; the 1x1-window slice of the kernel window is
 # decomposed into a 1-D convolution and vectorized; the output tile stays in registers
-# across the c, kw and kh loops.
+# across the c, kw and kh loops. Output rows are a parallel loop (the runtime's threads).
 CONV = """
     %{n}_op = transform.structured.match ops{{["linalg.conv_2d_nhwc_hwcf"]}}
         attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
-    %{n}_t, %{n}_l:7 = transform.structured.tile_using_for %{n}_op tile_sizes [{tiles}]
+    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op
+        tile_sizes [0, 1, 0, 0, 0, 0, 0]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_t, %{n}_l:7 = transform.structured.tile_using_for %{n}_tp tile_sizes [{tiles}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
            !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op,
            !transform.any_op)
@@ -176,7 +192,8 @@ CONV = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
 """
 
-OW_TILE = 4
+OW_TILE = 4  # output pixels per register tile; else the largest divisor up to OW_TILE_MAX
+OW_TILE_MAX = 7  # (4 x 4 vectors or 7 x 4 vectors of accumulators fit 32 registers)
 C_TILE = 8
 
 
@@ -190,7 +207,8 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     _, _, ow, f = out.shape
     c = ir.RankedTensorType(op.operands[1].type).shape[2]
     lanes = target.vector_bits // width
-    tiles = [1, 1, _divisor(ow, OW_TILE), _divisor(f, 4 * lanes), 1, 1, _divisor(c, C_TILE)]
+    ow_tile = OW_TILE if ow % OW_TILE == 0 else _divisor(ow, OW_TILE_MAX)
+    tiles = [1, 1, ow_tile, _divisor(f, 4 * lanes), 1, 1, _divisor(c, C_TILE)]
     return CONV.format(n=f"cv{i}", i=i, tiles=_ints(tiles))
 
 
@@ -251,9 +269,9 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     if m < MICRO_ROWS or (k * n <= DIRECT_MAX_B and divides):
         mr = min(mr, m)
         return MATMUL_DIRECT.format(
-            n=f"mm{i}", op=op.name, i=i, tiles=_ints([*one, mr, nr, 0]), nb=2 + len(one),
-            nb_types=", ".join(["!transform.any_op"] * (2 + len(one))),
-            interchange=_ints([0, 2, 1, 3] if batched else [1, 0, 2]),
+            n=f"mm{i}", op=op.name, i=i, cols=_ints([*b, 0, nr, 0]),
+            rows=_ints([*one, mr, 0, 0]), nb=1 + len(one),
+            nb_types=", ".join(["!transform.any_op"] * (1 + len(one))),
             k1=_ints([*b, 0, 0, 1]), vsizes=_ints([*one, mr, nr, 1]))
     micro = [*one, 1, 1, 1]
     return MATMUL.format(
@@ -342,7 +360,7 @@ def check_llvm_only(module: ir.Module, what: str) -> None:
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         name = op.name
-        if not name.startswith("llvm.") and name != "builtin.module":
+        if not name.startswith(("llvm.", "omp.")) and name != "builtin.module":
             left.add(name)
         return ir.WalkResult.ADVANCE
 

@@ -6,9 +6,18 @@ was found. It checks: known ops; operand counts; operands and control dependenci
 earlier in the same graph (so the graph is acyclic and bodies are closed); attributes
 against the op's schema; result types against the op's type rule; unique names; device
 names; outputs; and, recursively, nested bodies.
+
+`verify(graph, trusted)`: the nodes in `trusted` passed `verify` in a graph before. What
+is checked of a node alone (op, attributes, device, bodies, types) depends only on the
+node and on its operands' types and constants, none of which ever change, so a trusted
+node only has its place in this graph checked again (operands and control dependencies
+defined before it, its name). The pass manager trusts the nodes of the graph it verified
+last, so a pass that changes little is verified in little time.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 from flowc.ir.build import const_value
 from flowc.ir.devices import DeviceSpec
@@ -35,7 +44,7 @@ def type_matches(declared: Type, inferred: Type) -> bool:
                                                           strict=True)))
 
 
-def verify(graph: Graph) -> None:
+def verify(graph: Graph, trusted: Collection[Node] = frozenset()) -> None:
     defined: set[Node] = set()
     names: dict[str, Node] = {}
 
@@ -60,7 +69,8 @@ def verify(graph: Graph) -> None:
                 fail(node, f"name '{node.name}' is already used by {names[node.name].label()}",
                      number)
             names[node.name] = node
-        check_node(node, defined, lambda detail, n=node, num=number: fail(n, detail, num))
+        check = check_placement if node in trusted else check_node
+        check(node, defined, lambda detail, n=node, num=number: fail(n, detail, num))
         defined.add(node)
     seen_outputs: set[str] = set()
     for name, value in graph.outputs:
@@ -71,17 +81,22 @@ def verify(graph: Graph) -> None:
             fail(value.node, f"output '{name}' is not computed in this graph")
 
 
+def check_placement(node: Node, defined: set[Node], fail) -> None:
+    """Operands and control dependencies are defined before `node` in its graph."""
+    for i, value in enumerate(node.inputs):
+        if value is not None and value.node not in defined:
+            fail(f"operand #{i} ({OPS[node.op].operand_name(i)}) is not defined before this "
+                 "node in the same graph")
+    for dep in node.ctrl:
+        if dep not in defined:
+            fail(f"control dependency {dep.label()} is not defined before this node")
+
+
 def check_node(node: Node, defined: set[Node], fail) -> None:
     opdef = OPS.get(node.op)
     if opdef is None:
         fail(f"unknown op '{node.op}'")
-    for i, value in enumerate(node.inputs):
-        if value is not None and value.node not in defined:
-            fail(f"operand #{i} ({opdef.operand_name(i)}) is not defined before this node "
-                 "in the same graph")
-    for dep in node.ctrl:
-        if dep not in defined:
-            fail(f"control dependency {dep.label()} is not defined before this node")
+    check_placement(node, defined, fail)
     for key, value in node.attrs.items():
         spec = opdef.attr_specs.get(key)
         if spec is None:

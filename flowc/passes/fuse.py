@@ -77,11 +77,17 @@ class Analysis:
         self.position = {n: i for i, n in enumerate(graph.nodes)}
         self.consumers: dict[Node, set[Node]] = {}
         self.pinned: set[Node] = {v.node for _, v in graph.outputs}  # must stay visible
+        consumers = self.consumers
         for node in graph.nodes:
             for v in node.inputs:
                 if v is not None:
-                    self.consumers.setdefault(v.node, set()).add(node)
-            self.pinned.update(node.ctrl)
+                    users = consumers.get(v.node)
+                    if users is None:
+                        consumers[v.node] = {node}
+                    else:
+                        users.add(node)
+            if node.ctrl:
+                self.pinned.update(node.ctrl)
         self.group_of: dict[Node, Group] = {}
         self.groups: list[Group] = []
         self.fusible: dict[Node, bool] = {}
@@ -146,6 +152,13 @@ def build_body(group: Group, position: dict[Node, int],
     copies: dict[Node, Node] = {}  # member or inlined constant -> its node in the body
     inputs: dict[Value, Value] = {}  # outer value -> body input
     operands: list[Value] = []
+    taken = {n.name for n in (*group.members, *group.constants) if n.name is not None}
+
+    def input_name() -> str:  # in0, in1 ...; never the name of a node in the body
+        name = f"in{len(operands)}"
+        while name in taken:
+            name += "_"
+        return name
 
     def lookup(v: Value | None) -> Value | None:
         if v is None:
@@ -160,7 +173,7 @@ def build_body(group: Group, position: dict[Node, int],
             stats.count("constants-inlined")
             return Value(copy, v.index)
         if v not in inputs:
-            inputs[v] = body.add_input(f"in{len(operands)}", v.type)
+            inputs[v] = body.add_input(input_name(), v.type)
             operands.append(mapping.get(v, v))
         return inputs[v]
 

@@ -3,8 +3,9 @@
 Contract: `PassManager(passes, verify=True, dump=None, print_after="all", dump_dir=None)
 .run(graph)` runs the passes in order and returns the last result; the input is untouched.
 - With `verify`, the graph is verified after each pass that returned a new graph (one that
-  returns its input object unchanged is not re-verified: graphs are never mutated). The
-  input itself is the caller's to verify (the parser does).
+  returns its input object unchanged is not re-verified: graphs are never mutated), the
+  nodes of the graph verified last trusted (see `flowc.ir.verifier`): only what a pass
+  built is checked in full. The input itself is the caller's to verify (the parser does).
 - After each pass selected by `print_after` ("all", or a collection of pass names), the
   graph is printed to the text stream `dump` under `// -----// IR Dump After NAME //----- //`
   and, with `dump_dir`, written to `DIR/NN-NAME.flowc` (`00-input.flowc` is the input; NN is
@@ -107,9 +108,9 @@ def blamed_node(exc: BaseException, graph: Graph) -> Node | None:
         tb = tb.tb_next
     for frame in reversed(frames):
         local = frame.tb_frame.f_locals
-        for value in sorted(local.items(), key=lambda kv: kv[0] != "node"):
-            if isinstance(value[1], Node) and id(value[1]) in members:
-                return value[1]
+        for value in [local.get("node"), *local.values()]:  # a local named `node` first
+            if isinstance(value, Node) and id(value) in members:
+                return value
     return None
 
 
@@ -124,11 +125,13 @@ class PassManager:
         self.dump_dir = Path(dump_dir) if dump_dir is not None else None
         self.resources = resources
         self.records: list[PassRecord] = []
+        self.trusted: frozenset[Node] = frozenset()  # nodes of the graph verified last
 
     def selected(self, name: str) -> bool:
         return self.print_after == "all" or name in self.print_after
 
     def run(self, graph: Graph) -> Graph:
+        self.trusted = frozenset()
         with gc_paused():
             self.write_file(0, "input", graph)
             for i, p in enumerate(self.passes):
@@ -150,10 +153,11 @@ class PassManager:
         wall = time.perf_counter() - start
         if self.verify and result is not graph:  # an unchanged graph verified already
             try:
-                verify_graph(result)
+                verify_graph(result, self.trusted)
             except FlowcError as exc:
                 raise PassFailure(p.name, before, graph.name, "produced an invalid graph",
                                   str(exc), self.window(exc, result)) from exc
+            self.trusted = frozenset(result.nodes)
         verify_s = time.perf_counter() - start - wall
         self.records.append(PassRecord(p.name, wall, verify_s, len(graph.nodes),
                                        len(result.nodes), dict(sorted(counters.items()))))

@@ -16,7 +16,10 @@ from flowc.ir.errors import FlowcError
 
 LIBM = {"exp", "expf", "log", "logf", "erff", "erf", "tanhf", "tanh", "sinf", "cosf", "sin",
         "cos", "powf", "pow", "log1pf", "log1p", "fmodf", "fmod", "memcpy", "memset",
-        "memmove", "malloc", "free", "aligned_alloc", "sqrtf", "floorf", "ceilf"}
+        "memmove", "malloc", "free", "aligned_alloc", "sqrtf", "floorf", "ceilf",
+        # OpenMP entry points of parallel loops: the artifact renames them to its runtime's
+        "__kmpc_fork_call", "__kmpc_global_thread_num", "__kmpc_for_static_init_8",
+        "__kmpc_for_static_init_8u", "__kmpc_for_static_fini", "__kmpc_barrier"}
 
 
 def symbols(obj: bytes, tmp_path) -> tuple[set[str], set[str]]:

@@ -174,3 +174,25 @@ def test_a_pass_returning_its_input_is_not_verified_again():
     assert PassManager([Counting()]).run(broken) is broken  # unchanged: not re-verified
     with pytest.raises(PassFailure, match="produced an invalid graph"):
         PassManager([Prune()]).run(broken)  # a new graph: verified
+
+
+def test_trusted_nodes_have_only_their_place_checked():
+    from flowc.ir.verifier import verify
+
+    g = sample()
+    y = g.nodes[-1]
+    wrong = y.replace(types=(TensorType("f32", (5,)),))  # the type rule says f32[4]
+    bad = Graph("g", g.inputs, [*g.nodes[:-1], wrong], [("y", wrong.out())])
+    with pytest.raises(FlowcError, match="result #0 is declared f32"):
+        verify(bad)
+    verify(bad, trusted={wrong})  # its own checks are skipped: it passed them before
+    swapped = Graph("g", g.inputs, [*g.nodes[:3], y, g.nodes[3]], g.outputs)
+    with pytest.raises(FlowcError, match=r"node %3 'y' \(neg\): operand #0 \(x\) is not "
+                                         r"defined before this node"):
+        verify(swapped, trusted=set(g.nodes))  # but its place in the graph is
+
+
+def test_the_manager_trusts_what_it_verified_last():
+    manager = PassManager([CSE(), Prune()])
+    out = manager.run(sample())
+    assert manager.trusted == frozenset(out.nodes)
