@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import math
 import os
 import threading
 from pathlib import Path
@@ -128,6 +129,8 @@ class Model:
                                (ctypes.c_int64 * max(len(t["shape"]), 1))(*t["shape"]))
                               for t in self.manifest[f"{kind}s"]]
                        for kind in ("input", "output")}
+        self._out_alloc = [(shape, dt, math.prod(shape) * dt.itemsize)
+                           for _, dt, shape in self.outputs]
 
     # ---- setting up -----------------------------------------------------------------
     def _fn(self, suffix: str) -> Any:
@@ -224,7 +227,7 @@ class Model:
     def run(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
         """{output name: array} for the given inputs (by position or name)."""
         arrays = self._feeds(args, kwargs)
-        outputs = [aligned_empty(shape, dt) for _, dt, shape in self.outputs]
+        outputs = [aligned_empty(shape, dt, nbytes) for shape, dt, nbytes in self._out_alloc]
         with self._lock:
             if not self._ctx:
                 raise ArtifactError(f"model '{self.name}' was closed")
@@ -232,7 +235,8 @@ class Model:
                 setter = self._setters[kind]
                 for k, (array, (code, rank, dims)) in enumerate(zip(buffers, self._specs[kind],
                                                                     strict=True)):
-                    status = setter(self._ctx, k, array.ctypes.data, code, rank, dims)
+                    data = array.__array_interface__["data"][0]
+                    status = setter(self._ctx, k, data, code, rank, dims)
                     if status:
                         self._check(status, f"{kind} #{k}")
             self._check(self._run(self._ctx), "run")
@@ -263,12 +267,14 @@ class Model:
         return f"<flowc.Model {self.name} ({ins}) -> ({outs}) from {self.path}>"
 
 
-def aligned_empty(shape: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+def aligned_empty(shape: tuple[int, ...], dt: np.dtype, nbytes: int | None = None
+                  ) -> np.ndarray:
     """An uninitialized C-contiguous array whose data is ALIGN-byte aligned."""
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    if nbytes is None:
+        nbytes = math.prod(shape) * dt.itemsize
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    start = -raw.ctypes.data % ALIGN
-    return raw[start:start + nbytes].view(dt).reshape(shape)
+    start = -raw.__array_interface__["data"][0] % ALIGN
+    return np.ndarray(shape, dt, raw, start)
 
 
 def default_threads(manifest: dict[str, Any]) -> int:
