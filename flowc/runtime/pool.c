@@ -24,11 +24,27 @@ struct flowc_pool {
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
   pthread_barrier_t barrier;
-  unsigned long generation;
-  int pending, stop;
+  unsigned long generation; /* atomic: bumped to start a region */
+  int pending;              /* atomic: workers still running the region */
+  int stop;                 /* atomic */
+  int sleepers;             /* workers blocked on `wake` (under mu) */
   flowc_task_fn fn;
   void *arg;
 };
+
+/* Wake-up latency matters more than idle CPU for short regions: workers and the caller
+ * spin this many pauses (tens of microseconds) before blocking on a condition variable. */
+#define FLOWC_SPIN 20000
+
+static inline void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
 
 static __thread flowc_pool *current_pool; /* the pool of this thread's run */
 static __thread int current_tid;          /* this thread's number in the running region */
@@ -40,23 +56,27 @@ static void *worker(void *p) {
   unsigned long seen = 0;
   current_pool = pool;
   for (;;) {
-    pthread_mutex_lock(&pool->mu);
-    while (!pool->stop && pool->generation == seen) pthread_cond_wait(&pool->wake, &pool->mu);
-    if (pool->stop) {
+    for (int i = 0; i < FLOWC_SPIN && LOAD(pool->generation) == seen && !LOAD(pool->stop); i++)
+      cpu_pause();
+    if (LOAD(pool->generation) == seen && !LOAD(pool->stop)) {
+      pthread_mutex_lock(&pool->mu);
+      pool->sleepers++;
+      while (!LOAD(pool->stop) && LOAD(pool->generation) == seen)
+        pthread_cond_wait(&pool->wake, &pool->mu);
+      pool->sleepers--;
       pthread_mutex_unlock(&pool->mu);
-      return NULL;
     }
-    seen = pool->generation;
-    flowc_task_fn fn = pool->fn;
-    void *arg = pool->arg;
-    pthread_mutex_unlock(&pool->mu);
+    if (LOAD(pool->stop)) return NULL;
+    seen = LOAD(pool->generation);
     current_tid = w->tid;
     in_region = 1;
-    fn(arg, w->tid, pool->n);
+    pool->fn(pool->arg, w->tid, pool->n);
     in_region = 0;
-    pthread_mutex_lock(&pool->mu);
-    if (--pool->pending == 0) pthread_cond_signal(&pool->done);
-    pthread_mutex_unlock(&pool->mu);
+    if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+      pthread_mutex_lock(&pool->mu);
+      pthread_cond_signal(&pool->done);
+      pthread_mutex_unlock(&pool->mu);
+    }
   }
 }
 
@@ -89,7 +109,7 @@ flowc_pool *FLOWC_RT(pool_create)(int n, char *error, size_t error_bytes) {
 
 void FLOWC_RT(pool_destroy)(flowc_pool *pool) {
   pthread_mutex_lock(&pool->mu);
-  pool->stop = 1;
+  __atomic_store_n(&pool->stop, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&pool->wake);
   pthread_mutex_unlock(&pool->mu);
   for (int t = 1; t < pool->n; t++) pthread_join(pool->threads[t], NULL);
@@ -112,20 +132,23 @@ void FLOWC_RT(pool_run)(flowc_pool *pool, flowc_task_fn fn, void *arg) {
     in_region = nested;
     return;
   }
-  pthread_mutex_lock(&pool->mu);
   pool->fn = fn;
   pool->arg = arg;
-  pool->pending = pool->n - 1;
-  pool->generation++;
-  pthread_cond_broadcast(&pool->wake);
+  __atomic_store_n(&pool->pending, pool->n - 1, __ATOMIC_RELEASE);
+  __atomic_add_fetch(&pool->generation, 1, __ATOMIC_ACQ_REL);
+  pthread_mutex_lock(&pool->mu);
+  if (pool->sleepers) pthread_cond_broadcast(&pool->wake);
   pthread_mutex_unlock(&pool->mu);
   current_tid = 0;
   in_region = 1;
   fn(arg, 0, pool->n);
   in_region = 0;
-  pthread_mutex_lock(&pool->mu);
-  while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->mu);
-  pthread_mutex_unlock(&pool->mu);
+  for (int i = 0; i < FLOWC_SPIN && LOAD(pool->pending) > 0; i++) cpu_pause();
+  if (LOAD(pool->pending) > 0) {
+    pthread_mutex_lock(&pool->mu);
+    while (LOAD(pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->mu);
+    pthread_mutex_unlock(&pool->mu);
+  }
 }
 
 void FLOWC_RT(pool_enter)(flowc_pool *pool) { current_pool = pool; }
