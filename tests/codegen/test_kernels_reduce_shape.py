@@ -113,3 +113,15 @@ def test_reduce_over_a_size_0_dim_gives_the_identity(op):
 
 def test_elementwise_with_a_size_0_result():
     check_op("add", [EMPTY, np.ones(4, np.float32)])
+
+
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_min"])
+@pytest.mark.parametrize("x", [RNG.integers(0, 2, (4, 3)).astype(bool), np.zeros((2, 0), bool)])
+def test_reduce_bool(op, x):
+    check_op(op, [x, ints(1)], {"keepdims": 1}, consts=(1,))
+
+
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_prod"])
+def test_reduce_with_the_axes_operand_left_out(op):
+    # ONNX's default-axes form has one operand, not an absent second one.
+    check_op(op, [X], {"keepdims": 1})
