@@ -370,5 +370,19 @@ def check_llvm_only(module: ir.Module, what: str) -> None:
                          f"{', '.join(sorted(left))}")
 
 
+def check_bare_pointer_signature(module: ir.Module, sym: str, n_buffers: int,
+                                 what: str) -> None:
+    """The lowered kernel takes exactly one pointer per buffer (the C contract); a memref
+    the bare-pointer convention refused would have become a descriptor of several
+    arguments, and a caller passing pointers would crash the kernel."""
+    for op in _ops_named(module.operation, "llvm.func"):
+        if ir.StringAttr(op.attributes["sym_name"]).value != sym:
+            continue
+        n_args = len(op.regions[0].blocks[0].arguments)
+        if n_args != n_buffers:
+            raise FlowcError(f"{what}: lowered to {n_args} arguments for {n_buffers} buffers "
+                             "(a memref did not take the bare-pointer calling convention)")
+
+
 def to_llvm_ir(module: ir.Module) -> str:
     return str(llvm_dialect.translate_module_to_llvmir(module.operation))

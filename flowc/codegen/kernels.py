@@ -146,6 +146,8 @@ def _kernel_llvm_ir(sym: str, body: Graph, target: Target, dump: Dump | None) ->
             dump(f"{sym}.input.mlir", str(module))
         sub_dump = (lambda name, text: dump(f"{sym}.{name}", text)) if dump else None
         module = cpu_pipeline.lower(module, target, what, sub_dump)
+        cpu_pipeline.check_bare_pointer_signature(module, sym, len(body.inputs)
+                                                  + len(body.outputs), what)
         if dump:
             dump(f"{sym}.llvm.mlir", str(module))
         return cpu_pipeline.to_llvm_ir(module)
@@ -156,18 +158,21 @@ def build_module(sym: str, body: Graph, target: Target) -> ir.Module:
     ins, outs = body.input_types, body.output_types
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
-        fn = func.FuncOp(sym, ir.FunctionType.get([memref_type(t) for t in [*ins, *outs]], []))
+        fn = func.FuncOp(sym, ir.FunctionType.get([_arg_type(t) for t in [*ins, *outs]], []))
         arg_attr = ir.DictAttr.get({"llvm.noalias": ir.UnitAttr.get(),
                                     "llvm.align": ir.IntegerAttr.get(
                                         ir.IntegerType.get_signless(64), 64)})
         fn.arg_attrs = ir.ArrayAttr.get([arg_attr] * (len(ins) + len(outs)))
         entry = fn.add_entry_block()
     with ir.InsertionPoint(entry):
-        args = [bufferization.ToTensorOp(tensor_type(t), a, restrict=True).result
+        args = [empty(t) if _holds_nothing(t) else
+                bufferization.ToTensorOp(tensor_type(t), a, restrict=True).result
                 for t, a in zip(ins, entry.arguments[:len(ins)], strict=True)]
         results = lower_graph(body, args, target)
         written: set = set()
         for t, value, dest in zip(outs, results, entry.arguments[len(ins):], strict=True):
+            if _holds_nothing(t):
+                continue
             if not _writes_in_place(value) or value in written:
                 value = _copy(t, value)
             written.add(value)
@@ -177,6 +182,18 @@ def build_module(sym: str, body: Graph, target: Target) -> ir.Module:
     if not module.operation.verify():
         raise FlowcError(f"kernel {sym}: generated MLIR does not verify")
     return module
+
+
+def _holds_nothing(t: TensorType) -> bool:
+    """A tensor with a size-0 dim: its buffer is never read or written."""
+    return t.num_elements == 0
+
+
+def _arg_type(t: TensorType) -> ir.MemRefType:
+    """The memref of one kernel argument. A buffer that holds nothing is passed as an opaque
+    one-element memref: MLIR's bare-pointer convention does not take size-0 memrefs (it
+    silently falls back to memref descriptors, which would break the C signature)."""
+    return memref_type(TensorType(t.dtype, (1,)) if _holds_nothing(t) else t)
 
 
 def _writes_in_place(value: ir.Value) -> bool:

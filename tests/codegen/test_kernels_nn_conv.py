@@ -23,6 +23,9 @@ X = f(3, 4, 5)
     ("batch_normalization", [X, f(4), f(4), f(4), np.abs(f(4))], {}),
     ("softmax", [X.astype(np.float16)], {}),
     ("layer_normalization", [X.astype(np.float64), f(5, dtype=np.float64)], {}),
+    ("layer_normalization", [X, f(4, 5), f(4, 5)], {"axis": -2, "num_outputs": 3}),
+    ("layer_normalization", [X.astype(np.float16), f(5).astype(np.float16)],
+     {"num_outputs": 2}),
 ])
 def test_nn(op, inputs, attrs):
     check_op(op, inputs, attrs, rtol=1e-4, atol=1e-5)
@@ -94,3 +97,13 @@ def test_conv_strategy_applies_without_fallback(x_shape, w_shape, attrs):
     assert "linalg.conv_2d_nhwc_hwcf" in seen["k.schedule.mlir"]
     assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
     check_op("conv", [f(*x_shape), f(*w_shape)], attrs, rtol=1e-4, atol=1e-4)
+
+
+def test_an_optional_result_without_lowering_is_a_clear_error():
+    from flowc.ir.errors import FlowcError
+
+    with pytest.raises(FlowcError, match=r"codegen \(host\): node \(max_pool\): "
+                       r"the rule for 'max_pool' "
+                       r"makes 1 result\(s\), the node has 2 \(its optional results are not "
+                       r"lowered yet\)"):
+        check_op("max_pool", [f(1, 2, 4, 4)], {"kernel_shape": (2, 2), "num_outputs": 2})

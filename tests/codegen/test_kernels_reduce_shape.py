@@ -99,3 +99,29 @@ def test_gather_out_of_range_index_is_clamped_not_a_crash():
     body = op_body("gather", [X, ints(0, 1)], {"axis": 0})
     got = run_body(body, [X, ints(7, -9)])[0]
     np.testing.assert_array_equal(got, X[[2, 0]])
+
+
+EMPTY = np.zeros((2, 0, 4), np.float32)
+
+
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_max", "reduce_min", "reduce_prod"])
+def test_reduce_over_a_size_0_dim_gives_the_identity(op):
+    # A size-0 buffer once became a memref descriptor (MLIR's bare-pointer convention
+    # refuses size-0 memrefs), and the kernel crashed reading pointers it was not passed.
+    check_op(op, [EMPTY, ints(1)], {"keepdims": 1}, consts=(1,))
+
+
+def test_elementwise_with_a_size_0_result():
+    check_op("add", [EMPTY, np.ones(4, np.float32)])
+
+
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_min"])
+@pytest.mark.parametrize("x", [RNG.integers(0, 2, (4, 3)).astype(bool), np.zeros((2, 0), bool)])
+def test_reduce_bool(op, x):
+    check_op(op, [x, ints(1)], {"keepdims": 1}, consts=(1,))
+
+
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_prod"])
+def test_reduce_with_the_axes_operand_left_out(op):
+    # ONNX's default-axes form has one operand, not an absent second one.
+    check_op(op, [X], {"keepdims": 1})

@@ -46,6 +46,10 @@ def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[
                       [None if v is None else v.type for v in node.inputs], list(node.types),
                       [None if v is None else consts.get(v) for v in node.inputs], target)
         results = rule(ctx, *[None if v is None else values[v] for v in node.inputs])
+        if len(results) != len(node.types):
+            raise FlowcError(f"codegen ({target.name}): node {node.label()}: the rule for "
+                             f"'{node.op}' makes {len(results)} result(s), the node has "
+                             f"{len(node.types)} (its optional results are not lowered yet)")
         for i, r in enumerate(results):
             expected = tensor_type(node.types[i])
             if r.type != expected:

@@ -79,7 +79,14 @@ def _layer_norm(ctx: RuleCtx, x, scale, bias=None) -> list:
         y = arith.mulf(arith.divf(c, math.sqrt(arith.addf(v, eps))), g)
         return arith.addf(y, b[0]) if b else y
 
-    return [convert_tensor(map_values(ins, shape, acc, norm), acc, t.dtype)]
+    y = convert_tensor(map_values(ins, shape, acc, norm), acc, t.dtype)
+    if len(ctx.out_types) == 1:
+        return [y]
+    # The optional Mean and InvStdDev results (ONNX's training outputs), kept dims.
+    inv_std = map_values([var], value_shape(var), acc,
+                         lambda v: arith.divf(s.const(acc, 1.0), math.sqrt(arith.addf(v, eps))))
+    return [y, *(convert_tensor(v, acc, o.dtype)
+                 for v, o in zip((mean, inv_std), ctx.out_types[1:], strict=False))]
 
 
 @register("batch_normalization")

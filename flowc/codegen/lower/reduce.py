@@ -25,7 +25,7 @@ from flowc.codegen.lower.context import (
     value_shape,
 )
 from flowc.codegen.lower.matmul import convert_tensor
-from flowc.ir.types import DType, f64, i64
+from flowc.ir.types import DType, bool_, f64, i64
 
 
 def reduce_axes(x: ir.Value, axes: Sequence[int], keepdims: bool, dt: DType, init: float | int,
@@ -51,13 +51,15 @@ def identity_of(op: str, dt: DType) -> float | int:
         return 1
     if dt.is_float:
         return -np.inf if op == "reduce_max" else np.inf
+    if dt == bool_:
+        return 0 if op == "reduce_max" else 1
     info = np.iinfo(dt.np)
     return int(info.min if op == "reduce_max" else info.max)
 
 
 def _normalized_axes(ctx: RuleCtx, rank: int) -> tuple[int, ...] | None:
     """The reduced axes; None for a no-op (empty axes with noop_with_empty_axes)."""
-    if ctx.in_types[1] is None:
+    if len(ctx.in_types) < 2 or ctx.in_types[1] is None:  # axes operand absent or omitted
         axes: list[int] = []
     else:
         axes = [int(a) for a in ctx.require_const(1, "axes").reshape(-1)]
