@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+import flowc.runtime
 from flowc.codegen.kernels import compile_kernels, single_node_body
 from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
@@ -45,39 +46,13 @@ def compile_body(body: Graph, target: str = "host") -> bytes:
 
 # The OpenMP entry points parallel kernels call, run serially (the artifact's runtime
 # provides real ones under the model prefix; tests/runtime tests those).
-SERIAL_KMPC = r"""
-#include <stdarg.h>
-#include <stdint.h>
-typedef void (*micro)(int32_t *, int32_t *, ...);
-void __kmpc_fork_call(void *loc, int32_t argc, micro fn, ...) {
-  void *a[16] = {0};
-  va_list ap;
-  va_start(ap, fn);
-  for (int k = 0; k < argc && k < 16; k++) a[k] = va_arg(ap, void *);
-  va_end(ap);
-  int32_t gtid = 0, btid = 0;
-  fn(&gtid, &btid, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10],
-     a[11], a[12], a[13], a[14], a[15]);
-}
-int32_t __kmpc_global_thread_num(void *loc) { return 0; }
-#define STATIC_INIT(SUFFIX, T) \
-  void __kmpc_for_static_init_##SUFFIX(void *loc, int32_t gtid, int32_t sched, \
-      int32_t *last, T *lower, T *upper, T *stride, T incr, T chunk) { \
-    *last = 1; *stride = *upper - *lower + 1; }
-STATIC_INIT(4, int32_t)
-STATIC_INIT(4u, uint32_t)
-STATIC_INIT(8, int64_t)
-STATIC_INIT(8u, uint64_t)
-void __kmpc_for_static_fini(void *loc, int32_t gtid) {}
-void __kmpc_barrier(void *loc, int32_t gtid) {}
-"""
+SERIAL_KMPC = Path(flowc.runtime.__file__).with_name("kmpc_serial.c")
 
 
 def link(obj: bytes, name: str) -> Path:
-    o, so, shim = _WORK / f"{name}.o", _WORK / f"{name}.so", _WORK / "serial_kmpc.c"
+    o, so = _WORK / f"{name}.o", _WORK / f"{name}.so"
     o.write_bytes(obj)
-    shim.write_text(SERIAL_KMPC)
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(o), str(shim), "-lm"],
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(o), str(SERIAL_KMPC), "-lm"],
                    check=True)
     return so
 
