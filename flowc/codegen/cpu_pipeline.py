@@ -109,6 +109,17 @@ def schedule(module: ir.Module, target: Target) -> str:
     return "\n".join([*parts, FINISH_VECTORS, BUFFERIZE])
 
 
+# After a strategy vectorizes its tile: multi-reductions into vector.contract, transfers
+# with permutations made plain (a template fragment of MATMUL, MATMUL_DIRECT and CONV).
+VECTOR_CONTRACTS = """
+    %{n}_fn = transform.structured.match ops{{["func.func"]}} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %{n}_fn {{
+      transform.apply_patterns.vector.reduction_to_contract
+      transform.apply_patterns.vector.transfer_permutation_patterns
+    }} : !transform.any_op
+"""
+
 # Matmul: A and B are packed into MR-row and NR-column panels (k-major), C is computed in
 # MR x NR register tiles by an outer-product micro-kernel (one broadcast of A, NR/lanes loads
 # of B and MR*NR/lanes FMAs per k), the C tile hoisted out of the k loop. Loops, outer to
@@ -131,12 +142,7 @@ MATMUL = """
     %{n}_t, %{n}_l:{nmicro} = transform.structured.tile_using_for %{n}_tm tile_sizes [{micro}]
         interchange = [{interchange}] : (!transform.any_op) -> (!transform.any_op, {micro_types})
     transform.structured.vectorize %{n}_t : !transform.any_op
-    %{n}_fn = transform.structured.match ops{{["func.func"]}} in %root
-        : (!transform.any_op) -> !transform.any_op
-    transform.apply_patterns to %{n}_fn {{
-      transform.apply_patterns.vector.reduction_to_contract
-      transform.apply_patterns.vector.transfer_permutation_patterns
-    }} : !transform.any_op
+""" + VECTOR_CONTRACTS + """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#{k_loop} : !transform.any_op
 """
 
@@ -156,12 +162,7 @@ MATMUL_DIRECT = """
     %{n}_t, %{n}_lk = transform.structured.tile_using_for %{n}_tn tile_sizes [{k1}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     transform.structured.vectorize %{n}_t vector_sizes [{vsizes}] : !transform.any_op
-    %{n}_fn = transform.structured.match ops{{["func.func"]}} in %root
-        : (!transform.any_op) -> !transform.any_op
-    transform.apply_patterns to %{n}_fn {{
-      transform.apply_patterns.vector.reduction_to_contract
-      transform.apply_patterns.vector.transfer_permutation_patterns
-    }} : !transform.any_op
+""" + VECTOR_CONTRACTS + """
     transform.loop.hoist_loop_invariant_subsets %{n}_lk : !transform.any_op
 """
 
@@ -181,12 +182,7 @@ CONV = """
            !transform.any_op)
     %{n}_d = transform.structured.decompose %{n}_t : (!transform.any_op) -> !transform.any_op
     transform.structured.vectorize %{n}_d : !transform.any_op
-    %{n}_fn = transform.structured.match ops{{["func.func"]}} in %root
-        : (!transform.any_op) -> !transform.any_op
-    transform.apply_patterns to %{n}_fn {{
-      transform.apply_patterns.vector.reduction_to_contract
-      transform.apply_patterns.vector.transfer_permutation_patterns
-    }} : !transform.any_op
+""" + VECTOR_CONTRACTS + """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#6 : !transform.any_op
     transform.loop.hoist_loop_invariant_subsets %{n}_l#5 : !transform.any_op
     transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
