@@ -35,9 +35,8 @@ from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import HAS_BODY, get_op
+from flowc.ir.ops.fused import MAX_INLINE_CONSTANT
 from flowc.ir.types import TensorType
-
-MAX_INLINE_CONSTANT = 16  # elements: constants up to this size are copied into a body
 
 Dump = Callable[[str, str], None]
 
@@ -55,18 +54,19 @@ def _inlined(v: Value) -> bool:
 
 
 def single_node_body(node: Node) -> Graph:
-    """A closed graph computing `node` alone (see `kernel_operands`); outputs `out0`..."""
+    """A closed graph computing `node` alone: its inputs `in0`, `in1` ... are
+    `kernel_operands(node)`, in order (an operand used twice is two inputs); small constants
+    are copied in; control dependencies and the device are dropped; outputs `out0` ..."""
     body = Graph(f"{node.op}_body")
-    mapping: dict[Value, Value] = {}
-    for i, v in enumerate(node.inputs):
-        if v is None or v in mapping:
-            continue
-        if _inlined(v):
-            mapping[v] = body.append(v.node.replace(ctrl=(), device=None)).out()
+    inner: list[Value | None] = []
+    for v in node.inputs:
+        if v is None:
+            inner.append(None)
+        elif _inlined(v):
+            inner.append(body.append(v.node.replace(ctrl=(), device=None)).out())
         else:
-            mapping[v] = body.add_input(f"in{i}", v.type)
-    copy = body.append(node.replace(inputs=tuple(None if v is None else mapping[v]
-                                                 for v in node.inputs), ctrl=(), device=None))
+            inner.append(body.add_input(f"in{len(body.inputs)}", v.type))
+    copy = body.append(node.replace(inputs=tuple(inner), ctrl=(), device=None))
     for i in range(len(node.types)):
         body.add_output(f"out{i}", copy.out(i))
     return body

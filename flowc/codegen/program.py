@@ -2,10 +2,10 @@
 
 Contract: `build_program(graph, prefix)` returns a `Program`:
 - each `fused` node becomes one kernel whose body is its `body` attribute; every other
-  compute node becomes a single-node kernel (`single_node_body`); kernels with the same body
+  compute node becomes a single-node kernel (`kernels.single_node_body`); kernels with the same body
   (same ops, attributes, types and inline constants) share one symbol `PREFIX_kN`;
 - `constant` nodes feed kernels as weights (one blob, 64-byte aligned entries, equal
-  constants stored once), except small ones (<= INLINE_MAX_ELEMENTS elements) which are
+  constants stored once), except small ones (`kernel_operands` leaves them out) which are
   copied into the kernel bodies that use them, as the kernel contract allows;
 - view ops (`ALIAS_OPS`: identity, reshape, flatten, squeeze, unsqueeze) move no data: their
   result is their operand's buffer;
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from flowc.codegen.arena import Buffer, align, plan_arena
+from flowc.codegen.kernels import kernel_operands, single_node_body
 from flowc.ir.attrs import Tensor
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -33,7 +34,6 @@ from flowc.ir.types import TensorType
 from flowc.runtime.abi import DTYPES
 
 ALIAS_OPS = frozenset({"identity", "reshape", "flatten", "squeeze", "unsqueeze"})
-INLINE_MAX_ELEMENTS = 16  # as flowc.codegen.kernels.MAX_INLINE_CONSTANT
 FUSED_OP = "fused"
 
 
@@ -81,34 +81,6 @@ class Program:
 
 def nbytes(t: TensorType) -> int:
     return int(t.num_elements) * t.dtype.np.itemsize
-
-
-def inlinable(value: Value | None) -> bool:
-    return (value is not None and value.node.op == "constant"
-            and value.node.attrs["value"].type.num_elements <= INLINE_MAX_ELEMENTS)
-
-
-def single_node_body(node: Node, name: str = "kernel") -> tuple[Graph, list[Value]]:
-    """(a closed one-node body for `node`, the graph values feeding its inputs in order).
-
-    Small constant operands are copied into the body; every other operand becomes a body
-    input `inK`; results become outputs `outK`. Control dependencies are dropped (the
-    entry function runs kernels in graph order)."""
-    body = Graph(name)
-    operands: list[Value] = []
-    inner: list[Value | None] = []
-    for v in node.inputs:
-        if v is None:
-            inner.append(None)
-        elif inlinable(v):
-            inner.append(body.append(v.node.replace(inputs=(), ctrl=(), device=None)).out())
-        else:
-            inner.append(body.add_input(f"in{len(operands)}", v.type))
-            operands.append(v)
-    copy = body.append(node.replace(inputs=tuple(inner), ctrl=(), device=None))
-    for i, v in enumerate(copy.outputs):
-        body.add_output(f"out{i}", v)
-    return body, operands
 
 
 def fused_body(node: Node) -> tuple[Graph, list[Value]]:
@@ -171,7 +143,8 @@ def build_program(graph: Graph, prefix: str) -> Program:
         if node.op in ALIAS_OPS:
             root[node.out()] = root.get(node.inputs[0], node.inputs[0])
             continue
-        body, operands = fused_body(node) if node.op == FUSED_OP else single_node_body(node)
+        body, operands = fused_body(node) if node.op == FUSED_OP else (
+            single_node_body(node), kernel_operands(node))
         key = _structure_key(body)
         if key not in by_key:
             by_key[key] = Kernel(f"{prefix}_k{len(by_key)}", body)

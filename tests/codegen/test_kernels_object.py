@@ -8,7 +8,12 @@ import pytest
 from kernel_harness import op_body
 
 from flowc.codegen import lower
-from flowc.codegen.kernels import check_supported, compile_kernels, single_node_body
+from flowc.codegen.kernels import (
+    check_supported,
+    compile_kernels,
+    kernel_operands,
+    single_node_body,
+)
 from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
@@ -115,3 +120,25 @@ def test_single_node_body_inlines_small_constants_only():
     assert [n.op for n in body.nodes] == ["constant", "add"]
     big = op_body("add", [np.zeros((8, 17), np.float32), np.ones(17, np.float32)], consts=(1,))
     assert [n.name for n in big.inputs] == ["in0", "in1"]
+
+
+def test_single_node_body_inputs_are_kernel_operands_in_order():
+    # The artifact passes kernel_operands(node) as the kernel's input buffers: the body must
+    # take exactly those, one input per use (an operand used twice is passed twice), with
+    # small constants copied in.
+    from flowc.ir import Tensor
+
+    g = Graph()
+    x = g.add_input("x", TensorType("f32", (4,)))
+    small = g.append(make_node("constant", [], {"value": Tensor(np.ones(4, np.float32))}))
+    w = g.append(make_node("constant", [], {"value": Tensor(np.ones(32, np.float32))}))
+    node = g.append(make_node("where", [g.append(make_node("less", [x, small.out()])).out(),
+                                        x, x]))
+    assert kernel_operands(node) == [node.inputs[0], x, x]
+    body = single_node_body(node)
+    assert [n.name for n in body.inputs] == ["in0", "in1", "in2"]
+    add = g.append(make_node("add", [x, small.out()]))
+    assert kernel_operands(add) == [x] and len(single_node_body(add).inputs) == 1
+    big = g.append(make_node("reshape", [w.out(), g.append(make_node(
+        "constant", [], {"value": Tensor(np.array([4, 8], np.int64))})).out()]))
+    assert kernel_operands(big) == [w.out()] and len(single_node_body(big).inputs) == 1
