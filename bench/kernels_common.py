@@ -63,10 +63,10 @@ def aligned(array):
     """A C-contiguous copy of `array` starting on a 64-byte boundary (the kernel contract)."""
     import numpy as np
 
-    array = np.asarray(array, order="C")
-    raw = np.empty(array.nbytes + 64, np.uint8)
-    offset = (-raw.ctypes.data) % 64
-    out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    from flowc.runtime.loader import aligned_empty
+
+    array = np.asarray(array)
+    out = aligned_empty(array.shape, array.dtype)
     out[...] = array
     return out
 

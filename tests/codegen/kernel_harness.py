@@ -21,6 +21,7 @@ from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
 from flowc.ir.printer import print_graph
+from flowc.runtime.loader import aligned_empty
 
 _WORK = Path(tempfile.mkdtemp(prefix="flowc-codegen-tests-"))
 _CACHE: dict[tuple[str, str], ctypes.CDLL] = {}
@@ -29,10 +30,8 @@ _OBJECTS: dict[tuple[str, str], bytes] = {}
 
 def aligned(array: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of `array` whose data starts on a 64-byte boundary."""
-    array = np.asarray(array, order="C")
-    raw = np.empty(array.nbytes + 64, np.uint8)
-    offset = (-raw.ctypes.data) % 64
-    out = raw[offset:offset + array.nbytes].view(array.dtype).reshape(array.shape)
+    array = np.asarray(array)
+    out = aligned_empty(array.shape, array.dtype)
     out[...] = array
     return out
 
