@@ -4,6 +4,8 @@ Contract: `build_manifest(...)` returns a JSON-ready dict with, in this order: `
 ("flowc-artifact"), `abi_version`, `flowc_version`, `name` (the symbol prefix),
 `graph_hash`, `target` (triple, cpu, features), `inputs` and `outputs` (name, c_name,
 dtype, shape), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
+`partitions` (per device of a partitioned graph: its arena region and the channels it sends
+on; else empty),
 `threads_default` (0: all cores, unless FLOWC_NUM_THREADS says otherwise), `weights`
 (bytes, sha256, and `file` when they are a side file, else null), `files` (the artifact's
 files with their sha256), `kernels` (symbol and the graph nodes each runs), `link_flags`
@@ -21,6 +23,7 @@ from typing import Any
 
 from flowc.codegen.header import ModelInfo, TensorInfo
 from flowc.codegen.link import LINK_LIBS
+from flowc.codegen.partitions import partition_manifest
 from flowc.codegen.program import Program
 from flowc.runtime.abi import ABI_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 
@@ -48,6 +51,7 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         "outputs": [_tensor(t) for t in info.outputs],
         "symbolic_dims": dict(sorted(sizes.items())),
         "arena_bytes": program.arena_bytes,
+        "partitions": partition_manifest(program),
         "threads_default": 0,
         "weights": {"bytes": len(weights), "sha256": sha256(weights),
                     "file": info.weights_file},

@@ -13,8 +13,10 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
   buffer (a kernel writes a graph output in place when it can) or the arena, planned by
   `arena.plan_arena`; outputs that are inputs, weights, views or repeated are copied at the
   end (`Program.copies`).
-Stateful ops, variables, send/recv and nested control flow are refused with a FlowcError
-naming the node: artifacts do not run them yet.
+Stateful ops, variables and nested control flow are refused with a FlowcError naming the
+node: artifacts do not run them yet. A graph the `partition` pass split over devices keeps
+its send/recv nodes as transfer steps (`Call.transfer`) and gets one arena region per
+device (`Program.regions`); see `partitions.py`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,15 @@ import numpy as np
 
 from flowc.codegen.arena import Buffer, align, plan_arena
 from flowc.codegen.kernels import kernel_operands, single_node_body
+from flowc.codegen.partitions import (
+    TRANSFER_OPS,
+    Region,
+    check_devices,
+    devices,
+    is_partitioned,
+    node_device,
+    plan_device_arenas,
+)
 from flowc.ir.attrs import Tensor
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -52,12 +63,14 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Call:
-    """One step of the entry function: a kernel applied to graph values."""
+    """One step of the entry function: a kernel applied to graph values, or (kernel None)
+    the send/recv node `transfer` moving a value through the runtime's rendezvous."""
 
-    kernel: Kernel
+    kernel: Kernel | None
     operands: tuple[Value, ...]
     results: tuple[Value, ...]
     nodes: tuple[str, ...]
+    transfer: Node | None = None
 
 
 @dataclass
@@ -73,6 +86,7 @@ class Program:
     weights: list[tuple[int, Tensor]] = field(default_factory=list)  # (offset, data)
     weights_bytes: int = 0
     arena_bytes: int = 0
+    regions: list[Region] = field(default_factory=list)  # per device, when partitioned
 
     def where(self, value: Value) -> Storage:
         return self.storage[value]
@@ -126,8 +140,13 @@ def build_program(graph: Graph, prefix: str) -> Program:
                       [(name, v.type) for name, v in graph.outputs])
     root: dict[Value, Value] = {}  # a view's result -> the value whose buffer it is
     by_key: dict[str, Kernel] = {}
+    check_devices(graph)
     for node in graph.nodes:
         if node.op == "constant":
+            continue
+        if node.op in TRANSFER_OPS:
+            program.calls.append(Call(None, tuple(root.get(v, v) for v in node.inputs),
+                                      node.outputs, (node.name or node.op,), node))
             continue
         check_node(node)
         if node.op in ALIAS_OPS:
@@ -188,7 +207,11 @@ def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
     buffers = [Buffer(v, nbytes(v.type), step, last_use.get(v, step))
                for step, call in enumerate(program.calls) for v in call.results
                if v not in storage]
-    offsets, program.arena_bytes = plan_arena(buffers)
+    if is_partitioned(graph):
+        offsets, program.arena_bytes, program.regions = plan_device_arenas(
+            buffers, lambda v: node_device(v.node), devices(program.calls))
+    else:
+        offsets, program.arena_bytes = plan_arena(buffers)
     for v, offset in offsets.items():
         storage[v] = Storage("arena", offset)
     for view, base in root.items():

@@ -1,0 +1,153 @@
+"""Multi-partition programs: one entry function and one arena region per device.
+
+Contract (what `program.build_program` does with a graph the `partition` pass split):
+- `check_devices(graph)` raises a FlowcError naming the first node placed on a device this
+  codegen cannot build (anything but `cpu:N` until GPU codegen exists), or a data/control
+  edge that still joins two devices (the partition pass was not run);
+- `send`/`recv` nodes become transfer steps (`transfer_call`): a `Call` whose kernel is
+  `SEND`/`RECV` (not compiled; the entry calls the runtime's rendezvous instead);
+- `plan_device_arenas(buffers, device_of)` plans each device's temporaries separately
+  (`arena.plan_arena`) and lays the regions one after another in the context's arena: a
+  device's buffers never share memory with another device's, so the partitions may run at
+  the same time; it returns the offsets (relative to the whole arena) and the regions;
+- `partition_table(program)` lists, per device in order of first appearance, the calls it
+  runs; `channels(program)` the transfer channels (one per send: its rendezvous key and
+  bytes; a control-only channel has 0 bytes), numbered in program order.
+The entry functions themselves are rendered by `partition_entry.py`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+
+from flowc.codegen.arena import Buffer, align, plan_arena
+from flowc.ir.devices import DeviceSpec
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph, Node
+from flowc.ir.ops.core import rendezvous_key
+
+TRANSFER_OPS = frozenset({"send", "recv"})
+BUILDABLE_TYPES = ("cpu",)
+
+
+@dataclass(frozen=True)
+class Region:
+    """One device's part of the arena: [offset, offset + nbytes)."""
+
+    device: str
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One send/recv pair: its index in the rendezvous, key and payload bytes."""
+
+    index: int
+    key: str
+    nbytes: int
+
+
+def _device_type(node: Node) -> str | None:
+    try:
+        return DeviceSpec.parse(node.device).type
+    except ValueError as exc:
+        raise FlowcError(f"node {node.label()}: {exc}") from None
+
+
+def check_devices(graph: Graph) -> None:
+    """See the module docstring."""
+    nodes = [*graph.inputs, *graph.nodes]
+    for node in sorted(nodes, key=lambda n: n.op in TRANSFER_OPS):  # name a user's node first
+        if node.device is None:
+            continue
+        kind = _device_type(node)
+        if kind not in BUILDABLE_TYPES:
+            raise FlowcError(f"node {node.label()} is placed on {node.device}: flowc artifacts "
+                             f"build code for {', '.join(BUILDABLE_TYPES)} devices only so far "
+                             "(no GPU codegen yet); place it on a cpu:N device")
+    if not any(n.op in TRANSFER_OPS for n in graph.nodes):
+        return
+    for node in graph.nodes:
+        preds = [v.node for v in node.inputs if v is not None] + list(node.ctrl)
+        for pred in preds:
+            if pred.device is not None and node.device is not None \
+                    and pred.device != node.device and pred.op != "constant":
+                raise FlowcError(f"node {node.label()} on {node.device} uses "
+                                 f"{pred.label()} on {pred.device} without a send/recv: run "
+                                 "the partition pass before building the program")
+
+
+def is_partitioned(graph: Graph) -> bool:
+    return any(n.op in TRANSFER_OPS for n in graph.nodes)
+
+
+def node_device(node: Node) -> str:
+    """The device a program step runs on; unplaced nodes run on cpu:0."""
+    return node.device or "cpu:0"
+
+
+def call_device(call) -> str:
+    """The device a program step (`program.Call`) runs on."""
+    return node_device(call.transfer if call.transfer is not None else call.results[0].node)
+
+
+def devices(calls: Sequence) -> list[str]:
+    """The devices of program steps in order of first appearance (partition 0 first)."""
+    return list(dict.fromkeys(call_device(c) for c in calls))
+
+
+def plan_device_arenas(buffers: Sequence[Buffer], device_of: Callable[[Hashable], str],
+                       order: Sequence[str]) -> tuple[dict[Hashable, int], int, list[Region]]:
+    """(offsets in the whole arena, arena bytes, one region per device of `order`, in that
+    order); see the module docstring."""
+    groups: dict[str, list[Buffer]] = {d: [] for d in order}
+    for buf in buffers:
+        groups.setdefault(device_of(buf.key), []).append(buf)
+    offsets: dict[Hashable, int] = {}
+    regions: list[Region] = []
+    base = 0
+    for device, group in groups.items():
+        local, nbytes = plan_arena(group)
+        offsets.update({key: base + off for key, off in local.items()})
+        regions.append(Region(device, base, nbytes))
+        base += align(nbytes)
+    return offsets, base, regions
+
+
+def channels(calls: Sequence) -> dict[tuple[str, str, str], Channel]:
+    """Channel of each send, keyed by (tensor_name, send_device, recv_device)."""
+    found: dict[tuple[str, str, str], Channel] = {}
+    for call in calls:
+        node = call.transfer
+        if node is None or node.op != "send":
+            continue
+        attrs = node.attrs
+        key = (attrs["tensor_name"], attrs["send_device"], attrs["recv_device"])
+        nbytes = 0 if not node.inputs else _nbytes(node.inputs[0].type)
+        found[key] = Channel(len(found), rendezvous_key(attrs), nbytes)
+    return found
+
+
+def _nbytes(t) -> int:
+    return int(t.num_elements) * t.dtype.np.itemsize
+
+
+def channel_of(node: Node, table: dict[tuple[str, str, str], Channel]) -> Channel:
+    attrs = node.attrs
+    key = (attrs["tensor_name"], attrs["send_device"], attrs["recv_device"])
+    if key not in table:
+        raise FlowcError(f"node {node.label()}: no send matches this recv (key "
+                         f"{rendezvous_key(attrs)})")
+    return table[key]
+
+
+def partition_manifest(program) -> list[dict]:
+    """The manifest's `partitions`: per device, its arena region and the channels it sends
+    on (rendezvous key and bytes); empty for an unpartitioned program."""
+    table = channels(program.calls)
+    return [{"device": r.device, "arena_offset": r.offset, "arena_bytes": r.nbytes,
+             "sends": [{"key": ch.key, "bytes": ch.nbytes} for ch in table.values()
+                       if ch.key.startswith(r.device + ";")]}
+            for r in program.regions]
