@@ -12,7 +12,11 @@ Contract (what `program.build_program` does with a graph the `partition` pass sp
   the same time; it returns the offsets (relative to the whole arena) and the regions;
 - `partition_table(program)` lists, per device in order of first appearance, the calls it
   runs; `channels(program)` the transfer channels (one per send: its rendezvous key and
-  bytes; a control-only channel has 0 bytes), numbered in program order.
+  bytes; a control-only channel has 0 bytes), numbered in program order;
+- `check_no_deadlock(calls)` refuses a step order under which some recv would wait forever
+  (every recv needs its send, and a send must not come after a recv that waits on it
+  through other devices): the scheduler may reorder each device's steps, this keeps it
+  honest.
 The entry functions themselves are rendered by `partition_entry.py`.
 """
 
@@ -135,12 +139,9 @@ def _nbytes(t) -> int:
 
 
 def channel_of(node: Node, table: dict[tuple[str, str, str], Channel]) -> Channel:
+    """The channel of a send or recv (`check_no_deadlock` ensured every recv has a send)."""
     attrs = node.attrs
-    key = (attrs["tensor_name"], attrs["send_device"], attrs["recv_device"])
-    if key not in table:
-        raise FlowcError(f"node {node.label()}: no send matches this recv (key "
-                         f"{rendezvous_key(attrs)})")
-    return table[key]
+    return table[(attrs["tensor_name"], attrs["send_device"], attrs["recv_device"])]
 
 
 def partition_manifest(program) -> list[dict]:
@@ -151,3 +152,46 @@ def partition_manifest(program) -> list[dict]:
              "sends": [{"key": ch.key, "bytes": ch.nbytes} for ch in table.values()
                        if ch.key.startswith(r.device + ";")]}
             for r in program.regions]
+
+
+def check_no_deadlock(calls: Sequence) -> None:
+    """Raise a FlowcError unless the steps can all run: with each device running its steps
+    in program order and every recv waiting for its send, the happens-before relation
+    (program order per device, send -> recv) must have no cycle. A schedule that moved a
+    send after a recv that waits, through another device, on that send would hang."""
+    after: dict[int, list[int]] = {i: [] for i in range(len(calls))}
+    last: dict[str, int] = {}
+    sends: dict[tuple[str, str, str], int] = {}
+    for i, call in enumerate(calls):
+        device = call_device(call)
+        if device in last:
+            after[last[device]].append(i)
+        last[device] = i
+        if call.transfer is not None and call.transfer.op == "send":
+            a = call.transfer.attrs
+            sends[(a["tensor_name"], a["send_device"], a["recv_device"])] = i
+    waiting = {i: 0 for i in after}
+    for i, call in enumerate(calls):
+        if call.transfer is not None and call.transfer.op == "recv":
+            a = call.transfer.attrs
+            src = sends.get((a["tensor_name"], a["send_device"], a["recv_device"]))
+            if src is None:
+                raise FlowcError(f"node {call.transfer.label()}: no send matches this recv "
+                                 f"(key {rendezvous_key(a)})")
+            after[src].append(i)
+    for targets in after.values():
+        for j in targets:
+            waiting[j] += 1
+    ready = [i for i, n in waiting.items() if n == 0]
+    while ready:
+        for j in after[ready.pop()]:
+            waiting[j] -= 1
+            if waiting[j] == 0:
+                ready.append(j)
+    stuck = [calls[i].transfer for i, n in waiting.items() if n and calls[i].transfer is not None
+             and calls[i].transfer.op == "recv"]
+    if stuck:
+        names = ", ".join(n.label() for n in stuck[:3])
+        raise FlowcError(f"the per-device step order would deadlock: {names} would wait for "
+                         "a send that cannot run first (each device must run a send before "
+                         "any recv that waits on it through other devices)")

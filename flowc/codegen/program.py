@@ -31,6 +31,7 @@ from flowc.codegen.partitions import (
     TRANSFER_OPS,
     Region,
     check_devices,
+    check_no_deadlock,
     devices,
     is_partitioned,
     node_device,
@@ -163,6 +164,7 @@ def build_program(graph: Graph, prefix: str) -> Program:
         program.calls.append(Call(by_key[key],
                                   tuple(root.get(v, v) for v in operands),
                                   node.outputs, names))
+    check_no_deadlock(program.calls)
     _assign_storage(program, root)
     return program
 

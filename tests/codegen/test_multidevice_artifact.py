@@ -11,6 +11,7 @@ import itertools
 import json
 import shutil
 import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -221,3 +222,52 @@ def test_an_unpartitioned_cross_device_edge_is_refused():
     with pytest.raises(FlowcError, match=r"node 'b' \(exp\) on cpu:1 uses 'a' \(neg\) on cpu:0 "
                                          "without a send/recv: run the partition pass"):
         build_program(g, "bad")
+
+
+def pingpong(send_first: bool) -> Graph:
+    """cpu:0 sends e to cpu:1 and receives m back; with send_first=False cpu:0 waits for m
+    before sending e, which cpu:1 needs to compute m."""
+    g = Graph("pp")
+    x = g.add_input("x", TensorType("f32", (4,)))
+    e = make_node("exp", [x], device="cpu:0", name="e")
+    e_key = {"tensor_name": "e:0", "send_device": "cpu:0", "recv_device": "cpu:1"}
+    m_key = {"tensor_name": "m:0", "send_device": "cpu:1", "recv_device": "cpu:0"}
+    send_e = make_node("send", [e.out()], e_key, device="cpu:0", name="send_e")
+    recv_m = make_node("recv", [], {**m_key, "type": e.types[0]}, device="cpu:0", name="recv_m")
+    out = make_node("add", [recv_m.out(), e.out()], device="cpu:0", name="s")
+    recv_e = make_node("recv", [], {**e_key, "type": e.types[0]}, device="cpu:1", name="recv_e")
+    m = make_node("mul", [recv_e.out(), x], device="cpu:1", name="m")
+    send_m = make_node("send", [m.out()], m_key, device="cpu:1", name="send_m")
+    first = [send_e, recv_m] if send_first else [recv_m, send_e]
+    for node in [e, *first, out, recv_e, m, send_m]:
+        g.append(node)
+    g.add_output("y", out.out())
+    return g
+
+
+def test_a_step_order_that_would_deadlock_is_refused():
+    assert build_program(pingpong(send_first=True), "pp").regions
+    with pytest.raises(FlowcError, match=r"the per-device step order would deadlock: "
+                                         r"'recv_m' \(recv\), 'recv_e' \(recv\) would wait "
+                                         "for a send that cannot run first"):
+        build_program(pingpong(send_first=False), "pp")
+
+
+def test_a_recv_without_its_send_is_refused():
+    g = pingpong(send_first=True)
+    g.nodes = [n for n in g.nodes if n.name != "send_m"]
+    with pytest.raises(FlowcError, match=r"node 'recv_m' \(recv\): no send matches this recv "
+                                         r"\(key cpu:1;m:0;cpu:0\)"):
+        build_program(g, "pp")
+
+
+def test_cli_compile_reports_a_gpu_placement(tmp_path):
+    src = tmp_path / "g.flowc"
+    src.write_text('graph @g(%x: f32[4]) -> (y: f32[4]) {\n'
+                   '  %0 = neg %x : (f32[4]) -> f32[4] @gpu:0 loc("n")\n'
+                   '  return %0\n}\n')
+    done = subprocess.run([sys.executable, "-m", "flowc", "compile", str(src), "-o",
+                           str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.startswith("flowc: error: node 'n' (neg) is placed on gpu:0: flowc "
+                                  "artifacts build code for cpu devices only")
