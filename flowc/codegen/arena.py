@@ -57,7 +57,7 @@ ORDERS: dict[str, Callable[[Buffer], tuple]] = {
 }
 
 
-def _place(buffers: Sequence[Buffer], order: Callable[[Buffer], tuple],
+def place(buffers: Sequence[Buffer], order: Callable[[Buffer], tuple],
            best_fit: bool) -> tuple[dict[Hashable, int], int]:
     placed: list[tuple[int, int, Buffer]] = []  # (offset, end, buffer)
     offsets: dict[Hashable, int] = {}
@@ -86,11 +86,11 @@ def plan_arena(buffers: Sequence[Buffer]) -> tuple[dict[Hashable, int], int]:
     """(offset of each buffer, arena bytes); see the module docstring."""
     bound = lower_bound(buffers)
     tries = [(order, best_fit) for order in ORDERS.values() for best_fit in (False, True)]
-    best = _place(buffers, *tries[0])
+    best = place(buffers, *tries[0])
     for order, best_fit in tries[1:]:
         if best[1] <= bound:
             break
-        plan = _place(buffers, order, best_fit)
+        plan = place(buffers, order, best_fit)
         if plan[1] < best[1]:
             best = plan
     return best

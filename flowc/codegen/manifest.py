@@ -4,6 +4,9 @@ Contract: `build_manifest(...)` returns a JSON-ready dict with, in this order: `
 ("flowc-artifact"), `abi_version`, `flowc_version`, `name` (the symbol prefix),
 `graph_hash`, `target` (triple, cpu, features), `inputs` and `outputs` (name, c_name,
 dtype, shape), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
+`memory_plan` (the planner's report: `arena_bytes`, `intermediate_bytes` (all intermediates
+without reuse), `lower_bound_bytes` (largest live set in the program's order), `in_place`
+(results written over a dying operand); see codegen/memplan.py),
 `threads_default` (0: all cores, unless FLOWC_NUM_THREADS says otherwise), `weights`
 (bytes, sha256, and `file` when they are a side file, else null), `files` (the artifact's
 files with their sha256), `kernels` (symbol and the graph nodes each runs), `link_flags`
@@ -48,6 +51,7 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         "outputs": [_tensor(t) for t in info.outputs],
         "symbolic_dims": dict(sorted(sizes.items())),
         "arena_bytes": program.arena_bytes,
+        "memory_plan": program.memory.report(),
         "threads_default": 0,
         "weights": {"bytes": len(weights), "sha256": sha256(weights),
                     "file": info.weights_file},

@@ -53,6 +53,7 @@ class MemoryPlan:
     intermediate_bytes: int
     lower_bound_bytes: int
     in_place: list[tuple[Value, Value]]
+    buffers: list[Buffer]  # what was packed: one per in-place chain, keyed by its head
 
     def report(self) -> dict[str, int]:
         """The figures as the manifest states them."""
@@ -117,4 +118,5 @@ def plan_memory(steps: Sequence[Step], planned: Collection[Value],
                for head in first if owner[head] == head]
     offsets, total = plan_arena(buffers)
     return MemoryPlan({v: offsets[owner[v]] for v in first}, total,
-                      sum(align(value_nbytes(v)) for v in first), lower_bound(buffers), pairs)
+                      sum(align(value_nbytes(v)) for v in first), lower_bound(buffers), pairs,
+                      buffers)

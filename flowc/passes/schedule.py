@@ -71,7 +71,7 @@ class _ListScheduler:
             for p in ps:
                 self.succs[p].append(node)
         self.pending = {n: len(ps) for n, ps in preds.items()}
-        self.remaining = {r: len(users) for r, users in model.readers.items()}
+        self.remaining = [len(users) for users in model.readers]
         self.emitted: dict[Node, None] = {}
         self.available: set[Node] = set()  # emitted nodes, receives whose preds are
         self.heap: list[tuple[tuple, int, int]] = []
@@ -100,18 +100,15 @@ class _ListScheduler:
         best = min([0, *ahead])  # one step of look-ahead: what `node` makes possible
         return (node.op not in EAGER_OPS, net + best, net, alloc, self.index[node])
 
-    def _net(self, node: Node, also_read: tuple) -> tuple[int, int]:
+    def _net(self, node: Node, also_read: tuple[int, ...]) -> tuple[int, int]:
         """(bytes `node` adds to the live set, bytes it allocates) if the nodes before it
         also read the roots `also_read`."""
         model = self.model
-        news = [node, *(p for p in self.preds[node]
-                        if p.op in DEFERRED_OPS and p not in self.emitted)]
-        alloc = sum(model.cost[v] for n in news for v in model.owned(n))
-        freed = sum(model.cost.get(r, 0) for r in model.reads[node]
-                    if self.remaining[r] - (r in also_read) == 1 and r not in model.kept)
-        dead = sum(model.cost[v] for v in model.owned(node)
-                   if not model.readers.get(v) and v not in model.kept)
-        return alloc - dead - freed, alloc
+        alloc = model.alloc[node] + sum(model.alloc[p] for p in self.preds[node]
+                                        if p.op in DEFERRED_OPS and p not in self.emitted)
+        freed = sum(model.cost[i] for i in model.reads[node]
+                    if self.remaining[i] - (i in also_read) == 1)
+        return alloc - model.dead[node] - freed, alloc
 
     def _push(self, node: Node) -> None:
         self.version[node] += 1
@@ -150,10 +147,10 @@ class _ListScheduler:
                 self._release(s)
         if not self.by_memory:
             return
-        for r in self.model.reads[node]:
-            self.remaining[r] -= 1
-            if self.remaining[r] == 1:  # its last reader may now free it: score it anew
-                last = next(u for u in self.model.readers[r] if u not in self.emitted)
+        for i in self.model.reads[node]:
+            self.remaining[i] -= 1
+            if self.remaining[i] == 1:  # its last reader may now free it: score it anew
+                last = next(u for u in self.model.readers[i] if u not in self.emitted)
                 if self._ready(last):
                     self._push(last)
         if node.op in DEFERRED_OPS:
@@ -166,7 +163,8 @@ def schedule_order(graph: Graph) -> tuple[list[Node], int, int]:
     """(the chosen order, the input order's peak, the chosen order's peak)."""
     model = MemoryModel(graph)
     preds = dependencies(graph)
-    kept = _ListScheduler(graph, model, preds, by_memory=False).run()
+    moves = any(n.op in ("send", "recv") for n in graph.nodes)
+    kept = _ListScheduler(graph, model, preds, by_memory=False).run() if moves else graph.nodes
     greedy = _ListScheduler(graph, model, preds, by_memory=True).run()
     before, kept_peak, greedy_peak = model.peak(graph.nodes), model.peak(kept), model.peak(
         greedy)

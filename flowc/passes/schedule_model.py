@@ -19,6 +19,7 @@ Contract (it mirrors what codegen does with a graph, without importing codegen):
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -29,6 +30,7 @@ VIEW_OPS = frozenset({"identity", "reshape", "flatten", "squeeze", "unsqueeze"})
 FREE_OPS = frozenset({INPUT_OP, "constant"})  # their results take no arena bytes
 
 
+@functools.cache
 def value_bytes(t: object) -> int:
     """Bytes of a tensor of type `t`; symbolic and unknown dims count as 1; non-tensors 0."""
     if not isinstance(t, TensorType):
@@ -40,51 +42,65 @@ def value_bytes(t: object) -> int:
 
 
 class MemoryModel:
-    """Roots, costs and readers of the values of `graph` (see the module docstring)."""
+    """Roots, costs and readers of the values of `graph` (see the module docstring).
+
+    Roots that can be freed (a cost, not kept) are numbered: `reads[node]` holds the
+    numbers of those `node` reads, `readers[i]` the nodes reading root `i`, `cost[i]` and
+    `device[i]` its bytes and device; `alloc[node]` is what `node` allocates and
+    `dead[node]` the part of it nobody reads (freed right after its step)."""
 
     def __init__(self, graph: Graph):
-        self.root: dict[Value, Value] = {}
-        for node in graph.all_nodes():
-            for v in node.outputs:
-                self.root[v] = v
+        self.root: dict[Value, Value] = {}  # view results only: others are their own root
+        for node in graph.nodes:
             if node.op in VIEW_OPS and node.inputs and node.inputs[0] is not None:
-                self.root[node.out()] = self.root.get(node.inputs[0], node.inputs[0])
+                self.root[Value(node)] = self.root.get(node.inputs[0], node.inputs[0])
         outputs = {v for _, v in graph.outputs}
         self.kept = {self.root.get(v, v) for v in outputs}
-        self.cost: dict[Value, int] = {}
+        self.number: dict[Value, int] = {}
+        self.cost: list[int] = []
+        self.device: list[str | None] = []
+        self.alloc: dict[Node, int] = {}
+        owned: dict[Node, list[int]] = {}
         for node in graph.nodes:
-            for v in node.outputs:
-                if self.root[v] == v:
-                    free = node.op in FREE_OPS or v in outputs
-                    self.cost[v] = 0 if free else value_bytes(v.type)
-        self.reads: dict[Node, tuple[Value, ...]] = {}  # distinct roots each node reads
-        self.readers: dict[Value, list[Node]] = defaultdict(list)
+            alloc, mine = 0, []
+            if node.op in FREE_OPS or node.op in VIEW_OPS:
+                self.alloc[node], owned[node] = alloc, mine
+                continue
+            for v in map(Value, (node,) * len(node.types), range(len(node.types))):
+                if v in outputs:
+                    continue
+                nbytes = value_bytes(v.type)
+                alloc += nbytes
+                if nbytes and v not in self.kept:
+                    self.number[v] = len(self.cost)
+                    mine.append(len(self.cost))
+                    self.cost.append(nbytes)
+                    self.device.append(node.device)
+            self.alloc[node], owned[node] = alloc, mine
+        self.readers: list[list[Node]] = [[] for _ in self.cost]
+        self.reads: dict[Node, tuple[int, ...]] = {}
         for node in graph.nodes:
-            roots = tuple(dict.fromkeys(self.root.get(v, v) for v in node.inputs
-                                        if v is not None))
-            self.reads[node] = roots
-            for r in roots:
-                self.readers[r].append(node)
-
-    def owned(self, node: Node) -> list[Value]:
-        """The results of `node` that are roots with arena bytes (what it allocates)."""
-        return [v for v in node.outputs if self.cost.get(v, 0)]
+            roots = dict.fromkeys(self.number.get(self.root.get(v, v), -1) for v in node.inputs
+                                  if v is not None)
+            roots.pop(-1, None)
+            self.reads[node] = tuple(roots)
+            for i in roots:
+                self.readers[i].append(node)
+        self.dead = {node: sum(self.cost[i] for i in mine if not self.readers[i])
+                     for node, mine in owned.items()}
 
     def peak(self, order: Sequence[Node]) -> int:
         """Sum over devices of the peak live bytes when running `order`."""
-        remaining = {r: len(users) for r, users in self.readers.items()}
+        remaining = [len(users) for users in self.readers]
         live: dict[str | None, int] = defaultdict(int)
         peak: dict[str | None, int] = defaultdict(int)
         for node in order:
             dev = node.device
-            owned = self.owned(node)
-            live[dev] += sum(self.cost[v] for v in owned)
+            live[dev] += self.alloc[node]
             peak[dev] = max(peak[dev], live[dev])
-            for r in self.reads[node]:
-                remaining[r] -= 1
-                if remaining[r] == 0 and r not in self.kept and self.cost.get(r, 0):
-                    live[r.node.device] -= self.cost[r]
-            for v in owned:
-                if not self.readers.get(v) and v not in self.kept:
-                    live[dev] -= self.cost[v]
+            live[dev] -= self.dead[node]
+            for i in self.reads[node]:
+                remaining[i] -= 1
+                if remaining[i] == 0:
+                    live[self.device[i]] -= self.cost[i]
         return sum(peak.values())
