@@ -12,9 +12,12 @@ from kernel_harness import aligned, link, op_body
 
 from flowc.codegen.kernels import compile_kernels
 from flowc.codegen.memplan import in_place_inputs
+from flowc.ir import Graph, TensorType
+from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
 from flowc.ir.ops import ELEMENTWISE, OPS
 from flowc.ir.types import DTYPES
+from flowc.passes.fuse import Fuse
 
 SHAPE = (3, 37)  # not a multiple of any vector width: the loop tails run too
 rng = np.random.default_rng(7)
@@ -63,3 +66,23 @@ def test_elementwise_kernel_may_write_over_its_input(library, op):
         got = buffers[i].view(body.output_types[0].dtype.np)
         np.testing.assert_allclose(got, want["out0"], rtol=1e-6, atol=1e-6,
                                    err_msg=f"{op} writing over input {i}")
+
+
+def test_fused_elementwise_body_may_write_over_its_input():
+    """A multi-node elementwise body (a broadcast row inside) written over the input that
+    it also reads at its last node."""
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", SHAPE))
+    row = g.add_input("row", TensorType("f32", (1, SHAPE[1])))
+    t = g.append(make_node("tanh", [x])).out()
+    u = g.append(make_node("mul", [t, row])).out()
+    g.add_output("y", g.append(make_node("add", [u, x])).out())
+    (fused,) = Fuse().run(g).nodes
+    body = fused.attrs["body"]
+    assert in_place_inputs(body) == {0: (0,)}
+    lib = ctypes.CDLL(str(link(compile_kernels([("k_fused", body)]), "memplan_fused")))
+    r = rng.uniform(-1, 1, (1, SHAPE[1])).astype(np.float32)
+    xs, rs = aligned(G), aligned(r)
+    lib.k_fused(ctypes.c_void_p(xs.ctypes.data), ctypes.c_void_p(rs.ctypes.data),
+                ctypes.c_void_p(xs.ctypes.data))
+    np.testing.assert_allclose(xs, np.tanh(G) * r + G, rtol=1e-6, atol=1e-6)
