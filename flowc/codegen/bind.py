@@ -10,9 +10,10 @@ Contract:
   it is left for the passes (constant folding may make it static) and `require_static`.
 - `require_static(graph, note)` re-infers every node and raises for any non-static result.
 - `specialize(graph, feeds, fold=())` types each input as its feed array; the inputs named
-  in `fold` become constants holding the feed's value (for shape-like integer inputs whose
-  values decide result shapes). The artifact then runs exactly these shapes (its manifest
-  states them).
+  in `fold` become constants holding the feed's value (for inputs whose values decide
+  result shapes: `value_dependent_inputs`). The artifact then runs exactly these shapes (its
+  manifest states them).
+- `value_dependent_inputs(*nodes)` names the graph inputs such result shapes wait for.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from flowc.ir.attrs import Tensor
 from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, rebuild
-from flowc.ir.ops import get_op, infer_types
+from flowc.ir.ops import get_op, infer_types, unknown_value_operands
 from flowc.ir.types import TensorType, tensor_type_of
 
 
@@ -79,8 +80,11 @@ def retype(graph: Graph, types: Mapping[str, TensorType],
                              node.attrs, [const_value(v) for v in operands], node.label())
         for i, t in enumerate(result):
             if note is not None and isinstance(t, TensorType) and not t.is_static:
-                raise FlowcError(f"node {node.label()}: result #{i} is {t} even with {note}; "
-                                 "flowc artifacts need static shapes")
+                inputs = value_dependent_inputs(node.replace(inputs=operands, types=result))
+                because = ("" if not inputs else "; it depends on the value of input(s) "
+                           + ", ".join(f"'{n}'" for n in inputs))
+                raise FlowcError(f"node {node.label()}: result #{i} is {t} even with {note}"
+                                 f"{because}; flowc artifacts need static shapes")
         return node.replace(inputs=operands, types=result)
 
     staged = Graph(graph.name, inputs, [*folded, *graph.nodes],
@@ -98,6 +102,43 @@ def bind_dims(graph: Graph, batch: int | None = 1, dims: Mapping[str, int] | Non
         types[node.name] = t.with_shape(tuple(sizes.get(d, d) if isinstance(d, str) else d
                                               for d in t.shape))
     return retype(graph, types, note=format_sizes(sizes) if strict else None), sizes
+
+
+def value_dependent_inputs(*nodes: Node) -> list[str]:
+    """The graph inputs whose values the result shapes of `nodes` (and of the nodes they
+    depend on) wait for: inputs upstream of an operand whose value a type rule asked for
+    and did not get, at a node whose result is not static (the registry's rules decide;
+    XLA calls these compile-time constant inputs)."""
+    found: set[str] = set()
+    seen: set[Node] = set()
+    stack = list(nodes)
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "input":
+            continue
+        if any(isinstance(t, TensorType) and not t.is_static for t in node.types):
+            wanted = unknown_value_operands(
+                get_op(node.op), [None if v is None else v.type for v in node.inputs],
+                node.attrs, [const_value(v) for v in node.inputs])
+            found.update(_upstream_inputs([node.inputs[i] for i in wanted]))
+        stack += [v.node for v in node.inputs if v is not None]
+    return sorted(found)
+
+
+def _upstream_inputs(values: list) -> set[str]:
+    names, seen, stack = set(), set(), [v.node for v in values if v is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "input":
+            names.add(node.name)
+        stack += [v.node for v in node.inputs if v is not None]
+    return names
 
 
 def require_static(graph: Graph, note: str) -> Graph:

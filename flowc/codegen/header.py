@@ -17,6 +17,10 @@ C_TYPES = {
     "bool": "uint8_t", "i8": "int8_t", "i16": "int16_t", "i32": "int32_t", "i64": "int64_t",
     "u8": "uint8_t", "u16": "uint16_t", "u32": "uint32_t", "u64": "uint64_t",
     "f16": "uint16_t", "bf16": "uint16_t", "f32": "float", "f64": "double",
+    # narrow types: one element per byte, in its low bits
+    "f8E4M3FN": "uint8_t", "f8E4M3FNUZ": "uint8_t", "f8E5M2": "uint8_t",
+    "f8E5M2FNUZ": "uint8_t", "f8E8M0FNU": "uint8_t", "f4E2M1FN": "uint8_t",
+    "i4": "uint8_t", "u4": "uint8_t", "i2": "uint8_t", "u2": "uint8_t",
 }
 C_KEYWORDS = frozenset((
     "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",

@@ -34,7 +34,6 @@ from flowc.ir.ops import OPS, PURE
 from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
 from flowc.passes.schedule_model import VIEW_OPS
-from flowc.runtime.abi import DTYPES
 
 ALIAS_OPS = VIEW_OPS  # one definition, shared with the scheduler's memory model
 FUSED_OP = "fused"
@@ -123,21 +122,12 @@ def check_node(node: Node) -> None:
         if not isinstance(t, TensorType) or not t.is_static:
             raise FlowcError(f"node {node.label()}: result #{i} is {t}; kernels need tensors "
                              "of static shape (bind symbolic dims first)")
-        check_dtype(t, f"node {node.label()}: result #{i}")
-
-
-def check_dtype(t: TensorType, what: str) -> None:
-    if t.dtype.name not in DTYPES:
-        raise FlowcError(f"{what} is {t}: flowc artifacts do not support dtype {t.dtype} "
-                         f"(they support {', '.join(DTYPES)})")
 
 
 def build_program(graph: Graph, prefix: str) -> Program:
     """The program for `graph` (static shapes); see the module docstring."""
     program = Program(prefix, graph, [(n.name, n.types[0]) for n in graph.inputs],
                       [(name, v.type) for name, v in graph.outputs])
-    for name, t in program.inputs:
-        check_dtype(t, f"input '{name}'")
     root: dict[Value, Value] = {}  # a view's result -> the value whose buffer it is
     by_key: dict[str, Kernel] = {}
     for node in graph.nodes:

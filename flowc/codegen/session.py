@@ -4,9 +4,11 @@ Contract: `CompiledSession(graph, target=None, threads=1).run(feeds) -> {output:
 compiles `graph` (`driver.compile`) specialized to the feeds' dtypes and shapes
 (`bind.specialize`), loads the artifact (`flowc.runtime.load`) and runs it; artifacts are
 cached by the feeds' signature in a private temporary directory removed by `close()`. When
-some result shape depends on the values of small integer inputs (a Reshape whose shape is an
-input, say), those inputs are folded into constants and become part of the cache key, so
-each distinct value compiles once. This is what the ONNX backend's compiled device uses.
+some result shape depends on the values of inputs (a Reshape whose shape is an input, a
+Range whose bounds are: `bind.value_dependent_inputs` finds them from the registry's type
+rules), those inputs, when small (at most FOLD_MAX_ELEMENTS elements), are folded into
+constants and become part of the cache key, so each distinct value compiles once: XLA's
+compile-time constant inputs. This is what the ONNX backend's compiled device uses.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from flowc.codegen.bind import specialize
+from flowc.codegen.bind import specialize, value_dependent_inputs
 from flowc.codegen.driver import compile as compile_model
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.runtime.loader import Model, load
 
-FOLD_MAX_ELEMENTS = 64  # integer inputs up to this size may be folded into constants
+FOLD_MAX_ELEMENTS = 64  # inputs up to this size may be folded into constants
 
 
 def _signature(feeds: Mapping[str, np.ndarray], fold: tuple[str, ...]) -> tuple:
@@ -42,8 +44,13 @@ class CompiledSession:
         self._fold: tuple[str, ...] | None = None  # decided on the first compile
 
     def _foldable(self, feeds: Mapping[str, np.ndarray]) -> tuple[str, ...]:
-        return tuple(sorted(n for n, a in feeds.items()
-                            if a.dtype.kind in "iu" and a.size <= FOLD_MAX_ELEMENTS))
+        """The inputs whose values decide result shapes, when all are small enough to fold
+        (else none)."""
+        typed = specialize(self.graph, feeds)
+        names = value_dependent_inputs(*typed.nodes)
+        if any(feeds[n].size > FOLD_MAX_ELEMENTS for n in names):
+            return ()
+        return tuple(names)
 
     def _compile(self, feeds: Mapping[str, np.ndarray], fold: tuple[str, ...]) -> Model:
         out = Path(self._dir.name) / f"a{len(self._models)}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-ABI_VERSION = 1
+ABI_VERSION = 2  # 2: the narrow dtype codes 13..22
 MANIFEST_FORMAT = "flowc-artifact"
 MANIFEST_FILE = "manifest.json"
 ALIGN = 64  # bytes: every buffer a kernel sees is aligned to this
@@ -22,6 +22,11 @@ DTYPES: dict[str, tuple[str, int]] = {
     "i64": ("int64", 8), "u8": ("uint8", 1), "u16": ("uint16", 2), "u32": ("uint32", 4),
     "u64": ("uint64", 8), "f16": ("float16", 2), "bf16": ("bfloat16", 2),
     "f32": ("float32", 4), "f64": ("float64", 8),
+    # Narrow types, one element per byte (the low bits; ml_dtypes' layout): codes 13..22.
+    "f8E4M3FN": ("float8_e4m3fn", 1), "f8E4M3FNUZ": ("float8_e4m3fnuz", 1),
+    "f8E5M2": ("float8_e5m2", 1), "f8E5M2FNUZ": ("float8_e5m2fnuz", 1),
+    "f8E8M0FNU": ("float8_e8m0fnu", 1), "f4E2M1FN": ("float4_e2m1fn", 1),
+    "i4": ("int4", 1), "u4": ("uint4", 1), "i2": ("int2", 1), "u2": ("uint2", 1),
 }
 DTYPE_CODES: dict[str, int] = {name: code for code, name in enumerate(DTYPES)}
 
@@ -32,12 +37,14 @@ STATUS: dict[int, str] = {
 
 
 def numpy_dtype(name: str) -> np.dtype:
-    """The numpy dtype of an artifact dtype name (bf16 needs ml_dtypes, loaded only then)."""
-    if name == "bf16":
-        import ml_dtypes
+    """The numpy dtype of an artifact dtype name (bf16 and the narrow types need ml_dtypes,
+    loaded only then)."""
+    np_name = "bfloat16" if name == "bf16" else DTYPES[name][0]
+    if hasattr(np, np_name):
+        return np.dtype(np_name)
+    import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(DTYPES[name][0])
+    return np.dtype(getattr(ml_dtypes, np_name))
 
 
 def weights_header(graph_hash: str, data_bytes: int) -> bytes:

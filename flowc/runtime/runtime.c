@@ -15,8 +15,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *const DTYPE_NAMES[] = {"bool", "i8",  "i16", "i32",  "i64", "u8", "u16",
-                                          "u32",  "u64", "f16", "bf16", "f32", "f64"};
+static const char *const DTYPE_NAMES[] = {
+    "bool",       "i8",     "i16",        "i32",       "i64",      "u8", "u16", "u32",
+    "u64",        "f16",    "bf16",       "f32",       "f64",      "f8E4M3FN", "f8E4M3FNUZ",
+    "f8E5M2",     "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN", "i4",       "u4", "i2",  "u2"};
 #define NUM_DTYPES ((int)(sizeof DTYPE_NAMES / sizeof DTYPE_NAMES[0]))
 
 const char *FLOWC_RT(rt_dtype_name)(int dtype) {

@@ -10,6 +10,7 @@ import pytest
 from flowc.cli import main
 from flowc.ir.interpret import interpret
 from flowc.ir.parser import parse
+from flowc.runtime.abi import ABI_VERSION
 
 MLP = Path(__file__).resolve().parents[2] / "flowc" / "examples" / "mlp.flowc"
 
@@ -30,7 +31,7 @@ def compiled(tmp_path_factory):
 def test_compile_inspect_run(compiled, capsys, tmp_path):
     status, out, _ = run_cli(capsys, "inspect", compiled)
     assert status == 0
-    assert f"artifact {compiled}: model 'mlp', flowc 0.1.0, ABI 1, graph " in out
+    assert f"artifact {compiled}: model 'mlp', flowc 0.1.0, ABI {ABI_VERSION}, graph " in out
     assert "input x: f32[3,16]\noutput y: f32[3,8]\nbound dims: N=3; arena: " in out
     kernels = [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("  mlp_k")]
     # the gemm with its relu epilogue is one fused kernel

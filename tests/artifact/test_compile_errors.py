@@ -11,7 +11,7 @@ import pytest
 from artifact_util import compile_naive
 
 from flowc.codegen.arena import Buffer, plan_arena
-from flowc.ir import DTYPES, FlowcError, Graph, Tensor, TensorType
+from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 
 
@@ -133,15 +133,15 @@ def test_arena_plan_never_overlaps_live_buffers():
     assert total < sum(b.nbytes + 64 for b in buffers)  # reuse happened
 
 
-def test_dtype_without_an_artifact_abi_is_refused(tmp_path):
-    g = Graph("g")
-    x = g.add_input("x", TensorType("f32", (2,)))
-    cast = make_node("cast", [x], {"to": DTYPES["f8E4M3FN"]}, name="to_f8")
-    g.add_output("y", g.append(cast).out())
-    with pytest.raises(FlowcError, match=re.escape(
-            "node 'to_f8' (cast): result #0 is f8E4M3FN[2]: flowc artifacts do not support "
-            "dtype f8E4M3FN (they support bool, i8,")):
-        compile_naive(g, tmp_path)
+def test_every_ir_dtype_has_an_artifact_abi_code():
+    """Artifacts take and return every flowc dtype: the ABI's table covers the IR's."""
+    from flowc.ir.types import DTYPES as IR_DTYPES
+    from flowc.runtime.abi import DTYPES as ABI_DTYPES
+    from flowc.runtime.abi import numpy_dtype
+
+    assert set(IR_DTYPES) == set(ABI_DTYPES)
+    for name, dt in IR_DTYPES.items():
+        assert numpy_dtype(name) == dt.np, name
 
 
 class BrokenBackend:

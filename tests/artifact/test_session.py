@@ -10,6 +10,7 @@ from flowc.codegen.session import CompiledSession
 from flowc.frontend.onnx_backend import FlowcBackend
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
+from flowc.ir.errors import FlowcError
 
 
 def reshape_graph() -> Graph:
@@ -46,3 +47,33 @@ def test_onnx_backend_compiled_device():
     np.testing.assert_allclose(d, np.maximum(a + b, 0), rtol=1e-6)
     with pytest.raises(ValueError, match="runs on CPU, CPU:interpret, CPU:compiled, not GPU"):
         FlowcBackend.prepare(model, "GPU")
+
+
+def range_graph() -> Graph:
+    """exp(range(start, limit, delta)) over f32 scalars: the length depends on their values."""
+    g = Graph("ranged")
+    ends = [g.add_input(n, TensorType("f32", ())) for n in ("start", "limit", "delta")]
+    r = g.append(make_node("range", ends, name="steps")).out()
+    g.add_output("y", g.append(make_node("exp", [r], name="e")).out())
+    return g
+
+
+def test_session_folds_float_inputs_that_decide_shapes():
+    session = CompiledSession(range_graph())
+    try:
+        for start, limit, delta in ((0.0, 2.0, 0.5), (1.0, 2.0, 0.25), (0.0, 2.0, 0.5)):
+            y = session.run({"start": np.float32(start), "limit": np.float32(limit),
+                             "delta": np.float32(delta)})["y"]
+            np.testing.assert_allclose(y, np.exp(np.arange(start, limit, delta,
+                                                           dtype=np.float32)), rtol=1e-6)
+        assert len(session._models) == 2
+    finally:
+        session.close()
+
+
+def test_compile_names_the_inputs_a_shape_waits_for(tmp_path):
+    import flowc
+
+    with pytest.raises(FlowcError, match=r"node 'steps' \(range\).*f32\[\?\].*depends on the "
+                       r"value of input\(s\) 'delta', 'limit', 'start'"):
+        flowc.compile(range_graph(), tmp_path / "a")

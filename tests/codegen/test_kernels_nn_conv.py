@@ -21,6 +21,10 @@ X = f(3, 4, 5)
     ("layer_normalization", [X, f(5), f(5)], {}),
     ("layer_normalization", [X, f(4, 5)], {"axis": 1}),
     ("batch_normalization", [X, f(4), f(4), f(4), np.abs(f(4))], {}),
+    ("batch_normalization", [f(2, 3, 4, 5), f(3), f(3), f(3), np.abs(f(3))],
+     {"training_mode": 1, "momentum": 0.8}),
+    ("batch_normalization", [f(5, 4).astype(np.float16), *(f(4).astype(np.float16),) * 3,
+                             np.abs(f(4)).astype(np.float16)], {"training_mode": 1}),
     ("softmax", [X.astype(np.float16)], {}),
     ("layer_normalization", [X.astype(np.float64), f(5, dtype=np.float64)], {}),
     ("layer_normalization", [X, f(4, 5), f(4, 5)], {"axis": -2, "num_outputs": 3}),
@@ -70,6 +74,15 @@ def test_conv(op, inputs, attrs):
     ("average_pool", [f(1, 2, 10)], {"kernel_shape": (4,), "auto_pad": "SAME_LOWER",
                                      "strides": (3,)}),
     ("max_pool", [f(1, 2, 4, 5, 6)], {"kernel_shape": (2, 2, 3)}),
+    # Indices: padding, strides, ties (integers), column-major storage, 1-D and 3-D
+    ("max_pool", [f(2, 3, 9, 10)], {"kernel_shape": (3, 2), "strides": (2, 2),
+                                    "pads": (1, 1, 1, 0), "ceil_mode": 1, "num_outputs": 2}),
+    ("max_pool", [(f(1, 2, 7, 6) * 2).astype(np.int8)], {"kernel_shape": (3, 3),
+                                                         "num_outputs": 2}),
+    ("max_pool", [f(2, 2, 5, 7)], {"kernel_shape": (2, 3), "storage_order": 1,
+                                   "dilations": (2, 1), "num_outputs": 2}),
+    ("max_pool", [f(1, 3, 11)], {"kernel_shape": (3,), "pads": (2, 2), "num_outputs": 2}),
+    ("max_pool", [f(1, 2, 4, 5, 6)], {"kernel_shape": (2, 2, 3), "num_outputs": 2}),
     ("global_max_pool", [f(2, 3, 4, 5)], {}),
     ("global_average_pool", [f(2, 3, 4, 5)], {}),
     ("global_average_pool", [f(2, 3, 7)], {}),
@@ -99,9 +112,12 @@ def test_conv_strategy_applies_without_fallback(x_shape, w_shape, attrs):
     check_op("conv", [f(*x_shape), f(*w_shape)], attrs, rtol=1e-4, atol=1e-4)
 
 
-def test_an_optional_result_without_lowering_is_a_clear_error():
+def test_an_optional_result_without_lowering_is_a_clear_error(monkeypatch):
+    from flowc.codegen.lower import RULES
     from flowc.ir.errors import FlowcError
 
+    full_rule = RULES["max_pool"]
+    monkeypatch.setitem(RULES, "max_pool", lambda ctx, *xs: full_rule(ctx, *xs)[:1])
     with pytest.raises(FlowcError, match=r"codegen \(host\): node \(max_pool\): "
                        r"the rule for 'max_pool' "
                        r"makes 1 result\(s\), the node has 2 \(its optional results are not "

@@ -12,6 +12,7 @@ import pytest
 
 import flowc
 from flowc.runtime import ArtifactError, RuntimeStatusError
+from flowc.runtime.abi import ABI_VERSION
 
 
 def edit_manifest(path: Path, **changes) -> None:
@@ -86,7 +87,7 @@ def test_not_a_flowc_manifest(mlp_copy):
 def test_abi_version_mismatch(mlp_copy):
     edit_manifest(mlp_copy, abi_version=99)
     with pytest.raises(ArtifactError, match="artifact ABI version 99, but this runtime reads "
-                                            "version 1; recompile the model"):
+                                            f"version {ABI_VERSION}; recompile the model"):
         flowc.load(mlp_copy)
 
 

@@ -25,7 +25,10 @@ from flowc.ir.types import DType, TensorType
 
 
 def elem_type(dt: DType) -> ir.Type:
-    """The MLIR element type that stores `dt` (bool is i8; unsigned ints are signless)."""
+    """The MLIR element type that stores `dt` (bool and the narrow types are i8; unsigned
+    ints are signless)."""
+    if dt.narrow:
+        return ir.IntegerType.get_signless(8)
     if dt.is_float:
         return {"f16": ir.F16Type, "bf16": ir.BF16Type, "f32": ir.F32Type,
                 "f64": ir.F64Type}[dt.name].get()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from mlir.dialects import arith, math
 
-from flowc.codegen.lower import register
+from flowc.codegen.lower import narrow, register
 from flowc.codegen.lower import scalar as s
 from flowc.codegen.lower.context import RuleCtx, broadcast_map, empty, generic, identity_map
 from flowc.ir.types import DType
@@ -39,6 +39,8 @@ def lower_elementwise(ctx: RuleCtx, operands: list, fn: ScalarFn) -> list:
             xs.append(s.to_i1(x) if t.dtype.is_bool else s.convert(x, t.dtype, s.compute_dtype(
                 t.dtype)))
         r = fn(ctx, dts, *xs)
+        if out.dtype.narrow:  # only cast makes narrow results: its rule stores them itself
+            return [r]
         return [s.from_i1(r) if out.dtype.is_bool else s.convert(r, out_dt, out.dtype)]
 
     return generic([v for v, _ in present], maps, [empty(out)], [identity_map(len(out.shape))],
@@ -87,7 +89,17 @@ rule("cos")(lambda ctx, dts, x: math.cos(x))
 rule("floor")(lambda ctx, dts, x: math.floor(x))
 rule("ceil")(lambda ctx, dts, x: math.ceil(x))
 rule("isnan")(lambda ctx, dts, x: arith.cmpf(s.FP.UNO, x, x))
-rule("cast")(lambda ctx, dts, x: s.convert(x, dts[0], s.compute_dtype(ctx.out.dtype)))
+
+
+@rule("cast")
+def _cast(ctx: RuleCtx, dts: list, x):
+    if ctx.out.dtype.narrow:
+        return narrow.encode(x, dts[0], ctx.out.dtype, bool(ctx.attrs["saturate"]),
+                             ctx.attrs["round_mode"])
+    return s.convert(x, dts[0], s.compute_dtype(ctx.out.dtype))
+
+
+
 rule("where")(lambda ctx, dts, c, x, y: arith.select(c, x, y))
 
 

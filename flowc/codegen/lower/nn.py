@@ -91,6 +91,9 @@ def _layer_norm(ctx: RuleCtx, x, scale, bias=None) -> list:
 
 @register("batch_normalization")
 def _batch_norm(ctx: RuleCtx, x, scale, b, mean, var) -> list:
+    """Inference mode: the given statistics. Training mode (three results): the batch's
+    mean and (population) variance over every dim but 1 normalize X, and the running
+    statistics become input * momentum + batch * (1 - momentum)."""
     t = ctx.in_types[0]
     acc = s.compute_dtype(t.dtype)
     shape = list(t.shape)
@@ -98,10 +101,34 @@ def _batch_norm(ctx: RuleCtx, x, scale, b, mean, var) -> list:
     params = [reshape(convert_tensor(v, ctx.in_types[i].dtype, acc), per_channel)
               for i, v in enumerate((scale, b, mean, var), start=1)]
     eps = s.const(acc, ctx.attrs["epsilon"])
+    xa = convert_tensor(x, t.dtype, acc)
+    training = bool(ctx.attrs["training_mode"])
+    if training:
+        axes = (0, *range(2, t.rank))
+        count = s.const(acc, max(1, t.num_elements // shape[1]))
+        stats_shape = [1, *per_channel]
+        batch_mean = map_values([_sum(xa, axes, acc)], stats_shape, acc,
+                                lambda v: arith.divf(v, count))
+        centered = map_values([xa, batch_mean], shape, acc, arith.subf)
+        squares = map_values([centered], shape, acc, lambda v: arith.mulf(v, v))
+        batch_var = map_values([_sum(squares, axes, acc)], stats_shape, acc,
+                               lambda v: arith.divf(v, count))
+        params[2], params[3] = reshape(batch_mean, per_channel), reshape(batch_var, per_channel)
 
     def norm(v, g, bb, mu, var_):
         inv = arith.divf(g, math.sqrt(arith.addf(var_, eps)))
         return arith.addf(arith.mulf(arith.subf(v, mu), inv), bb)
 
-    y = map_values([convert_tensor(x, t.dtype, acc), *params], shape, acc, norm)
-    return [convert_tensor(y, acc, t.dtype)]
+    y = convert_tensor(map_values([xa, *params], shape, acc, norm), acc, t.dtype)
+    if not training:
+        return [y]
+    momentum = s.const(acc, ctx.attrs["momentum"])
+    keep = s.const(acc, 1.0 - ctx.attrs["momentum"])
+    running = []
+    for i, batch in ((3, params[2]), (4, params[3])):
+        given = convert_tensor((mean, var)[i - 3], ctx.in_types[i].dtype, acc)
+        update = map_values([given, reshape(batch, [shape[1]])], [shape[1]], acc,
+                            lambda r, bt: arith.addf(arith.mulf(r, momentum),
+                                                     arith.mulf(bt, keep)))
+        running.append(convert_tensor(update, acc, ctx.out_types[i - 2].dtype))
+    return [y, *running]

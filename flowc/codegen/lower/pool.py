@@ -6,7 +6,8 @@ time exactly as the reference counts it (count_include_pad, ceil-mode pads never
 from __future__ import annotations
 
 import numpy as np
-from mlir.dialects import arith
+from mlir import ir
+from mlir.dialects import arith, linalg
 
 from flowc.codegen.lower import register
 from flowc.codegen.lower import scalar as s
@@ -25,7 +26,7 @@ from flowc.codegen.lower.conv import pad_spatial, window_extent, window_geometry
 from flowc.codegen.lower.matmul import convert_tensor
 from flowc.codegen.lower.nn import map_values
 from flowc.codegen.lower.reduce import identity_of, reduce_axes
-from flowc.ir.types import DType
+from flowc.ir.types import DType, i64
 
 
 def window_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilations, acc: DType,
@@ -55,6 +56,11 @@ def _pool(ctx: RuleCtx, x) -> list:
     if ctx.node.op == "max_pool":
         low = identity_of("reduce_max", dt)
         xp = pad_spatial(xa, begin, end, scalar_const(acc, low))
+        if len(ctx.out_types) == 2:
+            y, indices = _max_with_indices(xp, list(t.shape), out_shape, kernel, strides,
+                                           dilations, begin, acc, low,
+                                           bool(ctx.attrs["storage_order"]))
+            return [convert_tensor(y, acc, dt), indices]
         y = window_reduce(xp, out_shape, kernel, strides, dilations, acc, low,
                           lambda a, v: s.maximum(acc, a, v))
         return [convert_tensor(y, acc, dt)]
@@ -64,6 +70,54 @@ def _pool(ctx: RuleCtx, x) -> list:
     counts = dense_constant(_counts(ctx, t.shape[2:], kernel, out_shape[2:]), acc)
     y = map_values([total, counts], out_shape, acc, arith.divf)
     return [convert_tensor(y, acc, dt)]
+
+
+def _max_with_indices(xp, x_shape: list[int], out_shape: list[int], kernel: list[int], strides,
+                      dilations, begin: list[int], acc: DType, low, column_major: bool):
+    """MaxPool's (Y, Indices): each window's maximum and the flat index in X of its first
+    maximum (spatial dims column-major with storage_order=1); a padding element has index
+    -1. The window is scanned in order and its first element is always taken, so ties and
+    all-padding windows resolve as the reference's argmax does."""
+    nsp = len(kernel)
+    n_loops = 2 + 2 * nsp
+    x_map = expr_map(n_loops, [dim(0), dim(1), *(dim(2 + i) * strides[i] +
+                                                 dim(2 + nsp + i) * dilations[i]
+                                                 for i in range(nsp))])
+    out_map = expr_map(n_loops, [dim(i) for i in range(2 + nsp)])
+    k_map = expr_map(n_loops, [dim(2 + nsp + i) for i in range(nsp)])
+    i64_type = ir.IntegerType.get_signless(64)
+    unset = -2  # no element taken yet
+    start = fill(scalar_const(acc, low), empty((out_shape, elem_type(acc))))
+    start_index = fill(scalar_const(i64, unset), empty((out_shape, i64_type)))
+    spatial = x_shape[2:]
+    order = range(nsp) if column_major else reversed(range(nsp))
+    place, step = [0] * nsp, 1
+    for i in order:
+        place[i], step = step, step * spatial[i]
+
+    def c64(value: int):
+        return scalar_const(i64, value)
+
+    def body(v, _k, best, best_index):
+        ix = [arith.index_cast(i64_type, linalg.IndexOp(i).result) for i in range(n_loops)]
+        flat = arith.muli(arith.addi(arith.muli(ix[0], c64(x_shape[1])), ix[1]), c64(step))
+        inside = None
+        for i in range(nsp):
+            pos = arith.addi(arith.addi(arith.muli(ix[2 + i], c64(strides[i])),
+                                        arith.muli(ix[2 + nsp + i], c64(dilations[i]))),
+                             c64(-begin[i]))
+            ok = arith.andi(arith.cmpi(s.IP.sge, pos, c64(0)),
+                            arith.cmpi(s.IP.slt, pos, c64(spatial[i])))
+            inside = ok if inside is None else arith.andi(inside, ok)
+            flat = arith.addi(flat, arith.muli(pos, c64(place[i])))
+        index = arith.select(inside, flat, c64(-1))
+        take = arith.ori(arith.cmpi(s.IP.eq, best_index, c64(unset)),
+                         s.cmp(acc, "gt", v, best))
+        return [arith.select(take, v, best), arith.select(take, index, best_index)]
+
+    y, indices = generic([xp, window_extent(kernel)], [x_map, k_map], [start, start_index],
+                         [out_map, out_map], "p" * (2 + nsp) + "r" * nsp, body)
+    return y, indices
 
 
 def _counts(ctx: RuleCtx, spatial, kernel, out) -> np.ndarray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, math, scf
 
+from flowc.codegen.lower import narrow
 from flowc.codegen.lower.context import elem_type, scalar_const
 from flowc.ir.types import DType, f32
 
@@ -39,14 +40,23 @@ def const(dt: DType, value: float | int) -> ir.Value:
 
 
 def compute_dtype(dt: DType) -> DType:
-    """Where a kernel computes values of `dt`: 16-bit floats in f32, as the reference does."""
+    """Where a kernel computes values of `dt`: 16-bit floats in f32, as the reference does;
+    narrow types as `narrow.compute_dtype` says."""
+    if dt.narrow:
+        return narrow.compute_dtype(dt)
     return f32 if dt.is_float and dt.bits == 16 else dt
 
 
 def convert(v: ir.Value, src: DType, dst: DType) -> ir.Value:
-    """numpy's `astype` from `src` to `dst` (bool source/dest as i1; float->int truncates)."""
+    """numpy's `astype` from `src` to `dst` (bool source/dest as i1; float->int truncates).
+    A narrow `src` is decoded first; a narrow `dst` is encoded as Cast's defaults say
+    (saturate, round up): the cast rule encodes with the node's own attributes."""
     if src == dst:
         return v
+    if src.narrow:
+        return convert(narrow.decode(v, src), compute_dtype(src), dst)
+    if dst.narrow:
+        return narrow.encode(v, src, dst, saturate=True, round_mode="up")
     if dst.is_bool:
         zero = const(src, 0)
         return arith.cmpf(FP.UNE, v, zero) if src.is_float else arith.cmpi(IP.ne, v, zero)

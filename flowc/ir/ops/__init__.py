@@ -30,10 +30,11 @@ from flowc.ir.ops.registry import (
     define,
     get_op,
     infer_types,
+    unknown_value_operands,
 )
 
 __all__ = [
     "COMMUTATIVE", "ELEMENTWISE", "HAS_BODY", "ONNX_OPS", "OPS", "PURE", "REQUIRED",
     "STATEFUL", "AttrSpec", "InferContext", "KernelContext", "OpDef", "Trait", "define",
-    "get_op", "infer_types",
+    "get_op", "infer_types", "unknown_value_operands",
 ]

@@ -9,6 +9,7 @@ semantics where ONNX has the op; `onnx` names the ONNX op it maps from.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -86,8 +87,10 @@ class InferContext:
     types: list[Type | None]
     attrs: dict[str, Any]
     consts: list[np.ndarray | None]
+    asked: set[int] = field(default_factory=set)  # operands whose value the rule asked for
 
     def const(self, index: int) -> np.ndarray | None:
+        self.asked.add(index)
         return self.consts[index] if index < len(self.consts) else None
 
     def type(self, index: int) -> Type | None:
@@ -195,3 +198,16 @@ def infer_types(opdef: OpDef, types: Sequence[Type | None], attrs: Attrs | dict,
     ctx = InferContext(opdef.name, label, list(types), opdef.resolve_attrs(attrs), consts)
     result = opdef.infer(ctx)
     return result if isinstance(result, tuple) else (result,)
+
+
+def unknown_value_operands(opdef: OpDef, types: Sequence[Type | None], attrs: Attrs | dict,
+                           consts: Sequence[np.ndarray | None]) -> list[int]:
+    """The operands whose values `opdef`'s type rule asked for and did not get: the values
+    that would make its result types more precise (a shape operand of reshape, say)."""
+    consts = list(consts) + [None] * (len(types) - len(consts))
+    ctx = InferContext(opdef.name, f"({opdef.name})", list(types), opdef.resolve_attrs(attrs),
+                       consts)
+    with contextlib.suppress(InferError):  # an ill-typed node asks what it asked so far
+        opdef.infer(ctx)
+    return sorted(i for i in ctx.asked if i < len(types) and consts[i] is None
+                  and types[i] is not None)
