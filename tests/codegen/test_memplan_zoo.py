@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import flowc
+from flowc.cli import main
 from flowc.examples import zoo
 from flowc.frontend.onnx import import_onnx
 from flowc.ir.interpret import interpret
@@ -51,11 +52,16 @@ def test_bench_writes_its_report(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", ["cnn", "transformer_encoder"])
-def test_in_place_artifacts_match_the_interpreter(tmp_path, name):
+def test_in_place_artifacts_match_the_interpreter(tmp_path, name, capsys):
     model = zoo.MODELS[name]()
     manifest = flowc.compile(model, tmp_path / name, batch=3, name=name,
                              pipeline=bench.UNFUSED)
-    assert manifest["memory_plan"]["in_place"] > 0
+    plan = manifest["memory_plan"]
+    assert plan["in_place"] > 0 and plan["arena_bytes"] == manifest["arena_bytes"]
+    assert main(["inspect", str(tmp_path / name)]) == 0
+    assert (f"memory plan: arena {plan['arena_bytes']} bytes, lower bound "
+            f"{plan['lower_bound_bytes']}, intermediates {plan['intermediate_bytes']}, "
+            f"{plan['in_place']} written in place\n") in capsys.readouterr().out
     feeds = zoo.sample_input(model, batch=3, seed=5)
     got = flowc.load(tmp_path / name).run(**feeds)
     want = interpret(import_onnx(model), feeds)
