@@ -58,14 +58,16 @@ ORDERS: dict[str, Callable[[Buffer], tuple]] = {
 
 
 def place(buffers: Sequence[Buffer], order: Callable[[Buffer], tuple],
-           best_fit: bool) -> tuple[dict[Hashable, int], int]:
-    placed: list[tuple[int, int, Buffer]] = []  # (offset, end, buffer)
+          best_fit: bool) -> tuple[dict[Hashable, int], int]:
+    """Offsets for `buffers` placed one by one in `order` by first or best fit."""
+    at_step: dict[int, list[tuple[int, int]]] = {}  # step -> (offset, end) placed there
     offsets: dict[Hashable, int] = {}
+    total = 0
     for i in sorted(range(len(buffers)), key=lambda i: (*order(buffers[i]), i)):
         buf = buffers[i]
         size = align(buf.nbytes)
-        busy = sorted((off, end) for off, end, other in placed
-                      if other.first <= buf.last and buf.first <= other.last)
+        steps = range(buf.first, buf.last + 1)
+        busy = sorted({r for s in steps for r in at_step.get(s, ())})
         gaps, top = [], 0  # (gap size, offset) of every hole between busy ranges
         for off, end in busy:
             if off - top >= size:
@@ -77,9 +79,11 @@ def place(buffers: Sequence[Buffer], order: Callable[[Buffer], tuple],
             offset = min(gaps)[1]
         else:
             offset = gaps[0][1]
-        placed.append((offset, offset + size, buf))
+        for s in steps:
+            at_step.setdefault(s, []).append((offset, offset + size))
         offsets[buf.key] = offset
-    return offsets, max((end for _, end, _ in placed), default=0)
+        total = max(total, offset + size)
+    return offsets, total
 
 
 def plan_arena(buffers: Sequence[Buffer]) -> tuple[dict[Hashable, int], int]:
