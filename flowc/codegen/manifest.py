@@ -6,7 +6,9 @@ Contract: `build_manifest(...)` returns a JSON-ready dict with, in this order: `
 dtype, shape), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
 `memory_plan` (the planner's report: `arena_bytes`, `intermediate_bytes` (all intermediates
 without reuse), `lower_bound_bytes` (largest live set in the program's order), `in_place`
-(results written over a dying operand); see codegen/memplan.py),
+(results written over a dying operand); see codegen/memplan.py), `devices` only when nodes
+are placed (per device: `arena_offset` and `arena_bytes` of its arena region, and its
+`intermediate_bytes`, `lower_bound_bytes`, `in_place`),
 `threads_default` (0: all cores, unless FLOWC_NUM_THREADS says otherwise), `weights`
 (bytes, sha256, and `file` when they are a side file, else null), `files` (the artifact's
 files with their sha256), `kernels` (symbol and the graph nodes each runs), `link_flags`
@@ -52,6 +54,7 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         "symbolic_dims": dict(sorted(sizes.items())),
         "arena_bytes": program.arena_bytes,
         "memory_plan": program.memory.report(),
+        **({"devices": devices} if (devices := program.memory.device_report()) else {}),
         "threads_default": 0,
         "weights": {"bytes": len(weights), "sha256": sha256(weights),
                     "file": info.weights_file},

@@ -201,8 +201,8 @@ def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
 def plan_arena_storage(program: Program, kept: set[Value]) -> MemoryPlan:
     """The memory plan of the results no other storage holds, over the calls' order;
     those in `kept` (read by the output copies) live to the end."""
-    steps = [Step(call.operands, call.results, in_place_inputs(call.kernel.body))
-             for call in program.calls]
+    steps = [Step(call.operands, call.results, in_place_inputs(call.kernel.body),
+                  call.results[0].node.device) for call in program.calls]
     planned = {v for call in program.calls for v in call.results if v not in program.storage}
     return plan_memory(steps, planned, kept)
 

@@ -109,3 +109,21 @@ def test_a_value_outside_the_arena_is_never_taken_over():
     x, y = values(g, 2)  # x is, say, a graph input: not planned
     plan = plan_memory([Step((x,), (y,), {0: (0,)})], {y})
     assert plan.in_place == [] and plan.offsets == {y: 0}
+
+
+def test_each_device_gets_its_own_region():
+    g = Graph("g")
+    a, b, c, d = values(g, 4)
+    steps = [Step((), (a,), device="cpu:1"), Step((), (b,), device="cpu:0"),
+             Step((a,), (c,), {0: (0,)}, device="cpu:0"),  # a is cpu:1's: never taken over
+             Step((b, c), (d,), {0: (0, 1)}, device="cpu:0")]
+    plan = plan_memory(steps, {a, b, c, d})
+    assert plan.in_place == [(d, b)]
+    cpu0, cpu1 = plan.devices["cpu:0"], plan.devices["cpu:1"]
+    assert (cpu0.offset, cpu0.arena_bytes, cpu1.offset, cpu1.arena_bytes) == (0, 256, 256, 128)
+    assert plan.offsets[a] == 256 and {plan.offsets[v] for v in (b, c, d)} <= {0, 128}
+    assert plan.arena_bytes == 384 and plan.lower_bound_bytes == 256 + 128
+    assert plan.device_report()["cpu:1"] == {
+        "arena_offset": 256, "arena_bytes": 128, "intermediate_bytes": 128,
+        "lower_bound_bytes": 128, "in_place": 0}
+    assert plan_memory([Step((), (a,))], {a}).device_report() == {}  # no devices: none

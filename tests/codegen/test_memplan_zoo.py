@@ -16,6 +16,7 @@ from flowc.cli import main
 from flowc.examples import zoo
 from flowc.frontend.onnx import import_onnx
 from flowc.ir.interpret import interpret
+from flowc.ir.parser import parse
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "memory_plan.py"
 RTOL, ATOL = 1e-4, 1e-5  # f32, as the zoo's end-to-end tests
@@ -67,3 +68,37 @@ def test_in_place_artifacts_match_the_interpreter(tmp_path, name, capsys):
     want = interpret(import_onnx(model), feeds)
     for out, array in got.items():
         np.testing.assert_allclose(array, want[out], rtol=RTOL, atol=ATOL, err_msg=out)
+
+
+PLACED = """
+graph @placed(%x: f32[4,40]) -> (y: f32[4,40]) {
+  %0 = tanh %x : (f32[4,40]) -> f32[4,40] @cpu:0 loc("t0")
+  %1 = relu %x : (f32[4,40]) -> f32[4,40] @cpu:1 loc("r1")
+  %2 = sigmoid %1 : (f32[4,40]) -> f32[4,40] @cpu:1 loc("s1")
+  %3 = add %0, %2 : (f32[4,40], f32[4,40]) -> f32[4,40] @cpu:0 loc("a0")
+  %4 = exp %3 : (f32[4,40]) -> f32[4,40] @cpu:0 loc("e0")
+  %5 = neg %4 : (f32[4,40]) -> f32[4,40] @cpu:0 loc("y")
+  return %5
+}
+"""
+
+
+def test_placed_nodes_get_an_arena_region_per_device(tmp_path, capsys):
+    """Two logical CPU devices: each device's temporaries in a region of its own (stated in
+    the manifest), the artifact still computes what the interpreter does."""
+    graph = parse(PLACED)
+    manifest = flowc.compile(graph, tmp_path / "placed", name="placed", pipeline=bench.UNFUSED)
+    devices = manifest["devices"]
+    assert sorted(devices) == ["cpu:0", "cpu:1"]
+    assert devices["cpu:0"]["arena_offset"] == 0
+    assert devices["cpu:1"]["arena_offset"] == devices["cpu:0"]["arena_bytes"]
+    assert manifest["arena_bytes"] == sum(d["arena_bytes"] for d in devices.values())
+    assert devices["cpu:1"]["in_place"] == 1  # sigmoid over relu's result; not across devices
+    assert main(["inspect", str(tmp_path / "placed")]) == 0
+    cpu1 = devices["cpu:1"]
+    assert (f"  device cpu:1: arena {cpu1['arena_bytes']} bytes at offset "
+            f"{cpu1['arena_offset']}, lower bound {cpu1['lower_bound_bytes']}\n"
+            in capsys.readouterr().out)
+    x = np.random.default_rng(3).standard_normal((4, 40)).astype(np.float32)
+    got = flowc.load(tmp_path / "placed").run(x=x)["y"]
+    np.testing.assert_allclose(got, interpret(graph, {"x": x})["y"], rtol=RTOL, atol=ATOL)
