@@ -44,13 +44,11 @@ class CompiledSession:
         self._fold: tuple[str, ...] | None = None  # decided on the first compile
 
     def _foldable(self, feeds: Mapping[str, np.ndarray]) -> tuple[str, ...]:
-        """The inputs whose values decide result shapes, when all are small enough to fold
-        (else none)."""
+        """The inputs whose values decide result shapes and are small enough to fold (a
+        large one is upstream only through its shape, or cannot be folded anyway)."""
         typed = specialize(self.graph, feeds)
-        names = value_dependent_inputs(*typed.nodes)
-        if any(feeds[n].size > FOLD_MAX_ELEMENTS for n in names):
-            return ()
-        return tuple(names)
+        return tuple(n for n in value_dependent_inputs(*typed.nodes)
+                     if feeds[n].size <= FOLD_MAX_ELEMENTS)
 
     def _compile(self, feeds: Mapping[str, np.ndarray], fold: tuple[str, ...]) -> Model:
         out = Path(self._dir.name) / f"a{len(self._models)}"
