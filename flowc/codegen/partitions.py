@@ -4,28 +4,27 @@ Contract (what `program.build_program` does with a graph the `partition` pass sp
 - `check_devices(graph)` raises a FlowcError naming the first node placed on a device this
   codegen cannot build (anything but `cpu:N` until GPU codegen exists), or a data/control
   edge that still joins two devices (the partition pass was not run);
-- `send`/`recv` nodes become transfer steps (`transfer_call`): a `Call` whose kernel is
-  `SEND`/`RECV` (not compiled; the entry calls the runtime's rendezvous instead);
-- `plan_device_arenas(buffers, device_of)` plans each device's temporaries separately
-  (`arena.plan_arena`) and lays the regions one after another in the context's arena: a
-  device's buffers never share memory with another device's, so the partitions may run at
-  the same time; it returns the offsets (relative to the whole arena) and the regions;
-- `partition_table(program)` lists, per device in order of first appearance, the calls it
-  runs; `channels(program)` the transfer channels (one per send: its rendezvous key and
-  bytes; a control-only channel has 0 bytes), numbered in program order;
+- `send`/`recv` nodes become transfer steps: a `Call` with no kernel and the node as
+  `transfer` (the entry calls the runtime's rendezvous instead of a kernel);
+- the memory planner (`memplan.py`) packs each device's temporaries into a region of its
+  own, so partitions running at the same time never share arena memory;
+  `device_regions(memory, calls)` lists those regions in partition order (partition 0 is
+  the device of the first step; it runs on the caller's thread);
+- `channels(calls)` numbers the transfer channels (one per send: its rendezvous key and
+  bytes; a control-only channel has 0 bytes) in program order;
 - `check_no_deadlock(calls)` refuses a step order under which some recv would wait forever
   (every recv needs its send, and a send must not come after a recv that waits on it
   through other devices): the scheduler may reorder each device's steps, this keeps it
-  honest.
+  honest;
+- `partition_manifest(program)` is the manifest's `partitions` entry.
 The entry functions themselves are rendered by `partition_entry.py`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flowc.codegen.arena import Buffer, align, plan_arena
 from flowc.ir.devices import DeviceSpec
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node
@@ -87,37 +86,26 @@ def is_partitioned(graph: Graph) -> bool:
     return any(n.op in TRANSFER_OPS for n in graph.nodes)
 
 
-def node_device(node: Node) -> str:
-    """The device a program step runs on; unplaced nodes run on cpu:0."""
-    return node.device or "cpu:0"
-
-
-def call_device(call) -> str:
-    """The device a program step (`program.Call`) runs on."""
-    return node_device(call.transfer if call.transfer is not None else call.results[0].node)
+def call_device(call) -> str | None:
+    """The device a program step (`program.Call`) runs on (None: unplaced)."""
+    return (call.transfer if call.transfer is not None else call.results[0].node).device
 
 
 def devices(calls: Sequence) -> list[str]:
-    """The devices of program steps in order of first appearance (partition 0 first)."""
+    """The devices of program steps in order of first appearance (partition 0 first); every
+    step of a partitioned program is placed."""
     return list(dict.fromkeys(call_device(c) for c in calls))
 
 
-def plan_device_arenas(buffers: Sequence[Buffer], device_of: Callable[[Hashable], str],
-                       order: Sequence[str]) -> tuple[dict[Hashable, int], int, list[Region]]:
-    """(offsets in the whole arena, arena bytes, one region per device of `order`, in that
-    order); see the module docstring."""
-    groups: dict[str, list[Buffer]] = {d: [] for d in order}
-    for buf in buffers:
-        groups.setdefault(device_of(buf.key), []).append(buf)
-    offsets: dict[Hashable, int] = {}
-    regions: list[Region] = []
-    base = 0
-    for device, group in groups.items():
-        local, nbytes = plan_arena(group)
-        offsets.update({key: base + off for key, off in local.items()})
-        regions.append(Region(device, base, nbytes))
-        base += align(nbytes)
-    return offsets, base, regions
+def device_regions(memory, calls: Sequence) -> list[Region]:
+    """Each device's arena region (from the memory plan, `memplan.MemoryPlan.devices`), in
+    partition order; a device with no temporaries gets an empty region."""
+    regions = []
+    for device in devices(calls):
+        arena = memory.devices.get(device)
+        regions.append(Region(device, arena.offset if arena else 0,
+                              arena.arena_bytes if arena else 0))
+    return regions
 
 
 def channels(calls: Sequence) -> dict[tuple[str, str, str], Channel]:
@@ -145,10 +133,11 @@ def channel_of(node: Node, table: dict[tuple[str, str, str], Channel]) -> Channe
 
 
 def partition_manifest(program) -> list[dict]:
-    """The manifest's `partitions`: per device, its arena region and the channels it sends
-    on (rendezvous key and bytes); empty for an unpartitioned program."""
+    """The manifest's `partitions`: per device in partition order, the channels it sends on
+    (rendezvous key and bytes); empty for an unpartitioned program. Each device's arena
+    region is in the manifest's `devices` (the memory plan's report)."""
     table = channels(program.calls)
-    return [{"device": r.device, "arena_offset": r.offset, "arena_bytes": r.nbytes,
+    return [{"device": r.device,
              "sends": [{"key": ch.key, "bytes": ch.nbytes} for ch in table.values()
                        if ch.key.startswith(r.device + ";")]}
             for r in program.regions]

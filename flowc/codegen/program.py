@@ -11,12 +11,13 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
   result is their operand's buffer;
 - each value lives in one place (`Storage`): a graph input, the weights blob, an output
   buffer (a kernel writes a graph output in place when it can) or the arena, planned by
-  `arena.plan_arena`; outputs that are inputs, weights, views or repeated are copied at the
+  `memplan.plan_memory` over the calls' order (`Program.memory`: offsets and report);
+  outputs that are inputs, weights, views or repeated are copied at the
   end (`Program.copies`).
 Stateful ops, variables and nested control flow are refused with a FlowcError naming the
 node: artifacts do not run them yet. A graph the `partition` pass split over devices keeps
-its send/recv nodes as transfer steps (`Call.transfer`) and gets one arena region per
-device (`Program.regions`); see `partitions.py`.
+its send/recv nodes as transfer steps (`Call.transfer`) and lists its devices' arena
+regions in `Program.regions`, partition 0 first; see `partitions.py`.
 """
 
 from __future__ import annotations
@@ -25,17 +26,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flowc.codegen.arena import Buffer, align, plan_arena
+from flowc.codegen.arena import align
 from flowc.codegen.kernels import kernel_operands, single_node_body
+from flowc.codegen.memplan import MemoryPlan, Step, in_place_inputs, plan_memory
 from flowc.codegen.partitions import (
     TRANSFER_OPS,
     Region,
+    call_device,
     check_devices,
     check_no_deadlock,
-    devices,
+    device_regions,
     is_partitioned,
-    node_device,
-    plan_device_arenas,
 )
 from flowc.ir.attrs import Tensor
 from flowc.ir.errors import FlowcError
@@ -43,8 +44,9 @@ from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import OPS, PURE
 from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
+from flowc.passes.schedule_model import VIEW_OPS
 
-ALIAS_OPS = frozenset({"identity", "reshape", "flatten", "squeeze", "unsqueeze"})
+ALIAS_OPS = VIEW_OPS  # one definition, shared with the scheduler's memory model
 FUSED_OP = "fused"
 
 
@@ -87,6 +89,7 @@ class Program:
     weights: list[tuple[int, Tensor]] = field(default_factory=list)  # (offset, data)
     weights_bytes: int = 0
     arena_bytes: int = 0
+    memory: MemoryPlan | None = None  # the arena plan and its report (memplan.py)
     regions: list[Region] = field(default_factory=list)  # per device, when partitioned
 
     def where(self, value: Value) -> Storage:
@@ -166,6 +169,8 @@ def build_program(graph: Graph, prefix: str) -> Program:
                                   node.outputs, names))
     check_no_deadlock(program.calls)
     _assign_storage(program, root)
+    if is_partitioned(graph):
+        program.regions = device_regions(program.memory, program.calls)
     return program
 
 
@@ -194,27 +199,17 @@ def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
         if base == value and base in written and base not in claimed:
             storage[base] = Storage("output", j)
             claimed.add(base)
-    last_use: dict[Value, int] = {}
-    for step, call in enumerate(program.calls):
+    for call in program.calls:
         for v in call.operands:
-            last_use[v] = step
             if v.node.op == "constant":
                 storage.setdefault(v, weight(v))
-    end = len(program.calls)
-    for _, value in graph.outputs:
-        base = root.get(value, value)
-        last_use[base] = end
+    kept = {root.get(value, value) for _, value in graph.outputs}  # read by output copies
+    for base in kept:
         if base.node.op == "constant":
             storage.setdefault(base, weight(base))
-    buffers = [Buffer(v, nbytes(v.type), step, last_use.get(v, step))
-               for step, call in enumerate(program.calls) for v in call.results
-               if v not in storage]
-    if is_partitioned(graph):
-        offsets, program.arena_bytes, program.regions = plan_device_arenas(
-            buffers, lambda v: node_device(v.node), devices(program.calls))
-    else:
-        offsets, program.arena_bytes = plan_arena(buffers)
-    for v, offset in offsets.items():
+    program.memory = plan_arena_storage(program, kept)
+    program.arena_bytes = program.memory.arena_bytes
+    for v, offset in program.memory.offsets.items():
         storage[v] = Storage("arena", offset)
     for view, base in root.items():
         if base in storage:
@@ -223,6 +218,16 @@ def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
         where = storage[root.get(value, value)]
         if where != Storage("output", j):
             program.copies.append((j, where, nbytes(value.type)))
+
+
+def plan_arena_storage(program: Program, kept: set[Value]) -> MemoryPlan:
+    """The memory plan of the results no other storage holds, over the calls' order;
+    those in `kept` (read by the output copies) live to the end."""
+    steps = [Step(call.operands, call.results,
+                  in_place_inputs(call.kernel.body) if call.kernel else {}, call_device(call))
+             for call in program.calls]
+    planned = {v for call in program.calls for v in call.results if v not in program.storage}
+    return plan_memory(steps, planned, kept)
 
 
 def weights_blob(program: Program) -> bytes:

@@ -1,7 +1,7 @@
 """Graph-to-graph passes, their registry, pipelines, and the pass manager.
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
-`fuse`, `partition`).
+`fuse`, `partition`, `schedule`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -10,6 +10,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     fuse,
     partition,
     prune,
+    schedule,
     simplify,
 )
 from flowc.passes.base import Pass

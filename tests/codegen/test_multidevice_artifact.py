@@ -85,9 +85,12 @@ def test_manifest_and_header_state_each_devices_arena(artifact):
     out, manifest, _ = artifact
     parts = manifest["partitions"]
     assert [p["device"] for p in parts] == ["cpu:0", "cpu:1", "cpu:2"]
-    assert sum(p["arena_bytes"] for p in parts) <= manifest["arena_bytes"]
-    for p, q in itertools.pairwise(parts):
-        assert q["arena_offset"] >= p["arena_offset"] + p["arena_bytes"]
+    regions = manifest["devices"]
+    assert set(regions) == {"cpu:0", "cpu:1", "cpu:2"}
+    spans = sorted((r["arena_offset"], r["arena_offset"] + r["arena_bytes"])
+                   for r in regions.values())
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))  # disjoint regions
+    assert spans[-1][1] <= manifest["arena_bytes"]
     sends = {s["key"]: s["bytes"] for p in parts for s in p["sends"]}
     assert sends["cpu:0;MatMul:0;cpu:1"] == 4 * 8 * 4
     assert sends["cpu:0;MatMul:0;cpu:2"] == 4 * 8 * 4
@@ -95,9 +98,9 @@ def test_manifest_and_header_state_each_devices_arena(artifact):
     assert json.loads((out / "manifest.json").read_text())["partitions"] == parts
     header = (out / "mdev.h").read_text()
     assert "partitioned over 3 devices" in header
-    for p in parts:
-        assert f" *   {p['device']}: {p['arena_bytes']} arena bytes at offset " \
-               f"{p['arena_offset']}" in header
+    for device, r in regions.items():
+        assert f" *   {device}: {r['arena_bytes']} arena bytes at offset " \
+               f"{r['arena_offset']}" in header
 
 
 def test_one_model_runs_from_several_threads(artifact):

@@ -1,0 +1,106 @@
+"""The memory model the `schedule` pass orders nodes by: which values own buffers, their
+bytes, who keeps them alive, and the peak an order reaches.
+
+Contract (it mirrors what codegen does with a graph, without importing codegen):
+- A value's *root* is the value whose buffer holds it: the result of a view op
+  (`VIEW_OPS`: identity, reshape, flatten, squeeze, unsqueeze) is its operand's buffer;
+  every other result is its own root.
+- `cost(root)`: the bytes the root takes from its device's arena: 0 for graph inputs,
+  constants (weights) and results that are graph outputs (the caller's buffer); otherwise
+  elements times element size, symbolic or unknown dims counted as 1 (so a graph with a
+  batch dim `N` is ordered as for a batch of one).
+- A root is live from the step of its producer until the last node that reads it or any
+  view of it; roots that are (or have a view that is) graph outputs stay live to the end; a
+  result nobody reads is live only at its own step.
+- Every device (`Node.device`, None being one more) has its own arena: `peak(order)` is
+  the sum over devices of the largest bytes live at once on each, where a node's operands
+  and results are live together during its step.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Sequence
+
+from flowc.ir.graph import INPUT_OP, Graph, Node, Value
+from flowc.ir.types import TensorType
+
+VIEW_OPS = frozenset({"identity", "reshape", "flatten", "squeeze", "unsqueeze"})
+FREE_OPS = frozenset({INPUT_OP, "constant"})  # their results take no arena bytes
+
+
+@functools.cache
+def value_bytes(t: object) -> int:
+    """Bytes of a tensor of type `t`; symbolic and unknown dims count as 1; non-tensors 0."""
+    if not isinstance(t, TensorType):
+        return 0
+    n = 1
+    for d in t.shape:
+        n *= d if isinstance(d, int) else 1
+    return n * t.dtype.itemsize
+
+
+class MemoryModel:
+    """Roots, costs and readers of the values of `graph` (see the module docstring).
+
+    Roots that can be freed (a cost, not kept) are numbered: `reads[node]` holds the
+    numbers of those `node` reads, `readers[i]` the nodes reading root `i`, `cost[i]` and
+    `device[i]` its bytes and device; `alloc[node]` is what `node` allocates and
+    `dead[node]` the part of it nobody reads (freed right after its step)."""
+
+    def __init__(self, graph: Graph):
+        self.root: dict[Value, Value] = {}  # view results only: others are their own root
+        for node in graph.nodes:
+            if node.op in VIEW_OPS and node.inputs and node.inputs[0] is not None:
+                self.root[Value(node)] = self.root.get(node.inputs[0], node.inputs[0])
+        outputs = {v for _, v in graph.outputs}
+        self.kept = {self.root.get(v, v) for v in outputs}
+        self.number: dict[Value, int] = {}
+        self.cost: list[int] = []
+        self.device: list[str | None] = []
+        self.alloc: dict[Node, int] = {}
+        owned: dict[Node, list[int]] = {}
+        for node in graph.nodes:
+            alloc, mine = 0, []
+            if node.op in FREE_OPS or node.op in VIEW_OPS:
+                self.alloc[node], owned[node] = alloc, mine
+                continue
+            for v in map(Value, (node,) * len(node.types), range(len(node.types))):
+                if v in outputs:
+                    continue
+                nbytes = value_bytes(v.type)
+                alloc += nbytes
+                if nbytes and v not in self.kept:
+                    self.number[v] = len(self.cost)
+                    mine.append(len(self.cost))
+                    self.cost.append(nbytes)
+                    self.device.append(node.device)
+            self.alloc[node], owned[node] = alloc, mine
+        self.readers: list[list[Node]] = [[] for _ in self.cost]
+        self.reads: dict[Node, tuple[int, ...]] = {}
+        for node in graph.nodes:
+            roots = dict.fromkeys(self.number.get(self.root.get(v, v), -1) for v in node.inputs
+                                  if v is not None)
+            roots.pop(-1, None)
+            self.reads[node] = tuple(roots)
+            for i in roots:
+                self.readers[i].append(node)
+        self.dead = {node: sum(self.cost[i] for i in mine if not self.readers[i])
+                     for node, mine in owned.items()}
+
+    def peak(self, order: Sequence[Node]) -> int:
+        """Sum over devices of the peak live bytes when running `order`."""
+        remaining = [len(users) for users in self.readers]
+        live: dict[str | None, int] = defaultdict(int)
+        peak: dict[str | None, int] = defaultdict(int)
+        for node in order:
+            dev = node.device
+            live[dev] += self.alloc[node]
+            peak[dev] = max(peak[dev], live[dev])
+            live[dev] -= self.dead[node]
+            for i in self.reads[node]:
+                remaining[i] -= 1
+                if remaining[i] == 0:
+                    live[self.device[i]] -= self.cost[i]
+        return sum(peak.values())
