@@ -129,8 +129,9 @@ FLOWC_HIDDEN int FLOWC_RT(rt_run)(flowc_ctx *ctx);
 FLOWC_HIDDEN const char *FLOWC_RT(rt_dtype_name)(int dtype);
 
 /* Partitions (partition.c): run every partition of ctx->model, partition 0 on the calling
- * thread (with the context's pool), each other one on a thread of its own; returns when all
- * are done. send/recv are what the generated partition functions call. */
+ * thread (with the context's pool), each other one on a worker thread the context keeps
+ * (started on the first run, joined by rendezvous_destroy); returns when all are done.
+ * send/recv are what the generated partition functions call. */
 FLOWC_HIDDEN int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx);
 FLOWC_HIDDEN void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv);
 FLOWC_HIDDEN void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data);

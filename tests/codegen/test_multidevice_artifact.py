@@ -65,8 +65,8 @@ def artifact(tmp_path_factory):
     return out, flowc.compile(graph, out), graph
 
 
-def check(model, graph, rtol=RTOL, atol=ATOL):
-    x = feeds()
+def check(model, graph, rtol=RTOL, atol=ATOL, x=None):
+    x = x if x is not None else feeds()
     got = model.run(**x)
     want = interpret(graph, x)
     assert set(got) == set(want)
@@ -274,3 +274,21 @@ def test_cli_compile_reports_a_gpu_placement(tmp_path):
     assert done.returncode == 1
     assert done.stderr.startswith("flowc: error: node 'n' (neg) is placed on gpu:0: flowc "
                                   "artifacts build code for cpu devices only")
+
+
+def test_a_graph_input_and_output_cross_devices(tmp_path):
+    """A placed input sent to cpu:1 (a send straight from the caller's buffer) and an output
+    computed on cpu:1 and also used on cpu:0."""
+    g = Graph("io")
+    g.add_input("x", TensorType("f32", (3, 5)))
+    g.inputs[0] = g.inputs[0].replace(device="cpu:0")
+    x = g.inputs[0].out()
+    a = g.append(make_node("tanh", [x], device="cpu:1", name="a"))
+    b = g.append(make_node("mul", [a.out(), x], device="cpu:0", name="b"))
+    g.add_output("a", a.out())
+    g.add_output("b", b.out())
+    g.add_output("a_again", a.out())
+    flowc.compile(g, tmp_path)
+    x = {"x": np.random.default_rng(3).standard_normal((3, 5)).astype(np.float32)}
+    with flowc.load(tmp_path) as model:
+        check(model, g, x=x)

@@ -137,3 +137,24 @@ def test_partial_device_is_an_error_naming_the_node():
 def test_bad_default_device_is_an_error():
     with pytest.raises(FlowcError, match="option default_device: device 'tpu:0'"):
         Partition(default_device="tpu:0").run(two_device_graph("cpu:1"))
+
+
+def test_partitioning_twice_changes_nothing_more():
+    once = Partition().run(placed_graph(5))
+    assert print_graph(Partition().run(once)) == print_graph(once)
+
+
+def test_a_placed_graph_input_is_sent_like_any_value():
+    g = Graph("placed_input")
+    x = g.add_input("x", TensorType("f32", (2,)))
+    g.inputs[0] = g.inputs[0].replace(device="cpu:0")
+    x = g.inputs[0].out()
+    a = g.append(make_node("neg", [x], device="cpu:1", name="a"))
+    b = g.append(make_node("exp", [x], device="cpu:1", name="b"))
+    g.add_output("y", g.append(make_node("add", [a.out(), b.out()], device="cpu:0")).out())
+    out = Partition().run(g)
+    sends = [n for n in out.nodes if n.op == "send"]
+    assert [(n.attrs["tensor_name"], n.attrs["recv_device"]) for n in sends] == [
+        ("x:0", "cpu:1"), ("a:0", "cpu:0"), ("b:0", "cpu:0")]
+    feeds_x = {"x": np.array([0.5, -1.0], np.float32)}
+    np.testing.assert_array_equal(interpret(out, feeds_x)["y"], interpret(g, feeds_x)["y"])
