@@ -32,8 +32,10 @@ def model_info(program: Program, weights_file: str | None) -> ModelInfo:
         return tuple(TensorInfo(name, c, t.dtype.name, tuple(int(d) for d in t.shape))
                      for (name, t), c in zip(items, c_names, strict=True))
 
+    regions = tuple((d, r["arena_offset"], r["arena_bytes"])
+                    for d, r in program.memory.device_report().items())
     return ModelInfo(program.name, tensors(program.inputs), tensors(program.outputs),
-                     program.arena_bytes, weights_file)
+                     program.arena_bytes, weights_file, regions)
 
 
 def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,

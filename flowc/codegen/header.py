@@ -44,6 +44,7 @@ class ModelInfo:
     outputs: tuple[TensorInfo, ...]
     arena_bytes: int
     weights_file: str | None
+    arena_devices: tuple[tuple[str, int, int], ...] = ()  # (device, offset, bytes) regions
 
 
 def c_identifier(text: str) -> str:
@@ -91,6 +92,8 @@ def render_header(info: ModelInfo) -> str:
     weights = (f"Its weights are in '{info.weights_file}', mapped read-only from the library's "
                f"directory\n * (or from the path given to {n}_create_with_weights)."
                if info.weights_file else "Its weights are embedded in the library.")
+    regions = "".join(f"\n *   device {d}: {size} bytes at arena offset {offset}"
+                      for d, offset, size in info.arena_devices)
     return f"""/* {n}.h: a model compiled by flowc (artifact ABI {ABI_VERSION}).
  *
  * Use: {n}_create, fill the inputs (typed accessors, or {n}_set_input), {n}_run, read the
@@ -99,7 +102,7 @@ def render_header(info: ModelInfo) -> str:
  * {weights}
  * Tensors are dense row-major; shapes are fixed at compile time:
 {tables}
- * Temporaries live in one arena of {info.arena_bytes} bytes per context.
+ * Temporaries live in one arena of {info.arena_bytes} bytes per context.{regions}
  */
 #ifndef {guard}
 #define {guard}

@@ -99,6 +99,9 @@ def test_placed_nodes_get_an_arena_region_per_device(tmp_path, capsys):
     assert (f"  device cpu:1: arena {cpu1['arena_bytes']} bytes at offset "
             f"{cpu1['arena_offset']}, lower bound {cpu1['lower_bound_bytes']}\n"
             in capsys.readouterr().out)
+    header = (tmp_path / "placed" / "placed.h").read_text()
+    assert (f" *   device cpu:1: {cpu1['arena_bytes']} bytes at arena offset "
+            f"{cpu1['arena_offset']}\n") in header
     x = np.random.default_rng(3).standard_normal((4, 40)).astype(np.float32)
     got = flowc.load(tmp_path / "placed").run(x=x)["y"]
     np.testing.assert_allclose(got, interpret(graph, {"x": x})["y"], rtol=RTOL, atol=ATOL)
