@@ -50,6 +50,7 @@ def test_bench_writes_its_report(tmp_path, capsys):
     text = out.read_text()
     assert text == capsys.readouterr().out
     assert "| mlp50 | 32 | default | 50 |" in text
+    assert "| `schedule` |" in text
 
 
 @pytest.mark.parametrize("name", ["cnn", "transformer_encoder"])
@@ -105,3 +106,9 @@ def test_placed_nodes_get_an_arena_region_per_device(tmp_path, capsys):
     x = np.random.default_rng(3).standard_normal((4, 40)).astype(np.float32)
     got = flowc.load(tmp_path / "placed").run(x=x)["y"]
     np.testing.assert_allclose(got, interpret(graph, {"x": x})["y"], rtol=RTOL, atol=ATOL)
+
+
+def test_schedule_is_close_to_the_optimal_order_on_random_dags():
+    q = bench.schedule_quality(graphs=40, seed=1)
+    assert q["max"] <= q["input_max"] and q["mean"] <= q["input_mean"]
+    assert q["mean"] < 1.1 and q["optimal"] > 0.5, q
