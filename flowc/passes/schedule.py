@@ -3,8 +3,10 @@
 Requires: a well-formed graph (normally after `fuse`, so nodes are kernels). Guarantees: the
 same nodes (the same objects), inputs and outputs, in a topological order of the data and
 control edges plus two kinds of implied edges: effectful nodes (not `rewrite.is_pure`,
-send/recv aside) keep their relative order, and a `recv` comes after the `send` of its
-channel (tensor_name, send_device, recv_device). Codegen runs nodes in graph order, so this
+send/recv aside) keep their relative order on each device, and a `recv` comes after the
+`send` of its channel (tensor_name, send_device, recv_device). When send/recv pairs make
+nodes wait on each other in a cycle (a program that would deadlock), a FlowcError names
+some of them. Nested bodies keep their order. Codegen runs nodes in graph order, so this
 order is the program's, and per device (`Node.device`) the order of that device's nodes.
 
 How: a greedy list scheduler over the memory model of `schedule_model.py`. Among the ready
@@ -29,6 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import ClassVar
 
+from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node
 from flowc.ir.ops.core import channel_key
 from flowc.passes.registry import register
@@ -45,16 +48,16 @@ def dependencies(graph: Graph) -> dict[Node, list[Node]]:
     inside = set(graph.nodes)
     preds: dict[Node, list[Node]] = {}
     sends = {channel_key(n.attrs): n for n in graph.nodes if n.op == "send"}
-    previous_effect: Node | None = None
+    previous_effect: dict[str | None, Node] = {}  # per device
     for node in graph.nodes:
         deps = [v.node for v in node.inputs if v is not None] + list(node.ctrl)
         if node.op == "recv" and channel_key(node.attrs) in sends:
             deps.append(sends[channel_key(node.attrs)])
         if node.op not in ("send", "recv", "fused") and not is_pure(node):  # a fused body
             # holds only pure ops (its type rule checks that)
-            if previous_effect is not None:
-                deps.append(previous_effect)
-            previous_effect = node
+            if node.device in previous_effect:
+                deps.append(previous_effect[node.device])
+            previous_effect[node.device] = node
         preds[node] = [d for d in dict.fromkeys(deps) if d in inside]
     return preds
 
@@ -64,7 +67,7 @@ class _ListScheduler:
 
     def __init__(self, graph: Graph, model: MemoryModel, preds: dict[Node, list[Node]],
                  by_memory: bool):
-        self.nodes = graph.nodes
+        self.nodes, self.name = graph.nodes, graph.name
         self.index = {n: i for i, n in enumerate(graph.nodes)}
         self.model, self.preds, self.by_memory = model, preds, by_memory
         self.succs: dict[Node, list[Node]] = defaultdict(list)
@@ -89,8 +92,14 @@ class _ListScheduler:
             if version == self.version[node] and node not in self.emitted:
                 self._emit(node)
         for node in self.nodes:  # receives nothing reads (graph outputs)
-            if node not in self.emitted:
+            if node in self.available and node not in self.emitted:
                 self._emit(node)
+        stuck = [n for n in self.nodes if n not in self.emitted]
+        if stuck:
+            raise FlowcError(
+                f"cannot schedule graph @{self.name}: {len(stuck)} nodes wait on each other "
+                "through send/recv pairs (a cycle across devices, which would deadlock), "
+                "among them " + ", ".join(n.label() for n in stuck[:4]))
         return list(self.emitted)
 
     def _score(self, node: Node) -> tuple:
