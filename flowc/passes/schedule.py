@@ -78,7 +78,7 @@ class _ListScheduler:
         self.receives = {n: [p for p in ps if p.op in DEFERRED_OPS] for n, ps in preds.items()}
         self.remaining = [len(users) for users in model.readers]
         self.emitted: dict[Node, None] = {}
-        self.available: set[Node] = set()  # emitted nodes, receives whose preds are
+        self.available: set[Node] = set()  # emitted, or a receive whose preds are
         self.heap: list[tuple[tuple, int, int]] = []
         self.version: dict[Node, int] = defaultdict(int)
 
@@ -146,8 +146,9 @@ class _ListScheduler:
         self.pending[node] -= 1
         if self.pending[node] == 0:
             self._available(node)
-        elif self.pending[node] == 1 and self.by_memory:  # the look-ahead of its last
-            last = next(p for p in self.preds[node] if p not in self.available)  # pred
+        elif self.pending[node] == 1 and self.by_memory:
+            # the one pred left now sees `node` in its look-ahead: score it anew
+            last = next(p for p in self.preds[node] if p not in self.available)
             if self._ready(last):
                 self._push(last)
 
