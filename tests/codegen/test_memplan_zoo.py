@@ -112,3 +112,15 @@ def test_schedule_is_close_to_the_optimal_order_on_random_dags():
     q = bench.schedule_quality(graphs=40, seed=1)
     assert q["max"] <= q["input_max"] and q["mean"] <= q["input_mean"]
     assert q["mean"] < 1.1 and q["optimal"] > 0.5, q
+
+
+def test_deep_mlp_artifact_matches_the_interpreter(tmp_path):
+    """The 50-layer MLP: 50 kernels in one arena of two buffers; same results."""
+    model = bench.deep_mlp(50)
+    manifest = flowc.compile(model, tmp_path / "mlp50", batch=4, name="mlp50")
+    plan = manifest["memory_plan"]
+    assert plan["arena_bytes"] == plan["lower_bound_bytes"] == 2 * 4 * 256 * 4
+    x = np.random.default_rng(9).standard_normal((4, 64)).astype(np.float32)
+    (got,) = flowc.load(tmp_path / "mlp50").run(x=x).values()
+    (want,) = interpret(import_onnx(model), {"x": x}).values()
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
