@@ -123,7 +123,7 @@ def optimal_peak(graph: Graph) -> int:
     preds = [[index[v.node] for v in n.inputs if v is not None and v.node in index]
              for n in graph.nodes]
     producer = {r: index[n] for (n, _), r in model.number.items()}
-    readers = {r: [index[u] for u in model.readers[r]] for r in producer}
+    readers = model.readers
 
     def live(done: int) -> int:
         return sum(model.cost[r] for r, p in producer.items() if done >> p & 1
@@ -134,9 +134,9 @@ def optimal_peak(graph: Graph) -> int:
         if done not in best:
             continue
         base = live(done)
-        for i, node in enumerate(graph.nodes):
+        for i in range(len(graph.nodes)):
             if not done >> i & 1 and all(done >> p & 1 for p in preds[i]):
-                peak = max(best[done], base + model.alloc[node])
+                peak = max(best[done], base + model.alloc[i])
                 nxt = done | 1 << i
                 best[nxt] = min(best.get(nxt, peak), peak)
     return best[(1 << len(graph.nodes)) - 1]
