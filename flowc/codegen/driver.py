@@ -36,6 +36,7 @@ from typing import Any
 from flowc.codegen.artifact import write_artifact
 from flowc.codegen.bind import bind_dims, format_sizes, require_static
 from flowc.codegen.cache import resolve as resolve_cache
+from flowc.codegen.dump_index import write_index
 from flowc.codegen.header import c_identifier
 from flowc.codegen.program import build_program
 from flowc.ir.errors import FlowcError
@@ -144,7 +145,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     graph = load_model(model)
     graph, sizes = bind_dims(graph, batch, dims, strict=False)
     passes = parse_pipeline(pipeline) if pipeline else []
-    graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None).run(graph)
+    dump = Path(dump_dir) if dump_dir is not None else None
+    graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
+                        dump_dir=dump).run(graph)
     graph = require_static(graph, format_sizes(sizes))
     prefix = c_identifier(name or graph.name)
     program = build_program(graph, prefix)
@@ -157,13 +160,15 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     target_info = describe_target(resolved)
     kernels = [(k.symbol, k.body) for k in program.kernels]
     check_all(backend, graph, kernels, resolved)
-    dump = Path(dump_dir) if dump_dir is not None else None
     write_dump = dump_writer(dump)
     if write_dump:
         write_dump(f"{prefix}.flowc", print_graph(graph))
     cache = resolve_cache(cache)
     obj = compile_kernels(backend, kernels, resolved, write_dump, cache)
-    return write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
-                          sizes=sizes, graph_hash=graph_hash(graph, target_info),
-                          flowc_version=flowc_version(), weights=weights, dump_dir=dump,
-                          cache=cache)
+    manifest = write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
+                              sizes=sizes, graph_hash=graph_hash(graph, target_info),
+                              flowc_version=flowc_version(), weights=weights, dump_dir=dump,
+                              cache=cache)
+    if dump is not None:
+        write_index(dump, manifest)
+    return manifest
