@@ -292,3 +292,15 @@ def test_a_graph_input_and_output_cross_devices(tmp_path):
     x = {"x": np.random.default_rng(3).standard_normal((3, 5)).astype(np.float32)}
     with flowc.load(tmp_path) as model:
         check(model, g, x=x)
+
+
+def test_inspect_lists_partitions_and_their_channels(artifact, capsys):
+    from flowc.cli import main
+
+    out, _, _ = artifact
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "partition 0 cpu:0: sends cpu:0;MatMul:0;cpu:1 (128 bytes), " in text
+    assert "cpu:0;^Exp;cpu:1 (0 bytes)" in text
+    assert "partition 1 cpu:1: sends cpu:1;Mul:0;cpu:0 (128 bytes)" in text
+    assert "partition 2 cpu:2: sends none" in text
