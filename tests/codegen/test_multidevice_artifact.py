@@ -2,7 +2,9 @@
 with the API's `device(...)` compiles to ONE artifact whose partitions run on their own
 threads and exchange tensors through the runtime's send/recv rendezvous; results match the
 interpreter (loader, and a C program linking libNAME.a, one context per thread); the
-manifest and header state each device's arena; lossy_bf16 transfers; clear errors.
+manifest and header state each device's arena; lossy_bf16 transfers; clear errors. The
+model's cpu:0 waits for a value cpu:1 computes from one cpu:0 sent, so running the
+partitions one after the other would hang: the runs show they run concurrently.
 Tolerances: exact float32 kernels vs numpy differ by libm/FMA rounding only (rtol 1e-5)."""
 
 from __future__ import annotations
