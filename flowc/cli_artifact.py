@@ -116,6 +116,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for device, d in m.get("devices", {}).items():
         print(f"  device {device}: arena {d['arena_bytes']} bytes at offset "
               f"{d['arena_offset']}, lower bound {d['lower_bound_bytes']}")
+    for k, part in enumerate(m.get("partitions", [])):
+        sends = ", ".join(f"{s['key']} ({s['bytes']} bytes)" for s in part["sends"]) or "none"
+        print(f"partition {k} {part['device']}: sends {sends}")
     for name in m["files"]:
         file = path / name
         size = file.stat().st_size if file.exists() else "missing"
