@@ -108,6 +108,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     where = f"in {weights['file']}" if weights.get("file") else "embedded"
     print(f"bound dims: {dims}; arena: {m.get('arena_bytes')} bytes; weights: "
           f"{weights['bytes']} bytes {where}")
+    plan = m.get("memory_plan")
+    if plan:
+        print(f"memory plan: arena {plan['arena_bytes']} bytes, lower bound "
+              f"{plan['lower_bound_bytes']}, intermediates {plan['intermediate_bytes']}, "
+              f"{plan['in_place']} written in place")
+    for device, d in m.get("devices", {}).items():
+        print(f"  device {device}: arena {d['arena_bytes']} bytes at offset "
+              f"{d['arena_offset']}, lower bound {d['lower_bound_bytes']}")
     for name in m["files"]:
         file = path / name
         size = file.stat().st_size if file.exists() else "missing"

@@ -34,7 +34,7 @@ def model_info(program: Program, weights_file: str | None) -> ModelInfo:
                      for (name, t), c in zip(items, c_names, strict=True))
 
     return ModelInfo(program.name, tensors(program.inputs), tensors(program.outputs),
-                     program.arena_bytes, weights_file)
+                     program.arena_bytes, weights_file, tuple(program.regions))
 
 
 def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,

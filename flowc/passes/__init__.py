@@ -1,10 +1,18 @@
 """Graph-to-graph passes, their registry, pipelines, and the pass manager.
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
-`fuse`).
+`fuse`, `partition`, `schedule`).
 """
 
-from flowc.passes import constant_fold, cse, fuse, prune, simplify  # noqa: F401  (register passes)
+from flowc.passes import (  # noqa: F401  (register passes)
+    constant_fold,
+    cse,
+    fuse,
+    partition,
+    prune,
+    schedule,
+    simplify,
+)
 from flowc.passes.base import Pass
 from flowc.passes.manager import PassManager
 from flowc.passes.pipeline import PIPELINES, Pipeline, parse_pipeline, print_pipeline

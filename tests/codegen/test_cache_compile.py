@@ -14,8 +14,10 @@ import numpy as np
 import flowc
 from flowc.cli import main
 from flowc.codegen.cache import LAYOUT, CompileCache
+from flowc.codegen.link import RUNTIME_SOURCES
 from flowc.ir.parser import parse
 
+RUNTIME = len(RUNTIME_SOURCES)  # one cached object per runtime source
 MLP = Path(__file__).resolve().parents[2] / "flowc" / "examples" / "mlp.flowc"
 
 
@@ -34,10 +36,10 @@ def test_warm_compile_hits_and_writes_the_same_bytes(tmp_path):
     c = CompileCache(tmp_path / "cache")
     first = _compile(tmp_path / "a", c)
     assert (c.stats["object.misses"], c.stats["kernel.misses"], c.stats["runtime.misses"]) \
-        == (1, 2, 2)
+        == (1, 2, RUNTIME)
     warm = CompileCache(tmp_path / "cache")
     second = _compile(tmp_path / "b", warm)
-    assert warm.stats["object.hits"] == 1 and warm.stats["runtime.hits"] == 2
+    assert warm.stats["object.hits"] == 1 and warm.stats["runtime.hits"] == RUNTIME
     assert warm.stats["misses"] == 0 and warm.stats["writes"] == 0
     assert first == second == cold  # libmlp.so, libmlp.a, mlp.h, manifest.json
 
@@ -57,13 +59,13 @@ def test_corrupted_entries_are_rebuilt(tmp_path):
     c = CompileCache(tmp_path / "cache")
     good = _compile(tmp_path / "a", c)
     entries = [p for p in (tmp_path / "cache" / LAYOUT).rglob("*") if p.is_file()]
-    assert len(entries) == 5  # 2 kernels, 1 object, 2 runtime objects
+    assert len(entries) == 3 + RUNTIME  # 2 kernels, 1 object, the runtime's objects
     for p in entries:
         data = p.read_bytes()
         p.write_bytes(data[: len(data) // 2])
     c2 = CompileCache(tmp_path / "cache")
     assert _compile(tmp_path / "b", c2) == good
-    assert c2.stats["corrupt"] == 5 and c2.stats["hits"] == 0
+    assert c2.stats["corrupt"] == 3 + RUNTIME and c2.stats["hits"] == 0
     c3 = CompileCache(tmp_path / "cache")  # and what was rebuilt is whole again
     assert _compile(tmp_path / "c", c3) == good and c3.stats["corrupt"] == 0
 
@@ -99,15 +101,17 @@ def test_cli_cache_switches(tmp_path, monkeypatch, capsys):
     assert (f"compile cache {tmp_path / 'c'}: kernel 0 hit(s), 2 miss(es); object 0 hit(s), "
             "1 miss(es)") in out
     assert main([*argv, str(tmp_path / "b")]) == 0
-    assert "object 1 hit(s), 0 miss(es); runtime 2 hit(s), 0 miss(es)" in capsys.readouterr().out
+    assert (f"object 1 hit(s), 0 miss(es); runtime {RUNTIME} hit(s), 0 miss(es)"
+            in capsys.readouterr().out)
     assert main([*argv, str(tmp_path / "n"), "--no-cache"]) == 0
     assert capsys.readouterr().out.endswith("compile cache: disabled\n")
     assert main(["cache", "info"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"compile cache {tmp_path / 'c'}: 5 entries, ")
-    assert "  kernel: 2 entries, " in out and "  runtime: 2 entries, " in out
+    assert out.startswith(f"compile cache {tmp_path / 'c'}: {3 + RUNTIME} entries, ")
+    assert "  kernel: 2 entries, " in out and f"  runtime: {RUNTIME} entries, " in out
     assert main(["cache", "clear"]) == 0
-    assert capsys.readouterr().out == f"compile cache {tmp_path / 'c'}: removed 5 entries\n"
+    removed = f"compile cache {tmp_path / 'c'}: removed {3 + RUNTIME} entries\n"
+    assert capsys.readouterr().out == removed
     monkeypatch.setenv("FLOWC_CACHE_DIR", "")
     assert main([*argv, str(tmp_path / "d")]) == 0
     assert capsys.readouterr().out.endswith("compile cache: disabled\n")

@@ -64,7 +64,9 @@ def test_random_ops_never_fold_merge_or_vanish(random_op):
     g.append(make_node(random_op, [], name="unused"))
     g.add_output("y", g.append(make_node("add", [r1.out(), r2.out()], name="y")).out())
     out = PassManager(parse_pipeline("default")).run(g)
-    assert [n.name for n in out.nodes] == ["r1", "r2", "unused", "y"]
+    names = [n.name for n in out.nodes]  # `schedule` may run y before the unused one
+    assert sorted(names) == ["r1", "r2", "unused", "y"]
+    assert [n for n in names if n != "y"] == ["r1", "r2", "unused"]  # effects keep their order
 
 
 def test_stateful_reads_never_fold():

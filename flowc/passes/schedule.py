@@ -1,0 +1,215 @@
+"""`schedule`: a memory-aware topological order of the graph's nodes.
+
+Requires: a well-formed graph (normally after `fuse`, so nodes are kernels). Guarantees: the
+same nodes (the same objects), inputs and outputs, in a topological order of the data and
+control edges plus two kinds of implied edges: effectful nodes (not `rewrite.is_pure`,
+send/recv aside) keep their relative order on each device, and a `recv` comes after the
+`send` of its channel (tensor_name, send_device, recv_device). When send/recv pairs make
+nodes wait on each other in a cycle (a program that would deadlock), a FlowcError names
+some of them. Nested bodies keep their order. Codegen runs nodes in graph order, so this
+order is the program's, and per device (`Node.device`) the order of that device's nodes.
+
+How: a greedy list scheduler over the memory model of `schedule_model.py`. Among the ready
+nodes it runs first constants and sends (a send lets the other device go on and frees its
+operand sooner), then the node that adds the fewest bytes to its device's live set
+(allocated results minus operands it is the last reader of), counting one step of
+look-ahead (a node that allocates but lets a successor free more counts as that pair), then
+the one allocating least, then the earliest in the input order. Each `recv` is emitted
+right before the first node that reads it (as late as it can go without delaying a
+consumer, paper §5.2), never on its own. The order kept is the one with the smaller peak
+(summed over devices) of two: that greedy order, and the input order with only the
+receives moved and the sends run when ready; a tie keeps the latter, so a graph already
+in a good order comes back unchanged (the same object when nothing moved).
+Deterministic: every choice ends on the input index.
+Statistics: nodes-moved, peak-bytes-saved (by the memory model's count).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import ClassVar
+
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph, Node
+from flowc.ir.ops.core import channel_key
+from flowc.passes.registry import register
+from flowc.passes.rewrite import is_pure
+from flowc.passes.schedule_model import MemoryModel
+from flowc.passes.stats import count
+
+DEFERRED_OPS = frozenset({"recv"})  # emitted right before their first reader
+EAGER_OPS = frozenset({"constant", "send"})  # run as soon as they are ready
+
+
+def dependencies(graph: Graph) -> dict[Node, list[Node]]:
+    """For each node, the nodes of `graph.nodes` it must follow (see the module docstring)."""
+    inside = set(graph.nodes)
+    preds: dict[Node, list[Node]] = {}
+    sends = {channel_key(n.attrs): n for n in graph.nodes if n.op == "send"}
+    previous_effect: dict[str | None, Node] = {}  # per device
+    for node in graph.nodes:
+        deps = [v.node for v in node.inputs if v is not None] + list(node.ctrl)
+        if node.op == "recv" and channel_key(node.attrs) in sends:
+            deps.append(sends[channel_key(node.attrs)])
+        if node.op not in ("send", "recv", "fused") and not is_pure(node):  # a fused body
+            # holds only pure ops (its type rule checks that)
+            if node.device in previous_effect:
+                deps.append(previous_effect[node.device])
+            previous_effect[node.device] = node
+        preds[node] = [d for d in dict.fromkeys(deps) if d in inside]
+    return preds
+
+
+class _ListScheduler:
+    """One run of the list scheduler over node positions; `by_memory=False` keeps the
+    input order (receives moved, sends when ready)."""
+
+    def __init__(self, graph: Graph, model: MemoryModel, preds: dict[Node, list[Node]],
+                 by_memory: bool):
+        self.nodes, self.name, self.model, self.by_memory = (graph.nodes, graph.name, model,
+                                                             by_memory)
+        index = model.index
+        self.preds = [[index[p] for p in preds[n]] for n in graph.nodes]
+        self.succs: list[list[int]] = [[] for _ in graph.nodes]
+        for i, ps in enumerate(self.preds):
+            for p in ps:
+                self.succs[p].append(i)
+        self.deferred = [n.op in DEFERRED_OPS for n in graph.nodes]
+        self.rank = [(n.op != "send") if not by_memory else (n.op not in EAGER_OPS)
+                     for n in graph.nodes]
+        self.receives = [[p for p in ps if self.deferred[p]] for ps in self.preds]
+        self.pending = [len(ps) for ps in self.preds]
+        self.remaining = [len(users) for users in model.readers]
+        self.emitted = [False] * len(graph.nodes)
+        self.available = [False] * len(graph.nodes)  # emitted, or a receive whose preds are
+        self.order: list[int] = []
+        self.heap: list[tuple[tuple, int, int]] = []
+        self.version = [0] * len(graph.nodes)
+
+    def run(self) -> list[Node]:
+        for i, waiting in enumerate(self.pending):
+            if waiting == 0:
+                self._available(i)
+        heap, version, emitted = self.heap, self.version, self.emitted
+        while heap:
+            _, i, v = heapq.heappop(heap)
+            if v == version[i] and not emitted[i]:
+                self._emit(i)
+        for i in range(len(self.nodes)):  # receives nothing reads (graph outputs)
+            if self.available[i] and not emitted[i]:
+                self._emit(i)
+        stuck = [n for i, n in enumerate(self.nodes) if not emitted[i]]
+        if stuck:
+            raise FlowcError(
+                f"cannot schedule graph @{self.name}: {len(stuck)} nodes wait on each other "
+                "through send/recv pairs (a cycle across devices, which would deadlock), "
+                "among them " + ", ".join(n.label() for n in stuck[:4]))
+        return [self.nodes[i] for i in self.order]
+
+    def _score(self, i: int) -> tuple:
+        if not self.by_memory:
+            return (self.rank[i], i)
+        net, alloc = self._net(i, ())
+        reads, pending, deferred = self.model.reads[i], self.pending, self.deferred
+        best = 0  # one step of look-ahead: what node i makes possible
+        for s in self.succs[i]:
+            if pending[s] == 1 and not deferred[s]:
+                best = min(best, self._net(s, reads)[0])
+        return (self.rank[i], net + best, net, alloc, i)
+
+    def _net(self, i: int, also_read: tuple[int, ...]) -> tuple[int, int]:
+        """(bytes node i adds to the live set, bytes it allocates) if the nodes before it
+        also read the roots `also_read`."""
+        model, remaining, cost = self.model, self.remaining, self.model.cost
+        alloc = model.alloc[i]
+        for p in self.receives[i]:
+            if not self.emitted[p]:
+                alloc += model.alloc[p]
+        freed = 0
+        for r in model.reads[i]:
+            if remaining[r] - (r in also_read) == 1:
+                freed += cost[r]
+        return alloc - model.dead[i] - freed, alloc
+
+    def _push(self, i: int) -> None:
+        self.version[i] += 1
+        heapq.heappush(self.heap, (self._score(i), i, self.version[i]))
+
+    def _ready(self, i: int) -> bool:
+        return self.pending[i] == 0 and not self.emitted[i] and not self.deferred[i]
+
+    def _available(self, i: int) -> None:
+        """All of node i's predecessors are emitted or available receives."""
+        if self.deferred[i]:
+            self.available[i] = True
+            for s in self.succs[i]:
+                self._release(s)
+        else:
+            self._push(i)
+
+    def _release(self, i: int) -> None:
+        self.pending[i] -= 1
+        if self.pending[i] == 0:
+            self._available(i)
+        elif self.pending[i] == 1 and self.by_memory:
+            # the one pred left now sees node i in its look-ahead: score it anew
+            last = next(p for p in self.preds[i] if not self.available[p])
+            if self._ready(last):
+                self._push(last)
+
+    def _emit(self, i: int) -> None:
+        for p in self.preds[i]:
+            if not self.emitted[p]:  # only an available receive can be left
+                self._emit(p)
+        self.emitted[i] = self.available[i] = True
+        self.order.append(i)
+        if not self.deferred[i]:
+            for s in self.succs[i]:
+                self._release(s)
+        if not self.by_memory:
+            return
+        for r in self.model.reads[i]:
+            self.remaining[r] -= 1
+            if self.remaining[r] == 1:  # its last reader may now free it: score it anew
+                last = next(u for u in self.model.readers[r] if not self.emitted[u])
+                if self._ready(last):
+                    self._push(last)
+        if self.deferred[i]:
+            for s in self.succs[i]:
+                if self._ready(s):
+                    self._push(s)
+
+
+def schedule_order(graph: Graph) -> tuple[list[Node], int, int]:
+    """(the chosen order, the input order's peak, the chosen order's peak)."""
+    model = MemoryModel(graph)
+    preds = dependencies(graph)
+    moves = any(n.op in ("send", "recv") for n in graph.nodes)
+    kept = _ListScheduler(graph, model, preds, by_memory=False).run() if moves else graph.nodes
+    greedy = _ListScheduler(graph, model, preds, by_memory=True).run()
+    before = model.peak(graph.nodes)
+    if greedy == graph.nodes:
+        return greedy, before, before
+    greedy_peak = model.peak(greedy)
+    kept_peak = model.peak(kept) if moves else before
+    if greedy_peak < kept_peak:
+        return greedy, before, greedy_peak
+    return kept, before, kept_peak
+
+
+@register
+@dataclass(frozen=True)
+class Schedule:
+    """Reorder nodes to keep peak memory low; receives as late as possible."""
+
+    name: ClassVar[str] = "schedule"
+
+    def run(self, graph: Graph) -> Graph:
+        order, before, after = schedule_order(graph)
+        moved = sum(a is not b for a, b in zip(order, graph.nodes, strict=True))
+        if not moved:
+            return graph
+        count("nodes-moved", moved)
+        count("peak-bytes-saved", max(0, before - after))
+        return Graph(graph.name, graph.inputs, order, graph.outputs)
