@@ -2,11 +2,7 @@
 
 Contract: `compile(model, output_dir, target=None, pipeline="default", batch=1, dims=None,
 name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None,
-<<<<<<< HEAD
-devices=None, place=(), device_profiles=None, explain_placement=None)`
-=======
-cache=None)`
->>>>>>> main
+cache=None, devices=None, place=(), device_profiles=None, explain_placement=None)`
 1. imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a path to `.onnx` / `.flowc`);
 2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name);
 3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass (with
@@ -169,13 +165,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
             dims: Mapping[str, int] | None = None, name: str | None = None,
             weights: str = "auto", dump_dir: str | os.PathLike | None = None,
             print_ir_after_all: bool = False, backend: ModuleType | None = None,
-<<<<<<< HEAD
-            devices: str | None = None, place: Sequence[str] = (),
+            cache: Any = None, devices: str | None = None, place: Sequence[str] = (),
             device_profiles: str | None = None,
             explain_placement: Callable[[str], Any] | None = None) -> dict[str, Any]:
-=======
-            cache: Any = None) -> dict[str, Any]:
->>>>>>> main
     """Compile `model` into the artifact directory `output_dir`; returns its manifest."""
     from flowc.passes import PassManager, parse_pipeline
 
