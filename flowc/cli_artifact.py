@@ -57,7 +57,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
     manifest = compile_model(args.model, out, target=args.target, pipeline=args.pipeline,
                              batch=args.batch, dims=_bindings(args.dim, "--dim"), name=args.name,
                              weights=args.weights, dump_dir=args.dump_dir,
-                             print_ir_after_all=args.print_ir_after_all, cache=cache)
+                             print_ir_after_all=args.print_ir_after_all, cache=cache,
+                             devices=args.devices, place=args.place,
+                             device_profiles=args.device_profiles,
+                             explain_placement=(lambda text: print(text, end=""))
+                             if args.explain_placement else None)
     print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
           f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
           f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
@@ -257,6 +261,18 @@ def add_commands(sub: Any) -> None:
                       help="write the optimized graph, the generated C and kernel IR here")
     comp.add_argument("--print-ir-after-all", action="store_true",
                       help="print the graph to stderr after each pass")
+    comp.add_argument("--devices", metavar="DEV,DEV",
+                      help="place the graph on these devices (e.g. cpu:0,gpu:0): the place "
+                           "pass runs before partitioning")
+    comp.add_argument("--place", metavar="NODE=DEVICE", action="append", default=[],
+                      help="with --devices: run NODE (a node name or the source ONNX node's "
+                           "name) on DEVICE (gpu:0, or partial: gpu); repeatable")
+    comp.add_argument("--device-profiles", metavar="FILE",
+                      help="with --devices: a JSON file of device and link figures "
+                           "overriding the built-in ones (see flowc/passes/place_devices.py)")
+    comp.add_argument("--explain-placement", action="store_true",
+                      help="with --devices: print the device chosen per node, each "
+                           "candidate's estimated time and why")
     comp.add_argument("--no-cache", action="store_true",
                       help="neither read nor write the compile cache")
     comp.set_defaults(func=cmd_compile)

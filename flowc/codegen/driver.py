@@ -2,10 +2,13 @@
 
 Contract: `compile(model, output_dir, target=None, pipeline="default", batch=1, dims=None,
 name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None,
-cache=None)`
+cache=None, devices=None, place=(), device_profiles=None, explain_placement=None)`
 1. imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a path to `.onnx` / `.flowc`);
 2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name);
-3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass, then
+3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass (with
+   `devices` (`cpu:0,gpu:0`), the `place` pass joins it before partition/fuse, with the
+   `place` NODE=DEV constraints, `device_profiles` and `device_supports`; its report goes
+   to `explain_placement(text)` and DUMP_DIR/placement.txt), then
    re-infers every type and requires it static (`bind.require_static`: folding may have
    turned computed shapes into constants), so every kernel has static shapes;
 4. builds the program (`program.build_program`: kernels, weights, arena plan);
@@ -28,7 +31,7 @@ import hashlib
 import inspect
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -133,12 +136,39 @@ def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any,
                          f"kernels {names}") from exc
 
 
+def device_supports(op: str, device_type: str) -> bool:
+    """Kernel availability for the placer: every op has a CPU lowering rule; no GPU rules
+    exist yet (issue [6])."""
+    return device_type == "cpu"
+
+
+def placement_passes(passes: list, devices: str, place: Sequence[str],
+                     profiles: str | None, explain: Callable[[str], Any] | None,
+                     dump_dir: Path | None) -> list:
+    """`passes` with the placer for `devices` in it (see `flowc.passes.place`); its report
+    goes to `explain` and to DUMP_DIR/placement.txt."""
+    from flowc.passes.place import Place, insert_place
+
+    def report(r: Any) -> None:
+        if explain is not None:
+            explain(r.text())
+        if dump_dir is not None:
+            dump_dir.mkdir(parents=True, exist_ok=True)
+            (dump_dir / "placement.txt").write_text(r.text())
+
+    placer = Place(devices=devices.replace(",", ";"), profiles=profiles or "",
+                   place=";".join(place), supports=device_supports, explain=report)
+    return insert_place(passes, placer)
+
+
 def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = None,
             pipeline: str = "default", batch: int | None = 1,
             dims: Mapping[str, int] | None = None, name: str | None = None,
             weights: str = "auto", dump_dir: str | os.PathLike | None = None,
             print_ir_after_all: bool = False, backend: ModuleType | None = None,
-            cache: Any = None) -> dict[str, Any]:
+            cache: Any = None, devices: str | None = None, place: Sequence[str] = (),
+            device_profiles: str | None = None,
+            explain_placement: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Compile `model` into the artifact directory `output_dir`; returns its manifest."""
     from flowc.passes import PassManager, parse_pipeline
 
@@ -146,6 +176,12 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     graph, sizes = bind_dims(graph, batch, dims, strict=False)
     passes = parse_pipeline(pipeline) if pipeline else []
     dump = Path(dump_dir) if dump_dir is not None else None
+    if (place or device_profiles) and not devices:
+        raise FlowcError("placement constraints and device profiles need devices to place on "
+                         "(--devices cpu:0,gpu:0)")
+    if devices:
+        passes = placement_passes(passes, devices, place, device_profiles, explain_placement,
+                                  dump)
     graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
                         dump_dir=dump).run(graph)
     graph = require_static(graph, format_sizes(sizes))

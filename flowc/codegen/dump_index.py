@@ -6,8 +6,8 @@ it, in pipeline order: the flowc IR before and after each pass (`NN-PASS.flowc`,
 parse back), the final graph (`NAME.flowc`), per kernel its MLIR before its pipeline
 (`SYM.input.mlir`, ops located at the graph node they come from), its transform schedule
 (`SYM.schedule.mlir`) and its LLVM-dialect form (`SYM.llvm.mlir`), the linked LLVM IR
-(`kernels.ll`), the assembly (`kernels.s`, one label per kernel symbol) and the generated C
-entry (`NAME_model.c`). A table maps each graph node to its kernel, so one node can be
+(`kernels.ll`), the assembly (`kernels.s`, one label per kernel symbol), the generated C
+entry (`NAME_model.c`) and, when devices were given, the placement report (`placement.txt`). A table maps each graph node to its kernel, so one node can be
 followed from the model to the instructions that run it.
 """
 
@@ -39,7 +39,9 @@ def describe(name: str, manifest: Mapping[str, Any]) -> tuple[int, str]:
                 return 2 + k * 4 + rank, f"{what}: runs {', '.join(kernel['nodes'])}"
     return {"kernels.ll": (1 << 20, "LLVM IR of all kernels, optimized and linked"),
             "kernels.s": ((1 << 20) + 1, "assembly of all kernels (a label per symbol)"),
-            f"{prefix}_model.c": ((1 << 20) + 2, "generated C entry: kernel calls in order")
+            f"{prefix}_model.c": ((1 << 20) + 2, "generated C entry: kernel calls in order"),
+            "placement.txt": (1 << 19, "placement report: each node's device, the estimated "
+                                       "time on every candidate, and why")
             }.get(name, ((1 << 21), "other"))
 
 
