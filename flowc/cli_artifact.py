@@ -1,7 +1,7 @@
 """The artifact commands of `flowc`: `compile`, `inspect`, `demo`, and `run DIR` (running
 an artifact directory rather than a .flowc file).
 
-Contract: `add_commands(sub)` registers `compile`, `inspect` and `demo` on the CLI's
+Contract: `add_commands(sub)` registers `compile`, `inspect`, `demo` and `cache` on the CLI's
 subparsers; `run_artifact(args)` runs `flowc run DIR ...`. Each returns an exit status and
 reports problems as FlowcError (artifact problems are converted), which the CLI prints as
 one `flowc: error: ...` line. `inspect` and `run DIR` use only the runtime.
@@ -46,16 +46,41 @@ def _bindings(items: list[str], what: str) -> dict[str, int]:
 
 # ---- compile ----------------------------------------------------------------------------
 def cmd_compile(args: argparse.Namespace) -> int:
+    from flowc.codegen.cache import DISABLED, CompileCache, default_cache
     from flowc.codegen.driver import compile as compile_model
 
     out = args.output or f"{Path(args.model).stem}_artifact"
+    cache = default_cache()
+    # a fresh instance, so that its statistics are this compile's
+    cache = CompileCache(cache.root, cache.max_bytes) if cache.enabled and not args.no_cache \
+        else DISABLED
     manifest = compile_model(args.model, out, target=args.target, pipeline=args.pipeline,
                              batch=args.batch, dims=_bindings(args.dim, "--dim"), name=args.name,
                              weights=args.weights, dump_dir=args.dump_dir,
-                             print_ir_after_all=args.print_ir_after_all)
+                             print_ir_after_all=args.print_ir_after_all, cache=cache)
     print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
           f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
           f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
+    print(cache.summary())
+    return 0
+
+
+# ---- cache ------------------------------------------------------------------------------
+def cmd_cache(args: argparse.Namespace) -> int:
+    from flowc.codegen.cache import default_cache
+
+    cache = default_cache()
+    if not cache.enabled:
+        print("compile cache: disabled (FLOWC_CACHE_DIR is empty)")
+        return 0
+    if args.action == "clear":
+        print(f"compile cache {cache.root}: removed {cache.clear()} entries")
+        return 0
+    info = cache.info()
+    print(f"compile cache {info['root']}: {info['entries']} entries, {info['bytes']} bytes "
+          f"(bound {info['max_bytes']} bytes)")
+    for kind, k in info["kinds"].items():
+        print(f"  {kind}: {k['entries']} entries, {k['bytes']} bytes")
     return 0
 
 
@@ -229,7 +254,16 @@ def add_commands(sub: Any) -> None:
                       help="write the optimized graph, the generated C and kernel IR here")
     comp.add_argument("--print-ir-after-all", action="store_true",
                       help="print the graph to stderr after each pass")
+    comp.add_argument("--no-cache", action="store_true",
+                      help="neither read nor write the compile cache")
     comp.set_defaults(func=cmd_compile)
+
+    cache = sub.add_parser(
+        "cache", help="show or clear the compile cache",
+        description="The compile cache ($FLOWC_CACHE_DIR, default ~/.cache/flowc; empty "
+                    "disables it) keeps compiled kernels and runtime objects between compiles.")
+    cache.add_argument("action", choices=("info", "clear"))
+    cache.set_defaults(func=cmd_cache)
 
     insp = sub.add_parser("inspect", help="describe an artifact directory",
                           description="Print an artifact's manifest: inputs, outputs, target, "

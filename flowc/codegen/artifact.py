@@ -5,6 +5,7 @@ Contract: `write_artifact(program, out_dir, kernel_object=..., ...)` writes `NAM
 `NAME.weights` (a 64-byte header naming the graph hash, then the blob), and returns the
 manifest. Weights are embedded as read-only data up to `EMBED_MAX_BYTES` (`weights="auto"`),
 always (`"embed"`) or never (`"file"`). The same arguments give byte-identical files.
+`cache` is the compile cache the link step may take the runtime's objects from.
 """
 
 from __future__ import annotations
@@ -33,13 +34,13 @@ def model_info(program: Program, weights_file: str | None) -> ModelInfo:
                      for (name, t), c in zip(items, c_names, strict=True))
 
     return ModelInfo(program.name, tensors(program.inputs), tensors(program.outputs),
-                     program.arena_bytes, weights_file)
+                     program.arena_bytes, weights_file, tuple(program.regions))
 
 
 def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
                    target: Mapping[str, Any], sizes: Mapping[str, int], graph_hash: str,
                    flowc_version: str, weights: str = "auto",
-                   dump_dir: Path | None = None) -> dict[str, Any]:
+                   dump_dir: Path | None = None, cache: Any = None) -> dict[str, Any]:
     if weights not in WEIGHTS_MODES:
         raise FlowcError(f"weights='{weights}': expected one of {', '.join(WEIGHTS_MODES)}")
     blob = weights_blob(program)
@@ -56,7 +57,8 @@ def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="flowc-link-") as tmp:
         written = link(Path(tmp), out_dir, name, kernel_object, model_c, header,
-                       blob if embed and blob else None, [k.symbol for k in program.kernels])
+                       blob if embed and blob else None, [k.symbol for k in program.kernels],
+                       cache=cache)
     (out_dir / f"{name}.h").write_text(header)
     written.append(f"{name}.h")
     if side:

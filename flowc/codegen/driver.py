@@ -1,7 +1,8 @@
 """`flowc.compile`: from a model to an artifact directory.
 
 Contract: `compile(model, output_dir, target=None, pipeline="default", batch=1, dims=None,
-name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None)`
+name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None,
+cache=None)`
 1. imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a path to `.onnx` / `.flowc`);
 2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name);
 3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass, then
@@ -15,11 +16,16 @@ name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None
 target this machine cannot run is linked only when `$CC` names a cross compiler.
 `backend` defaults to `flowc.codegen.kernels` (MLIR/LLVM); tests may pass another module
 with the same three functions (`get_target`, `check_supported`, `compile_kernels`).
+`cache` is the compile cache (flowc/codegen/cache.py: None, the environment's
+`$FLOWC_CACHE_DIR`; False, none; or a `CompileCache`, whose `stats` then count this
+compile's hits and misses): unchanged kernels and the runtime's objects come from it, and
+the artifact is byte for byte what a cold compile writes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import inspect
 import os
 import sys
 from collections.abc import Mapping
@@ -29,6 +35,7 @@ from typing import Any
 
 from flowc.codegen.artifact import write_artifact
 from flowc.codegen.bind import bind_dims, format_sizes, require_static
+from flowc.codegen.cache import resolve as resolve_cache
 from flowc.codegen.header import c_identifier
 from flowc.codegen.program import build_program
 from flowc.ir.errors import FlowcError
@@ -105,13 +112,17 @@ def check_all(backend: ModuleType, graph: Graph, kernels: list, target: Any) -> 
                          + "\n  ".join(problems))
 
 
-def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any) -> bytes:
+def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any,
+                    cache: Any = None) -> bytes:
     """The kernel object; a failure of the kernel compiler that is not a FlowcError still
-    becomes one naming the kernels (the cause stays chained for debugging)."""
+    becomes one naming the kernels (the cause stays chained for debugging). `cache` goes
+    to backends whose `compile_kernels` takes one."""
     if not kernels:
         return b""
+    extra = ({"cache": cache}
+             if "cache" in inspect.signature(backend.compile_kernels).parameters else {})
     try:
-        return backend.compile_kernels(kernels, target, dump=dump)
+        return backend.compile_kernels(kernels, target, dump=dump, **extra)
     except FlowcError:
         raise
     except Exception as exc:
@@ -125,8 +136,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
             pipeline: str = "default", batch: int | None = 1,
             dims: Mapping[str, int] | None = None, name: str | None = None,
             weights: str = "auto", dump_dir: str | os.PathLike | None = None,
-            print_ir_after_all: bool = False, backend: ModuleType | None = None
-            ) -> dict[str, Any]:
+            print_ir_after_all: bool = False, backend: ModuleType | None = None,
+            cache: Any = None) -> dict[str, Any]:
     """Compile `model` into the artifact directory `output_dir`; returns its manifest."""
     from flowc.passes import PassManager, parse_pipeline
 
@@ -150,7 +161,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     write_dump = dump_writer(dump)
     if write_dump:
         write_dump(f"{prefix}.flowc", print_graph(graph))
-    obj = compile_kernels(backend, kernels, resolved, write_dump)
+    cache = resolve_cache(cache)
+    obj = compile_kernels(backend, kernels, resolved, write_dump, cache)
     return write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
                           sizes=sizes, graph_hash=graph_hash(graph, target_info),
-                          flowc_version=flowc_version(), weights=weights, dump_dir=dump)
+                          flowc_version=flowc_version(), weights=weights, dump_dir=dump,
+                          cache=cache)

@@ -132,6 +132,8 @@ def _api(info: ModelInfo) -> list[str]:
 
 def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
                    cpu_features: Sequence[str], embedded: bool) -> str:
+    from flowc.codegen.partition_entry import model_fields, render_partitioned
+
     n = info.name
     kernels = [f"FLOWC_HIDDEN void {k.symbol}("
                + ", ".join(["const void *"] * len(k.body.inputs)
@@ -148,6 +150,7 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         f"  {len(info.inputs)}, inputs, {len(info.outputs)}, outputs,",
         f"  {program.arena_bytes}u, {blob}, {program.weights_bytes}u, {side},",
         "  cpu_missing, entry,",
+        *model_fields(program),
         "};",
     ]
     parts = [
@@ -164,7 +167,7 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         "",
         *_cpu_check(cpu_features),
         "",
-        *_entry(program),
+        *(render_partitioned(program) if model_fields(program) else _entry(program)),
         "",
         *model,
         "",

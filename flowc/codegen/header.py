@@ -44,6 +44,7 @@ class ModelInfo:
     outputs: tuple[TensorInfo, ...]
     arena_bytes: int
     weights_file: str | None
+    regions: tuple = ()  # partitions.Region per device, when the graph is partitioned
 
 
 def c_identifier(text: str) -> str:
@@ -70,6 +71,17 @@ def accessor_names(names: list[str]) -> list[str]:
 
 def _shape(t: TensorInfo) -> str:
     return f"{t.dtype}[{','.join(map(str, t.shape))}]"
+
+
+def _regions(info: ModelInfo) -> str:
+    """The header's lines on partitions: one per device, with its arena region."""
+    if not info.regions:
+        return ""
+    rows = "".join(f"\n *   {r.device}: {r.nbytes} arena bytes at offset {r.offset}"
+                   for r in info.regions)
+    return (f"\n * The graph is partitioned over {len(info.regions)} devices; {info.name}_run "
+            "runs each partition\n * on a thread of its own, in its own region of the arena:"
+            + rows)
 
 
 def render_header(info: ModelInfo) -> str:
@@ -99,7 +111,7 @@ def render_header(info: ModelInfo) -> str:
  * {weights}
  * Tensors are dense row-major; shapes are fixed at compile time:
 {tables}
- * Temporaries live in one arena of {info.arena_bytes} bytes per context.
+ * Temporaries live in one arena of {info.arena_bytes} bytes per context.{_regions(info)}
  */
 #ifndef {guard}
 #define {guard}

@@ -12,6 +12,13 @@ Contract (flowc/codegen/README.md, "Kernels"):
   those), nested bodies included, before any codegen work.
 - `dump(name, text)`, when given, receives per kernel `SYM.input.mlir`,
   `SYM.schedule.mlir`, `SYM.llvm.mlir`, `SYM.ll` and `SYM.s`.
+- `cache` (flowc/codegen/cache.py; None: the environment's, False: none): each kernel is
+  lowered and optimized (O3) alone into bitcode stored under `kernel_key(sym, body,
+  target)`, and the object under the digest of all its kernels' keys; a compile finds
+  both, so an unchanged kernel is never lowered again and an unchanged set of kernels is
+  not even emitted again. Cold or warm, the object is emitted from the kernels' bitcode,
+  so it is byte for byte the same. With `dump`, nothing is read from the cache (every
+  dump is written).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from mlir import ir
 from mlir.dialects import bufferization, func
 
 from flowc.codegen import cpu_pipeline
+from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
 from flowc.codegen.lower import NOT_KERNELS, lookup
 from flowc.codegen.lower.context import (
     empty,
@@ -37,6 +45,7 @@ from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import HAS_BODY, get_op
 from flowc.ir.ops.fused import MAX_INLINE_CONSTANT
+from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
 
 Dump = Callable[[str, str], None]
@@ -115,31 +124,58 @@ def _narrow_values(node: Node) -> list[str]:
 
 
 def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str = "host",
-                    dump: Dump | None = None) -> bytes:
+                    dump: Dump | None = None, cache: CompileCache | bool | None = None
+                    ) -> bytes:
     """One object file defining every kernel of `kernels` (see the module docstring)."""
     target = get_target(target)
+    cache = resolve(cache)
     symbols = [sym for sym, _ in kernels]
     if len(set(symbols)) != len(symbols):
         raise FlowcError(f"compile_kernels: duplicate kernel symbols in {symbols}")
-    tm = target.target_machine()
-    linked = None
+    if not kernels:
+        raise FlowcError("compile_kernels: no kernels given")
     for sym, body in kernels:
         check_supported(body, target)
         _check_body(sym, body)
-        mod = llvm.parse_assembly(_kernel_llvm_ir(sym, body, target, dump))
-        mod.triple, mod.data_layout = target.triple, str(tm.target_data)
-        mod.verify()
+    keys = [kernel_key(sym, body, target) for sym, body in kernels]
+    object_key = digest("object", *keys)
+    if not dump and (obj := cache.get("object", object_key)) is not None:
+        return obj
+    tm = target.target_machine()
+    linked = None
+    for (sym, body), key in zip(kernels, keys, strict=True):
+        bitcode = None if dump else cache.get("kernel", key)
+        if bitcode is None:
+            bitcode = _kernel_bitcode(sym, body, target, tm, dump)
+            cache.put("kernel", key, bitcode)
+        mod = llvm.parse_bitcode(bitcode)
         if linked is None:
             linked = mod
         else:
             linked.link_in(mod)
-    if linked is None:
-        raise FlowcError("compile_kernels: no kernels given")
-    _optimize(linked, tm)
+    assert linked is not None
     if dump:
         dump("kernels.ll", str(linked))
         dump("kernels.s", tm.emit_assembly(linked))
-    return tm.emit_object(linked)
+    obj = tm.emit_object(linked)
+    cache.put("object", object_key, obj)
+    return obj
+
+
+def kernel_key(sym: str, body: Graph, target: Target) -> str:
+    """The cache key of one kernel: everything its optimized bitcode depends on."""
+    return digest("kernel", toolchain(), target.triple, target.cpu, target.features,
+                  target.arch, str(target.vector_bits), sym, print_graph(body, resources=True))
+
+
+def _kernel_bitcode(sym: str, body: Graph, target: Target, tm: llvm.TargetMachine,
+                    dump: Dump | None) -> bytes:
+    """One kernel lowered through MLIR, verified and optimized (O3), as LLVM bitcode."""
+    mod = llvm.parse_assembly(_kernel_llvm_ir(sym, body, target, dump))
+    mod.triple, mod.data_layout = target.triple, str(tm.target_data)
+    mod.verify()
+    _optimize(mod, tm)
+    return mod.as_bitcode()
 
 
 def _check_body(sym: str, body: Graph) -> None:

@@ -8,10 +8,14 @@ runtime's prefixed ones); then writes `libNAME.so` (exporting only the `NAME.h` 
 `libNAME.a` (all objects, every global symbol prefixed) into `out_dir`. Sources are compiled
 under relative names without debug info and archived deterministically, so the same
 inputs give the same bytes. A failing tool is a FlowcError quoting its output.
+The runtime's objects depend only on the compiler, its flags, the prefix and the runtime
+sources, so they come from the compile cache (`cache`, flowc/codegen/cache.py) when it
+holds them (`runtime_key`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -19,10 +23,11 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from flowc.codegen.cache import CompileCache, digest, resolve
 from flowc.ir.errors import FlowcError
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
-RUNTIME_SOURCES = ("runtime.c", "pool.c")
+RUNTIME_SOURCES = ("runtime.c", "pool.c", "partition.c")
 RUNTIME_HEADER = "flowc_rt.h"
 CFLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=gnu11", "-Wall")
 LINK_LIBS = ("-lm", "-lpthread")
@@ -74,9 +79,36 @@ def weights_asm(name: str, blob_file: str) -> str:
             '\t.section .note.GNU-stack,"",@progbits\n')
 
 
+@functools.cache
+def _compiler_identity(cc: str) -> str:
+    return run_tool([cc, "--version"], Path.cwd(), "asking the C compiler its version")
+
+
+def runtime_key(name: str) -> str:
+    """The cache key of the runtime's objects under the prefix `name`."""
+    sources = [(RUNTIME_DIR / f).read_bytes() for f in (*RUNTIME_SOURCES, RUNTIME_HEADER)]
+    return digest("runtime", compiler(), _compiler_identity(compiler()), *CFLAGS, name,
+                  *sources)
+
+
+def _compile(src: str, obj: str, name: str, build_dir: Path, cache: CompileCache,
+             key: str | None) -> None:
+    """`cc -c src -o obj` in `build_dir`; `key`: the object may come from `cache`."""
+    if key is not None and (data := cache.get("runtime", key)) is not None:
+        (build_dir / obj).write_bytes(data)
+        return
+    run_tool([compiler(), *CFLAGS, f"-DFLOWC_PREFIX={name}_", "-I.", "-c", src, "-o", obj],
+             build_dir, f"compiling {src}")
+    if key is not None:
+        cache.put("runtime", key, (build_dir / obj).read_bytes())
+
+
 def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_c: str,
-         header: str, weights: bytes | None, symbols: Sequence[str]) -> list[str]:
+         header: str, weights: bytes | None, symbols: Sequence[str],
+         cache: CompileCache | bool | None = None) -> list[str]:
     """Build the libraries (see the module docstring); returns the files written."""
+    cache = resolve(cache)
+    rt_key = runtime_key(name) if cache.enabled else None
     build_dir.mkdir(parents=True, exist_ok=True)
     for src in (*RUNTIME_SOURCES, RUNTIME_HEADER):
         shutil.copyfile(RUNTIME_DIR / src, build_dir / src)
@@ -94,8 +126,8 @@ def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_
     objects = []
     for src in sources:
         obj = f"{name}_{Path(src).stem}.o" if src in RUNTIME_SOURCES else f"{Path(src).stem}.o"
-        run_tool([compiler(), *CFLAGS, f"-DFLOWC_PREFIX={name}_", "-I.", "-c", src, "-o", obj],
-                 build_dir, f"compiling {src}")
+        _compile(src, obj, name, build_dir, cache,
+                 digest(rt_key, src) if rt_key and src in RUNTIME_SOURCES else None)
         objects.append(obj)
     if kernel_object:
         objects.append(kobj.name)

@@ -8,7 +8,8 @@ dtype, shape), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
 without reuse), `lower_bound_bytes` (largest live set in the program's order), `in_place`
 (results written over a dying operand); see codegen/memplan.py), `devices` only when nodes
 are placed (per device: `arena_offset` and `arena_bytes` of its arena region, and its
-`intermediate_bytes`, `lower_bound_bytes`, `in_place`),
+`intermediate_bytes`, `lower_bound_bytes`, `in_place`), `partitions` (per device of a
+partitioned graph, in partition order: the channels it sends on; else empty),
 `threads_default` (0: all cores, unless FLOWC_NUM_THREADS says otherwise), `weights`
 (bytes, sha256, and `file` when they are a side file, else null), `files` (the artifact's
 files with their sha256), `kernels` (symbol and the graph nodes each runs), `link_flags`
@@ -26,6 +27,7 @@ from typing import Any
 
 from flowc.codegen.header import ModelInfo, TensorInfo
 from flowc.codegen.link import LINK_LIBS
+from flowc.codegen.partitions import partition_manifest
 from flowc.codegen.program import Program
 from flowc.runtime.abi import ABI_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 
@@ -55,6 +57,7 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         "arena_bytes": program.arena_bytes,
         "memory_plan": program.memory.report(),
         **({"devices": devices} if (devices := program.memory.device_report()) else {}),
+        "partitions": partition_manifest(program),
         "threads_default": 0,
         "weights": {"bytes": len(weights), "sha256": sha256(weights),
                     "file": info.weights_file},

@@ -14,8 +14,10 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
   `memplan.plan_memory` over the calls' order (`Program.memory`: offsets and report);
   outputs that are inputs, weights, views or repeated are copied at the
   end (`Program.copies`).
-Stateful ops, variables, send/recv and nested control flow are refused with a FlowcError
-naming the node: artifacts do not run them yet.
+Stateful ops, variables and nested control flow are refused with a FlowcError naming the
+node: artifacts do not run them yet. A graph the `partition` pass split over devices keeps
+its send/recv nodes as transfer steps (`Call.transfer`) and lists its devices' arena
+regions in `Program.regions`, partition 0 first; see `partitions.py`.
 """
 
 from __future__ import annotations
@@ -27,6 +29,15 @@ import numpy as np
 from flowc.codegen.arena import align
 from flowc.codegen.kernels import kernel_operands, single_node_body
 from flowc.codegen.memplan import MemoryPlan, Step, in_place_inputs, plan_memory
+from flowc.codegen.partitions import (
+    TRANSFER_OPS,
+    Region,
+    call_device,
+    check_devices,
+    check_no_deadlock,
+    device_regions,
+    is_partitioned,
+)
 from flowc.ir.attrs import Tensor
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -55,12 +66,14 @@ class Kernel:
 
 @dataclass(frozen=True)
 class Call:
-    """One step of the entry function: a kernel applied to graph values."""
+    """One step of the entry function: a kernel applied to graph values, or (kernel None)
+    the send/recv node `transfer` moving a value through the runtime's rendezvous."""
 
-    kernel: Kernel
+    kernel: Kernel | None
     operands: tuple[Value, ...]
     results: tuple[Value, ...]
     nodes: tuple[str, ...]
+    transfer: Node | None = None
 
 
 @dataclass
@@ -77,6 +90,7 @@ class Program:
     weights_bytes: int = 0
     arena_bytes: int = 0
     memory: MemoryPlan | None = None  # the arena plan and its report (memplan.py)
+    regions: list[Region] = field(default_factory=list)  # per device, when partitioned
 
     def where(self, value: Value) -> Storage:
         return self.storage[value]
@@ -130,8 +144,13 @@ def build_program(graph: Graph, prefix: str) -> Program:
                       [(name, v.type) for name, v in graph.outputs])
     root: dict[Value, Value] = {}  # a view's result -> the value whose buffer it is
     by_key: dict[str, Kernel] = {}
+    check_devices(graph)
     for node in graph.nodes:
         if node.op == "constant":
+            continue
+        if node.op in TRANSFER_OPS:
+            program.calls.append(Call(None, tuple(root.get(v, v) for v in node.inputs),
+                                      node.outputs, (node.name or node.op,), node))
             continue
         check_node(node)
         if node.op in ALIAS_OPS:
@@ -148,7 +167,10 @@ def build_program(graph: Graph, prefix: str) -> Program:
         program.calls.append(Call(by_key[key],
                                   tuple(root.get(v, v) for v in operands),
                                   node.outputs, names))
+    check_no_deadlock(program.calls)
     _assign_storage(program, root)
+    if is_partitioned(graph):
+        program.regions = device_regions(program.memory, program.calls)
     return program
 
 
@@ -201,8 +223,9 @@ def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
 def plan_arena_storage(program: Program, kept: set[Value]) -> MemoryPlan:
     """The memory plan of the results no other storage holds, over the calls' order;
     those in `kept` (read by the output copies) live to the end."""
-    steps = [Step(call.operands, call.results, in_place_inputs(call.kernel.body),
-                  call.results[0].node.device) for call in program.calls]
+    steps = [Step(call.operands, call.results,
+                  in_place_inputs(call.kernel.body) if call.kernel else {}, call_device(call))
+             for call in program.calls]
     planned = {v for call in program.calls for v in call.results if v not in program.storage}
     return plan_memory(steps, planned, kept)
 

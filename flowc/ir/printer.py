@@ -10,7 +10,9 @@
 Nodes are numbered in graph order from 0 in each graph (bodies start again at 0); inputs
 print by name. A node with several results prints `%3:2 =` and its results are used as
 `%3#0`, `%3#1`. `ctrl(%2)` lists control dependencies; `@dev` is the device; `loc("name" at
-"file:line")` gives the node's name and source location. Constants up to `inline_limit`
+"file:line")` gives the node's name and source location. In a partitioned graph (one holding
+send/recv) each run of nodes on one device is headed by a `// partition @DEVICE` comment,
+which the parser skips. Constants up to `inline_limit`
 elements print inline (`dense<...>`); larger ones by content digest (`dense_resource<...>`),
 with their bytes in a trailing `{-# resources: ... #-}` section when `resources=True`.
 """
@@ -109,7 +111,10 @@ class Printer:
         results = ", ".join(f"{value_name(n)}: {v.type}" for n, v in g.outputs)
         lines = [f"graph @{value_name(g.name)}({args}) -> ({results}) {{"]
         inner = indent + "  "
-        for node in g.nodes:
+        partitioned = any(n.op in ("send", "recv") for n in g.nodes)
+        for i, node in enumerate(g.nodes):
+            if partitioned and node.device and (i == 0 or g.nodes[i - 1].device != node.device):
+                lines.append(f"{inner}// partition @{node.device}")
             lines.append(inner + self.node(node, names, ref, inner))
         lines.append(inner + "return " + ", ".join(ref(v) for _, v in g.outputs))
         lines.append(indent + "}")

@@ -1,13 +1,14 @@
 """Graph-to-graph passes, their registry, pipelines, and the pass manager.
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
-`fuse`, `schedule`).
+`fuse`, `partition`, `schedule`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
     constant_fold,
     cse,
     fuse,
+    partition,
     prune,
     schedule,
     simplify,

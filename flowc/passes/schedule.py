@@ -50,7 +50,8 @@ def dependencies(graph: Graph) -> dict[Node, list[Node]]:
         deps = [v.node for v in node.inputs if v is not None] + list(node.ctrl)
         if node.op == "recv" and channel_key(node.attrs) in sends:
             deps.append(sends[channel_key(node.attrs)])
-        if node.op not in ("send", "recv") and not is_pure(node):
+        if node.op not in ("send", "recv", "fused") and not is_pure(node):  # a fused body
+            # holds only pure ops (its type rule checks that)
             if previous_effect is not None:
                 deps.append(previous_effect)
             previous_effect = node
@@ -71,6 +72,7 @@ class _ListScheduler:
             for p in ps:
                 self.succs[p].append(node)
         self.pending = {n: len(ps) for n, ps in preds.items()}
+        self.receives = {n: [p for p in ps if p.op in DEFERRED_OPS] for n, ps in preds.items()}
         self.remaining = [len(users) for users in model.readers]
         self.emitted: dict[Node, None] = {}
         self.available: set[Node] = set()  # emitted nodes, receives whose preds are
@@ -103,11 +105,15 @@ class _ListScheduler:
     def _net(self, node: Node, also_read: tuple[int, ...]) -> tuple[int, int]:
         """(bytes `node` adds to the live set, bytes it allocates) if the nodes before it
         also read the roots `also_read`."""
-        model = self.model
-        alloc = model.alloc[node] + sum(model.alloc[p] for p in self.preds[node]
-                                        if p.op in DEFERRED_OPS and p not in self.emitted)
-        freed = sum(model.cost[i] for i in model.reads[node]
-                    if self.remaining[i] - (i in also_read) == 1)
+        model, remaining, cost = self.model, self.remaining, self.model.cost
+        alloc = model.alloc[node]
+        for p in self.receives[node]:
+            if p not in self.emitted:
+                alloc += model.alloc[p]
+        freed = 0
+        for i in model.reads[node]:
+            if remaining[i] - (i in also_read) == 1:
+                freed += cost[i]
         return alloc - model.dead[node] - freed, alloc
 
     def _push(self, node: Node) -> None:
@@ -166,8 +172,11 @@ def schedule_order(graph: Graph) -> tuple[list[Node], int, int]:
     moves = any(n.op in ("send", "recv") for n in graph.nodes)
     kept = _ListScheduler(graph, model, preds, by_memory=False).run() if moves else graph.nodes
     greedy = _ListScheduler(graph, model, preds, by_memory=True).run()
-    before, kept_peak, greedy_peak = model.peak(graph.nodes), model.peak(kept), model.peak(
-        greedy)
+    before = model.peak(graph.nodes)
+    if greedy == graph.nodes:
+        return greedy, before, before
+    greedy_peak = model.peak(greedy)
+    kept_peak = model.peak(kept) if moves else before
     if greedy_peak < kept_peak:
         return greedy, before, greedy_peak
     return kept, before, kept_peak

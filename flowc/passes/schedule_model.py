@@ -23,9 +23,10 @@ import functools
 from collections import defaultdict
 from collections.abc import Sequence
 
-from flowc.ir.graph import INPUT_OP, Graph, Node, Value
+from flowc.ir.graph import INPUT_OP, Graph, Node
 from flowc.ir.types import TensorType
 
+Key = tuple  # (node, result index): a value, as the model's dictionaries key it
 VIEW_OPS = frozenset({"identity", "reshape", "flatten", "squeeze", "unsqueeze"})
 FREE_OPS = frozenset({INPUT_OP, "constant"})  # their results take no arena bytes
 
@@ -50,38 +51,40 @@ class MemoryModel:
     `dead[node]` the part of it nobody reads (freed right after its step)."""
 
     def __init__(self, graph: Graph):
-        self.root: dict[Value, Value] = {}  # view results only: others are their own root
+        # Values are keyed as (node, index): hashing that tuple is much cheaper than a Value
+        self.root: dict[Key, Key] = {}  # view results only: others are their own root
         for node in graph.nodes:
             if node.op in VIEW_OPS and node.inputs and node.inputs[0] is not None:
-                self.root[Value(node)] = self.root.get(node.inputs[0], node.inputs[0])
-        outputs = {v for _, v in graph.outputs}
-        self.kept = {self.root.get(v, v) for v in outputs}
-        self.number: dict[Value, int] = {}
+                v = node.inputs[0]
+                self.root[(node, 0)] = self.root.get((v.node, v.index), (v.node, v.index))
+        outputs = {(v.node, v.index) for _, v in graph.outputs}
+        self.kept = {self.root.get(k, k) for k in outputs}
+        self.number: dict[Key, int] = {}
         self.cost: list[int] = []
         self.device: list[str | None] = []
         self.alloc: dict[Node, int] = {}
         owned: dict[Node, list[int]] = {}
         for node in graph.nodes:
             alloc, mine = 0, []
-            if node.op in FREE_OPS or node.op in VIEW_OPS:
-                self.alloc[node], owned[node] = alloc, mine
-                continue
-            for v in map(Value, (node,) * len(node.types), range(len(node.types))):
-                if v in outputs:
-                    continue
-                nbytes = value_bytes(v.type)
-                alloc += nbytes
-                if nbytes and v not in self.kept:
-                    self.number[v] = len(self.cost)
-                    mine.append(len(self.cost))
-                    self.cost.append(nbytes)
-                    self.device.append(node.device)
+            if node.op not in FREE_OPS and node.op not in VIEW_OPS:
+                for k, t in enumerate(node.types):
+                    key = (node, k)
+                    if key in outputs:
+                        continue
+                    nbytes = value_bytes(t)
+                    alloc += nbytes
+                    if nbytes and key not in self.kept:
+                        self.number[key] = len(self.cost)
+                        mine.append(len(self.cost))
+                        self.cost.append(nbytes)
+                        self.device.append(node.device)
             self.alloc[node], owned[node] = alloc, mine
         self.readers: list[list[Node]] = [[] for _ in self.cost]
         self.reads: dict[Node, tuple[int, ...]] = {}
+        number, root = self.number, self.root
         for node in graph.nodes:
-            roots = dict.fromkeys(self.number.get(self.root.get(v, v), -1) for v in node.inputs
-                                  if v is not None)
+            roots = dict.fromkeys(number.get(root.get(k, k), -1) for k in
+                                  ((v.node, v.index) for v in node.inputs if v is not None))
             roots.pop(-1, None)
             self.reads[node] = tuple(roots)
             for i in roots:

@@ -54,6 +54,26 @@ typedef struct {
 typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *arena,
                                const char *weights);
 
+/* ---- partitions (partition.c): a graph split over devices by the partition pass ----
+ * Each partition (one per device) has its own entry function, run on its own thread, and
+ * its own region of the context's arena. Partitions exchange tensors through the context's
+ * rendezvous: channel k (one send/recv pair, known at compile time) has a staging buffer;
+ * rt_send copies into it and marks it full, rt_recv waits until it is full and copies out.
+ * Channels are reset at the start of every run. */
+typedef struct flowc_rendezvous flowc_rendezvous;
+typedef void (*flowc_part_fn)(void *const *inputs, void *const *outputs, char *arena,
+                              const char *weights, flowc_rendezvous *rv);
+typedef struct {
+  const char *device;  /* cpu:0, cpu:1 ... */
+  size_t arena_offset; /* its region of the context's arena */
+  size_t arena_bytes;
+  flowc_part_fn run;   /* arena points at the region */
+} flowc_partition;
+typedef struct {
+  const char *key; /* rendezvous key: send_device;tensor_name;recv_device */
+  size_t bytes;    /* 0: a control edge (a signal, no data) */
+} flowc_channel;
+
 typedef struct {
   const char *name;
   const char *graph_hash;
@@ -67,7 +87,11 @@ typedef struct {
   size_t weights_bytes;
   const char *weights_file; /* side file name (next to the library), or NULL */
   const char *(*cpu_missing)(void); /* the first CPU feature missing, or NULL */
-  flowc_entry_fn entry;
+  flowc_entry_fn entry; /* partitioned: runs after every partition, copying outputs */
+  int32_t num_partitions; /* 0: not partitioned, `entry` runs the whole graph */
+  const flowc_partition *partitions;
+  int32_t num_channels;
+  const flowc_channel *channels;
 } flowc_model;
 
 typedef struct flowc_pool flowc_pool;
@@ -86,6 +110,7 @@ typedef struct flowc_ctx {
   size_t map_bytes;
   flowc_pool *pool;
   int threads;
+  flowc_rendezvous *rendezvous; /* partitioned models: created on the first run */
 } flowc_ctx;
 
 FLOWC_HIDDEN int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_path,
@@ -102,6 +127,15 @@ FLOWC_HIDDEN int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads);
 FLOWC_HIDDEN int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes);
 FLOWC_HIDDEN int FLOWC_RT(rt_run)(flowc_ctx *ctx);
 FLOWC_HIDDEN const char *FLOWC_RT(rt_dtype_name)(int dtype);
+
+/* Partitions (partition.c): run every partition of ctx->model, partition 0 on the calling
+ * thread (with the context's pool), each other one on a worker thread the context keeps
+ * (started on the first run, joined by rendezvous_destroy); returns when all are done.
+ * send/recv are what the generated partition functions call. */
+FLOWC_HIDDEN int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx);
+FLOWC_HIDDEN void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv);
+FLOWC_HIDDEN void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data);
+FLOWC_HIDDEN void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data);
 
 /* The thread pool (pool.c). pool_run calls fn(arg, tid, n) once on each of the n threads
  * (the caller is thread 0) and returns when all are done; nested calls run on the caller

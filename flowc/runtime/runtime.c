@@ -145,6 +145,7 @@ int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_file, flowc_ct
 void FLOWC_RT(rt_destroy)(flowc_ctx *ctx) {
   if (!ctx) return;
   if (ctx->pool) FLOWC_RT(pool_destroy)(ctx->pool);
+  if (ctx->rendezvous) FLOWC_RT(rendezvous_destroy)(ctx->rendezvous);
   if (ctx->map) munmap(ctx->map, ctx->map_bytes);
   if (ctx->arena_owned) free(ctx->arena);
   free(ctx->owned);
@@ -262,8 +263,10 @@ int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes) {
 int FLOWC_RT(rt_run)(flowc_ctx *ctx) {
   const flowc_model *m = ctx->model;
   FLOWC_RT(pool_enter)(ctx->pool);
-  m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights);
+  int status = m->num_partitions ? FLOWC_RT(rt_run_partitions)(ctx) : FLOWC_OK;
+  if (status == FLOWC_OK) m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights);
   FLOWC_RT(pool_leave)();
+  if (status) return status;
   for (int i = 0; i < m->num_outputs; i++)
     if (ctx->out_copy[i]) memcpy(ctx->out_copy[i], ctx->outputs[i], m->outputs[i].bytes);
   return FLOWC_OK;

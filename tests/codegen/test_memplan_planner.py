@@ -127,3 +127,62 @@ def test_each_device_gets_its_own_region():
         "arena_offset": 256, "arena_bytes": 128, "intermediate_bytes": 128,
         "lower_bound_bytes": 128, "in_place": 0}
     assert plan_memory([Step((), (a,))], {a}).device_report() == {}  # no devices: none
+
+
+@st.composite
+def programs(draw):
+    """Random step lists: each step reads some earlier values and writes one or two, may
+    allow in-place reuse of some operands, and runs on one of two devices (or none)."""
+    g = Graph("g")
+    made: list[Value] = []
+    steps = []
+    for s in range(draw(st.integers(1, 14))):
+        reads = tuple(draw(st.lists(st.sampled_from(made), max_size=3))) if made else ()
+        results = tuple(g.add_input(f"v{s}_{k}", TensorType("f32", (draw(st.sampled_from(
+            [4, 16, 20])),))) for k in range(draw(st.integers(1, 2))))
+        allowed = {j: tuple(i for i in range(len(reads)) if draw(st.booleans()))
+                   for j in range(len(results))}
+        steps.append(Step(reads, results, allowed, draw(st.sampled_from([None, "a", "b"]))))
+        made += results
+    planned = {v for v in made if draw(st.integers(0, 4))}  # a few live elsewhere
+    kept = set(draw(st.lists(st.sampled_from(made), max_size=2)))
+    return steps, planned, kept
+
+
+@settings(max_examples=150, deadline=None)
+@given(programs())
+def test_plans_never_overlap_live_values_and_reuse_only_where_legal(program):
+    steps, planned, kept = program
+    plan = plan_memory(steps, planned, kept)
+    assert set(plan.offsets) == planned
+    step_of = {v: s for s, step in enumerate(steps) for v in step.results}
+    device = {v: steps[step_of[v]].device for v in planned}
+    last = {v: max([step_of[v], *(s for s, st_ in enumerate(steps) if v in st_.operands),
+                    *([len(steps)] if v in kept else [])]) for v in planned}
+    shared = {}  # value -> the values it shares memory with through in-place chains
+    for r, o in plan.in_place:
+        s = step_of[r]
+        assert o in steps[s].operands and last[o] == s and o not in kept  # dies right here
+        assert device[o] == device[r] == steps[s].device
+        assert any(steps[s].operands[i] == o for i in steps[s].in_place[
+            steps[s].results.index(r)])  # the kernel allows it
+        assert value_bytes(o) == value_bytes(r)
+        group = shared.get(o, {o}) | {r}
+        for v in group:
+            shared[v] = group
+    for u in planned:
+        assert plan.offsets[u] % ALIGN == 0
+        region = plan.devices[device[u]]
+        assert region.offset <= plan.offsets[u]
+        assert plan.offsets[u] + value_bytes(u) <= region.offset + region.arena_bytes
+        for v in planned:
+            if u == v or v in shared.get(u, ()):
+                continue
+            if step_of[u] <= last[v] and step_of[v] <= last[u]:
+                assert not overlap(plan.offsets[u], plan.offsets[u] + value_bytes(u),
+                                   plan.offsets[v], plan.offsets[v] + value_bytes(v)), (u, v)
+    assert plan.lower_bound_bytes <= plan.arena_bytes <= plan.intermediate_bytes
+
+
+def value_bytes(v: Value) -> int:
+    return v.type.shape[0] * 4

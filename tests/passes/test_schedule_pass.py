@@ -97,10 +97,10 @@ graph @g(%x: f32[N,8]) -> (y: f32[N,8], z: f32[2,4,N]) {
     model = MemoryModel(g)
     relu, tanh, _, reshape, neg = g.nodes
     assert value_bytes(relu.types[0]) == 32  # N counts as 1
-    assert model.root[reshape.out()] == tanh.out()
-    assert tanh.out() in model.kept  # a view of it is an output: live to the end
+    assert model.root[(reshape, 0)] == (tanh, 0)
+    assert (tanh, 0) in model.kept  # a view of it is an output: live to the end
     assert model.alloc[neg] == 0  # written into the caller's output buffer
-    assert model.alloc[relu] == 32 and model.cost[model.number[relu.out()]] == 32
+    assert model.alloc[relu] == 32 and model.cost[model.number[(relu, 0)]] == 32
 
 
 def test_effects_keep_their_order_and_recv_follows_its_send():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from flowc.codegen.link import RUNTIME_DIR
+from flowc.codegen.link import RUNTIME_DIR, RUNTIME_SOURCES
 
 PROGRAM = r"""
 #include <stdint.h>
@@ -56,7 +56,7 @@ int main(void) {
 
 def test_openmp_entry_points_split_loops_over_the_pool(tmp_path: Path):
     (tmp_path / "t.c").write_text(PROGRAM)
-    sources = [str(RUNTIME_DIR / "runtime.c"), str(RUNTIME_DIR / "pool.c"), "t.c"]
+    sources = [*(str(RUNTIME_DIR / src) for src in RUNTIME_SOURCES), "t.c"]
     subprocess.run(["cc", "-O1", "-DFLOWC_PREFIX=t_", f"-I{RUNTIME_DIR}", *sources, "-o", "t",
                     "-lpthread", "-lm"], cwd=tmp_path, check=True)
     done = subprocess.run([str(tmp_path / "t")], capture_output=True, text=True, timeout=60)

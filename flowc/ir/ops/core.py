@@ -111,23 +111,35 @@ def channel_key(attrs: dict) -> tuple[str, str, str]:
     return (attrs["tensor_name"], attrs["send_device"], attrs["recv_device"])
 
 
-def _send_kernel(ctx: KernelContext, x: np.ndarray) -> tuple:
+def rendezvous_key(attrs: dict) -> str:
+    """The rendezvous key of a send/recv pair: `send_device;tensor_name;recv_device`."""
+    return f"{attrs['send_device']};{attrs['tensor_name']};{attrs['recv_device']}"
+
+
+def _send_kernel(ctx: KernelContext, x: np.ndarray | None = None) -> tuple:
     ctx.state.channels[channel_key(ctx.attrs)] = x
     return ()
 
 
-def _recv_kernel(ctx: KernelContext) -> np.ndarray:
+def _recv_kernel(ctx: KernelContext) -> np.ndarray | tuple:
     key = channel_key(ctx.attrs)
     if key not in ctx.state.channels:
         raise ValueError(f"recv of '{key[0]}' from {key[1]} ran before its send")
-    return ctx.state.channels.pop(key)
+    value = ctx.state.channels.pop(key)
+    return () if ctx.attrs.get("type") is None else value
 
 
-define("send", ("x",), lambda ctx: (), _send_kernel, traits=(STATEFUL,), attrs=CHANNEL_ATTRS,
-       doc="Sends its operand to `recv_device` under `tensor_name`.")
-define("recv", (), lambda ctx: ctx.attrs["type"], _recv_kernel, traits=(STATEFUL,),
-       attrs=[*CHANNEL_ATTRS, AttrSpec("type", "type")],
-       doc="Receives the tensor a matching `send` sent.")
+def _recv_infer(ctx: InferContext) -> TensorType | tuple:
+    return () if ctx.attrs.get("type") is None else ctx.attrs["type"]
+
+
+define("send", ("x?",), lambda ctx: (), _send_kernel, traits=(STATEFUL,), attrs=CHANNEL_ATTRS,
+       doc="Sends its operand to `recv_device` under `tensor_name`; without an operand it "
+           "only signals (a control edge across devices: it runs after its `ctrl` nodes).")
+define("recv", (), _recv_infer, _recv_kernel, traits=(STATEFUL,),
+       attrs=[*CHANNEL_ATTRS, AttrSpec("type", "type", None)],
+       doc="Receives the tensor a matching `send` sent; without `type` it has no result and "
+           "only waits for the matching operand-less `send` (a control edge across devices).")
 
 
 # ---- nested bodies ----------------------------------------------------------------------

@@ -1,0 +1,275 @@
+"""The compile cache: compiled kernels and runtime objects kept on disk between compiles.
+
+Contract:
+- `CompileCache(root, max_bytes)` stores byte strings under `root` by `(kind, key)`; `key`
+  is a hex digest the caller builds with `digest(...)` from everything that decides the
+  bytes. Kernel keys (`flowc.codegen.kernels`) cover the kernel's printed body, its symbol,
+  the target (triple, CPU, features, vector width) and `toolchain()`: the flowc version,
+  a digest of flowc's own sources (so an edited lowering rule never reuses a stale
+  object), and the llvmlite, LLVM and MLIR versions. Runtime-object keys (`link.py`) cover
+  the C compiler's identity, its flags, the symbol prefix and the runtime sources.
+- `get` returns the stored bytes or None. Every entry carries its length and sha256; an
+  entry that does not match (truncated, altered, not ours) counts as `corrupt`, is
+  deleted and reads as a miss, so the caller rebuilds it: a damaged cache never yields
+  wrong code.
+- `put` writes a temporary file in the entry's directory and `os.replace`s it into place,
+  so readers see a whole entry or none, and concurrent compiles (threads or processes)
+  writing the same key are safe (the same key means the same bytes; the last rename wins).
+- A cache is an optimization only: an entry that cannot be read or written (read-only
+  directory, full disk) is a miss, counted in `stats["errors"]`, never a failed compile.
+- Size is bounded: after writes totalling a sixteenth of `max_bytes` (and on the first
+  write of a process) the least recently used entries (by mtime; a hit touches its entry)
+  are deleted until the cache holds at most 80% of `max_bytes`. `info()` and `clear()`
+  back `flowc cache info` / `flowc cache clear`.
+- `default_cache()`: the cache named by the environment: `$FLOWC_CACHE_DIR` (default
+  `$XDG_CACHE_HOME/flowc`, else `~/.cache/flowc`); set but empty, the cache is disabled
+  (`DISABLED`); `$FLOWC_CACHE_MAX_MB` bounds it (default 2048). `resolve(cache)` maps a
+  `compile(..., cache=)` argument: None -> `default_cache()`, False -> `DISABLED`.
+- `stats` counts `hits`, `misses`, `corrupt`, `writes` and `errors` per kind; `summary()`
+  is the one line `flowc compile` prints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import shutil
+import struct
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from flowc.ir.errors import FlowcError
+
+LAYOUT = "v1"  # the on-disk layout; a new layout starts a new tree
+MAGIC = b"FLOWCC1\n"
+HEADER = struct.Struct("<8s32sQ")  # magic, sha256 of the payload, payload length
+DEFAULT_MAX_MB = 2048
+STALE_TEMP_S = 3600  # a temporary file older than this was left by a crashed writer
+
+
+def digest(*parts: str | bytes) -> str:
+    """A key: the sha256 of `parts`, each length-prefixed so that no two lists collide."""
+    h = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(struct.pack("<Q", len(data)))
+        h.update(data)
+    return h.hexdigest()
+
+
+@functools.cache
+def toolchain() -> str:
+    """What every key includes: flowc's version and sources, llvmlite, LLVM and MLIR."""
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    from flowc import __version__
+
+    package = Path(__file__).resolve().parent.parent
+    sources = hashlib.sha256()
+    for path in sorted(p for p in package.rglob("*")
+                       if p.suffix in (".py", ".c", ".h") and p.is_file()):
+        sources.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    try:
+        mlir_version = metadata.version("xtc-mlir-python-bindings")
+    except metadata.PackageNotFoundError:
+        mlir_version = "unknown"
+    return digest(__version__, sources.hexdigest(), llvmlite.__version__,
+                  repr(llvm.llvm_version_info), mlir_version)
+
+
+class CompileCache:
+    """An on-disk store of compiled bytes (see the module docstring); `root=None` disables
+    it (every `get` misses, `put` does nothing)."""
+
+    def __init__(self, root: str | os.PathLike | None, max_bytes: int = DEFAULT_MAX_MB << 20):
+        self.root = Path(root) if root is not None else None
+        self.max_bytes = max_bytes
+        self.stats: Counter[str] = Counter()
+        self._written_since_scan: int | None = None  # None: not scanned in this process
+
+    @property
+    def enabled(self) -> bool:
+        return self.root is not None
+
+    def _path(self, kind: str, key: str) -> Path:
+        assert self.root is not None
+        return self.root / LAYOUT / kind / key[:2] / key
+
+    def get(self, kind: str, key: str) -> bytes | None:
+        if self.root is None:
+            return None
+        path = self._path(kind, key)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            self._count(kind, "misses")
+            return None
+        except OSError:
+            self._count(kind, "errors")
+            self._count(kind, "misses")
+            return None
+        payload = _unpack(data)
+        if payload is None:
+            self._count(kind, "corrupt")
+            self._count(kind, "misses")
+            path.unlink(missing_ok=True)
+            return None
+        self._count(kind, "hits")
+        with contextlib.suppress(OSError):
+            os.utime(path)  # least recently used goes first
+        return payload
+
+    def put(self, kind: str, key: str, payload: bytes) -> None:
+        if self.root is None:
+            return
+        path = self._path(kind, key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(HEADER.pack(MAGIC, hashlib.sha256(payload).digest(), len(payload)))
+                    f.write(payload)
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        except OSError:
+            self._count(kind, "errors")
+            return
+        self._count(kind, "writes")
+        self._maybe_evict(len(payload) + HEADER.size)
+
+    def fetch(self, kind: str, key: str, build: Callable[[], bytes]) -> bytes:
+        """The stored bytes for `key`, or `build()`'s, which are then stored."""
+        payload = self.get(kind, key)
+        if payload is None:
+            payload = build()
+            self.put(kind, key, payload)
+        return payload
+
+    def _count(self, kind: str, what: str) -> None:
+        self.stats[what] += 1
+        self.stats[f"{kind}.{what}"] += 1
+
+    def summary(self) -> str:
+        if self.root is None:
+            return "compile cache: disabled"
+        s = self.stats
+        kinds = sorted({k.split(".")[0] for k in s if "." in k})
+        parts = [f"{kind} {s[kind + '.hits']} hit(s), {s[kind + '.misses']} miss(es)"
+                 for kind in kinds]
+        extra = [f"{s[w]} {w}" for w in ("corrupt", "errors") if s[w]]
+        return f"compile cache {self.root}: " + ("; ".join(parts + extra) or "not used")
+
+    # ---- size bound, info, clear ------------------------------------------------------
+    def _entries(self) -> Iterator[tuple[Path, os.stat_result]]:
+        if self.root is None:
+            return
+        for dirpath, _, files in os.walk(self.root / LAYOUT):
+            for f in files:
+                path = Path(dirpath) / f
+                try:
+                    yield path, path.stat()
+                except FileNotFoundError:  # removed by a concurrent eviction
+                    continue
+
+    def _maybe_evict(self, written: int) -> None:
+        if self._written_since_scan is not None:
+            self._written_since_scan += written
+            if self._written_since_scan < self.max_bytes // 16:
+                return
+        self._written_since_scan = 0
+        self.evict(self.max_bytes * 4 // 5)
+
+    def evict(self, keep_bytes: int) -> int:
+        """Delete least recently used entries (and stale temporary files) until at most
+        `keep_bytes` remain, once the cache exceeds `max_bytes`; returns entries deleted."""
+        now = time.time()
+        entries, total, removed = [], 0, 0
+        for path, st in self._entries():
+            if path.name.startswith(".tmp-"):
+                if now - st.st_mtime > STALE_TEMP_S:
+                    path.unlink(missing_ok=True)
+                continue
+            entries.append((st.st_mtime, st.st_size, path))
+            total += st.st_size
+        if total <= self.max_bytes:
+            return 0
+        for _, size, path in sorted(entries):
+            if total <= keep_bytes:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+            removed += 1
+        self.stats["evicted"] += removed
+        return removed
+
+    def info(self) -> dict[str, Any]:
+        kinds: Counter[str] = Counter()
+        sizes: Counter[str] = Counter()
+        for path, st in self._entries():
+            if not path.name.startswith(".tmp-"):
+                kind = path.parent.parent.name
+                kinds[kind] += 1
+                sizes[kind] += st.st_size
+        return {"root": str(self.root) if self.root else None, "enabled": self.enabled,
+                "entries": sum(kinds.values()), "bytes": sum(sizes.values()),
+                "max_bytes": self.max_bytes,
+                "kinds": {k: {"entries": kinds[k], "bytes": sizes[k]} for k in sorted(kinds)}}
+
+    def clear(self) -> int:
+        """Delete every entry; returns how many there were."""
+        count = sum(1 for _ in self._entries())
+        if self.root is not None:
+            shutil.rmtree(self.root / LAYOUT, ignore_errors=True)
+        return count
+
+
+def _unpack(data: bytes) -> bytes | None:
+    if len(data) < HEADER.size:
+        return None
+    magic, sha, length = HEADER.unpack_from(data)
+    payload = data[HEADER.size:]
+    if magic != MAGIC or length != len(payload) or hashlib.sha256(payload).digest() != sha:
+        return None
+    return payload
+
+
+DISABLED = CompileCache(None)
+
+
+def default_cache() -> CompileCache:
+    """The cache the environment names (read on every call; one instance per setting)."""
+    root = os.environ.get("FLOWC_CACHE_DIR")
+    if root is None:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        root = str(Path(base) / "flowc")
+    if not root:
+        return DISABLED
+    max_mb = os.environ.get("FLOWC_CACHE_MAX_MB") or str(DEFAULT_MAX_MB)
+    if not max_mb.isdigit():
+        raise FlowcError(f"FLOWC_CACHE_MAX_MB='{max_mb}': expected a whole number of MiB")
+    return _cache_at(root, int(max_mb))
+
+
+@functools.cache
+def _cache_at(root: str, max_mb: int) -> CompileCache:
+    return CompileCache(root, max_mb << 20)
+
+
+def resolve(cache: CompileCache | bool | None) -> CompileCache:
+    """A `cache=` argument as a cache: None or True -> `default_cache()`, False -> DISABLED."""
+    if cache is None or cache is True:
+        return default_cache()
+    if cache is False:
+        return DISABLED
+    return cache

@@ -1,0 +1,170 @@
+/* partition.c: running a partitioned model (one entry function per device) and the
+ * rendezvous its send/recv steps go through. See flowc_rt.h.
+ *
+ * Each context holds, from its first run on, one worker thread per partition after the
+ * first; partition 0 runs on the caller (with the context's pool; workers run their
+ * kernels serially). A run resets every channel, bumps the run generation (waking the
+ * workers), runs partition 0 and waits until every worker has finished its partition.
+ * A send copies its tensor into the channel's staging buffer and marks the channel full;
+ * a recv waits (condition variable) until it is full and copies the tensor out. Sends
+ * never wait, and each partition runs its steps in an order consistent with one global
+ * order in which every send precedes its recv (codegen checks it), so every recv's send
+ * eventually runs: no deadlock. Workers are all started before a run begins, so a failure
+ * to start one fails the run before any partition waits on a peer. */
+#include "flowc_rt.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct flowc_rendezvous {
+  pthread_mutex_t mu;
+  pthread_cond_t filled;  /* a channel became full */
+  pthread_cond_t start;   /* a run began, or stop */
+  pthread_cond_t done;    /* pending reached 0 */
+  const flowc_model *model;
+  flowc_ctx *ctx;
+  unsigned char *full; /* per channel: the send of this run has happened */
+  char **slot;         /* per channel: staging buffer (NULL for a control channel) */
+  pthread_t *workers;  /* partitions 1 .. num_partitions-1 */
+  int started;         /* workers running */
+  unsigned long generation; /* bumped per run (under mu) */
+  int pending;         /* workers still in this run's partition (under mu) */
+  int stop;            /* under mu */
+};
+
+typedef struct {
+  flowc_rendezvous *rv;
+  int part;
+  unsigned long seen; /* the generation before the worker's first run */
+} worker_arg;
+
+static flowc_rendezvous *rendezvous_create(flowc_ctx *ctx) {
+  const flowc_model *m = ctx->model;
+  flowc_rendezvous *rv = calloc(1, sizeof *rv);
+  if (!rv) return NULL;
+  rv->model = m;
+  rv->ctx = ctx;
+  pthread_mutex_init(&rv->mu, NULL);
+  pthread_cond_init(&rv->filled, NULL);
+  pthread_cond_init(&rv->start, NULL);
+  pthread_cond_init(&rv->done, NULL);
+  size_t n = (size_t)m->num_channels;
+  rv->full = calloc(n + 1, 1);
+  rv->slot = calloc(n + 1, sizeof *rv->slot);
+  rv->workers = calloc((size_t)m->num_partitions + 1, sizeof *rv->workers);
+  int ok = rv->full && rv->slot && rv->workers;
+  for (size_t k = 0; ok && k < n; k++) {
+    size_t bytes = m->channels[k].bytes;
+    if (bytes && posix_memalign((void **)&rv->slot[k], FLOWC_ALIGN, bytes) != 0) ok = 0;
+  }
+  if (!ok) {
+    FLOWC_RT(rendezvous_destroy)(rv);
+    return NULL;
+  }
+  return rv;
+}
+
+void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv) {
+  if (!rv) return;
+  pthread_mutex_lock(&rv->mu);
+  rv->stop = 1;
+  pthread_cond_broadcast(&rv->start);
+  pthread_mutex_unlock(&rv->mu);
+  for (int i = 0; i < rv->started; i++) pthread_join(rv->workers[i], NULL);
+  for (int k = 0; rv->slot && k < rv->model->num_channels; k++) free(rv->slot[k]);
+  free(rv->slot);
+  free(rv->full);
+  free(rv->workers);
+  pthread_cond_destroy(&rv->done);
+  pthread_cond_destroy(&rv->start);
+  pthread_cond_destroy(&rv->filled);
+  pthread_mutex_destroy(&rv->mu);
+  free(rv);
+}
+
+void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data) {
+  size_t bytes = rv->model->channels[channel].bytes;
+  if (bytes) memcpy(rv->slot[channel], data, bytes);
+  pthread_mutex_lock(&rv->mu);
+  rv->full[channel] = 1;
+  pthread_cond_broadcast(&rv->filled);
+  pthread_mutex_unlock(&rv->mu);
+}
+
+void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data) {
+  pthread_mutex_lock(&rv->mu);
+  while (!rv->full[channel]) pthread_cond_wait(&rv->filled, &rv->mu);
+  pthread_mutex_unlock(&rv->mu);
+  size_t bytes = rv->model->channels[channel].bytes;
+  if (bytes) memcpy(data, rv->slot[channel], bytes);
+}
+
+static void run_part(flowc_ctx *ctx, const flowc_partition *p) {
+  p->run(ctx->inputs, ctx->outputs, ctx->arena + p->arena_offset, ctx->weights, ctx->rendezvous);
+}
+
+static void *worker(void *arg) {
+  worker_arg w = *(worker_arg *)arg;
+  free(arg);
+  flowc_rendezvous *rv = w.rv;
+  unsigned long seen = w.seen;
+  pthread_mutex_lock(&rv->mu);
+  for (;;) {
+    while (!rv->stop && rv->generation == seen) pthread_cond_wait(&rv->start, &rv->mu);
+    if (rv->stop) break;
+    seen = rv->generation;
+    pthread_mutex_unlock(&rv->mu);
+    run_part(rv->ctx, &rv->model->partitions[w.part]);
+    pthread_mutex_lock(&rv->mu);
+    if (--rv->pending == 0) pthread_cond_signal(&rv->done);
+  }
+  pthread_mutex_unlock(&rv->mu);
+  return NULL;
+}
+
+static int start_workers(flowc_ctx *ctx) {
+  flowc_rendezvous *rv = ctx->rendezvous;
+  const flowc_model *m = ctx->model;
+  while (rv->started < m->num_partitions - 1) {
+    int part = rv->started + 1, err = ENOMEM;
+    worker_arg *arg = malloc(sizeof *arg);
+    if (arg) {
+      *arg = (worker_arg){rv, part, rv->generation}; /* only this thread bumps it */
+      err = pthread_create(&rv->workers[rv->started], NULL, worker, arg);
+      if (err) free(arg);
+    }
+    if (err) {
+      snprintf(ctx->error, sizeof ctx->error, "%s: cannot start the thread of partition %s: "
+               "%s", m->name, m->partitions[part].device, strerror(err));
+      return FLOWC_ERR_THREADS;
+    }
+    rv->started++;
+  }
+  return FLOWC_OK;
+}
+
+int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
+  const flowc_model *m = ctx->model;
+  if (!ctx->rendezvous && !(ctx->rendezvous = rendezvous_create(ctx))) {
+    snprintf(ctx->error, sizeof ctx->error, "%s: out of memory allocating the rendezvous of "
+             "%d channels", m->name, m->num_channels);
+    return FLOWC_ERR_NOMEM;
+  }
+  int status = start_workers(ctx);
+  if (status) return status;
+  flowc_rendezvous *rv = ctx->rendezvous;
+  pthread_mutex_lock(&rv->mu);
+  memset(rv->full, 0, (size_t)m->num_channels);
+  rv->pending = m->num_partitions - 1;
+  rv->generation++;
+  pthread_cond_broadcast(&rv->start);
+  pthread_mutex_unlock(&rv->mu);
+  run_part(ctx, &m->partitions[0]);
+  pthread_mutex_lock(&rv->mu);
+  while (rv->pending) pthread_cond_wait(&rv->done, &rv->mu);
+  pthread_mutex_unlock(&rv->mu);
+  return FLOWC_OK;
+}
