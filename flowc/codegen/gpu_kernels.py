@@ -21,11 +21,19 @@ from mlir import ir
 
 from flowc.codegen import gpu_pipeline, gpu_target
 from flowc.codegen.kernels import _check_body, build_module, check_supported
-from flowc.codegen.target import Target, get_target
+from flowc.codegen.target import Target
+from flowc.codegen.target import get_target as _get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 
 Dump = Callable[[str, str], None]
+
+
+def get_target(name: Target | str = "nvptx") -> Target:
+    return _get_target(name)
+
+
+__all__ = ["GpuBinary", "check_supported", "compile_gpu_kernels", "get_target"]
 
 
 @dataclass
@@ -42,7 +50,7 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
     archs = tuple(gpu_target.check_arch(a) for a in archs)
     if not archs:
         raise FlowcError("compile_gpu_kernels: no GPU architecture given")
-    target = get_target(target)
+    target = _get_target(target)
     symbols = [sym for sym, _ in kernels]
     if len(set(symbols)) != len(symbols):
         raise FlowcError(f"compile_gpu_kernels: duplicate kernel symbols in {symbols}")
