@@ -61,7 +61,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                              devices=args.devices, place=args.place,
                              device_profiles=args.device_profiles,
                              explain_placement=(lambda text: print(text, end=""))
-                             if args.explain_placement else None)
+                             if args.explain_placement else None,
+                             gpu_archs=args.gpu_arch or None)
     print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
           f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
           f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
@@ -247,7 +248,11 @@ def add_commands(sub: Any) -> None:
     comp.add_argument("model", metavar="MODEL", help="the .onnx model or .flowc graph")
     comp.add_argument("-o", "--output", metavar="DIR",
                       help="the artifact directory (default: MODEL's stem + _artifact)")
-    comp.add_argument("--target", metavar="TARGET", help="target (default: this host)")
+    comp.add_argument("--target", metavar="TARGET",
+                      help="target (default: this host; nvptx: the whole graph on an NVIDIA GPU)")
+    comp.add_argument("--gpu-arch", metavar="SM", action="append", default=[],
+                      help="with --target nvptx: a GPU architecture to build a cubin for "
+                           "(repeatable; default sm_80 and sm_90)")
     comp.add_argument("--name", metavar="NAME", help="symbol prefix (default: graph name)")
     comp.add_argument("--batch", type=int, default=1,
                       help="size of symbolic leading dims (default 1)")

@@ -7,7 +7,8 @@ parse back), the final graph (`NAME.flowc`), per kernel its MLIR before its pipe
 (`SYM.input.mlir`, ops located at the graph node they come from), its transform schedule
 (`SYM.schedule.mlir`) and its LLVM-dialect form (`SYM.llvm.mlir`), the linked LLVM IR
 (`kernels.ll`), the assembly (`kernels.s`, one label per kernel symbol), the generated C
-entry (`NAME_model.c`) and, when devices were given, the placement report (`placement.txt`). A table maps each graph node to its kernel, so one node can be
+entry (`NAME_model.c`) and, when devices were given, the placement report
+(`placement.txt`). A table maps each graph node to its kernel, so one node can be
 followed from the model to the instructions that run it.
 """
 
