@@ -88,7 +88,7 @@ def weights_asm(name: str, blob_file: str) -> str:
 
 @functools.cache
 def _compiler_identity(cc: str) -> str:
-    return run_tool([cc, "--version"], Path.cwd(), "asking the C compiler its version")
+    return run_tool([cc, "--version"], RUNTIME_DIR, "asking the C compiler its version")
 
 
 def runtime_key() -> str:
