@@ -61,7 +61,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                              devices=args.devices, place=args.place,
                              device_profiles=args.device_profiles,
                              explain_placement=(lambda text: print(text, end=""))
-                             if args.explain_placement else None)
+                             if args.explain_placement else None,
+                             gpu_archs=args.gpu_arch or None)
     print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
           f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
           f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
@@ -120,6 +121,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for device, d in m.get("devices", {}).items():
         print(f"  device {device}: arena {d['arena_bytes']} bytes at offset "
               f"{d['arena_offset']}, lower bound {d['lower_bound_bytes']}")
+    for k, part in enumerate(m.get("partitions", [])):
+        sends = ", ".join(f"{s['key']} ({s['bytes']} bytes)" for s in part["sends"]) or "none"
+        print(f"partition {k} {part['device']}: sends {sends}")
     for name in m["files"]:
         file = path / name
         size = file.stat().st_size if file.exists() else "missing"
@@ -244,7 +248,11 @@ def add_commands(sub: Any) -> None:
     comp.add_argument("model", metavar="MODEL", help="the .onnx model or .flowc graph")
     comp.add_argument("-o", "--output", metavar="DIR",
                       help="the artifact directory (default: MODEL's stem + _artifact)")
-    comp.add_argument("--target", metavar="TARGET", help="target (default: this host)")
+    comp.add_argument("--target", metavar="TARGET",
+                      help="target (default: this host; nvptx: the whole graph on an NVIDIA GPU)")
+    comp.add_argument("--gpu-arch", metavar="SM", action="append", default=[],
+                      help="with --target nvptx: a GPU architecture to build a cubin for "
+                           "(repeatable; default sm_80 and sm_90)")
     comp.add_argument("--name", metavar="NAME", help="symbol prefix (default: graph name)")
     comp.add_argument("--batch", type=int, default=1,
                       help="size of symbolic leading dims (default 1)")

@@ -40,7 +40,8 @@ def model_info(program: Program, weights_file: str | None) -> ModelInfo:
 def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
                    target: Mapping[str, Any], sizes: Mapping[str, int], graph_hash: str,
                    flowc_version: str, weights: str = "auto",
-                   dump_dir: Path | None = None, cache: Any = None) -> dict[str, Any]:
+                   dump_dir: Path | None = None, cache: Any = None,
+                   gpu: Any = None) -> dict[str, Any]:
     if weights not in WEIGHTS_MODES:
         raise FlowcError(f"weights='{weights}': expected one of {', '.join(WEIGHTS_MODES)}")
     blob = weights_blob(program)
@@ -50,14 +51,15 @@ def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
     info = model_info(program, side)
     header = render_header(info)
     model_c = render_model_c(program, info, graph_hash, target.get("features", ()),
-                             embedded=embed)
+                             embedded=embed, gpu=gpu)
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         (dump_dir / f"{name}_model.c").write_text(model_c)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="flowc-link-") as tmp:
         written = link(Path(tmp), out_dir, name, kernel_object, model_c, header,
-                       blob if embed and blob else None, [k.symbol for k in program.kernels],
+                       blob if embed and blob else None,
+                       [] if gpu is not None else [k.symbol for k in program.kernels],
                        cache=cache)
     (out_dir / f"{name}.h").write_text(header)
     written.append(f"{name}.h")

@@ -84,8 +84,9 @@ class MemoryPlan:
         if all(d is None for d in self.devices):
             return {}
         return {d or "unplaced": {"arena_offset": a.offset, "arena_bytes": a.arena_bytes,
-                         "intermediate_bytes": a.intermediate_bytes,
-                         "lower_bound_bytes": a.lower_bound_bytes, "in_place": a.in_place}
+                                  "intermediate_bytes": a.intermediate_bytes,
+                                  "lower_bound_bytes": a.lower_bound_bytes,
+                                  "in_place": a.in_place}
                 for d, a in self.devices.items()}
 
 

@@ -5,6 +5,9 @@ and says whether this machine can run them (`runnable`). Three exist:
 - `host`: this machine's triple, CPU and features (the default; fastest, not portable);
 - `x86-64`: the baseline `x86-64` CPU (SSE2), for x86-64 machines that are not this one;
 - `aarch64`: AArch64 Linux (`generic` CPU with NEON); a cross target: objects only.
+- `nvptx`: NVIDIA GPUs (`nvptx64-nvidia-cuda`, default `sm_80`): kernels go through
+  `gpu_kernels` (PTX + cubins) and the artifact's host side runs on this machine's CPU.
+  `is_gpu` tells the two kinds apart.
 `get_target(name)` raises a FlowcError naming the known targets for any other name.
 """
 
@@ -27,6 +30,7 @@ class Target:
     arch: str  # "x86_64" or "aarch64": the key of architecture-specific lowering rules
     runnable: bool  # objects for it run on this machine
     vector_bits: int  # the widest SIMD register the kernels are tiled for
+    is_gpu: bool = False  # kernels run on a GPU; objects are for the host that drives it
 
     @property
     def vector_width(self) -> int:
@@ -72,7 +76,13 @@ def aarch64() -> Target:
                   runnable, 128)
 
 
-TARGETS = {"host": host, "x86-64": x86_64_baseline, "aarch64": aarch64}
+@functools.cache
+def nvptx() -> Target:
+    return Target("nvptx", "nvptx64-nvidia-cuda", "sm_80", "+ptx70", "nvptx", False, 128,
+                  is_gpu=True)
+
+
+TARGETS = {"host": host, "x86-64": x86_64_baseline, "aarch64": aarch64, "nvptx": nvptx}
 
 
 def get_target(name: str | Target = "host") -> Target:

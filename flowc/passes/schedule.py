@@ -3,8 +3,10 @@
 Requires: a well-formed graph (normally after `fuse`, so nodes are kernels). Guarantees: the
 same nodes (the same objects), inputs and outputs, in a topological order of the data and
 control edges plus two kinds of implied edges: effectful nodes (not `rewrite.is_pure`,
-send/recv aside) keep their relative order, and a `recv` comes after the `send` of its
-channel (tensor_name, send_device, recv_device). Codegen runs nodes in graph order, so this
+send/recv aside) keep their relative order on each device, and a `recv` comes after the
+`send` of its channel (tensor_name, send_device, recv_device). When send/recv pairs make
+nodes wait on each other in a cycle (a program that would deadlock), a FlowcError names
+some of them. Nested bodies keep their order. Codegen runs nodes in graph order, so this
 order is the program's, and per device (`Node.device`) the order of that device's nodes.
 
 How: a greedy list scheduler over the memory model of `schedule_model.py`. Among the ready
@@ -25,10 +27,10 @@ Statistics: nodes-moved, peak-bytes-saved (by the memory model's count).
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import ClassVar
 
+from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node
 from flowc.ir.ops.core import channel_key
 from flowc.passes.registry import register
@@ -45,122 +47,136 @@ def dependencies(graph: Graph) -> dict[Node, list[Node]]:
     inside = set(graph.nodes)
     preds: dict[Node, list[Node]] = {}
     sends = {channel_key(n.attrs): n for n in graph.nodes if n.op == "send"}
-    previous_effect: Node | None = None
+    previous_effect: dict[str | None, Node] = {}  # per device
     for node in graph.nodes:
         deps = [v.node for v in node.inputs if v is not None] + list(node.ctrl)
         if node.op == "recv" and channel_key(node.attrs) in sends:
             deps.append(sends[channel_key(node.attrs)])
         if node.op not in ("send", "recv", "fused") and not is_pure(node):  # a fused body
             # holds only pure ops (its type rule checks that)
-            if previous_effect is not None:
-                deps.append(previous_effect)
-            previous_effect = node
+            if node.device in previous_effect:
+                deps.append(previous_effect[node.device])
+            previous_effect[node.device] = node
         preds[node] = [d for d in dict.fromkeys(deps) if d in inside]
     return preds
 
 
 class _ListScheduler:
-    """One run of the list scheduler; `by_memory=False` keeps the input order."""
+    """One run of the list scheduler over node positions; `by_memory=False` keeps the
+    input order (receives moved, sends when ready)."""
 
     def __init__(self, graph: Graph, model: MemoryModel, preds: dict[Node, list[Node]],
                  by_memory: bool):
-        self.nodes = graph.nodes
-        self.index = {n: i for i, n in enumerate(graph.nodes)}
-        self.model, self.preds, self.by_memory = model, preds, by_memory
-        self.succs: dict[Node, list[Node]] = defaultdict(list)
-        for node, ps in preds.items():
+        self.nodes, self.name, self.model, self.by_memory = (graph.nodes, graph.name, model,
+                                                             by_memory)
+        index = model.index
+        self.preds = [[index[p] for p in preds[n]] for n in graph.nodes]
+        self.succs: list[list[int]] = [[] for _ in graph.nodes]
+        for i, ps in enumerate(self.preds):
             for p in ps:
-                self.succs[p].append(node)
-        self.pending = {n: len(ps) for n, ps in preds.items()}
-        self.receives = {n: [p for p in ps if p.op in DEFERRED_OPS] for n, ps in preds.items()}
+                self.succs[p].append(i)
+        self.deferred = [n.op in DEFERRED_OPS for n in graph.nodes]
+        self.rank = [(n.op != "send") if not by_memory else (n.op not in EAGER_OPS)
+                     for n in graph.nodes]
+        self.receives = [[p for p in ps if self.deferred[p]] for ps in self.preds]
+        self.pending = [len(ps) for ps in self.preds]
         self.remaining = [len(users) for users in model.readers]
-        self.emitted: dict[Node, None] = {}
-        self.available: set[Node] = set()  # emitted nodes, receives whose preds are
+        self.emitted = [False] * len(graph.nodes)
+        self.available = [False] * len(graph.nodes)  # emitted, or a receive whose preds are
+        self.order: list[int] = []
         self.heap: list[tuple[tuple, int, int]] = []
-        self.version: dict[Node, int] = defaultdict(int)
+        self.version = [0] * len(graph.nodes)
 
     def run(self) -> list[Node]:
-        for node in self.nodes:
-            if self.pending[node] == 0:
-                self._available(node)
-        while self.heap:
-            _, i, version = heapq.heappop(self.heap)
-            node = self.nodes[i]
-            if version == self.version[node] and node not in self.emitted:
-                self._emit(node)
-        for node in self.nodes:  # receives nothing reads (graph outputs)
-            if node not in self.emitted:
-                self._emit(node)
-        return list(self.emitted)
+        for i, waiting in enumerate(self.pending):
+            if waiting == 0:
+                self._available(i)
+        heap, version, emitted = self.heap, self.version, self.emitted
+        while heap:
+            _, i, v = heapq.heappop(heap)
+            if v == version[i] and not emitted[i]:
+                self._emit(i)
+        for i in range(len(self.nodes)):  # receives nothing reads (graph outputs)
+            if self.available[i] and not emitted[i]:
+                self._emit(i)
+        stuck = [n for i, n in enumerate(self.nodes) if not emitted[i]]
+        if stuck:
+            raise FlowcError(
+                f"cannot schedule graph @{self.name}: {len(stuck)} nodes wait on each other "
+                "through send/recv pairs (a cycle across devices, which would deadlock), "
+                "among them " + ", ".join(n.label() for n in stuck[:4]))
+        return [self.nodes[i] for i in self.order]
 
-    def _score(self, node: Node) -> tuple:
+    def _score(self, i: int) -> tuple:
         if not self.by_memory:
-            return (node.op != "send", self.index[node])
-        net, alloc = self._net(node, ())
-        ahead = [self._net(s, self.model.reads[node])[0] for s in self.succs[node]
-                 if self.pending[s] == 1 and s.op not in DEFERRED_OPS]
-        best = min([0, *ahead])  # one step of look-ahead: what `node` makes possible
-        return (node.op not in EAGER_OPS, net + best, net, alloc, self.index[node])
+            return (self.rank[i], i)
+        net, alloc = self._net(i, ())
+        reads, pending, deferred = self.model.reads[i], self.pending, self.deferred
+        best = 0  # one step of look-ahead: what node i makes possible
+        for s in self.succs[i]:
+            if pending[s] == 1 and not deferred[s]:
+                best = min(best, self._net(s, reads)[0])
+        return (self.rank[i], net + best, net, alloc, i)
 
-    def _net(self, node: Node, also_read: tuple[int, ...]) -> tuple[int, int]:
-        """(bytes `node` adds to the live set, bytes it allocates) if the nodes before it
+    def _net(self, i: int, also_read: tuple[int, ...]) -> tuple[int, int]:
+        """(bytes node i adds to the live set, bytes it allocates) if the nodes before it
         also read the roots `also_read`."""
         model, remaining, cost = self.model, self.remaining, self.model.cost
-        alloc = model.alloc[node]
-        for p in self.receives[node]:
-            if p not in self.emitted:
+        alloc = model.alloc[i]
+        for p in self.receives[i]:
+            if not self.emitted[p]:
                 alloc += model.alloc[p]
         freed = 0
-        for i in model.reads[node]:
-            if remaining[i] - (i in also_read) == 1:
-                freed += cost[i]
-        return alloc - model.dead[node] - freed, alloc
+        for r in model.reads[i]:
+            if remaining[r] - (r in also_read) == 1:
+                freed += cost[r]
+        return alloc - model.dead[i] - freed, alloc
 
-    def _push(self, node: Node) -> None:
-        self.version[node] += 1
-        heapq.heappush(self.heap, (self._score(node), self.index[node], self.version[node]))
+    def _push(self, i: int) -> None:
+        self.version[i] += 1
+        heapq.heappush(self.heap, (self._score(i), i, self.version[i]))
 
-    def _ready(self, node: Node) -> bool:
-        return (self.pending[node] == 0 and node not in self.emitted
-                and node.op not in DEFERRED_OPS)
+    def _ready(self, i: int) -> bool:
+        return self.pending[i] == 0 and not self.emitted[i] and not self.deferred[i]
 
-    def _available(self, node: Node) -> None:
-        """All of `node`'s predecessors are emitted or available receives."""
-        if node.op in DEFERRED_OPS:
-            self.available.add(node)
-            for s in self.succs[node]:
+    def _available(self, i: int) -> None:
+        """All of node i's predecessors are emitted or available receives."""
+        if self.deferred[i]:
+            self.available[i] = True
+            for s in self.succs[i]:
                 self._release(s)
         else:
-            self._push(node)
+            self._push(i)
 
-    def _release(self, node: Node) -> None:
-        self.pending[node] -= 1
-        if self.pending[node] == 0:
-            self._available(node)
-        elif self.pending[node] == 1 and self.by_memory:  # the look-ahead of its last
-            last = next(p for p in self.preds[node] if p not in self.available)  # pred
+    def _release(self, i: int) -> None:
+        self.pending[i] -= 1
+        if self.pending[i] == 0:
+            self._available(i)
+        elif self.pending[i] == 1 and self.by_memory:
+            # the one pred left now sees node i in its look-ahead: score it anew
+            last = next(p for p in self.preds[i] if not self.available[p])
             if self._ready(last):
                 self._push(last)
 
-    def _emit(self, node: Node) -> None:
-        for p in self.preds[node]:
-            if p not in self.emitted:  # only an available receive can be left
+    def _emit(self, i: int) -> None:
+        for p in self.preds[i]:
+            if not self.emitted[p]:  # only an available receive can be left
                 self._emit(p)
-        self.emitted[node] = None
-        self.available.add(node)
-        if node.op not in DEFERRED_OPS:
-            for s in self.succs[node]:
+        self.emitted[i] = self.available[i] = True
+        self.order.append(i)
+        if not self.deferred[i]:
+            for s in self.succs[i]:
                 self._release(s)
         if not self.by_memory:
             return
-        for i in self.model.reads[node]:
-            self.remaining[i] -= 1
-            if self.remaining[i] == 1:  # its last reader may now free it: score it anew
-                last = next(u for u in self.model.readers[i] if u not in self.emitted)
+        for r in self.model.reads[i]:
+            self.remaining[r] -= 1
+            if self.remaining[r] == 1:  # its last reader may now free it: score it anew
+                last = next(u for u in self.model.readers[r] if not self.emitted[u])
                 if self._ready(last):
                     self._push(last)
-        if node.op in DEFERRED_OPS:
-            for s in self.succs[node]:
+        if self.deferred[i]:
+            for s in self.succs[i]:
                 if self._ready(s):
                     self._push(s)
 

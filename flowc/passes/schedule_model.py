@@ -45,25 +45,28 @@ def value_bytes(t: object) -> int:
 class MemoryModel:
     """Roots, costs and readers of the values of `graph` (see the module docstring).
 
-    Roots that can be freed (a cost, not kept) are numbered: `reads[node]` holds the
-    numbers of those `node` reads, `readers[i]` the nodes reading root `i`, `cost[i]` and
-    `device[i]` its bytes and device; `alloc[node]` is what `node` allocates and
-    `dead[node]` the part of it nobody reads (freed right after its step)."""
+    Nodes are numbered by their position in `graph.nodes` (`index`); roots that can be
+    freed (a cost, not kept) are numbered too (`number`, keyed by (node, result index)).
+    Per node position: `reads[i]` the roots it reads, `alloc[i]` the bytes it allocates,
+    `dead[i]` the part of them nobody reads (freed right after its step); per root:
+    `readers[r]` the positions of the nodes reading it, `cost[r]`, `device[r]`."""
 
     def __init__(self, graph: Graph):
         # Values are keyed as (node, index): hashing that tuple is much cheaper than a Value
-        self.root: dict[Key, Key] = {}  # view results only: others are their own root
+        root: dict[Key, Key] = {}  # view results only: others are their own root
         for node in graph.nodes:
             if node.op in VIEW_OPS and node.inputs and node.inputs[0] is not None:
                 v = node.inputs[0]
-                self.root[(node, 0)] = self.root.get((v.node, v.index), (v.node, v.index))
+                root[(node, 0)] = root.get((v.node, v.index), (v.node, v.index))
+        self.root = root
         outputs = {(v.node, v.index) for _, v in graph.outputs}
-        self.kept = {self.root.get(k, k) for k in outputs}
+        self.kept = {root.get(k, k) for k in outputs}
+        self.index = {n: i for i, n in enumerate(graph.nodes)}
         self.number: dict[Key, int] = {}
         self.cost: list[int] = []
         self.device: list[str | None] = []
-        self.alloc: dict[Node, int] = {}
-        owned: dict[Node, list[int]] = {}
+        self.alloc: list[int] = []
+        owned: list[list[int]] = []
         for node in graph.nodes:
             alloc, mine = 0, []
             if node.op not in FREE_OPS and node.op not in VIEW_OPS:
@@ -78,19 +81,19 @@ class MemoryModel:
                         mine.append(len(self.cost))
                         self.cost.append(nbytes)
                         self.device.append(node.device)
-            self.alloc[node], owned[node] = alloc, mine
-        self.readers: list[list[Node]] = [[] for _ in self.cost]
-        self.reads: dict[Node, tuple[int, ...]] = {}
-        number, root = self.number, self.root
-        for node in graph.nodes:
+            self.alloc.append(alloc)
+            owned.append(mine)
+        self.readers: list[list[int]] = [[] for _ in self.cost]
+        self.reads: list[tuple[int, ...]] = []
+        number = self.number
+        for i, node in enumerate(graph.nodes):
             roots = dict.fromkeys(number.get(root.get(k, k), -1) for k in
                                   ((v.node, v.index) for v in node.inputs if v is not None))
             roots.pop(-1, None)
-            self.reads[node] = tuple(roots)
-            for i in roots:
-                self.readers[i].append(node)
-        self.dead = {node: sum(self.cost[i] for i in mine if not self.readers[i])
-                     for node, mine in owned.items()}
+            self.reads.append(tuple(roots))
+            for r in roots:
+                self.readers[r].append(i)
+        self.dead = [sum(self.cost[r] for r in mine if not self.readers[r]) for mine in owned]
 
     def peak(self, order: Sequence[Node]) -> int:
         """Sum over devices of the peak live bytes when running `order`."""
@@ -98,12 +101,12 @@ class MemoryModel:
         live: dict[str | None, int] = defaultdict(int)
         peak: dict[str | None, int] = defaultdict(int)
         for node in order:
-            dev = node.device
-            live[dev] += self.alloc[node]
+            i, dev = self.index[node], node.device
+            live[dev] += self.alloc[i]
             peak[dev] = max(peak[dev], live[dev])
-            live[dev] -= self.dead[node]
-            for i in self.reads[node]:
-                remaining[i] -= 1
-                if remaining[i] == 0:
-                    live[self.device[i]] -= self.cost[i]
+            live[dev] -= self.dead[i]
+            for r in self.reads[i]:
+                remaining[r] -= 1
+                if remaining[r] == 0:
+                    live[self.device[r]] -= self.cost[r]
         return sum(peak.values())

@@ -33,6 +33,7 @@ DTYPE_CODES: dict[str, int] = {name: code for code, name in enumerate(DTYPES)}
 STATUS: dict[int, str] = {
     0: "FLOWC_OK", 1: "FLOWC_ERR_ARGUMENT", 2: "FLOWC_ERR_SHAPE", 3: "FLOWC_ERR_DTYPE",
     4: "FLOWC_ERR_NOMEM", 5: "FLOWC_ERR_WEIGHTS", 6: "FLOWC_ERR_CPU", 7: "FLOWC_ERR_THREADS",
+    8: "FLOWC_ERR_DEVICE",
 }
 
 

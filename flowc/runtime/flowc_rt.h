@@ -35,6 +35,7 @@
 #define FLOWC_ERR_WEIGHTS 5  /* the weights file is missing, unreadable or mismatched */
 #define FLOWC_ERR_CPU 6      /* this CPU lacks a feature the kernels were built for */
 #define FLOWC_ERR_THREADS 7  /* the thread pool could not start */
+#define FLOWC_ERR_DEVICE 8   /* GPU: no CUDA driver or device, unsupported GPU, CUDA error */
 #endif
 
 #define FLOWC_ALIGN 64
@@ -74,6 +75,37 @@ typedef struct {
   size_t bytes;    /* 0: a control edge (a signal, no data) */
 } flowc_channel;
 
+/* ---- GPU programs (cuda.c): every kernel runs on an NVIDIA GPU ----
+ * Kernel arguments are device pointers into one device block; an argument names its
+ * buffer by kind and index/offset. Launches run in order on one stream. */
+enum { FLOWC_GPU_INPUT, FLOWC_GPU_OUTPUT, FLOWC_GPU_WEIGHT, FLOWC_GPU_ARENA, FLOWC_GPU_SCRATCH };
+typedef struct {
+  int32_t kind; /* FLOWC_GPU_* */
+  size_t at;    /* input/output index, or byte offset in the weights/arena/scratch */
+} flowc_gpu_arg;
+typedef struct {
+  int32_t function; /* index into functions */
+  uint32_t grid, block;
+  int32_t num_args;
+  const flowc_gpu_arg *args;
+} flowc_gpu_launch;
+typedef struct {
+  int32_t arch;  /* 80 for sm_80 ... */
+  int32_t is_ptx; /* PTX text (JIT on devices of at least arch), else a cubin */
+  const unsigned char *data;
+} flowc_gpu_image;
+typedef struct {
+  int32_t num_images;
+  const flowc_gpu_image *images;
+  int32_t num_functions;
+  const char *const *functions;
+  int32_t num_launches;
+  const flowc_gpu_launch *launches;
+  size_t scratch_bytes;
+  const flowc_gpu_arg *results; /* where each output is on the device after the launches */
+} flowc_gpu_program;
+struct flowc_gpu_ctx;
+
 typedef struct {
   const char *name;
   const char *graph_hash;
@@ -92,6 +124,7 @@ typedef struct {
   const flowc_partition *partitions;
   int32_t num_channels;
   const flowc_channel *channels;
+  const flowc_gpu_program *gpu; /* non-NULL: the kernels run on a GPU (cuda.c) */
 } flowc_model;
 
 typedef struct flowc_pool flowc_pool;
@@ -111,6 +144,7 @@ typedef struct flowc_ctx {
   flowc_pool *pool;
   int threads;
   flowc_rendezvous *rendezvous; /* partitioned models: created on the first run */
+  struct flowc_gpu_ctx *gpu;    /* GPU models: driver, device memory, module, stream */
 } flowc_ctx;
 
 FLOWC_HIDDEN int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_path,
@@ -136,6 +170,12 @@ FLOWC_HIDDEN int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx);
 FLOWC_HIDDEN void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv);
 FLOWC_HIDDEN void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data);
 FLOWC_HIDDEN void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data);
+
+/* CUDA backend (cuda.c), used only when ctx->model->gpu is set: create after the weights
+ * are mapped, run instead of the entry function, destroy (safe on a failed create). */
+FLOWC_HIDDEN int FLOWC_RT(cuda_create)(flowc_ctx *ctx);
+FLOWC_HIDDEN int FLOWC_RT(cuda_run)(flowc_ctx *ctx);
+FLOWC_HIDDEN void FLOWC_RT(cuda_destroy)(flowc_ctx *ctx);
 
 /* The thread pool (pool.c). pool_run calls fn(arg, tid, n) once on each of the n threads
  * (the caller is thread 0) and returns when all are done; nested calls run on the caller

@@ -139,11 +139,14 @@ int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_file, flowc_ct
   *out = ctx;
   if (!ctx) return FLOWC_ERR_NOMEM;
   ctx->model = m;
-  return setup(ctx, weights_file);
+  int status = setup(ctx, weights_file);
+  if (status == FLOWC_OK && m->gpu) status = FLOWC_RT(cuda_create)(ctx);
+  return status;
 }
 
 void FLOWC_RT(rt_destroy)(flowc_ctx *ctx) {
   if (!ctx) return;
+  if (ctx->gpu) FLOWC_RT(cuda_destroy)(ctx);
   if (ctx->pool) FLOWC_RT(pool_destroy)(ctx->pool);
   if (ctx->rendezvous) FLOWC_RT(rendezvous_destroy)(ctx->rendezvous);
   if (ctx->map) munmap(ctx->map, ctx->map_bytes);
@@ -262,6 +265,12 @@ int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes) {
 
 int FLOWC_RT(rt_run)(flowc_ctx *ctx) {
   const flowc_model *m = ctx->model;
+  if (m->gpu) {
+    int gs = FLOWC_RT(cuda_run)(ctx);
+    for (int i = 0; gs == FLOWC_OK && i < m->num_outputs; i++)
+      if (ctx->out_copy[i]) memcpy(ctx->out_copy[i], ctx->outputs[i], m->outputs[i].bytes);
+    return gs;
+  }
   FLOWC_RT(pool_enter)(ctx->pool);
   int status = m->num_partitions ? FLOWC_RT(rt_run_partitions)(ctx) : FLOWC_OK;
   if (status == FLOWC_OK) m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights);

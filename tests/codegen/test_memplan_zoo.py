@@ -50,6 +50,7 @@ def test_bench_writes_its_report(tmp_path, capsys):
     text = out.read_text()
     assert text == capsys.readouterr().out
     assert "| mlp50 | 32 | default | 50 |" in text
+    assert "| `schedule` |" in text
 
 
 @pytest.mark.parametrize("name", ["cnn", "transformer_encoder"])
@@ -99,6 +100,27 @@ def test_placed_nodes_get_an_arena_region_per_device(tmp_path, capsys):
     assert (f"  device cpu:1: arena {cpu1['arena_bytes']} bytes at offset "
             f"{cpu1['arena_offset']}, lower bound {cpu1['lower_bound_bytes']}\n"
             in capsys.readouterr().out)
+    header = (tmp_path / "placed" / "placed.h").read_text()
+    assert (f" *   cpu:1: {cpu1['arena_bytes']} arena bytes at offset "
+            f"{cpu1['arena_offset']}\n") in header
     x = np.random.default_rng(3).standard_normal((4, 40)).astype(np.float32)
     got = flowc.load(tmp_path / "placed").run(x=x)["y"]
     np.testing.assert_allclose(got, interpret(graph, {"x": x})["y"], rtol=RTOL, atol=ATOL)
+
+
+def test_schedule_is_close_to_the_optimal_order_on_random_dags():
+    q = bench.schedule_quality(graphs=40, seed=1)
+    assert q["max"] <= q["input_max"] and q["mean"] <= q["input_mean"]
+    assert q["mean"] < 1.1 and q["optimal"] > 0.5, q
+
+
+def test_deep_mlp_artifact_matches_the_interpreter(tmp_path):
+    """The 50-layer MLP: 50 kernels in one arena of two buffers; same results."""
+    model = bench.deep_mlp(50)
+    manifest = flowc.compile(model, tmp_path / "mlp50", batch=4, name="mlp50")
+    plan = manifest["memory_plan"]
+    assert plan["arena_bytes"] == plan["lower_bound_bytes"] == 2 * 4 * 256 * 4
+    x = np.random.default_rng(9).standard_normal((4, 64)).astype(np.float32)
+    (got,) = flowc.load(tmp_path / "mlp50").run(x=x).values()
+    (want,) = interpret(import_onnx(model), {"x": x}).values()
+    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)

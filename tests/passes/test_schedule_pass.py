@@ -4,12 +4,16 @@ receives follow their sends and come right before their first reader."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
+from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Node
 from flowc.ir.interpret import interpret
 from flowc.ir.parser import parse
@@ -99,8 +103,8 @@ graph @g(%x: f32[N,8]) -> (y: f32[N,8], z: f32[2,4,N]) {
     assert value_bytes(relu.types[0]) == 32  # N counts as 1
     assert model.root[(reshape, 0)] == (tanh, 0)
     assert (tanh, 0) in model.kept  # a view of it is an output: live to the end
-    assert model.alloc[neg] == 0  # written into the caller's output buffer
-    assert model.alloc[relu] == 32 and model.cost[model.number[(relu, 0)]] == 32
+    assert model.alloc[model.index[neg]] == 0  # written into the caller's output buffer
+    assert model.alloc[model.index[relu]] == 32 and model.cost[model.number[(relu, 0)]] == 32
 
 
 def test_effects_keep_their_order_and_recv_follows_its_send():
@@ -120,3 +124,21 @@ graph @g(%x: f32[4]) -> (y: f32[4]) {
     assert names.index("first") < names.index("second")
     assert names.index("send") < names.index("recv")
     assert names.index("recv") == names.index("y") - 1
+
+
+def test_a_cycle_through_send_and_recv_is_an_error():
+    g = parse("""
+graph @g(%x: f32[4]) -> (y: f32[4]) {
+  %0 = recv {CH1, type = f32[4]} : () -> f32[4] @cpu:1 loc("r1")
+  %1 = relu %0 : (f32[4]) -> f32[4] @cpu:1 loc("uses_r1")
+  %2 = send %1 {CH2} : (f32[4]) -> () @cpu:1 loc("s2")
+  %3 = recv {CH2, type = f32[4]} : () -> f32[4] @cpu:0 loc("r2")
+  %4 = send %3 {CH1} : (f32[4]) -> () @cpu:0 loc("s1")
+  return %1
+}""".replace("CH1", 'recv_device = "cpu:1", send_device = "cpu:0", tensor_name = "a"')
+         .replace("CH2", 'recv_device = "cpu:0", send_device = "cpu:1", tensor_name = "b"'))
+    with pytest.raises(FlowcError, match=re.escape(
+            "cannot schedule graph @g: 5 nodes wait on each other through send/recv pairs (a "
+            "cycle across devices, which would deadlock), among them 'r1' (recv), 'uses_r1' "
+            "(relu), 's2' (send), 'r2' (recv)")):
+        Schedule().run(g)
