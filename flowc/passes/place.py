@@ -92,7 +92,6 @@ class Place:
         chosen = {c.node: c.device for c in report.choices}
         stats.count("nodes-placed", len(chosen))
         stats.count("cross-device-edges", report.transfers)
-
         return _with_devices(graph, chosen)
 
 
