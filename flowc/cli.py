@@ -89,6 +89,10 @@ def print_after_selection(args: argparse.Namespace, passes: list) -> str | set[s
 def cmd_opt(args: argparse.Namespace) -> int:
     text, name = read_source(args.file)
     passes = parse_pipeline(args.pipeline) if args.pipeline else []
+    if args.explain_placement:
+        from flowc.passes.place import with_explain
+
+        passes = with_explain(passes, lambda report: sys.stderr.write(report.text()))
     selection = print_after_selection(args, passes)
     # dumps go to stderr, or into numbered files under --dump-dir (every pass by default)
     stream = sys.stderr if selection is not None and args.dump_dir is None else None
@@ -262,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "--print-ir-after if given) to numbered files DIR/00-input.flowc, "
                           "DIR/01-NAME.flowc ... instead of stderr; with --split-input-file, "
                           "one DIR/chunkK folder per graph")
+    opt.add_argument("--explain-placement", action="store_true",
+                     help="print the placer's report (device per node, estimates, why) to "
+                          "stderr, for each place pass of the pipeline")
     opt.add_argument("--timing", action="store_true",
                      help="print each pass's wall and verify time and node counts to stderr")
     opt.add_argument("--statistics", action="store_true",

@@ -58,6 +58,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
                              batch=args.batch, dims=_bindings(args.dim, "--dim"), name=args.name,
                              weights=args.weights, dump_dir=args.dump_dir,
                              print_ir_after_all=args.print_ir_after_all, cache=cache,
+                             devices=args.devices, place=args.place,
+                             device_profiles=args.device_profiles,
+                             explain_placement=(lambda text: print(text, end=""))
+                             if args.explain_placement else None,
                              gpu_archs=args.gpu_arch or None)
     print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
           f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
@@ -117,6 +121,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     for device, d in m.get("devices", {}).items():
         print(f"  device {device}: arena {d['arena_bytes']} bytes at offset "
               f"{d['arena_offset']}, lower bound {d['lower_bound_bytes']}")
+    for k, part in enumerate(m.get("partitions", [])):
+        sends = ", ".join(f"{s['key']} ({s['bytes']} bytes)" for s in part["sends"]) or "none"
+        print(f"partition {k} {part['device']}: sends {sends}")
     for name in m["files"]:
         file = path / name
         size = file.stat().st_size if file.exists() else "missing"
@@ -259,6 +266,18 @@ def add_commands(sub: Any) -> None:
                       help="write the optimized graph, the generated C and kernel IR here")
     comp.add_argument("--print-ir-after-all", action="store_true",
                       help="print the graph to stderr after each pass")
+    comp.add_argument("--devices", metavar="DEV,DEV",
+                      help="place the graph on these devices (e.g. cpu:0,gpu:0): the place "
+                           "pass runs before partitioning")
+    comp.add_argument("--place", metavar="NODE=DEVICE", action="append", default=[],
+                      help="with --devices: run NODE (a node name or the source ONNX node's "
+                           "name) on DEVICE (gpu:0, or partial: gpu); repeatable")
+    comp.add_argument("--device-profiles", metavar="FILE",
+                      help="with --devices: a JSON file of device and link figures "
+                           "overriding the built-in ones (see flowc/passes/place_devices.py)")
+    comp.add_argument("--explain-placement", action="store_true",
+                      help="with --devices: print the device chosen per node, each "
+                           "candidate's estimated time and why")
     comp.add_argument("--no-cache", action="store_true",
                       help="neither read nor write the compile cache")
     comp.set_defaults(func=cmd_compile)

@@ -2,16 +2,22 @@
 
 Contract: `compile(model, output_dir, target=None, pipeline="default", batch=1, dims=None,
 name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None,
-cache=None)`
+cache=None, gpu_archs=None, devices=None, place=(), device_profiles=None,
+explain_placement=None)`
 1. imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a path to `.onnx` / `.flowc`);
 2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name);
-3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass, then
+3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass (with
+   `devices` (`cpu:0,gpu:0`), the `place` pass joins it before partition/fuse, with the
+   `place` NODE=DEV constraints, `device_profiles` and `device_supports`; its report goes
+   to `explain_placement(text)` and DUMP_DIR/placement.txt), then
    re-infers every type and requires it static (`bind.require_static`: folding may have
    turned computed shapes into constants), so every kernel has static shapes;
 4. builds the program (`program.build_program`: kernels, weights, arena plan);
 5. checks every kernel body is supported (`backend.check_supported`) before any codegen, then
    compiles all kernels into one object (`backend.compile_kernels(kernels, target, dump)`);
-6. writes the artifact (`artifact.write_artifact`) and returns its manifest.
+6. writes the artifact (`artifact.write_artifact`) and returns its manifest; with
+   `dump_dir`, the IR after every pass, the kernels' MLIR/LLVM IR/assembly and the index
+   of them (`dump_index.write_index`) are written there.
 `target` is a name of `flowc.codegen.target` (`host` by default, `x86-64`, `aarch64`); a
 target this machine cannot run is linked only when `$CC` names a cross compiler.
 `target="nvptx"` puts every kernel on an NVIDIA GPU (`gpu_kernels`: PTX + a cubin per
@@ -31,7 +37,7 @@ import hashlib
 import inspect
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -39,6 +45,7 @@ from typing import Any
 from flowc.codegen.artifact import write_artifact
 from flowc.codegen.bind import bind_dims, format_sizes, require_static
 from flowc.codegen.cache import resolve as resolve_cache
+from flowc.codegen.dump_index import write_index
 from flowc.codegen.header import c_identifier
 from flowc.codegen.program import build_program
 from flowc.ir.errors import FlowcError
@@ -135,26 +142,61 @@ def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any,
                          f"kernels {names}") from exc
 
 
+def device_supports(op: str, device_type: str) -> bool:
+    """Kernel availability for the placer: every op has a CPU lowering rule; no GPU rules
+    exist yet (issue [6])."""
+    return device_type == "cpu"
+
+
+def placement_passes(passes: list, devices: str, place: Sequence[str],
+                     profiles: str | None, explain: Callable[[str], Any] | None,
+                     dump_dir: Path | None) -> list:
+    """`passes` with the placer for `devices` in it (see `flowc.passes.place`); its report
+    goes to `explain` and to DUMP_DIR/placement.txt."""
+    from flowc.passes.place import Place, insert_place
+
+    def report(r: Any) -> None:
+        if explain is not None:
+            explain(r.text())
+        if dump_dir is not None:
+            dump_dir.mkdir(parents=True, exist_ok=True)
+            (dump_dir / "placement.txt").write_text(r.text())
+
+    placer = Place(devices=devices.replace(",", ";"), profiles=profiles or "",
+                   place=";".join(place), supports=device_supports, explain=report)
+    return insert_place(passes, placer)
+
+
 def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = None,
             pipeline: str = "default", batch: int | None = 1,
             dims: Mapping[str, int] | None = None, name: str | None = None,
             weights: str = "auto", dump_dir: str | os.PathLike | None = None,
             print_ir_after_all: bool = False, backend: ModuleType | None = None,
-            cache: Any = None, gpu_archs: Any = None) -> dict[str, Any]:
+            cache: Any = None, gpu_archs: Any = None, devices: str | None = None,
+            place: Sequence[str] = (), device_profiles: str | None = None,
+            explain_placement: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Compile `model` into the artifact directory `output_dir`; returns its manifest."""
     from flowc.passes import PassManager, parse_pipeline
 
     graph = load_model(model)
     graph, sizes = bind_dims(graph, batch, dims, strict=False)
     passes = parse_pipeline(pipeline) if pipeline else []
-    graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None).run(graph)
+    dump = Path(dump_dir) if dump_dir is not None else None
+    if (place or device_profiles) and not devices:
+        raise FlowcError("placement constraints and device profiles need devices to place on "
+                         "(--devices cpu:0,gpu:0)")
+    if devices:
+        passes = placement_passes(passes, devices, place, device_profiles, explain_placement,
+                                  dump)
+    graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
+                        dump_dir=dump).run(graph)
     graph = require_static(graph, format_sizes(sizes))
     prefix = c_identifier(name or graph.name)
     program = build_program(graph, prefix)
     backend = backend or default_backend()
     resolved = backend.get_target(target or "host")
     if getattr(resolved, "is_gpu", False):
-        return _compile_gpu(graph, program, resolved, output_dir, sizes, weights, dump_dir,
+        return _compile_gpu(graph, program, resolved, output_dir, sizes, weights, dump,
                             gpu_archs, cache)
     if gpu_archs:
         raise FlowcError(f"gpu_archs {list(gpu_archs)} given for the CPU target "
@@ -166,16 +208,18 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     target_info = describe_target(resolved)
     kernels = [(k.symbol, k.body) for k in program.kernels]
     check_all(backend, graph, kernels, resolved)
-    dump = Path(dump_dir) if dump_dir is not None else None
     write_dump = dump_writer(dump)
     if write_dump:
         write_dump(f"{prefix}.flowc", print_graph(graph))
     cache = resolve_cache(cache)
     obj = compile_kernels(backend, kernels, resolved, write_dump, cache)
-    return write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
-                          sizes=sizes, graph_hash=graph_hash(graph, target_info),
-                          flowc_version=flowc_version(), weights=weights, dump_dir=dump,
-                          cache=cache)
+    manifest = write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
+                              sizes=sizes, graph_hash=graph_hash(graph, target_info),
+                              flowc_version=flowc_version(), weights=weights, dump_dir=dump,
+                              cache=cache)
+    if dump is not None:
+        write_index(dump, manifest)
+    return manifest
 
 
 def _compile_gpu(graph: Graph, program: Any, target: Any, output_dir: Any, sizes: Any,
@@ -187,14 +231,17 @@ def _compile_gpu(graph: Graph, program: Any, target: Any, output_dir: Any, sizes
     archs = tuple(gpu_archs or gpu_target.DEFAULT_ARCHS)
     kernels = [(k.symbol, k.body) for k in program.kernels]
     check_all(gpu_kernels, graph, kernels, target)
-    dump = Path(dump_dir) if dump_dir is not None else None
+    dump = dump_dir
     write_dump = dump_writer(dump)
     if not kernels:
         raise FlowcError(f"graph @{graph.name} has no kernels to run on the GPU")
     binary = gpu_kernels.compile_gpu_kernels(kernels, archs, write_dump, target)
     target_info = {**describe_target(target), "gpu_archs": list(archs),
                    "cubins": sorted(binary.cubins), "ptx": archs[0]}
-    return write_artifact(program, Path(output_dir), kernel_object=b"", target=target_info,
-                          sizes=sizes, graph_hash=graph_hash(graph, target_info),
-                          flowc_version=flowc_version(), weights=weights, dump_dir=dump,
-                          cache=cache, gpu=binary)
+    manifest = write_artifact(program, Path(output_dir), kernel_object=b"", target=target_info,
+                              sizes=sizes, graph_hash=graph_hash(graph, target_info),
+                              flowc_version=flowc_version(), weights=weights, dump_dir=dump,
+                              cache=cache, gpu=binary)
+    if dump is not None:
+        write_index(dump, manifest)
+    return manifest

@@ -79,9 +79,9 @@ def _regions(info: ModelInfo) -> str:
         return ""
     rows = "".join(f"\n *   {r.device}: {r.nbytes} arena bytes at offset {r.offset}"
                    for r in info.regions)
-    return (f"\n * The graph is partitioned over {len(info.regions)} devices; {info.name}_run "
-            "runs each partition\n * on a thread of its own, in its own region of the arena:"
-            + rows)
+    return (f"\n * The graph is partitioned over {len(info.regions)} devices; {info.name}_run runs "
+            "the first on the\n * calling thread and each other on a worker thread of the "
+            "context, each in its own\n * region of the arena:" + rows)
 
 
 def render_header(info: ModelInfo) -> str:

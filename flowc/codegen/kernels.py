@@ -198,14 +198,14 @@ def _kernel_llvm_ir(sym: str, body: Graph, target: Target, dump: Dump | None) ->
     what = f"kernel {sym}"
     with ir.Context(), ir.Location.unknown():
         module = build_module(sym, body, target)
-        if dump:
-            dump(f"{sym}.input.mlir", str(module))
+        if dump:  # with locations: each op names the graph node it came from
+            dump(f"{sym}.input.mlir", module.operation.get_asm(enable_debug_info=True))
         sub_dump = (lambda name, text: dump(f"{sym}.{name}", text)) if dump else None
         module = cpu_pipeline.lower(module, target, what, sub_dump)
         cpu_pipeline.check_bare_pointer_signature(module, sym, len(body.inputs)
                                                   + len(body.outputs), what)
         if dump:
-            dump(f"{sym}.llvm.mlir", str(module))
+            dump(f"{sym}.llvm.mlir", module.operation.get_asm(enable_debug_info=True))
         return cpu_pipeline.to_llvm_ir(module)
 
 

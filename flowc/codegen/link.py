@@ -54,20 +54,27 @@ def exported_functions(header: str, name: str) -> list[str]:
     return sorted({m for m in API_RE.findall(header) if m.startswith(name + "_")})
 
 
-def _symbols(obj: Path, cwd: Path, flags: Sequence[str]) -> set[str]:
-    out = run_tool(["nm", *flags, obj.name], cwd, f"listing the symbols of {obj.name}")
-    return {line.split()[-1] for line in out.splitlines() if line.strip()}
+def _global_symbols(obj: Path, cwd: Path) -> tuple[set[str], set[str]]:
+    """(defined, undefined) global symbols of `obj`, from one `nm -g -P`."""
+    out = run_tool(["nm", "-g", "-P", obj.name], cwd, f"listing the symbols of {obj.name}")
+    defined: set[str] = set()
+    undefined: set[str] = set()
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 2:
+            (undefined if fields[1] in ("U", "w", "v") else defined).add(fields[0])
+    return defined, undefined
 
 
 def check_kernel_object(obj: Path, cwd: Path, name: str, symbols: Sequence[str]) -> None:
     """Raise unless the object defines exactly `symbols`; prefix plain OpenMP references."""
-    defined = _symbols(obj, cwd, ["--defined-only", "-g"])
+    defined, undefined = _global_symbols(obj, cwd)
     if defined != set(symbols):
         extra, missing = sorted(defined - set(symbols)), sorted(set(symbols) - defined)
         raise FlowcError(f"the kernel object breaks the kernel contract: it defines "
                          f"{extra or 'nothing else'} beyond the kernels and lacks "
                          f"{missing or 'none of them'}")
-    plain = sorted(s for s in _symbols(obj, cwd, ["-u"]) if s.startswith("__kmpc_"))
+    plain = sorted(s for s in undefined if s.startswith("__kmpc_"))
     if plain:
         renames = [f"--redefine-sym={s}={name}_{s}" for s in plain]
         run_tool(["objcopy", *renames, obj.name], cwd, "prefixing OpenMP references")

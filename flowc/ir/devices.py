@@ -52,6 +52,11 @@ class DeviceSpec:
         return all(mine is None or mine == theirs
                    for mine, theirs in zip(self.astuple(), other.astuple(), strict=True))
 
+    @property
+    def full(self) -> bool:
+        """Whether this names one device: a type and an index (job and task are optional)."""
+        return self.type is not None and self.index is not None
+
     def astuple(self) -> tuple:
         return (self.job, self.task, self.type, self.index)
 

@@ -86,6 +86,7 @@ class _Partitioner:
         self.casts: dict[Value, Value] = {}
         self.copies: dict[tuple[Node, str], Value] = {}
         self.names = {n.name for n in [*graph.inputs, *graph.nodes] if n.name}
+        self.index = {n: i for i, n in enumerate(graph.nodes)}
 
     def run(self) -> Graph:
         for node in self.graph.nodes:
@@ -111,10 +112,12 @@ class _Partitioner:
         self.names.add(name)
         return name
 
+    def node_name(self, node: Node) -> str:
+        """The node's name, or `op_N` (N its position) for an unnamed one."""
+        return node.name or f"{node.op}_{self.index[node]}"
+
     def tensor_name(self, value: Value) -> str:
-        node = value.node
-        base = node.name or f"{node.op}_{self.graph.nodes.index(node)}"
-        return f"{base}:{value.index}"
+        return f"{self.node_name(value.node)}:{value.index}"
 
     def operand(self, value: Value, dev: str) -> Value:
         src = self.options.device(value.node)
@@ -167,7 +170,7 @@ class _Partitioner:
             return mapped
         key = (dep, dev)
         if key not in self.ctrl_recvs:
-            base = dep.name or f"{dep.op}_{self.graph.nodes.index(dep)}"
+            base = self.node_name(dep)
             attrs = {"tensor_name": f"^{base}", "send_device": src, "recv_device": dev}
             self.emit(make_node("send", [], attrs, ctrl=[mapped], device=src,
                                 name=self.unique(f"^{base}/send/{dev}"), loc=dep.loc))

@@ -8,6 +8,8 @@ the canonical form, every option of a pass with options spelled out (as MLIR doe
 with `metadata={"print_default": False}` only when it differs from its default), so
 `print_pipeline(parse_pipeline(s)) == s` for every canonical `s` and printing is a fixed
 point for any `s`. Unknown passes and options raise FlowcError listing the known ones.
+Fields with `metadata={"option": False}` are set only by code (e.g. a driver's callback):
+they are neither parsed nor printed.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def make_pass(name: str, options: dict[str, str] | None = None) -> Any:
     if cls is None:
         raise FlowcError(f"unknown pass '{name}' (known passes: {_known_passes()}; "
                          f"pipelines: {', '.join(PIPELINES)})")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.metadata.get("option", True)}
     values = {}
     for key, text in (options or {}).items():
         if key not in fields:
@@ -106,7 +108,7 @@ def print_pipeline(passes: list[Any]) -> str:
     """The canonical text of a list of pass instances."""
     items = []
     for p in passes:
-        fields = dataclasses.fields(p)
+        fields = [f for f in dataclasses.fields(p) if f.metadata.get("option", True)]
         options = ",".join(f"{f.name}={_format(getattr(p, f.name))}" for f in fields
                            if f.metadata.get("print_default", True)
                            or getattr(p, f.name) != f.default)

@@ -2,7 +2,9 @@
 with the API's `device(...)` compiles to ONE artifact whose partitions run on their own
 threads and exchange tensors through the runtime's send/recv rendezvous; results match the
 interpreter (loader, and a C program linking libNAME.a, one context per thread); the
-manifest and header state each device's arena; lossy_bf16 transfers; clear errors.
+manifest and header state each device's arena; lossy_bf16 transfers; clear errors. The
+model's cpu:0 waits for a value cpu:1 computes from one cpu:0 sent, so running the
+partitions one after the other would hang: the runs show they run concurrently.
 Tolerances: exact float32 kernels vs numpy differ by libm/FMA rounding only (rtol 1e-5)."""
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 import pytest
 
 import flowc
+from flowc.codegen.link import RUNTIME_DIR, RUNTIME_SOURCES
 from flowc.codegen.program import build_program
 from flowc.frontend import api
 from flowc.ir import Graph, TensorType
@@ -60,9 +63,11 @@ def feeds():
 
 @pytest.fixture(scope="module")
 def artifact(tmp_path_factory):
-    out = tmp_path_factory.mktemp("mdev")
+    """(artifact dir, manifest, graph); the generated C is dumped next to it, in dump/."""
+    root = tmp_path_factory.mktemp("mdev")
     graph = placed_model()
-    return out, flowc.compile(graph, out), graph
+    out = root / "art"
+    return out, flowc.compile(graph, out, dump_dir=root / "dump"), graph
 
 
 def check(model, graph, rtol=RTOL, atol=ATOL, x=None):
@@ -185,16 +190,18 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="needs cc")
-def test_c_program_runs_all_partitions_per_run_call(artifact, tmp_path):
-    out, _manifest, graph = artifact
+def build_c_main(out, tmp_path, *flags: str, sources: tuple = ()) -> None:
     (tmp_path / "main.c").write_text(C_MAIN)
-    subprocess.run(["cc", "-O1", f"-I{out}", "main.c", str(out / "libmdev.a"), "-lm",
-                    "-lpthread", "-o", "main"], cwd=tmp_path, check=True)
+    subprocess.run(["cc", "-O1", *flags, f"-I{out}", "main.c", *sources, "-lm", "-lpthread",
+                    "-o", "main"], cwd=tmp_path, check=True)
+
+
+def run_c_main(tmp_path, graph) -> None:
     x = feeds()
     x["x"].tofile(tmp_path / "x.bin")
     done = subprocess.run([str(tmp_path / "main"), "x.bin"], cwd=tmp_path, capture_output=True,
-                          text=True, check=True)
+                          text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
     got: dict[str, list[float]] = {}
     for line in done.stdout.splitlines():
         if line.startswith("output "):
@@ -205,6 +212,37 @@ def test_c_program_runs_all_partitions_per_run_call(artifact, tmp_path):
     for name, values in want.items():
         np.testing.assert_allclose(np.array(got[name], np.float32).reshape(values.shape),
                                    values, rtol=RTOL, atol=ATOL, err_msg=name)
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs cc")
+def test_c_program_runs_all_partitions_per_run_call(artifact, tmp_path):
+    out, _, graph = artifact
+    build_c_main(out, tmp_path, sources=(str(out / "libmdev.a"),))
+    run_c_main(tmp_path, graph)
+
+
+def tsan_works(tmp_path) -> bool:
+    (tmp_path / "t.c").write_text("int main(void) { return 0; }\n")
+    done = subprocess.run(["cc", "-fsanitize=thread", "t.c", "-o", "t"], cwd=tmp_path,
+                          capture_output=True, check=False)
+    return done.returncode == 0 and subprocess.run(
+        [str(tmp_path / "t")], capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="needs cc")
+def test_runtime_is_race_free_under_thread_sanitizer(artifact, tmp_path):
+    """The C program (4 contexts on 4 threads, each running the 3 partitions 10 times) with
+    the runtime and the generated model file built with -fsanitize=thread: no report."""
+    if not tsan_works(tmp_path):
+        pytest.skip("cc cannot build -fsanitize=thread programs here")
+    out, _, graph = artifact
+    objects = ["mdev_kernels.o", "mdev_weights.o"]  # compiled code and data, not C
+    subprocess.run(["ar", "x", str(out / "libmdev.a"), *objects], cwd=tmp_path, check=True)
+    runtime = [str(RUNTIME_DIR / src) for src in RUNTIME_SOURCES]
+    model_c = str(out.parent / "dump" / "mdev_model.c")
+    build_c_main(out, tmp_path, "-g", "-fsanitize=thread", "-DFLOWC_PREFIX=mdev_",
+                 f"-I{RUNTIME_DIR}", sources=(model_c, *runtime, *objects))
+    run_c_main(tmp_path, graph)
 
 
 def test_a_gpu_placement_is_a_clear_error(tmp_path):
@@ -292,3 +330,15 @@ def test_a_graph_input_and_output_cross_devices(tmp_path):
     x = {"x": np.random.default_rng(3).standard_normal((3, 5)).astype(np.float32)}
     with flowc.load(tmp_path) as model:
         check(model, g, x=x)
+
+
+def test_inspect_lists_partitions_and_their_channels(artifact, capsys):
+    from flowc.cli import main
+
+    out, _, _ = artifact
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "partition 0 cpu:0: sends cpu:0;MatMul:0;cpu:1 (128 bytes), " in text
+    assert "cpu:0;^Exp;cpu:1 (0 bytes)" in text
+    assert "partition 1 cpu:1: sends cpu:1;Mul:0;cpu:0 (128 bytes)" in text
+    assert "partition 2 cpu:2: sends none" in text

@@ -1,9 +1,15 @@
-"""ONNX's own backend node tests, driven through flowc's Backend.
+"""ONNX's own backend node tests, driven through flowc's Backend on both engines.
 
-The default suite runs every node test whose model uses only the core inference ops of
-issue [1] (`SCOPE_OPS`); `-m slow` runs all ~3,800 node tests. Known failures are listed in
-`onnx_expected_failures.txt` with a reason each; the list may only shrink (an expected
-failure that passes fails the run, as unittest's "unexpected success").
+`CompiledNodeTest`: the backend's default device "CPU", the compiled path (each test's model
+compiled to an artifact and run by the runtime), on every node test whose model uses only
+the core inference ops of issue [1] (`SCOPE_OPS`), in the default suite.
+`InterpreterNodeTest`: device "CPU:interpret", the reference interpreter, on the same tests
+by default and on all ~3,800 node tests with `-m slow`. Known failures are listed in
+`onnx_expected_failures.txt` (both engines) with a reason each; the list may only shrink (an
+expected failure that passes fails the run, as unittest's "unexpected success"). The
+compiled tests share the session's compile cache (tests/conftest.py), so kernels that
+recur among them compile once; they take a few minutes on a 2-core machine
+(bench/results/onnx_node_tests.md has the counts and times of both engines).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import onnx.backend.test
 import pytest
 from onnx.backend.test.loader import load_model_tests
 
-from flowc.frontend.onnx_backend import FlowcBackend
+from flowc.frontend.onnx_backend import FlowcBackend, FlowcRep
 
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
@@ -52,22 +58,44 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # the case generators' own numpy warnings
     NODE_CASES = load_model_tests(kind="node")
     SCOPE_NAMES = {c.name for c in NODE_CASES if in_scope(c)}
-    backend_test = onnx.backend.test.BackendTest(FlowcBackend, __name__)
 
-backend_test.include(r"^test_.*_cpu$")
-for _name in expected_failures():
-    backend_test.xfail(f"^{_name}_cpu$")
 
-_cases = backend_test.test_cases
-OnnxBackendNodeModelTest = _cases["OnnxBackendNodeModelTest"]
+class InterpreterBackend(FlowcBackend):
+    """FlowcBackend with its "CPU" device on the reference interpreter ("CPU:interpret")."""
+
+    @classmethod
+    def prepare(cls, model, device: str = "CPU", **kwargs) -> FlowcRep:
+        return FlowcBackend.prepare(model, "CPU:interpret" if device == "CPU" else device,
+                                    **kwargs)
+
+
+def node_tests(backend: type[FlowcBackend], names: set[str] | None = None) -> type:
+    """ONNX's node-test case class for `backend`: its CPU tests (those of `names` only, when
+    given), with the expected failures marked."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runner = onnx.backend.test.BackendTest(backend, __name__)
+    runner.include(r"^test_.*_cpu$")
+    for name in expected_failures():
+        runner.xfail(f"^{name}_cpu$")
+    cases = runner.test_cases["OnnxBackendNodeModelTest"]
+    if names is not None:
+        for attr in list(vars(cases)):
+            if attr.startswith("test_") and attr.removesuffix("_cpu") not in names:
+                delattr(cases, attr)
+    return cases
+
+
+InterpreterNodeTest = node_tests(InterpreterBackend)
+CompiledNodeTest = node_tests(FlowcBackend, SCOPE_NAMES)
 
 
 def _mark_out_of_scope() -> None:
     """Tests of ops outside SCOPE_OPS are `slow`: run with -m slow for the overall count."""
-    for attr in list(vars(OnnxBackendNodeModelTest)):
+    for attr in list(vars(InterpreterNodeTest)):
         if attr.startswith("test_") and attr.removesuffix("_cpu") not in SCOPE_NAMES:
-            setattr(OnnxBackendNodeModelTest, attr,
-                    pytest.mark.slow(getattr(OnnxBackendNodeModelTest, attr)))
+            setattr(InterpreterNodeTest, attr,
+                    pytest.mark.slow(getattr(InterpreterNodeTest, attr)))
 
 
 _mark_out_of_scope()
@@ -76,3 +104,11 @@ _mark_out_of_scope()
 def test_expected_failures_are_node_tests_in_scope():
     unknown = sorted(set(expected_failures()) - {c.name for c in NODE_CASES})
     assert not unknown, f"not ONNX node tests: {unknown}"
+
+
+def test_compiled_engine_is_the_default_and_runs_every_scope_test():
+    from flowc.frontend.onnx_backend import ENGINES, compiled_engine
+
+    assert ENGINES["CPU"] is compiled_engine
+    compiled = {a.removesuffix("_cpu") for a in vars(CompiledNodeTest) if a.startswith("test_")}
+    assert compiled == SCOPE_NAMES and len(compiled) > 700

@@ -158,3 +158,14 @@ def test_a_placed_graph_input_is_sent_like_any_value():
         ("x:0", "cpu:1"), ("a:0", "cpu:0"), ("b:0", "cpu:0")]
     feeds_x = {"x": np.array([0.5, -1.0], np.float32)}
     np.testing.assert_array_equal(interpret(out, feeds_x)["y"], interpret(g, feeds_x)["y"])
+
+
+def test_unnamed_nodes_are_keyed_by_op_and_position():
+    g = Graph("unnamed")
+    x = g.add_input("x", TensorType("f32", (2,)))
+    a = g.append(make_node("neg", [x], device="cpu:0"))
+    b = g.append(make_node("exp", [a.out()], device="cpu:1", ctrl=[a]))
+    g.add_output("y", b.out())
+    out = Partition().run(g)
+    assert sorted(n.attrs["tensor_name"] for n in out.nodes if n.op == "send") == [
+        "^neg_0", "neg_0:0"]

@@ -27,6 +27,19 @@ def unsupported(node: Node, target: Target) -> str:
     return f"no lowering rule for op '{node.op}' (node {node.label()}) on target {target.name}"
 
 
+def node_location(node: Node) -> ir.Location:
+    """The MLIR location of the ops lowered from `node`: its name around its source location
+    (`loc("fc1/add"("model.onnx":3:0))`), so dumps lead from a kernel back to the model."""
+    source = None
+    if node.loc:
+        file, _, line = node.loc.rpartition(":")
+        source = (ir.Location.file(file, int(line), 0) if file and line.isdigit()
+                  else ir.Location.name(node.loc))
+    if node.name:
+        return ir.Location.name(node.name, childLoc=source)
+    return source or ir.Location.unknown()
+
+
 def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[ir.Value]:
     values: dict[Value, ir.Value] = {}
     consts: dict[Value, np.ndarray] = {}
@@ -45,7 +58,8 @@ def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[
         ctx = RuleCtx(node, get_op(node.op).resolve_attrs(node.attrs),
                       [None if v is None else v.type for v in node.inputs], list(node.types),
                       [None if v is None else consts.get(v) for v in node.inputs], target)
-        results = rule(ctx, *[None if v is None else values[v] for v in node.inputs])
+        with node_location(node):
+            results = rule(ctx, *[None if v is None else values[v] for v in node.inputs])
         if len(results) != len(node.types):
             raise FlowcError(f"codegen ({target.name}): node {node.label()}: the rule for "
                              f"'{node.op}' makes {len(results)} result(s), the node has "
