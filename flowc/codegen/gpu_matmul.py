@@ -37,8 +37,7 @@ def claim(module: ir.Module, fn: ir.Operation) -> int:
         types = [v.type for v in op.operands]
         name = f"{MARKER}{count}"
         with ir.InsertionPoint.at_block_begin(module.body):
-            decl = func.FuncOp(name, ir.FunctionType.get(types, []), visibility="private")
-        del decl
+            func.FuncOp(name, ir.FunctionType.get(types, []), visibility="private")
         with ir.InsertionPoint(op), op.location:
             func.CallOp([], ir.FlatSymbolRefAttr.get(name), list(op.operands))
         op.erase()
@@ -58,7 +57,7 @@ def _eligible(op: ir.Operation) -> bool:
             return False
     if "indexing_maps" in op.attributes and _transposed(op):
         return False
-    (m, k), (_, n) = ir.MemRefType(op.operands[0].type).shape, ir.MemRefType(op.operands[1].type).shape
+    (m, k), (_, n) = (ir.MemRefType(op.operands[i].type).shape for i in (0, 1))
     return m % BM == 0 and n % BN == 0 and k % BK == 0
 
 

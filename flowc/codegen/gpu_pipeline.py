@@ -96,6 +96,8 @@ def lower_kernel(sym: str, module: ir.Module, what: str, dump: Dump | None = Non
         dump("loops.mlir", str(module))
     stages = _split_stages(fn)
     gpu_module, launches = _build_gpu_module(module, fn, sym, stages)
+    if dump:
+        dump("stages.mlir", str(gpu_module))
     cpu_pipeline.run_passes(module, TO_NVVM, what)
     if dump:
         dump("nvvm.mlir", str(module))

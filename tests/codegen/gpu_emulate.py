@@ -1,0 +1,76 @@
+"""Run the GPU pipeline's stages on the CPU, thread by thread, to check their numerics
+where no GPU is available.
+
+`emulate(body, inputs)` lowers `body` with `gpu_pipeline` exactly as the GPU build does, up
+to the stages (`SYM.stages.mlir` from its dump), then turns each `gpu.func` into a host
+function taking the block id, block size, grid size and thread id as extra arguments
+(everything else unchanged), compiles them for this machine and calls each stage once per
+(block, thread) of its launch shape, in launch order, on 64-byte-aligned buffers (inputs,
+outputs, scratch). Sequential threads are a valid schedule for every stage without
+`gpu.barrier`; stages with one (the tiled matmul) are refused here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+from kernel_harness import aligned, link
+from mlir import ir
+
+from flowc.codegen import cpu_pipeline, gpu_pipeline, kernels
+from flowc.codegen.target import get_target, host
+from flowc.ir import Graph
+from flowc.runtime.loader import aligned_empty
+
+IDS = {"block_id": "%emu_b", "block_dim": "%emu_bd", "grid_dim": "%emu_gd",
+       "thread_id": "%emu_t"}
+
+
+def host_stages(text: str) -> str:
+    if "gpu.barrier" in text or "workgroup" in text:
+        raise ValueError("stages with barriers cannot be emulated thread by thread")
+    text = re.sub(r"^gpu\.module @\w+ \{", "module {", text)
+    text = re.sub(r"gpu\.func @(\w+)\((.*?)\) kernel \{",
+                  r"func.func @\1(\2, %emu_b: index, %emu_bd: index, %emu_gd: index, "
+                  r"%emu_t: index) {", text)
+    text = re.sub(r"(%\w+) = gpu\.(block_id|block_dim|grid_dim|thread_id)\s+x[^\n]*",
+                  lambda m: f"{m[1]} = arith.maxui {IDS[m[2]]}, {IDS[m[2]]} : index", text)
+    return text.replace("gpu.return", "func.return")
+
+
+def emulate(body: Graph, inputs: list[np.ndarray], sym: str = "emu",
+            reverse: bool = False) -> list[np.ndarray]:
+    """The outputs of `body` on `inputs`; `reverse` runs blocks and threads last to first
+    (a stage whose result depends on the threads' order then differs)."""
+    dumps: dict[str, str] = {}
+    with ir.Context(), ir.Location.unknown():
+        module = kernels.build_module(sym, body, get_target("nvptx"))
+        kernel = gpu_pipeline.lower_kernel(sym, module, sym, dumps.__setitem__)
+    with ir.Context(), ir.Location.unknown():
+        module = ir.Module.parse(host_stages(dumps["stages.mlir"]))
+        cpu_pipeline.run_passes(module, cpu_pipeline.TO_LLVM, sym)
+        llvm_ir = cpu_pipeline.to_llvm_ir(module)
+    import llvmlite.binding as llvm
+
+    tm = host().target_machine()
+    mod = llvm.parse_assembly(llvm_ir)
+    mod.triple, mod.data_layout = host().triple, str(tm.target_data)
+    lib = ctypes.CDLL(str(link(tm.emit_object(mod), f"emu{abs(hash(llvm_ir))}")))
+    ins = [aligned(np.asarray(a, dtype=t.dtype.np)) for a, t in
+           zip(inputs, body.input_types, strict=True)]
+    outs = [aligned(np.zeros(t.shape, t.dtype.np)) for t in body.output_types]
+    scratch = [aligned_empty((n,), np.dtype(np.uint8)) for n in kernel.scratch]
+    ptrs = [ctypes.c_void_p(a.ctypes.data) for a in [*ins, *outs, *scratch]]
+    for stage in kernel.stages:
+        fn = getattr(lib, stage.symbol)
+        for b in _order(stage.grid, reverse):
+            for t in _order(stage.block, reverse):
+                fn(*ptrs, ctypes.c_int64(b), ctypes.c_int64(stage.block),
+                   ctypes.c_int64(stage.grid), ctypes.c_int64(t))
+    return outs
+
+
+def _order(n: int, reverse: bool) -> range:
+    return range(n - 1, -1, -1) if reverse else range(n)
