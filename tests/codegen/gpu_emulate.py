@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import ctypes
 import re
+import subprocess
+from pathlib import Path
 
 import numpy as np
 from kernel_harness import aligned, link
@@ -74,3 +76,45 @@ def emulate(body: Graph, inputs: list[np.ndarray], sym: str = "emu",
 
 def _order(n: int, reverse: bool) -> range:
     return range(n - 1, -1, -1) if reverse else range(n)
+
+
+FAKE_DRIVER = Path(__file__).with_name("gpu_fake_cuda.c")
+
+
+def fake_driver(work: Path) -> Path:
+    """The fake libcuda (gpu_fake_cuda.c), built into `work`."""
+    so = work / "libfakecuda.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(so), str(FAKE_DRIVER), "-ldl"],
+                   check=True)
+    return so
+
+
+def emulation_library(dump_dir: Path, work: Path) -> Path:
+    """The host library of every stage an artifact's dump (`*.stages.mlir`) holds, with the
+    `NAME__emu(void **params, b, bd, gd, t)` entry points the fake driver launches."""
+    import llvmlite.binding as llvm
+
+    tm = host().target_machine()
+    objects, wrappers = [], ["#include <stdint.h>"]
+    for i, path in enumerate(sorted(dump_dir.glob("*.stages.mlir"))):
+        text = host_stages(path.read_text())
+        for name, args in re.findall(r"func\.func @(\w+)\((.*?)\) \{", text):
+            n = args.count("memref<")
+            decl = ", ".join(["void *"] * n + ["int64_t"] * 4)
+            call = ", ".join([f"*(void **)p[{j}]" for j in range(n)] + ["b", "bd", "gd", "t"])
+            wrappers += [f"void {name}({decl});",
+                         f"void {name}__emu(void **p, int64_t b, int64_t bd, int64_t gd, "
+                         f"int64_t t) {{ {name}({call}); }}"]
+        with ir.Context(), ir.Location.unknown():
+            module = ir.Module.parse(text)
+            cpu_pipeline.run_passes(module, cpu_pipeline.TO_LLVM, path.name)
+            mod = llvm.parse_assembly(cpu_pipeline.to_llvm_ir(module))
+        mod.triple, mod.data_layout = host().triple, str(tm.target_data)
+        obj = work / f"stages{i}.o"
+        obj.write_bytes(tm.emit_object(mod))
+        objects.append(str(obj))
+    (work / "wrappers.c").write_text("\n".join(wrappers) + "\n")
+    so = work / "libemu.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(work / "wrappers.c"),
+                    *objects, "-lm"], check=True)
+    return so
