@@ -30,15 +30,35 @@ IDS = {"block_id": "%emu_b", "block_dim": "%emu_bd", "grid_dim": "%emu_gd",
        "thread_id": "%emu_t"}
 
 
-def host_stages(text: str) -> str:
-    if "gpu.barrier" in text or "workgroup" in text:
+def host_stages(text: str, threaded: bool = False) -> str:
+    """The stages of a dumped `gpu.module` as host functions. With `threaded`, for the fake
+    driver's threaded launches: `gpu.barrier` calls `emu_barrier()` and workgroup buffers
+    become module globals (shared by the threads of the block running; blocks run one
+    after the other)."""
+    if not threaded and ("gpu.barrier" in text or "workgroup" in text):
         raise ValueError("stages with barriers cannot be emulated thread by thread")
-    text = re.sub(r"^gpu\.module @\w+ \{", "module {", text)
-    text = re.sub(r"gpu\.func @(\w+)\((.*?)\) kernel \{",
-                  r"func.func @\1(\2, %emu_b: index, %emu_bd: index, %emu_gd: index, "
-                  r"%emu_t: index) {", text)
+    globals_: list[str] = []
+
+    def func_header(m: re.Match) -> str:
+        name, args, wg = m[1], m[2], m[3] or ""
+        loads = []
+        for arg, shape in re.findall(r"(%\w+) : memref<([^,>]*)", wg):
+            mtype = f"memref<{shape}>"
+            sym = f"emu_wg_{name}_{arg[1:]}"
+            globals_.append(f'memref.global "private" @{sym} : {mtype}')
+            loads.append(f"{arg} = memref.get_global @{sym} : {mtype}")
+        return (f"func.func @{name}({args}, %emu_b: index, %emu_bd: index, %emu_gd: index, "
+                f"%emu_t: index) {{\n" + "\n".join(loads))
+
+    text = re.sub(r"^gpu\.module @\w+ \{", "module {\n  func.func private @emu_barrier()",
+                  text)
+    text = re.sub(r"gpu\.func @(\w+)\((.*?)\)(?: workgroup\((.*?)\))? kernel \{",
+                  func_header, text)
+    text = text.replace(", #gpu.address_space<workgroup>", "")
+    text = text.replace("gpu.barrier", "func.call @emu_barrier() : () -> ()")
     text = re.sub(r"(%\w+) = gpu\.(block_id|block_dim|grid_dim|thread_id)\s+x[^\n]*",
                   lambda m: f"{m[1]} = arith.maxui {IDS[m[2]]}, {IDS[m[2]]} : index", text)
+    text = text.replace("module {\n", "module {\n" + "\n".join(globals_) + "\n", 1)
     return text.replace("gpu.return", "func.return")
 
 
@@ -84,7 +104,7 @@ FAKE_DRIVER = Path(__file__).with_name("gpu_fake_cuda.c")
 def fake_driver(work: Path) -> Path:
     """The fake libcuda (gpu_fake_cuda.c), built into `work`."""
     so = work / "libfakecuda.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(so), str(FAKE_DRIVER), "-ldl"],
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(so), str(FAKE_DRIVER), "-ldl", "-lpthread"],
                    check=True)
     return so
 
@@ -95,10 +115,16 @@ def emulation_library(dump_dir: Path, work: Path) -> Path:
     import llvmlite.binding as llvm
 
     tm = host().target_machine()
-    objects, wrappers = [], ["#include <stdint.h>"]
+    objects = []
+    wrappers = ["#include <stdint.h>", "static void (*barrier)(void);",
+                "void emu_set_barrier(void (*f)(void)) { barrier = f; }",
+                "void emu_barrier(void) { barrier(); }"]
     for i, path in enumerate(sorted(dump_dir.glob("*.stages.mlir"))):
-        text = host_stages(path.read_text())
+        dumped = path.read_text()
+        text = host_stages(dumped, threaded=True)
         for name, args in re.findall(r"func\.func @(\w+)\((.*?)\) \{", text):
+            if re.search(rf"gpu\.func @{name}\(.*workgroup", dumped):
+                wrappers.append(f"const int {name}__threaded = 1;")
             n = args.count("memref<")
             decl = ", ".join(["void *"] * n + ["int64_t"] * 4)
             call = ", ".join([f"*(void **)p[{j}]" for j in range(n)] + ["b", "bd", "gd", "t"])
