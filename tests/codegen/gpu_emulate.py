@@ -104,8 +104,8 @@ FAKE_DRIVER = Path(__file__).with_name("gpu_fake_cuda.c")
 def fake_driver(work: Path) -> Path:
     """The fake libcuda (gpu_fake_cuda.c), built into `work`."""
     so = work / "libfakecuda.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(so), str(FAKE_DRIVER), "-ldl", "-lpthread"],
-                   check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", str(so), str(FAKE_DRIVER), "-ldl",
+                    "-lpthread"], check=True)
     return so
 
 
