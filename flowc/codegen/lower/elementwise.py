@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from mlir.dialects import arith, math
 
-from flowc.codegen.lower import fastmath, narrow, register
+from flowc.codegen.lower import narrow, register
 from flowc.codegen.lower import scalar as s
 from flowc.codegen.lower.context import RuleCtx, broadcast_map, empty, generic, identity_map
 from flowc.ir.types import DType
@@ -80,10 +80,10 @@ rule("relu")(lambda ctx, dts, x: s.maximum(dts[0], x, s.const(dts[0], 0)))
 rule("sqrt")(lambda ctx, dts, x: math.sqrt(x))
 rule("rsqrt")(lambda ctx, dts, x: math.rsqrt(x))
 rule("reciprocal")(lambda ctx, dts, x: arith.divf(s.const(dts[0], 1), x))
-rule("exp")(_unary(fastmath.exp))
+rule("exp")(lambda ctx, dts, x: math.exp(x))
 rule("log")(lambda ctx, dts, x: math.log(x))
-rule("erf")(_unary(fastmath.erf))
-rule("tanh")(_unary(fastmath.tanh))
+rule("erf")(lambda ctx, dts, x: math.erf(x))
+rule("tanh")(lambda ctx, dts, x: math.tanh(x))
 rule("sin")(lambda ctx, dts, x: math.sin(x))
 rule("cos")(lambda ctx, dts, x: math.cos(x))
 rule("floor")(lambda ctx, dts, x: math.floor(x))
@@ -142,13 +142,13 @@ def _pow(ctx: RuleCtx, dts: list, a, b):
 @rule("sigmoid")
 def _sigmoid(ctx: RuleCtx, dts: list, x):
     one = s.const(dts[0], 1)
-    return arith.divf(one, arith.addf(one, fastmath.exp(dts[0], arith.negf(x))))
+    return arith.divf(one, arith.addf(one, math.exp(arith.negf(x))))
 
 
 @rule("softplus")
 def _softplus(ctx: RuleCtx, dts: list, x):
     dt = dts[0]  # log(1 + e^x) = max(x, 0) + log1p(e^-|x|)
-    tail = math.log1p(fastmath.exp(dt, arith.negf(math.absf(x))))
+    tail = math.log1p(math.exp(arith.negf(math.absf(x))))
     return arith.addf(arith.maximumf(x, s.const(dt, 0)), tail)
 
 
@@ -174,9 +174,9 @@ def _gelu(ctx: RuleCtx, dts: list, x):
         cube = arith.mulf(arith.mulf(x, x), x)
         inner = arith.mulf(s.const(dt, pymath.sqrt(2.0 / pymath.pi)),
                            arith.addf(x, arith.mulf(s.const(dt, 0.044715), cube)))
-        t = fastmath.tanh(dt, inner)
+        t = math.tanh(inner)
     else:
-        t = fastmath.erf(dt, arith.mulf(x, s.const(dt, 1 / pymath.sqrt(2.0))))
+        t = math.erf(arith.mulf(x, s.const(dt, 1 / pymath.sqrt(2.0))))
     return arith.mulf(arith.mulf(half, x), arith.addf(one, t))
 
 

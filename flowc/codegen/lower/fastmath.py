@@ -1,11 +1,11 @@
 """Vectorizable f32 exp, tanh and erf built from arith ops, in place of per-element libm calls.
 
-Contract: `exp(dt, x)`, `tanh(dt, x)` and `erf(dt, x)` take a scalar of compute dtype `dt`
-and emit the function at the current insertion point. For f32 they emit branch-free
-arithmetic (selects, no calls) that LLVM's loop vectorizer turns into vector code; any other
-dtype (f64) keeps the `math` op, which the pipeline lowers to libm. NaN in gives NaN out,
-+-inf give the limits (exp: inf/0, tanh and erf: +-1), exp overflows to inf and underflows
-through the denormals to 0.
+Contract: `exp_f32(x)`, `tanh_f32(x)` and `erf_f32(x)` take a scalar f32 and emit the
+function at the current insertion point as branch-free arithmetic (selects, no calls) that
+LLVM's loop vectorizer turns into vector code; `codegen/vmath.py` substitutes them for the
+f32 `math` ops of every kernel (f64 keeps libm). NaN in gives NaN out, +-inf give the limits
+(exp: inf/0, tanh and erf: +-1), exp overflows to inf and underflows through the denormals
+to 0, tanh and erf keep the sign of -0.
 
 Accuracy (tests/codegen/test_fastmath_accuracy.py sweeps dense grids, random magnitudes over
 the whole f32 range with denormals, +-inf and NaN): error at most 1.5 ulp (exp), 2 ulp
@@ -21,7 +21,7 @@ from mlir import ir
 from mlir.dialects import arith, math
 
 from flowc.codegen.lower.context import scalar_const
-from flowc.ir.types import DType, f32
+from flowc.ir.types import f32
 
 FP = arith.CmpFPredicate
 
@@ -71,7 +71,7 @@ def _nan_to_input(x: ir.Value, y: ir.Value) -> ir.Value:
     return arith.select(arith.cmpf(FP.UNO, x, x), x, y)
 
 
-def _exp_f32(x: ir.Value) -> ir.Value:
+def exp_f32(x: ir.Value) -> ir.Value:
     # Clamp (NaN-ignoring, so the integer conversion below never sees NaN): below -104 the
     # result rounds to 0, above 89 it overflows to inf, and 2^n stays representable in two
     # factors for n in [-150, 129].
@@ -85,35 +85,21 @@ def _exp_f32(x: ir.Value) -> ir.Value:
     return _nan_to_input(x, y)
 
 
-def _tanh_f32(x: ir.Value) -> ir.Value:
+def tanh_f32(x: ir.Value) -> ir.Value:
     a = math.absf(x)
     a2 = arith.mulf(a, a)
     small = math.fma(arith.mulf(a2, a), _poly(TANH_P, a2), a)
-    e = _exp_f32(arith.mulf(a, _c(-2.0)))  # tanh a = (1 - e^-2a) / (1 + e^-2a)
+    e = exp_f32(arith.mulf(a, _c(-2.0)))  # tanh a = (1 - e^-2a) / (1 + e^-2a)
     large = arith.divf(arith.subf(_c(1.0), e), arith.addf(_c(1.0), e))
     y = arith.select(arith.cmpf(FP.OLT, a, _c(TANH_SMALL)), small, large)
     return math.copysign(y, x)  # NaN: a is NaN, so is `large`
 
 
-def _erf_f32(x: ir.Value) -> ir.Value:
+def erf_f32(x: ir.Value) -> ir.Value:
     a = math.absf(x)
     small = arith.mulf(a, _poly(ERF_P, arith.mulf(a, a)))
     u = arith.subf(arith.minnumf(a, _c(4.0)), _c(2.5))
-    large = arith.subf(_c(1.0), _exp_f32(_poly(ERF_Q, u)))
+    large = arith.subf(_c(1.0), exp_f32(_poly(ERF_Q, u)))
     y = arith.select(arith.cmpf(FP.OLT, a, _c(1.0)), small, large)
     return _nan_to_input(x, math.copysign(y, x))
 
-
-def exp(dt: DType, x: ir.Value) -> ir.Value:
-    """e^x: the f32 approximation for f32, `math.exp` otherwise."""
-    return _exp_f32(x) if dt == f32 else math.exp(x)
-
-
-def tanh(dt: DType, x: ir.Value) -> ir.Value:
-    """tanh x: the f32 approximation for f32, `math.tanh` otherwise."""
-    return _tanh_f32(x) if dt == f32 else math.tanh(x)
-
-
-def erf(dt: DType, x: ir.Value) -> ir.Value:
-    """erf x: the f32 approximation for f32, `math.erf` otherwise."""
-    return _erf_f32(x) if dt == f32 else math.erf(x)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mlir import ir
 from mlir.dialects import arith, math
 
-from flowc.codegen.lower import fastmath, register
+from flowc.codegen.lower import register
 from flowc.codegen.lower import scalar as s
 from flowc.codegen.lower.context import (
     RuleCtx,
@@ -44,7 +44,7 @@ def _softmax(ctx: RuleCtx, x) -> list:
     xa = convert_tensor(x, t.dtype, acc)
     m = reduce_axes(xa, (axis,), True, acc, float("-inf"), lambda a, v: arith.maximumf(a, v))
     shifted = map_values([xa, m], shape, acc, lambda v, mx: arith.subf(v, mx))
-    e = map_values([shifted], shape, acc, lambda v: fastmath.exp(acc, v))
+    e = map_values([shifted], shape, acc, math.exp)
     total = _sum(e, (axis,), acc)
     if ctx.node.op == "softmax":
         y = map_values([e, total], shape, acc, arith.divf)
