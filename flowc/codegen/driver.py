@@ -143,8 +143,9 @@ def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any,
 
 
 def device_supports(op: str, device_type: str) -> bool:
-    """Kernel availability for the placer: every op has a CPU lowering rule; no GPU rules
-    exist yet (issue [6])."""
+    """Kernel availability for the placer: every op has a CPU lowering rule. GPU kernels
+    exist only for whole-graph `target="nvptx"` compiles; an artifact cannot run a GPU
+    partition beside CPU ones yet, so nothing is available on a GPU device here."""
     return device_type == "cpu"
 
 

@@ -8,10 +8,10 @@ takes the same bare-pointer arguments: the body's inputs, its outputs, then its 
 buffers (temporaries the kernel needs, `GpuKernel.scratch` bytes each, 64-byte aligned,
 provided by the caller; they hold nothing between launches). Steps:
 
-1. `cpu_pipeline.PREPARE` (the same elementwise fusion), then a matmul gets the
-   shared-memory tiled strategy of `gpu_matmul` when its shape allows; bufferization into
-   the caller's buffers (the same script as the CPU path).
-2. Temporaries allocated outside parallel loops become scratch arguments.
+1. `cpu_pipeline.PREPARE` (the same elementwise fusion), bufferization into the caller's
+   buffers (the same script as the CPU path).
+2. Temporaries allocated outside parallel loops become scratch arguments; a matmul whose
+   shape allows it becomes the shared-memory tiled kernel of `gpu_matmul` (its own stage).
 3. `convert-linalg-to-parallel-loops`: each top-level `scf.parallel` is one parallel stage;
    a run of other top-level ops with memory effects (`scf.while`, stores, serial loops) is
    one serial stage (launched as one thread). Pure ops (constants, views, index math) are
@@ -33,7 +33,7 @@ from mlir import ir
 from mlir.dialects import arith, gpu, scf
 from mlir.dialects import llvm as llvm_dialect
 
-from flowc.codegen import cpu_pipeline
+from flowc.codegen import cpu_pipeline, gpu_matmul
 from flowc.ir.errors import FlowcError
 
 Dump = Callable[[str, str], None]
@@ -82,33 +82,22 @@ PURE_PREFIXES = ("arith.", "index.", "math.", "affine.apply", "memref.subview",
                  "memref.cast", "memref.get_global", "memref.view", "ub.poison")
 
 
-def lower_kernel(sym: str, module: ir.Module, what: str, dump: Dump | None = None,
-                 matmul_strategy: Callable[[ir.Module], str | None] | None = None
+def lower_kernel(sym: str, module: ir.Module, what: str, dump: Dump | None = None
                  ) -> GpuKernel:
     """The kernel's stages and LLVM IR (see the module docstring)."""
     cpu_pipeline.run_passes(module, cpu_pipeline.PREPARE, what)
-    script = matmul_strategy(module) if matmul_strategy else None
-    if script:
-        prepared = str(module)
-        try:
-            cpu_pipeline.apply_script(module, script + cpu_pipeline.BUFFERIZE, what)
-        except FlowcError as exc:
-            module = ir.Module.parse(prepared)
-            reason = "\n// ".join(str(exc).splitlines())
-            script = f"// fallback: {reason}\n"
-            cpu_pipeline.apply_script(module, cpu_pipeline.BUFFERIZE, what)
-    else:
-        cpu_pipeline.apply_script(module, cpu_pipeline.BUFFERIZE, what)
-    if dump:
-        dump("schedule.mlir", (script or "") + cpu_pipeline.BUFFERIZE)
+    cpu_pipeline.apply_script(module, cpu_pipeline.BUFFERIZE, what)
     fn = _the_function(module, sym, what)
     scratch = _scratch_arguments(fn)
+    gpu_matmul.claim(module, fn)
     cpu_pipeline.run_passes(module, TO_LOOPS, what)
     fn = _the_function(module, sym, what)
     if dump:
         dump("loops.mlir", str(module))
     stages = _split_stages(fn)
     gpu_module, launches = _build_gpu_module(module, fn, sym, stages)
+    if dump:
+        dump("stages.mlir", str(gpu_module))
     cpu_pipeline.run_passes(module, TO_NVVM, what)
     if dump:
         dump("nvvm.mlir", str(module))
@@ -185,7 +174,7 @@ def _split_stages(fn: ir.Operation) -> list[list[ir.Operation]]:
         op = op.operation
         if op.name == "func.return" or _is_pure(op):
             continue
-        if op.name == "scf.parallel":
+        if op.name == "scf.parallel" or gpu_matmul.is_marker_call(op):
             if serial:
                 stages.append(serial)
                 serial = []
@@ -243,8 +232,17 @@ def _build_gpu_module(module: ir.Module, fn: ir.Operation, sym: str,
     index_of = {op: i for i, op in enumerate(fn.regions[0].blocks[0].operations)}
     keeps = [{index_of[op] for op in stage} for stage in stages]
     parallel = [len(stage) == 1 and stage[0].name == "scf.parallel" for stage in stages]
+    tiled = {s: gpu_matmul.stage_text(f"{sym}_s{s}", list(fn_type.inputs), stage[0])
+             for s, stage in enumerate(stages)
+             if len(stage) == 1 and gpu_matmul.is_marker_call(stage[0])}
     for s, keep in enumerate(keeps):
         name = f"{sym}_s{s}"
+        if s in tiled:
+            text, grid, block = tiled[s]
+            parsed = ir.Module.parse(f"gpu.module @tmp {{\n{text}\n}}")
+            gblock.append(parsed.body.operations[0].regions[0].blocks[0].operations[0])
+            launches.append(Stage(name, grid, block))
+            continue
         with ir.InsertionPoint(gblock):
             gfn = gpu.GPUFuncOp(ir.TypeAttr.get(fn_type), sym_name=name, kernel=True)
         body = gfn.regions[0].blocks.append(*fn_type.inputs)

@@ -10,7 +10,7 @@ under relative names without debug info and archived deterministically, so the s
 inputs give the same bytes. A failing tool is a FlowcError quoting its output.
 The runtime's objects depend only on the compiler, its flags, the prefix and the runtime
 sources, so they come from the compile cache (`cache`, flowc/codegen/cache.py) when it
-holds them (`runtime_key`).
+holds them (`runtime_key` and the exact command line).
 """
 
 from __future__ import annotations
@@ -88,24 +88,26 @@ def weights_asm(name: str, blob_file: str) -> str:
 
 @functools.cache
 def _compiler_identity(cc: str) -> str:
-    return run_tool([cc, "--version"], Path.cwd(), "asking the C compiler its version")
+    return run_tool([cc, "--version"], RUNTIME_DIR, "asking the C compiler its version")
 
 
-def runtime_key(name: str) -> str:
-    """The cache key of the runtime's objects under the prefix `name`."""
+def runtime_key() -> str:
+    """What every runtime object's cache key includes: the compiler and the runtime sources
+    (each key adds the exact command line)."""
     sources = [(RUNTIME_DIR / f).read_bytes() for f in (*RUNTIME_SOURCES, RUNTIME_HEADER)]
-    return digest("runtime", compiler(), _compiler_identity(compiler()), *CFLAGS, name,
-                  *sources)
+    return digest("runtime", compiler(), _compiler_identity(compiler()), *sources)
 
 
 def _compile(src: str, obj: str, name: str, build_dir: Path, cache: CompileCache,
-             key: str | None) -> None:
-    """`cc -c src -o obj` in `build_dir`; `key`: the object may come from `cache`."""
+             base_key: str | None) -> None:
+    """`cc -c src -o obj` in `build_dir`; with `base_key`, the object may come from `cache`
+    (keyed by `base_key` and the command line)."""
+    argv = [compiler(), *CFLAGS, f"-DFLOWC_PREFIX={name}_", "-I.", "-c", src, "-o", obj]
+    key = digest(base_key, *argv) if base_key is not None else None
     if key is not None and (data := cache.get("runtime", key)) is not None:
         (build_dir / obj).write_bytes(data)
         return
-    run_tool([compiler(), *CFLAGS, f"-DFLOWC_PREFIX={name}_", "-I.", "-c", src, "-o", obj],
-             build_dir, f"compiling {src}")
+    run_tool(argv, build_dir, f"compiling {src}")
     if key is not None:
         cache.put("runtime", key, (build_dir / obj).read_bytes())
 
@@ -115,7 +117,7 @@ def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_
          cache: CompileCache | bool | None = None) -> list[str]:
     """Build the libraries (see the module docstring); returns the files written."""
     cache = resolve(cache)
-    rt_key = runtime_key(name) if cache.enabled else None
+    rt_key = runtime_key() if cache.enabled else None
     build_dir.mkdir(parents=True, exist_ok=True)
     for src in (*RUNTIME_SOURCES, RUNTIME_HEADER):
         shutil.copyfile(RUNTIME_DIR / src, build_dir / src)
@@ -133,8 +135,7 @@ def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_
     objects = []
     for src in sources:
         obj = f"{name}_{Path(src).stem}.o" if src in RUNTIME_SOURCES else f"{Path(src).stem}.o"
-        _compile(src, obj, name, build_dir, cache,
-                 digest(rt_key, src) if rt_key and src in RUNTIME_SOURCES else None)
+        _compile(src, obj, name, build_dir, cache, rt_key if src in RUNTIME_SOURCES else None)
         objects.append(obj)
     if kernel_object:
         objects.append(kobj.name)

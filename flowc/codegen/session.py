@@ -1,6 +1,7 @@
 """Compile-on-first-run: a graph compiled for the shapes it is fed, then run as an artifact.
 
-Contract: `CompiledSession(graph, target=None, threads=1).run(feeds) -> {output: array}`
+Contract: `CompiledSession(graph, target=None, threads=1, cache=None).run(feeds) ->
+{output: array}`
 compiles `graph` (`driver.compile`) specialized to the feeds' dtypes and shapes
 (`bind.specialize`), loads the artifact (`flowc.runtime.load`) and runs it; artifacts are
 cached by the feeds' signature in a private temporary directory removed by `close()`. When
@@ -8,7 +9,10 @@ some result shape depends on the values of inputs (a Reshape whose shape is an i
 Range whose bounds are: `bind.value_dependent_inputs` finds them from the registry's type
 rules), those inputs, when small (at most FOLD_MAX_ELEMENTS elements), are folded into
 constants and become part of the cache key, so each distinct value compiles once: XLA's
-compile-time constant inputs. This is what the ONNX backend's compiled device uses.
+compile-time constant inputs. Compiles go through the compile cache (`cache`, as
+`driver.compile` takes it: None, the environment's), so kernels already compiled, by this
+session or any other compile, are not compiled again. This is the ONNX backend's "CPU"
+(and "CPU:compiled") engine.
 """
 
 from __future__ import annotations
@@ -35,10 +39,11 @@ def _signature(feeds: Mapping[str, np.ndarray], fold: tuple[str, ...]) -> tuple:
 
 
 class CompiledSession:
-    def __init__(self, graph: Graph, target: Any = None, threads: int = 1):
+    def __init__(self, graph: Graph, target: Any = None, threads: int = 1, cache: Any = None):
         self.graph = graph
         self.target = target
         self.threads = threads
+        self.cache = cache
         self._dir = tempfile.TemporaryDirectory(prefix="flowc-session-")
         self._models: dict[tuple, Model] = {}
         self._fold: tuple[str, ...] | None = None  # decided on the first compile
@@ -53,7 +58,7 @@ class CompiledSession:
     def _compile(self, feeds: Mapping[str, np.ndarray], fold: tuple[str, ...]) -> Model:
         out = Path(self._dir.name) / f"a{len(self._models)}"
         compile_model(specialize(self.graph, feeds, fold), out, target=self.target,
-                      batch=None, name="model")
+                      batch=None, name="model", cache=self.cache)
         return load(out, threads=self.threads)
 
     def model_for(self, feeds: Mapping[str, np.ndarray]) -> Model:

@@ -40,7 +40,7 @@ from flowc.ir.errors import FlowcError
 from flowc.ir.graph import INPUT_OP, Graph, Node, Value, rebuild
 from flowc.passes import stats
 from flowc.passes.place_constraints import Feasible, feasible, groups, parse_assignments
-from flowc.passes.place_cost import compute_time, nbytes, node_cost, transfer_time
+from flowc.passes.place_cost import Cost, compute_time, nbytes, node_cost, transfer_time
 from flowc.passes.place_devices import Cluster, Device, parse_device_list
 from flowc.passes.place_report import Choice, PlacementReport
 from flowc.passes.registry import register
@@ -92,7 +92,6 @@ class Place:
         chosen = {c.node: c.device for c in report.choices}
         stats.count("nodes-placed", len(chosen))
         stats.count("cross-device-edges", report.transfers)
-
         return _with_devices(graph, chosen)
 
 
@@ -118,6 +117,7 @@ class Simulation:
         self.fetched = {v.node for _, v in graph.outputs}
         self.groups = groups(graph)
         self.fixed: dict[Node, Device] = {}
+        self.costs: dict[Node, Cost] = {}
         self.copies: dict[tuple[Value, str], float] = {}  # (value, device) -> arrival there
         self.live = {d.name: 0 for d in cluster.devices}
         self.last_use = _last_use(graph)
@@ -131,6 +131,12 @@ class Simulation:
                 self.place(node)
             self.release(i)
         return self.report
+
+    def cost(self, node: Node) -> Cost:
+        cost = self.costs.get(node)
+        if cost is None:
+            cost = self.costs[node] = node_cost(node)
+        return cost
 
     def ready(self, node: Node, device: Device) -> tuple[float, int]:
         """When `node`'s operands and control dependencies are on `device`; bytes moved."""
@@ -156,7 +162,7 @@ class Simulation:
     def estimate(self, node: Node, device: Device) -> tuple[float, float, float, int]:
         """(start, compute seconds, finish including a fetch of outputs, bytes moved)."""
         start, moved = self.ready(node, device)
-        run = compute_time(node_cost(node), device.profile)
+        run = compute_time(self.cost(node), device.profile)
         done = start + run
         if node in self.fetched and device is not self.cluster.host:
             size = sum(nbytes(t) for t in node.types)
@@ -186,7 +192,7 @@ class Simulation:
                                  f"{device.name}, where {excluded.get(device.name)}")
         else:
             def score(d: Device) -> float:
-                rest = sum(compute_time(node_cost(m), d.profile) for m in members
+                rest = sum(compute_time(self.cost(m), d.profile) for m in members
                            if m is not node)
                 return estimates[d.name][2] + rest
             device = min(candidates, key=score)  # min keeps the first of equals

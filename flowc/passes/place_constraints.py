@@ -105,8 +105,10 @@ def feasible(graph: Graph, cluster: Cluster, assignments: list[tuple[str, Device
         if not hits:
             names = [n.name for n in nodes if n.name]
             close = difflib.get_close_matches(name, names, n=3)
-            hint = f" (close: {', '.join(close)})" if close else ""
-            problems.append(f"{source}: no node named '{name}' in @{graph.name}{hint}")
+            hint = f"; close: {', '.join(close)}" if close else ""
+            problems.append(f"{source}: no node named '{name}' in @{graph.name} (passes before "
+                            "placement may have merged or removed it: --dump-dir shows the "
+                            f"graph placed{hint})")
         for node in hits:
             result[node].constraints.append(Constraint(spec, source))
     for node in nodes:

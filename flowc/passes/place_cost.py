@@ -13,6 +13,7 @@ is the roofline estimate `launch_latency + max(flops / rate(dtype), bytes / band
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class Cost:
     dtype: str  # the dtype whose flop rate applies
 
 
+@functools.lru_cache(maxsize=4096)
 def elements(t: object) -> int:
     """Elements of a tensor type (unknown dims count as 1); 0 for non-tensors."""
     if not isinstance(t, TensorType):
@@ -42,6 +44,7 @@ def elements(t: object) -> int:
     return math.prod(d if isinstance(d, int) else 1 for d in t.shape)
 
 
+@functools.lru_cache(maxsize=4096)
 def nbytes(t: object) -> int:
     """Bytes of a tensor type (unknown dims count as 1); 0 for a variable handle."""
     return elements(t) * t.dtype.itemsize if isinstance(t, TensorType) else 0

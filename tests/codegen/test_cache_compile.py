@@ -123,3 +123,20 @@ def test_cli_cache_switches(tmp_path, monkeypatch, capsys):
     np.testing.assert_array_equal(uncached.run(x=x)["y"], cached.run(x=x)["y"])
     uncached.close()
     cached.close()
+
+
+def test_sessions_compile_through_the_cache(tmp_path):
+    from flowc.codegen.session import CompiledSession
+
+    x = np.random.default_rng(2).standard_normal((2, 16)).astype(np.float32)
+    results, caches = [], []
+    for _ in range(2):
+        cache = CompileCache(tmp_path / "c")
+        session = CompiledSession(parse(MLP.read_text()), cache=cache)
+        try:
+            results.append(session.run({"x": x})["y"])
+        finally:
+            session.close()
+        caches.append(cache)
+    assert caches[0].stats["object.misses"] == 1 and caches[1].stats["object.hits"] == 1
+    np.testing.assert_array_equal(results[0], results[1])

@@ -70,3 +70,15 @@ def test_cli_compiles_for_one_gpu_arch(tmp_path):
     assert run.returncode == 0, run.stderr
     manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
     assert manifest["target"]["gpu_archs"] == ["sm_90"]
+
+
+@pytest.mark.slow
+def test_gpu_bundle_builds_under_64_mib(tmp_path):
+    """bench/gpu_prepare.py (about a minute): the bundle gpu_check.sh runs on a GPU box."""
+    run = subprocess.run([sys.executable, "bench/gpu_prepare.py", "--output",
+                          str(tmp_path / "b")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    info = json.loads((tmp_path / "b" / "bundle.json").read_text())
+    assert info["zoo"] == ["cnn", "mlp", "transformer_encoder"]
+    assert (tmp_path / "b" / "zoo" / "mlp" / "expected.npz").is_file()
+    assert (tmp_path / "b" / "py" / "flowc" / "runtime" / "loader.py").is_file()

@@ -83,3 +83,32 @@ def test_bad_ptx_is_reported_by_ptxas():
         pytest.skip("CUDA's ptxas is not installed")
     with pytest.raises(FlowcError, match="ptxas rejected the PTX for sm_80"):
         gpu_target.assemble(".version 7.0\n.target sm_80\nnot ptx", "sm_80")
+
+
+def _matmul_body(m, k, n, dtype="f32"):
+    from flowc.ir import Graph, TensorType
+    from flowc.ir.build import make_node
+
+    g = Graph("mm")
+    a = g.add_input("a", TensorType(dtype, (m, k)))
+    b = g.add_input("b", TensorType(dtype, (k, n)))
+    g.add_output("c", g.append(make_node("matmul", [a, b])).out())
+    return g
+
+
+def test_large_matmul_gets_the_shared_memory_tiled_stage():
+    binary = compile_gpu_kernels([("mm", _matmul_body(128, 64, 192)),
+                                  ("odd", _matmul_body(100, 64, 192))], ("sm_80",))
+    _fill, tiled = binary.kernels[0].stages
+    assert (tiled.grid, tiled.block) == ((128 // 64) * (192 // 64), 256)
+    ptx = binary.ptx["sm_80"]
+    body = _entry(ptx, tiled.symbol)
+    assert "bar.sync" in body and "ld.shared" in body
+    assert ".local" not in body  # the register tile stayed in registers
+    for stage in binary.kernels[1].stages:  # 100 rows, not a multiple of 64: plain loops
+        assert "bar.sync" not in _entry(ptx, stage.symbol)
+
+
+def _entry(ptx, symbol):
+    body = ptx[ptx.index(f".entry {symbol}("):]
+    return body[:body.index("\n}\n")]

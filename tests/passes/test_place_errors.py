@@ -95,7 +95,12 @@ def test_a_profile_file_overrides_the_builtin_figures(tmp_path):
     ({"place": "r=npu:0"}, "place r=npu:0: device 'npu:0': 'npu:0' is not job:NAME, task:N, "
                            "cpu:N or gpu:N"),
     ({"place": "relu=cpu:0"}, "cannot place graph @g on cpu:0, gpu:0:\n  --place relu=cpu:0: "
-                              "no node named 'relu' in @g"),
+                              "no node named 'relu' in @g (passes before placement may have "
+                              "merged or removed it: --dump-dir shows the graph placed)"),
+    ({"place": "rr=cpu:0"}, "cannot place graph @g on cpu:0, gpu:0:\n  --place rr=cpu:0: "
+                           "no node named 'rr' in @g (passes before placement may have "
+                           "merged or removed it: --dump-dir shows the graph placed; "
+                           "close: r)"),
     ({"place": "r=gpu:3"}, "cannot place graph @g on cpu:0, gpu:0:\n  'r' (relu): gpu:3 "
                            "(--place r=gpu:3) matches no device of the compile"),
     ({"available": "tpu=add"}, "place: available 'tpu=add' must look like TYPE=OP|OP with "

@@ -1,0 +1,118 @@
+"""Build the GPU check bundle here (no GPU needed): artifacts for `bench/gpu_check.sh`.
+
+The bundle directory (default `bench/results/gpu_bundle`, kept well under 64 MiB) holds:
+- `zoo/<model>/`: each zoo model compiled with `--target nvptx` (batch 2), plus
+  `inputs.npz` (seeded sample inputs) and `expected.npz` (the reference interpreter's
+  outputs for them);
+- `matmul_f32/`, `matmul_bf16/`: one `matmul` of 4096x4096 by 4096x4096 (bf16 only when it
+  compiles; the reason is written to `skipped.txt` otherwise);
+- `chain/`: an elementwise chain (add, mul, tanh, exp, sub over 2^24 f32 elements), which
+  the fuse pass makes one kernel;
+- `bundle.json`: what is there, flop and byte counts for the timing report.
+On the GPU machine `bench/gpu_check.sh BUNDLE` runs them with numpy and the driver only.
+
+    .venv/bin/python bench/gpu_prepare.py [--output DIR] [--gpu-arch sm_90 ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import flowc
+from flowc.examples import zoo
+from flowc.frontend.onnx import import_onnx
+from flowc.ir import Graph, TensorType
+from flowc.ir.build import make_node
+from flowc.ir.errors import FlowcError
+from flowc.ir.interpret import interpret
+
+ROOT = Path(__file__).resolve().parent
+MATMUL_N = 4096
+CHAIN_ELEMENTS = 1 << 24
+
+
+def _matmul_graph(dtype: str, n: int) -> Graph:
+    g = Graph(f"matmul_{dtype}")
+    a = g.add_input("a", TensorType(dtype, (n, n)))
+    b = g.add_input("b", TensorType(dtype, (n, n)))
+    g.add_output("c", g.append(make_node("matmul", [a, b])).out())
+    return g
+
+
+def _chain_graph(n: int) -> Graph:
+    g = Graph("chain")
+    x = g.add_input("x", TensorType("f32", (n,)))
+    y = g.add_input("y", TensorType("f32", (n,)))
+    v = g.append(make_node("add", [x, y])).out()
+    v = g.append(make_node("mul", [v, x])).out()
+    v = g.append(make_node("tanh", [v])).out()
+    v = g.append(make_node("exp", [v])).out()
+    g.add_output("z", g.append(make_node("sub", [v, y])).out())
+    return g
+
+
+def _compile(model, out: Path, archs: list[str], **kw) -> dict:
+    t0 = time.perf_counter()
+    manifest = flowc.compile(model, out, target="nvptx", gpu_archs=archs, cache=False, **kw)
+    print(f"  {out.name}: compiled in {time.perf_counter() - t0:.1f} s, "
+          f"cubins {manifest['target']['cubins'] or 'none (no ptxas: PTX only)'}")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--output", type=Path, default=ROOT / "results" / "gpu_bundle")
+    ap.add_argument("--gpu-arch", action="append", default=[], help="default sm_80, sm_90")
+    args = ap.parse_args(argv)
+    archs = args.gpu_arch or ["sm_80", "sm_90"]
+    out = args.output
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    info: dict = {"archs": archs, "zoo": [], "timings": {}}
+    for name in sorted(zoo.MODELS):
+        model = zoo.MODELS[name]()
+        feeds = zoo.sample_input(model, batch=2)
+        graph = import_onnx(model)
+        expected = interpret(graph, feeds)
+        _compile(model, out / "zoo" / name, archs, batch=2)
+        np.savez(out / "zoo" / name / "inputs.npz", **feeds)
+        np.savez(out / "zoo" / name / "expected.npz",
+                 **{k: np.asarray(v) for k, v in expected.items()})
+        info["zoo"].append(name)
+    n = MATMUL_N
+    for dtype in ("f32", "bf16"):
+        where = out / f"matmul_{dtype}"
+        try:
+            _compile(_matmul_graph(dtype, n), where, archs)
+            info["timings"][f"matmul_{dtype}"] = {"flop": 2 * n ** 3, "shape": [n, n, n],
+                                                   "dtype": dtype}
+        except FlowcError as exc:
+            where.mkdir(parents=True, exist_ok=True)
+            (where / "skipped.txt").write_text(f"{exc}\n")
+            print(f"  matmul_{dtype}: skipped: {str(exc).splitlines()[0]}")
+    _compile(_chain_graph(CHAIN_ELEMENTS), out / "chain", archs)
+    info["timings"]["chain"] = {"bytes": 3 * 4 * CHAIN_ELEMENTS, "elements": CHAIN_ELEMENTS}
+    (out / "bundle.json").write_text(json.dumps(info, indent=1) + "\n")
+    (out / "py" / "flowc" / "runtime").mkdir(parents=True)  # the numpy-only loader
+    (out / "py" / "flowc" / "__init__.py").write_text('"""flowc\'s loader only."""\n')
+    runtime = Path(flowc.__file__).parent / "runtime"
+    for f in ("__init__.py", "loader.py", "abi.py", "errors.py"):
+        shutil.copy(runtime / f, out / "py" / "flowc" / "runtime" / f)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"bundle {out}: {size / 2**20:.1f} MiB")
+    if size > 64 * 2**20:
+        print("bundle over 64 MiB", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""`flowc view`: draw a graph at any stage as HTML, SVG or DOT.
+
+Contract: `graph_to_view(path, stage)` reads a `.flowc` file, an `.onnx` model (imported),
+or a dump folder written by `flowc compile --dump-dir` / `flowc opt --dump-dir` (the
+graph after the pass `stage` names, by pass name or number; by default the last one: the
+compiled graph `NAME.flowc` when present). `cmd_view` writes `-o OUT` in the format its
+suffix names (`.html`, `.svg`, `.dot`). Bad paths, stages and suffixes are `FlowcError`s
+naming the path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph
+from flowc.ir.parser import parse
+from flowc.view import build_view, to_dot, to_html, to_svg
+
+WRITERS = {".html": to_html, ".svg": to_svg, ".dot": to_dot}
+_STEP = re.compile(r"(\d\d)-(.+)\.flowc\Z")
+
+
+def dump_stage(folder: Path, stage: str | None) -> Path:
+    """The IR file of `folder` (a dump folder) for `stage` (see the module contract)."""
+    steps = sorted(p for p in folder.iterdir() if _STEP.match(p.name))
+    finals = [p for p in folder.glob("*.flowc") if not _STEP.match(p.name)]
+    if stage is None:
+        if finals:
+            return finals[0]
+        if steps:
+            return steps[-1]
+    else:
+        for p in steps:
+            number, name = _STEP.match(p.name).groups()
+            if stage in (number, name, str(int(number))):
+                return p
+    names = ", ".join(p.name for p in [*steps, *finals]) or "none"
+    what = f"no stage '{stage}'" if stage else "no flowc IR"
+    raise FlowcError(f"'{folder}': {what} (IR files: {names}); dump one with "
+                     "'flowc compile --dump-dir DIR' or 'flowc opt --dump-dir DIR'")
+
+
+def load_view_graph(path: str, stage: str | None = None) -> Graph:
+    """The graph that `flowc view PATH` draws."""
+    p = Path(path)
+    if not p.exists():
+        raise FlowcError(f"'{path}': no such file or folder")
+    if p.is_dir():
+        p = dump_stage(p, stage)
+    if p.suffix == ".onnx":
+        from flowc.frontend.onnx import import_onnx  # onnx loads only for models
+
+        return import_onnx(str(p))
+    if p.suffix != ".flowc":
+        raise FlowcError(f"'{path}': expected a .flowc graph, an .onnx model or a dump folder")
+    return parse(p.read_text(), str(p))
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    suffix = Path(args.output).suffix
+    if suffix not in WRITERS:
+        raise FlowcError(f"'{args.output}': the output must end in "
+                         f"{', '.join(WRITERS)} (the format)")
+    graph = load_view_graph(args.file, args.stage)
+    text = WRITERS[suffix](build_view(graph))
+    try:
+        Path(args.output).write_text(text)
+    except OSError as exc:
+        raise FlowcError(f"cannot write '{args.output}': {exc.strerror or exc}") from None
+    return 0
+
+
+def add_view_command(sub: Any) -> None:
+    view = sub.add_parser(
+        "view", help="draw a graph as HTML, SVG or DOT",
+        description="Draw FILE (a .flowc graph, an .onnx model, or a folder written by "
+                    "--dump-dir) with nodes by op, fused kernels as nested clusters, devices "
+                    "as coloured groups, send/recv transfers marked and tensor types on "
+                    "edges. The HTML page is self-contained (open it in a browser).")
+    view.add_argument("file", metavar="FILE_OR_DIR", help="what to draw")
+    view.add_argument("-o", "--output", metavar="OUT", required=True,
+                      help="where to write: OUT.html, OUT.svg or OUT.dot")
+    view.add_argument("--stage", metavar="PASS",
+                      help="in a dump folder, the graph after this pass (name or number; "
+                           "default: the last)")
+    view.set_defaults(func=cmd_view)

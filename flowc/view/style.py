@@ -1,0 +1,16 @@
+"""Colours shared by the SVG and DOT writers: one per device, one per op family."""
+
+from __future__ import annotations
+
+DEVICE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf",
+                  "#8c564b", "#e377c2")
+TRANSFER_COLOUR = "#d62728"
+OP_FILLS = {"input": "#fff3c4", "constant": "#eeeeee", "variable": "#f8d9c0",
+            "send": "#ffd6d6", "recv": "#ffd6d6", "matmul": "#d7e8fb", "gemm": "#d7e8fb",
+            "conv": "#d7e8fb"}
+DEFAULT_FILL = "#ffffff"
+
+
+def device_colours(devices: list[str]) -> dict[str, str]:
+    """A stable colour per device name (in sorted order, cycling the palette)."""
+    return {d: DEVICE_COLOURS[i % len(DEVICE_COLOURS)] for i, d in enumerate(sorted(devices))}

@@ -1,0 +1,123 @@
+/* gpu_fake_cuda.c: a stand-in for libcuda.so.1 in tests (no GPU here). Device memory is
+ * host memory; a "module" is the host library $FAKE_CUDA_KERNELS, where a device function
+ * NAME is NAME__emu(void **params, int64 block, int64 block_dim, int64 grid_dim,
+ * int64 thread), which cuLaunchKernel calls for every block and thread in turn (see
+ * gpu_emulate.py). $FAKE_CUDA_CC sets the compute capability (default 80),
+ * $FAKE_CUDA_MEM the bytes cuMemAlloc grants in all (default unlimited), $FAKE_CUDA_DEVICES
+ * the device count (default 1). $FAKE_CUDA_LOG, when set, names a file that receives one
+ * line per image it is asked to load: "cubin" or "ptx"; $FAKE_CUDA_REJECT_CUBIN=1 refuses
+ * cubins. A function whose library also defines
+ * NAME__threaded (it has barriers) runs each block's threads as concurrent pthreads that
+ * meet at emu_barrier() (the library's emu_set_barrier hook is pointed at this file's). */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*emu_fn)(void **, int64_t, int64_t, int64_t, int64_t);
+static void *kernels;
+static size_t granted;
+static pthread_barrier_t block_barrier;
+static void fake_barrier(void) { pthread_barrier_wait(&block_barrier); }
+typedef struct { emu_fn fn; int threaded; } fake_function;
+typedef struct { emu_fn fn; void **params; int64_t b, bd, gd, t; } fake_thread;
+static void *run_thread(void *p) {
+  fake_thread *a = p;
+  a->fn(a->params, a->b, a->bd, a->gd, a->t);
+  return NULL;
+}
+
+static long env(const char *name, long fallback) {
+  const char *v = getenv(name);
+  return v && *v ? atol(v) : fallback;
+}
+int cuInit(unsigned f) { (void)f; return env("FAKE_CUDA_DEVICES", 1) ? 0 : 100; }
+int cuDeviceGetCount(int *n) { *n = (int)env("FAKE_CUDA_DEVICES", 1); return 0; }
+int cuDeviceGet(int *d, int i) { *d = i; return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int d) {
+  (void)d;
+  long cc = env("FAKE_CUDA_CC", 80);
+  *v = attr == 75 ? (int)(cc / 10) : (int)(cc % 10);
+  return 0;
+}
+int cuDevicePrimaryCtxRetain(void **c, int d) { (void)d; *c = (void *)1; return 0; }
+int cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
+int cuCtxSetCurrent(void *c) { (void)c; return 0; }
+int cuModuleLoadData(void **m, const void *image) {
+  const char *log = getenv("FAKE_CUDA_LOG");
+  if (log) {
+    FILE *f = fopen(log, "a");
+    if (f) {
+      fputs(memcmp(image, "\177ELF", 4) == 0 ? "cubin\n" : "ptx\n", f);
+      fclose(f);
+    }
+  }
+  if (env("FAKE_CUDA_REJECT_CUBIN", 0) && memcmp(image, "\177ELF", 4) == 0)
+    return 200; /* CUDA_ERROR_INVALID_IMAGE, as from a driver older than the cubin */
+  kernels = dlopen(getenv("FAKE_CUDA_KERNELS"), RTLD_NOW | RTLD_LOCAL);
+  *m = kernels;
+  void (*set)(void (*)(void)) = kernels ? (void (*)(void (*)(void)))dlsym(kernels,
+                                                                        "emu_set_barrier") : 0;
+  if (set) set(fake_barrier);
+  return kernels ? 0 : 200; /* CUDA_ERROR_INVALID_IMAGE */
+}
+int cuModuleUnload(void *m) { (void)m; return 0; }
+int cuModuleGetFunction(void **f, void *m, const char *name) {
+  char sym[256];
+  snprintf(sym, sizeof sym, "%s__emu", name);
+  fake_function *fn = calloc(1, sizeof *fn); /* one per lookup, kept: a test's lifetime */
+  fn->fn = (emu_fn)dlsym(m, sym);
+  snprintf(sym, sizeof sym, "%s__threaded", name);
+  fn->threaded = dlsym(m, sym) != NULL;
+  *f = fn;
+  return fn->fn ? 0 : 500; /* CUDA_ERROR_NOT_FOUND */
+}
+int cuMemAlloc_v2(uint64_t *p, size_t n) {
+  long limit = env("FAKE_CUDA_MEM", -1);
+  if (limit >= 0 && granted + n > (size_t)limit) return 2;
+  void *mem = aligned_alloc(256, (n + 255) / 256 * 256);
+  if (!mem) return 2;
+  granted += n;
+  *p = (uint64_t)(uintptr_t)mem;
+  return 0;
+}
+int cuMemFree_v2(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
+int cuMemcpyHtoDAsync_v2(uint64_t d, const void *s, size_t n, void *st) {
+  (void)st; memcpy((void *)(uintptr_t)d, s, n); return 0;
+}
+int cuMemcpyDtoHAsync_v2(void *d, uint64_t s, size_t n, void *st) {
+  (void)st; memcpy(d, (void *)(uintptr_t)s, n); return 0;
+}
+int cuMemsetD8Async(uint64_t d, unsigned char v, size_t n, void *st) {
+  (void)st; memset((void *)(uintptr_t)d, v, n); return 0;
+}
+int cuStreamCreate(void **s, unsigned f) { (void)f; *s = (void *)1; return 0; }
+int cuStreamDestroy_v2(void *s) { (void)s; return 0; }
+int cuStreamSynchronize(void *s) { (void)s; return 0; }
+int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned shmem, void *st, void **params, void **extra) {
+  (void)gy; (void)gz; (void)by; (void)bz; (void)shmem; (void)st; (void)extra;
+  fake_function *fn = f;
+  if (!fn->threaded) {
+    for (unsigned b = 0; b < gx; b++)
+      for (unsigned t = 0; t < bx; t++) fn->fn(params, b, bx, gx, t);
+    return 0;
+  }
+  pthread_t *ids = calloc(bx, sizeof *ids);
+  fake_thread *args = calloc(bx, sizeof *args);
+  for (unsigned b = 0; b < gx; b++) {
+    pthread_barrier_init(&block_barrier, NULL, bx);
+    for (unsigned t = 0; t < bx; t++) {
+      args[t] = (fake_thread){fn->fn, params, b, bx, gx, t};
+      pthread_create(&ids[t], NULL, run_thread, &args[t]);
+    }
+    for (unsigned t = 0; t < bx; t++) pthread_join(ids[t], NULL);
+    pthread_barrier_destroy(&block_barrier);
+  }
+  free(ids);
+  free(args);
+  return 0;
+}
+int cuGetErrorString(int r, const char **s) { (void)r; *s = "fake driver error"; return 0; }

@@ -1,0 +1,124 @@
+"""GPU artifacts end to end without a GPU: the runtime's CUDA backend (cuda.c) driven by a
+fake libcuda (gpu_fake_cuda.c) whose "device functions" are the artifact's stages compiled
+for the host (gpu_emulate.py): the zoo models' outputs match the interpreter, and the
+driver's failures become the runtime's statuses."""
+
+import numpy as np
+import pytest
+from gpu_emulate import emulation_library, fake_driver
+
+import flowc
+from flowc.examples import zoo
+from flowc.frontend.onnx import import_onnx
+from flowc.ir.interpret import interpret
+from flowc.runtime.errors import RuntimeStatusError
+from flowc.runtime.loader import load
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    return tmp_path_factory.mktemp("fakecuda")
+
+
+@pytest.fixture(scope="module")
+def driver(work):
+    return fake_driver(work)
+
+
+_BUILT: dict = {}
+
+
+def _gpu_artifact(work, name):
+    if (work, name) in _BUILT:
+        return _BUILT[(work, name)]
+    out, dump = work / name, work / f"{name}.dump"
+    flowc.compile(zoo.MODELS[name](), out, target="nvptx", batch=2, dump_dir=dump, cache=False)
+    lib_dir = work / f"{name}.emu"
+    lib_dir.mkdir()
+    _BUILT[(work, name)] = out, emulation_library(dump, lib_dir)
+    return _BUILT[(work, name)]
+
+
+@pytest.fixture(scope="module")
+def mlp(work):
+    return _gpu_artifact(work, "mlp")
+
+
+def _use(monkeypatch, driver, kernels, **env):
+    monkeypatch.setenv("FLOWC_CUDA_LIBRARY", str(driver))
+    monkeypatch.setenv("FAKE_CUDA_KERNELS", str(kernels))
+    for key, value in env.items():
+        monkeypatch.setenv(key, str(value))
+
+
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
+def test_zoo_model_runs_through_the_cuda_backend(name, work, driver, monkeypatch):
+    out, kernels = _gpu_artifact(work, name)
+    log = work / f"{name}.log"
+    _use(monkeypatch, driver, kernels, FAKE_CUDA_LOG=log)
+    model = zoo.MODELS[name]()
+    feeds = zoo.sample_input(model, batch=2)
+    want = interpret(import_onnx(model), feeds)
+    got = load(out).run(**feeds)
+    for key, value in want.items():
+        np.testing.assert_allclose(got[key], value, rtol=1e-4, atol=1e-4, err_msg=key)
+    assert log.read_text().split() == ["cubin"]  # sm_80 device: the sm_80 cubin
+
+
+def test_newer_device_without_its_cubin_jit_loads_the_ptx(mlp, driver, monkeypatch, work):
+    out, kernels = mlp
+    log = work / "jit.log"
+    _use(monkeypatch, driver, kernels, FAKE_CUDA_CC=120, FAKE_CUDA_LOG=log)
+    load(out)
+    assert log.read_text().split() == ["ptx"]
+
+
+def test_a_rejected_cubin_falls_back_to_the_ptx(mlp, driver, monkeypatch, work):
+    out, kernels = mlp
+    log = work / "reject.log"
+    _use(monkeypatch, driver, kernels, FAKE_CUDA_REJECT_CUBIN=1, FAKE_CUDA_LOG=log)
+    x = zoo.sample_input(zoo.mlp(), batch=2)
+    assert load(out).run(**x)
+    assert log.read_text().split() == ["cubin", "ptx"]
+
+
+def test_older_device_is_an_unsupported_architecture(mlp, driver, monkeypatch):
+    _use(monkeypatch, driver, mlp[1], FAKE_CUDA_CC=75)
+    with pytest.raises(RuntimeStatusError,
+                       match="unsupported GPU architecture sm_75: the artifact has sm_80, "
+                             "sm_90, ptx sm_80; recompile with --gpu-arch sm_75"):
+        load(mlp[0])
+
+
+def test_no_device(mlp, driver, monkeypatch):
+    _use(monkeypatch, driver, mlp[1], FAKE_CUDA_DEVICES=0)
+    with pytest.raises(RuntimeStatusError, match="mlp: no CUDA device"):
+        load(mlp[0])
+
+
+def test_out_of_device_memory(mlp, driver, monkeypatch):
+    _use(monkeypatch, driver, mlp[1], FAKE_CUDA_MEM=1000)
+    with pytest.raises(RuntimeStatusError, match="mlp: out of device memory allocating"):
+        load(mlp[0])
+
+
+def test_tiled_matmul_with_barriers_matches_numpy(work, driver, monkeypatch):
+    """The shared-memory matmul stage (barriers, workgroup tiles): its block's threads run
+    concurrently in the fake driver, meeting at each barrier."""
+    from flowc.ir import Graph, TensorType
+    from flowc.ir.build import make_node
+
+    g = Graph("mm")
+    a = g.add_input("a", TensorType("f32", (128, 48)))
+    b = g.add_input("b", TensorType("f32", (48, 192)))
+    g.add_output("c", g.append(make_node("matmul", [a, b])).out())
+    out, dump = work / "mm", work / "mm.dump"
+    flowc.compile(g, out, target="nvptx", dump_dir=dump, cache=False)
+    assert "workgroup" in next(dump.glob("*.stages.mlir")).read_text()
+    lib_dir = work / "mm.emu"
+    lib_dir.mkdir()
+    _use(monkeypatch, driver, emulation_library(dump, lib_dir))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((128, 48)).astype(np.float32)
+    y = rng.standard_normal((48, 192)).astype(np.float32)
+    np.testing.assert_allclose(load(out).run(a=x, b=y)["c"], x @ y, rtol=1e-4, atol=1e-4)
