@@ -63,12 +63,49 @@ def read_manifest(path: Path) -> dict[str, Any]:
     for key in ("name", "graph_hash", "inputs", "outputs", "files", "weights"):
         if key not in manifest:
             raise ArtifactError(f"{file}: the manifest lacks '{key}'")
+    _check_schema(manifest, file)
+    return manifest
+
+
+def _plain_name(x: Any) -> bool:
+    """A non-empty file or symbol name that stays inside the artifact directory."""
+    return isinstance(x, str) and bool(x) and "/" not in x and "\\" not in x and \
+        x not in (".", "..") and "\0" not in x
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _check_schema(manifest: dict[str, Any], file: Path) -> None:
+    """The types of the manifest fields the loader reads (an altered manifest gets an
+    ArtifactError naming the field, never a TypeError deeper down)."""
+    def bad(what: str, value: Any) -> ArtifactError:
+        return ArtifactError(f"{file}: malformed {what} {value!r}")
+
+    if not _plain_name(manifest["name"]):
+        raise bad("name", manifest["name"])
+    if not isinstance(manifest["graph_hash"], str):
+        raise bad("graph_hash", manifest["graph_hash"])
+    files = manifest["files"]
+    if not isinstance(files, dict) or not all(
+            _plain_name(k) and isinstance(v, str) for k, v in files.items()):
+        raise bad("files", files)
+    weights = manifest["weights"]
+    if not isinstance(weights, dict) or (weights.get("file") is not None and not (
+            _plain_name(weights["file"]) and _is_count(weights.get("bytes")))):
+        raise bad("weights", weights)
+    if not _is_count(manifest.get("threads_default", 0)):
+        raise bad("threads_default", manifest["threads_default"])
     for kind in ("inputs", "outputs"):
+        if not isinstance(manifest[kind], list):
+            raise bad(kind, manifest[kind])
         for t in manifest[kind]:
             if not isinstance(t, dict) or any(k not in t for k in _FIELDS) or \
-                    t["dtype"] not in DTYPE_CODES:
-                raise ArtifactError(f"{file}: malformed {kind} entry {t!r}")
-    return manifest
+                    not isinstance(t["name"], str) or not isinstance(t["dtype"], str) or \
+                    t["dtype"] not in DTYPE_CODES or not isinstance(t["shape"], list) or \
+                    not all(_is_count(d) for d in t["shape"]):
+                raise bad(f"{kind} entry", t)
 
 
 def _check_files(path: Path, manifest: dict[str, Any]) -> Path:
