@@ -68,8 +68,6 @@ def test_robust_runtime_under_asan_ubsan(driver):
     assert result.stdout.startswith("ok ")
 
 
-@pytest.mark.xfail(strict=True, reason="known: the MLP's fused kernel m_k0 aligned_allocs a "
-                   "128-byte temporary per run and never frees it (docs/robustness.md)")
 def test_robust_runtime_no_leaks(driver):
     result = _run(driver, leaks=True)
     assert result.returncode == 0 and "LeakSanitizer" not in result.stderr, \

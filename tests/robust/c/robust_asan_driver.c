@@ -87,7 +87,9 @@ int main(void) {
       m_set_threads(ctx, 1);
       fill(m_input_x(ctx), n, 0);
       m_set_input(ctx, 0, m_input_x(ctx), m_input_dtype(0), rank, shape);
-      bad |= check(m_create(&ctx) == FLOWC_OK ? FLOWC_OK : 1, NULL, "second create", 0);
+      m_ctx *second = NULL; /* a second context beside the first */
+      bad |= check(m_create(&second) == FLOWC_OK ? FLOWC_OK : 1, NULL, "second create", 0);
+      m_destroy(second);
       m_destroy(ctx);
       ctx = NULL;
       m_create(&ctx);
