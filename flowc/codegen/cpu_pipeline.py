@@ -5,7 +5,8 @@ over memref arguments (inputs read through `bufferization.to_tensor restrict`, o
 written by `bufferization.materialize_in_destination`) and returns it in the LLVM dialect
 with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps:
 
-1. `PREPARE`: fuse elementwise producers into consumers, clean up.
+1. `PREPARE`: fuse elementwise producers into consumers, clean up; then f32 exp, tanh and
+   erf become arith polynomials (`vmath`), so that their loops vectorize.
 2. The transform script `schedule(module, target)` writes: each matmul, batch matmul and
    2-D conv gets its tiling/packing/vectorization strategy (other ops become loops that
    LLVM vectorizes); if a strategy fails on some shape, the kernel is lowered without
@@ -34,6 +35,7 @@ from mlir.dialects import llvm as llvm_dialect
 from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
+from flowc.codegen import vmath
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 
@@ -302,6 +304,7 @@ def lower(module: ir.Module, target: Target, what: str,
     fail on some shape, the kernel is lowered without them (plain loops) rather than not
     at all; the dumped schedule then starts with a `// fallback:` line saying why."""
     run_passes(module, PREPARE, what)
+    vmath.approximate(module)
     prepared = str(module)
     script = schedule(module, target)
     try:

@@ -4,7 +4,7 @@
  * never loads the driver. cuda_create dlopen()s libcuda.so.1 (or $FLOWC_CUDA_LIBRARY),
  * picks device 0 ($FLOWC_CUDA_DEVICE), loads the image for its compute capability (a cubin
  * of the same major version and at most its minor, else JIT-compiles the PTX, which needs
- * at least its architecture), allocates one device block (arena, weights, scratch, inputs,
+ * at least its architecture; also when the driver rejects the cubin), allocates one device block (arena, weights, scratch, inputs,
  * outputs), uploads the weights and creates a stream. cuda_run copies the inputs in,
  * launches the kernels in order on the stream, copies the outputs out and synchronizes.
  * Every failure is a status (FLOWC_ERR_DEVICE, or FLOWC_ERR_NOMEM for device memory) with
@@ -183,7 +183,16 @@ static int open_device(flowc_ctx *ctx) {
   if ((r = api->PrimaryCtxRetain(&gc->context, gc->device)))
     return cu_fail(ctx, r, "cuDevicePrimaryCtxRetain");
   if ((r = api->CtxSetCurrent(gc->context))) return cu_fail(ctx, r, "cuCtxSetCurrent");
-  if ((r = api->ModuleLoadData(&gc->module, g->images[image].data)))
+  r = api->ModuleLoadData(&gc->module, g->images[image].data);
+  if (r && !g->images[image].is_ptx) { /* a driver older than the ptxas: JIT the PTX */
+    for (int i = 0; i < g->num_images; i++)
+      if (g->images[i].is_ptx && g->images[i].arch <= major * 10 + minor) {
+        image = i;
+        r = api->ModuleLoadData(&gc->module, g->images[i].data);
+        break;
+      }
+  }
+  if (r)
     return cu_fail(ctx, r, g->images[image].is_ptx ? "cuModuleLoadData (JIT of the PTX)"
                                                   : "cuModuleLoadData (cubin)");
   gc->functions = calloc((size_t)g->num_functions, sizeof(CUfunction));

@@ -63,9 +63,10 @@ def host_stages(text: str, threaded: bool = False) -> str:
 
 
 def emulate(body: Graph, inputs: list[np.ndarray], sym: str = "emu",
-            reverse: bool = False) -> list[np.ndarray]:
-    """The outputs of `body` on `inputs`; `reverse` runs blocks and threads last to first
-    (a stage whose result depends on the threads' order then differs)."""
+            orders: tuple[bool, ...] = (False, True)) -> list[list[np.ndarray]]:
+    """The outputs of `body` on `inputs`, once per entry of `orders` (True: blocks and
+    threads run last to first, so a stage whose result depends on the threads' order
+    differs between the two); compiled once."""
     dumps: dict[str, str] = {}
     with ir.Context(), ir.Location.unknown():
         module = kernels.build_module(sym, body, get_target("nvptx"))
@@ -80,18 +81,21 @@ def emulate(body: Graph, inputs: list[np.ndarray], sym: str = "emu",
     mod = llvm.parse_assembly(llvm_ir)
     mod.triple, mod.data_layout = host().triple, str(tm.target_data)
     lib = ctypes.CDLL(str(link(tm.emit_object(mod), f"emu{abs(hash(llvm_ir))}")))
-    ins = [aligned(np.asarray(a, dtype=t.dtype.np)) for a, t in
-           zip(inputs, body.input_types, strict=True)]
-    outs = [aligned(np.zeros(t.shape, t.dtype.np)) for t in body.output_types]
-    scratch = [aligned_empty((n,), np.dtype(np.uint8)) for n in kernel.scratch]
-    ptrs = [ctypes.c_void_p(a.ctypes.data) for a in [*ins, *outs, *scratch]]
-    for stage in kernel.stages:
-        fn = getattr(lib, stage.symbol)
-        for b in _order(stage.grid, reverse):
-            for t in _order(stage.block, reverse):
-                fn(*ptrs, ctypes.c_int64(b), ctypes.c_int64(stage.block),
-                   ctypes.c_int64(stage.grid), ctypes.c_int64(t))
-    return outs
+    results = []
+    for reverse in orders:
+        ins = [aligned(np.asarray(a, dtype=t.dtype.np)) for a, t in
+               zip(inputs, body.input_types, strict=True)]
+        outs = [aligned(np.zeros(t.shape, t.dtype.np)) for t in body.output_types]
+        scratch = [aligned_empty((n,), np.dtype(np.uint8)) for n in kernel.scratch]
+        ptrs = [ctypes.c_void_p(a.ctypes.data) for a in [*ins, *outs, *scratch]]
+        for stage in kernel.stages:
+            fn = getattr(lib, stage.symbol)
+            for b in _order(stage.grid, reverse):
+                for t in _order(stage.block, reverse):
+                    fn(*ptrs, ctypes.c_int64(b), ctypes.c_int64(stage.block),
+                       ctypes.c_int64(stage.grid), ctypes.c_int64(t))
+        results.append(outs)
+    return results
 
 
 def _order(n: int, reverse: bool) -> range:

@@ -5,7 +5,8 @@
  * gpu_emulate.py). $FAKE_CUDA_CC sets the compute capability (default 80),
  * $FAKE_CUDA_MEM the bytes cuMemAlloc grants in all (default unlimited), $FAKE_CUDA_DEVICES
  * the device count (default 1). $FAKE_CUDA_LOG, when set, names a file that receives one
- * line per loaded image: "cubin" or "ptx". A function whose library also defines
+ * line per image it is asked to load: "cubin" or "ptx"; $FAKE_CUDA_REJECT_CUBIN=1 refuses
+ * cubins. A function whose library also defines
  * NAME__threaded (it has barriers) runs each block's threads as concurrent pthreads that
  * meet at emu_barrier() (the library's emu_set_barrier hook is pointed at this file's). */
 #include <dlfcn.h>
@@ -53,6 +54,8 @@ int cuModuleLoadData(void **m, const void *image) {
       fclose(f);
     }
   }
+  if (env("FAKE_CUDA_REJECT_CUBIN", 0) && memcmp(image, "\177ELF", 4) == 0)
+    return 200; /* CUDA_ERROR_INVALID_IMAGE, as from a driver older than the cubin */
   kernels = dlopen(getenv("FAKE_CUDA_KERNELS"), RTLD_NOW | RTLD_LOCAL);
   *m = kernels;
   void (*set)(void (*)(void)) = kernels ? (void (*)(void (*)(void)))dlsym(kernels,

@@ -73,6 +73,15 @@ def test_newer_device_without_its_cubin_jit_loads_the_ptx(mlp, driver, monkeypat
     assert log.read_text().split() == ["ptx"]
 
 
+def test_a_rejected_cubin_falls_back_to_the_ptx(mlp, driver, monkeypatch, work):
+    out, kernels = mlp
+    log = work / "reject.log"
+    _use(monkeypatch, driver, kernels, FAKE_CUDA_REJECT_CUBIN=1, FAKE_CUDA_LOG=log)
+    x = zoo.sample_input(zoo.mlp(), batch=2)
+    assert load(out).run(**x)
+    assert log.read_text().split() == ["cubin", "ptx"]
+
+
 def test_older_device_is_an_unsupported_architecture(mlp, driver, monkeypatch):
     _use(monkeypatch, driver, mlp[1], FAKE_CUDA_CC=75)
     with pytest.raises(RuntimeStatusError,

@@ -1,0 +1,61 @@
+"""Long differential run: random recipes (flowc.testing.graphgen) checked against the
+interpreter by every pipeline's artifact and by onnxruntime; failures are shrunk and saved
+as text-form regression graphs under tests/robust/regressions/ (run by
+tests/robust/test_robust_differential.py), and a summary goes to
+bench/results/robust_diff.md.
+
+    .venv/bin/python bench/robust_diff.py --seeds 0:200 [--nodes 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from flowc.ir.printer import print_graph
+from flowc.testing.diff import PIPELINES, check, shrink
+from flowc.testing.graphgen import build, random_recipe
+
+ROOT = Path(__file__).resolve().parent.parent
+REGRESSIONS = ROOT / "tests" / "robust" / "regressions"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0:50", help="range START:STOP of generator seeds")
+    ap.add_argument("--nodes", type=int, default=8, help="op steps per graph")
+    ap.add_argument("--no-save", action="store_true", help="do not write regression files")
+    args = ap.parse_args()
+    start, stop = (int(x) for x in args.seeds.split(":"))
+    work = Path(tempfile.mkdtemp(prefix="flowc_diff_"))
+    t0, findings, graphs = time.time(), [], 0
+    for seed in range(start, stop):
+        recipe = random_recipe(seed, args.nodes)
+        graphs += 1
+        problem = check(recipe, work)
+        print(f"seed {seed}: {problem or 'ok'}", flush=True)
+        if problem is None:
+            continue
+        small = shrink(recipe, lambda r: check(r, work) is not None)
+        text = print_graph(build(small, f"seed{seed}"), resources=True)
+        findings.append((seed, check(small, work), text))
+        if not args.no_save:
+            (REGRESSIONS / f"seed{seed}.flowc").write_text(
+                f"// found by bench/robust_diff.py --seeds {seed}:{seed + 1}\n"
+                f"// {check(small, work)}\n{text}\n")
+    took = time.time() - t0
+    lines = [f"# Differential run (bench/robust_diff.py --seeds {args.seeds} --nodes "
+             f"{args.nodes})", "",
+             f"{graphs} graphs, {graphs * (len(PIPELINES) + 2)} executions (interpreter, "
+             f"{len(PIPELINES)} pipelines, onnxruntime), {took:.0f} s on a machine shared "
+             f"with other agents; {len(findings)} disagreement(s).", ""]
+    for seed, problem, text in findings:
+        lines += [f"## seed {seed}", "", f"{problem}", "", "```", text, "```", ""]
+    (ROOT / "bench" / "results" / "robust_diff.md").write_text("\n".join(lines))
+    print(lines[2])
+
+
+if __name__ == "__main__":
+    main()
