@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from flowc.codegen.entry import render_model_c
-from flowc.codegen.profile_c import profile_header
 from flowc.codegen.header import ModelInfo, TensorInfo, accessor_names, render_header
 from flowc.codegen.link import link
 from flowc.codegen.manifest import build_manifest, write_manifest
+from flowc.codegen.profile_c import profile_header
 from flowc.codegen.program import Program, weights_blob
 from flowc.ir.errors import FlowcError
 from flowc.runtime.abi import weights_header

@@ -141,9 +141,8 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
                    profile: bool = False) -> str:
     """`gpu`: the `gpu_kernels.GpuBinary` when every kernel runs on a GPU (gpu_entry.py);
     `profile`: time each kernel call (profile_c.py; unpartitioned CPU models only)."""
-    from flowc.codegen.profile_c import profile_api, profile_prelude
-
     from flowc.codegen.partition_entry import model_fields, render_partitioned
+    from flowc.codegen.profile_c import profile_api, profile_prelude
 
     if gpu is not None:
         return _render_gpu_model_c(program, info, graph_hash, embedded, gpu)

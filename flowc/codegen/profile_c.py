@@ -1,19 +1,19 @@
 """Kernel timing compiled into an artifact on request (`flowc compile --profile`).
 
 Contract: with profiling on, `profile_prelude(name)` is C placed before the entry function
-and `profile_api(name)` after the API: each kernel call of the entry is wrapped in
+and `profile_api(name)` after the API; the entry wraps each kernel call in
 `t = prof_now(); CALL; prof_record(k, t)` (k: the kernel's index in the manifest's
-`kernels`), which writes one event `{kernel, thread, start_ns, end_ns}` (CLOCK_MONOTONIC) into the buffer of
-the run in progress; `NAME_run_profiled(ctx, events, capacity, &count)` runs the model with
-the caller's fixed-size buffer (allocated once per context by the caller: nothing is
-allocated per event; events past `capacity` are counted but not stored). The thread id is
-a small per-process number given to each thread on its first event. With profiling off none
-of this is emitted: the artifact has no profiling symbol and the entry no timing call.
+`kernels`), which writes one event `{kernel, thread, start_ns, end_ns}` (CLOCK_MONOTONIC)
+into the buffer of the run in progress (runtime/profile.py's EVENT_DTYPE reads it).
+`NAME_run_profiled(ctx, events, capacity, &count)` runs the model into the caller's
+fixed-size buffer (allocated once per context by the caller: nothing is allocated per
+event; events past `capacity` are counted, not stored). The thread id is a small
+per-process number given to each thread on its first event. `profile_header` declares
+the function in NAME.h, so the library exports it. With profiling off none of this is
+emitted: the artifact has no profiling symbol and the entry no timing call.
 """
 
 from __future__ import annotations
-
-EVENT_FIELDS = (("kernel", "<i4"), ("thread", "<u4"), ("start_ns", "<i8"), ("end_ns", "<i8"))
 
 
 def profile_prelude(name: str) -> list[str]:
