@@ -37,6 +37,7 @@ from flowc.runtime.abi import (
     numpy_dtype,
 )
 from flowc.runtime.errors import ArtifactError, RuntimeStatusError
+from flowc.runtime.profile import Profiler
 
 _I64P = ctypes.POINTER(ctypes.c_int64)
 _FIELDS = ("name", "dtype", "shape")
@@ -162,6 +163,8 @@ class Model:
         # per-run constants: the C functions, dtype codes and shape arrays of each tensor
         self._setters = {kind: self._fn(f"set_{kind}") for kind in ("input", "output")}
         self._run = self._fn("run")
+        # artifacts compiled with --profile: runs go through the kernel timer (profile.py)
+        self.profiler = Profiler.bind(self._lib, self.name)
         self._specs = {kind: [(DTYPE_CODES[t["dtype"]], len(t["shape"]),
                                (ctypes.c_int64 * max(len(t["shape"]), 1))(*t["shape"]))
                               for t in self.manifest[f"{kind}s"]]
@@ -276,7 +279,8 @@ class Model:
                     status = setter(self._ctx, k, data, code, rank, dims)
                     if status:
                         self._check(status, f"{kind} #{k}")
-            self._check(self._run(self._ctx), "run")
+            run = self.profiler.run if self.profiler else self._run
+            self._check(run(self._ctx), "run")
         return {name: array for (name, _, _), array in zip(self.outputs, outputs, strict=True)}
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
