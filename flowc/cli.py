@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from flowc import cli_artifact
+from flowc.cli_profile import add_profile_command
 from flowc.cli_view import add_view_command
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
@@ -320,6 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     ver.set_defaults(func=cmd_verify)
     cli_artifact.add_commands(sub)
     add_view_command(sub)
+    add_profile_command(sub)
     return parser
 
 

@@ -62,7 +62,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                              device_profiles=args.device_profiles,
                              explain_placement=(lambda text: print(text, end=""))
                              if args.explain_placement else None,
-                             gpu_archs=args.gpu_arch or None)
+                             gpu_archs=args.gpu_arch or None, profile=args.profile)
     print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
           f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
           f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
@@ -147,6 +147,14 @@ def _random(rng: np.random.Generator, dt: np.dtype, shape: tuple[int, ...]) -> n
 def run_artifact(args: argparse.Namespace) -> int:
     from flowc.runtime.loader import load
 
+    if args.profile:
+        from flowc.cli_profile import profiled_runs, write_trace
+
+        manifest, events = profiled_runs(args.file, args.runs, args.seed, args.threads)
+        write_trace(args.profile, manifest, events)
+        print(f"trace: wrote {args.profile} ({sum(len(e) for e in events)} kernel calls, "
+              f"{args.runs} runs)")
+        return 0
     model = load(args.file, threads=args.threads)
     feeds: dict[str, Any] = {}
     for text in args.input:
@@ -280,6 +288,9 @@ def add_commands(sub: Any) -> None:
                            "candidate's estimated time and why")
     comp.add_argument("--no-cache", action="store_true",
                       help="neither read nor write the compile cache")
+    comp.add_argument("--profile", action="store_true",
+                      help="time every kernel call (for 'flowc run DIR --profile' and "
+                           "'flowc profile DIR'); off by default: no cost, no symbols")
     comp.set_defaults(func=cmd_compile)
 
     cache = sub.add_parser(
@@ -311,3 +322,7 @@ def add_run_options(run: argparse.ArgumentParser) -> None:
     """Options `flowc run DIR` adds to `flowc run`."""
     run.add_argument("--threads", type=int, default=None,
                      help="(artifact directories) threads to run on (default: all cores)")
+    run.add_argument("--profile", metavar="TRACE.json",
+                     help="(artifact directories compiled with --profile) run --runs times on "
+                          "random inputs and write each kernel call as Chrome trace-event JSON")
+    run.add_argument("--runs", type=int, default=1, help="(with --profile) runs to record (1)")

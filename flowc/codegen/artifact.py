@@ -19,6 +19,7 @@ from flowc.codegen.entry import render_model_c
 from flowc.codegen.header import ModelInfo, TensorInfo, accessor_names, render_header
 from flowc.codegen.link import link
 from flowc.codegen.manifest import build_manifest, write_manifest
+from flowc.codegen.profile_c import profile_header
 from flowc.codegen.program import Program, weights_blob
 from flowc.ir.errors import FlowcError
 from flowc.runtime.abi import weights_header
@@ -41,7 +42,7 @@ def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
                    target: Mapping[str, Any], sizes: Mapping[str, int], graph_hash: str,
                    flowc_version: str, weights: str = "auto",
                    dump_dir: Path | None = None, cache: Any = None,
-                   gpu: Any = None) -> dict[str, Any]:
+                   gpu: Any = None, profile: bool = False) -> dict[str, Any]:
     if weights not in WEIGHTS_MODES:
         raise FlowcError(f"weights='{weights}': expected one of {', '.join(WEIGHTS_MODES)}")
     blob = weights_blob(program)
@@ -50,8 +51,10 @@ def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
     side = None if embed or not blob else f"{name}.weights"
     info = model_info(program, side)
     header = render_header(info)
+    if profile:
+        header = profile_header(header, name)
     model_c = render_model_c(program, info, graph_hash, target.get("features", ()),
-                             embedded=embed, gpu=gpu)
+                             embedded=embed, gpu=gpu, profile=profile)
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         (dump_dir / f"{name}_model.c").write_text(model_c)

@@ -326,7 +326,7 @@ def lower(module: ir.Module, target: Target, what: str,
 def free_temporaries(module: ir.Module) -> None:
     """Hoist every `memref.alloc` of each function to its entry; dealloc before return."""
     for fn in module.body.operations:
-        if fn.name != "func.func":
+        if fn.operation.name != "func.func":  # (a FuncOp view's `.name` is its symbol)
             continue
         allocs = _ops_named(fn.operation, "memref.alloc")
         if not allocs:

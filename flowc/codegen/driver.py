@@ -175,8 +175,10 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
             print_ir_after_all: bool = False, backend: ModuleType | None = None,
             cache: Any = None, gpu_archs: Any = None, devices: str | None = None,
             place: Sequence[str] = (), device_profiles: str | None = None,
-            explain_placement: Callable[[str], Any] | None = None) -> dict[str, Any]:
-    """Compile `model` into the artifact directory `output_dir`; returns its manifest."""
+            explain_placement: Callable[[str], Any] | None = None,
+            profile: bool = False) -> dict[str, Any]:
+    """Compile `model` into the artifact directory `output_dir`; returns its manifest.
+    `profile`: time each kernel call (codegen/profile_c.py; unpartitioned CPU models)."""
     from flowc.passes import PassManager, parse_pipeline
 
     graph = load_model(model)
@@ -196,6 +198,10 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     program = build_program(graph, prefix)
     backend = backend or default_backend()
     resolved = backend.get_target(target or "host")
+    if profile and (getattr(resolved, "is_gpu", False)
+                    or any(c.transfer is not None for c in program.calls)):
+        raise FlowcError("--profile times kernels of unpartitioned CPU models only; this one "
+                         "runs on a GPU or has send/recv between devices")
     if getattr(resolved, "is_gpu", False):
         return _compile_gpu(graph, program, resolved, output_dir, sizes, weights, dump,
                             gpu_archs, cache)
@@ -217,7 +223,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     manifest = write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
                               sizes=sizes, graph_hash=graph_hash(graph, target_info),
                               flowc_version=flowc_version(), weights=weights, dump_dir=dump,
-                              cache=cache)
+                              cache=cache, profile=profile)
     if dump is not None:
         write_index(dump, manifest)
     return manifest

@@ -62,13 +62,18 @@ def _cpu_check(features: Sequence[str]) -> list[str]:
     return lines
 
 
-def _entry(program: Program) -> list[str]:
+def _entry(program: Program, profile: bool = False) -> list[str]:
     lines = ["static void entry(void *const *in, void *const *out, char *arena, "
              "const char *w) {", "  (void)in; (void)out; (void)arena; (void)w;"]
+    index = {k.symbol: i for i, k in enumerate(program.kernels)}
     for call in program.calls:
         args = [pointer(program.where(v)) for v in (*call.operands, *call.results)]
         lines.append(f"  /* {', '.join(call.nodes)} */")
-        lines.append(f"  {call.kernel.symbol}({', '.join(args)});")
+        call_c = f"{call.kernel.symbol}({', '.join(args)});"
+        if profile:  # profile_c.py: time the call into the run's event buffer
+            call_c = (f"{{ int64_t t = prof_now(); {call_c} "
+                      f"prof_record({index[call.kernel.symbol]}, t); }}")
+        lines.append(f"  {call_c}")
     for j, source, nbytes in program.copies:
         lines.append(f"  memcpy(out[{j}], {pointer(source)}, {nbytes}u);")
     lines.append("}")
@@ -132,9 +137,12 @@ def _api(info: ModelInfo) -> list[str]:
 
 
 def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
-                   cpu_features: Sequence[str], embedded: bool, gpu: Any = None) -> str:
-    """`gpu`: the `gpu_kernels.GpuBinary` when every kernel runs on a GPU (gpu_entry.py)."""
+                   cpu_features: Sequence[str], embedded: bool, gpu: Any = None,
+                   profile: bool = False) -> str:
+    """`gpu`: the `gpu_kernels.GpuBinary` when every kernel runs on a GPU (gpu_entry.py);
+    `profile`: time each kernel call (profile_c.py; unpartitioned CPU models only)."""
     from flowc.codegen.partition_entry import model_fields, render_partitioned
+    from flowc.codegen.profile_c import profile_api, profile_prelude
 
     if gpu is not None:
         return _render_gpu_model_c(program, info, graph_hash, embedded, gpu)
@@ -172,11 +180,13 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         "",
         *_cpu_check(cpu_features),
         "",
-        *(render_partitioned(program) if model_fields(program) else _entry(program)),
+        *(profile_prelude(n) if profile else []),
+        *(render_partitioned(program) if model_fields(program) else _entry(program, profile)),
         "",
         *model,
         "",
         *_api(info),
+        *(profile_api(n) if profile else []),
     ]
     return "\n".join(parts) + "\n"
 

@@ -291,6 +291,8 @@ class _Importer:
                 raise
             except (FlowcError, TypeError, ValueError) as exc:
                 raise OnnxImportError(f"{where}: {exc}") from None
+            except KeyError as exc:   # converters read required attributes by name
+                raise OnnxImportError(f"{where}: missing attribute {exc}") from None
         outputs = list(onnx_node.output)
         if any(outputs[len(results):]):
             raise OnnxImportError(f"{where}: flowc computes {len(results)} of its "

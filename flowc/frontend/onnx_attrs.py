@@ -65,7 +65,11 @@ def tensor_type(value_info: onnx.ValueInfoProto, where: str) -> TensorType:
 def to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
     """A TensorProto's data (external data must be loaded already)."""
     onnx_dtype(tensor.data_type, what)  # a clear error for strings and other unsupported types
-    return numpy_helper.to_array(tensor)
+    try:
+        return numpy_helper.to_array(tensor)
+    except (ValueError, TypeError) as exc:   # e.g. dims that disagree with the data's size
+        raise OnnxImportError(f"{what}: malformed tensor (dims {list(tensor.dims)}): "
+                              f"{exc}") from None
 
 
 def attr_value(attr: onnx.AttributeProto, what: str) -> Any:

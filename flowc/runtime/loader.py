@@ -37,6 +37,7 @@ from flowc.runtime.abi import (
     numpy_dtype,
 )
 from flowc.runtime.errors import ArtifactError, RuntimeStatusError
+from flowc.runtime.profile import Profiler
 
 _I64P = ctypes.POINTER(ctypes.c_int64)
 _FIELDS = ("name", "dtype", "shape")
@@ -63,12 +64,49 @@ def read_manifest(path: Path) -> dict[str, Any]:
     for key in ("name", "graph_hash", "inputs", "outputs", "files", "weights"):
         if key not in manifest:
             raise ArtifactError(f"{file}: the manifest lacks '{key}'")
+    _check_schema(manifest, file)
+    return manifest
+
+
+def _plain_name(x: Any) -> bool:
+    """A non-empty file or symbol name that stays inside the artifact directory."""
+    return isinstance(x, str) and bool(x) and "/" not in x and "\\" not in x and \
+        x not in (".", "..") and "\0" not in x
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _check_schema(manifest: dict[str, Any], file: Path) -> None:
+    """The types of the manifest fields the loader reads (an altered manifest gets an
+    ArtifactError naming the field, never a TypeError deeper down)."""
+    def bad(what: str, value: Any) -> ArtifactError:
+        return ArtifactError(f"{file}: malformed {what} {value!r}")
+
+    if not _plain_name(manifest["name"]):
+        raise bad("name", manifest["name"])
+    if not isinstance(manifest["graph_hash"], str):
+        raise bad("graph_hash", manifest["graph_hash"])
+    files = manifest["files"]
+    if not isinstance(files, dict) or not all(
+            _plain_name(k) and isinstance(v, str) for k, v in files.items()):
+        raise bad("files", files)
+    weights = manifest["weights"]
+    if not isinstance(weights, dict) or (weights.get("file") is not None and not (
+            _plain_name(weights["file"]) and _is_count(weights.get("bytes")))):
+        raise bad("weights", weights)
+    if not _is_count(manifest.get("threads_default", 0)):
+        raise bad("threads_default", manifest["threads_default"])
     for kind in ("inputs", "outputs"):
+        if not isinstance(manifest[kind], list):
+            raise bad(kind, manifest[kind])
         for t in manifest[kind]:
             if not isinstance(t, dict) or any(k not in t for k in _FIELDS) or \
-                    t["dtype"] not in DTYPE_CODES:
-                raise ArtifactError(f"{file}: malformed {kind} entry {t!r}")
-    return manifest
+                    not isinstance(t["name"], str) or not isinstance(t["dtype"], str) or \
+                    t["dtype"] not in DTYPE_CODES or not isinstance(t["shape"], list) or \
+                    not all(_is_count(d) for d in t["shape"]):
+                raise bad(f"{kind} entry", t)
 
 
 def _check_files(path: Path, manifest: dict[str, Any]) -> Path:
@@ -125,6 +163,8 @@ class Model:
         # per-run constants: the C functions, dtype codes and shape arrays of each tensor
         self._setters = {kind: self._fn(f"set_{kind}") for kind in ("input", "output")}
         self._run = self._fn("run")
+        # artifacts compiled with --profile: runs go through the kernel timer (profile.py)
+        self.profiler = Profiler.bind(self._lib, self.name)
         self._specs = {kind: [(DTYPE_CODES[t["dtype"]], len(t["shape"]),
                                (ctypes.c_int64 * max(len(t["shape"]), 1))(*t["shape"]))
                               for t in self.manifest[f"{kind}s"]]
@@ -239,7 +279,8 @@ class Model:
                     status = setter(self._ctx, k, data, code, rank, dims)
                     if status:
                         self._check(status, f"{kind} #{k}")
-            self._check(self._run(self._ctx), "run")
+            run = self.profiler.run if self.profiler else self._run
+            self._check(run(self._ctx), "run")
         return {name: array for (name, _, _), array in zip(self.outputs, outputs, strict=True)}
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:

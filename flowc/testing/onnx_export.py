@@ -24,6 +24,10 @@ def to_onnx(recipe: Recipe):
     if graph is None:
         raise ValueError("the recipe is ill typed")
     nodes, inits, inputs = [], [], []
+    node_of = dict(zip((j for j, s in enumerate(recipe.steps) if s.op != "input"), graph.nodes,
+                       strict=True))
+    dtypes = {j: (str(s.data.dtype) if s.op == "input" else node_of[j].types[0].dtype.name)
+              for j, s in enumerate(recipe.steps)}
     for i, step in enumerate(recipe.steps):
         name = f"x{i}" if step.op == "input" else f"v{i}"
         args = [f"x{a}" if recipe.steps[a].op == "input" else f"v{a}" for a in step.args]
@@ -34,6 +38,8 @@ def to_onnx(recipe: Recipe):
             inits.append(numpy_helper.from_array(step.data, name))
         elif step.op in _NOT_IN_OPSET or OPS[step.op].onnx is None:
             raise NotImplementedError(f"no ONNX export of '{step.op}'")
+        elif step.op.startswith("reduce") and dtypes[step.args[0]] == "bool":
+            raise NotImplementedError("ONNX reductions take no bool tensors")
         else:
             attrs = dict(step.attrs)
             if step.op == "cast":

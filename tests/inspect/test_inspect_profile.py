@@ -1,0 +1,90 @@
+"""Kernel profiles: `flowc compile --profile`, `flowc run DIR --profile trace.json`,
+`flowc profile DIR`, and no profiling symbol or timing call when profiling is off."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import flowc
+from flowc.cli import main
+from flowc.ir.errors import FlowcError
+
+MLP = Path(__file__).parents[2] / "flowc" / "examples" / "mlp.flowc"
+
+
+def _symbols(art: Path) -> str:
+    return "".join(subprocess.run(["nm", *flags, str(art / lib)], capture_output=True,
+                                  text=True, check=True).stdout
+                   for flags, lib in ((["-D"], "libmlp.so"), ([], "libmlp.a")))
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    base = tmp_path_factory.mktemp("prof")
+    assert main(["compile", str(MLP), "-o", str(base / "art"), "--batch", "4", "--profile",
+                 "--dump-dir", str(base / "dump")]) == 0
+    return base
+
+
+def test_trace_is_trace_event_json_covering_every_run(profiled, capsys):
+    trace = profiled / "trace.json"
+    assert main(["run", str(profiled / "art"), "--profile", str(trace), "--runs", "3"]) == 0
+    assert "6 kernel calls, 3 runs" in capsys.readouterr().out
+    manifest = json.loads((profiled / "art" / "manifest.json").read_text())
+    kernels = {k["symbol"]: k["nodes"] for k in manifest["kernels"]}
+    events = json.loads(trace.read_text())["traceEvents"]
+    calls = [e for e in events if e["ph"] == "X"]
+    for e in events:
+        assert {"ph", "pid", "name"} <= set(e) and e["ph"] in ("X", "M")
+    for e in calls:
+        assert isinstance(e["tid"], int) and e["ts"] >= 0 and e["dur"] >= 0
+        assert e["args"]["nodes"] == kernels[e["name"]]
+    for run in range(3):  # each run calls every kernel once, in order, without overlap
+        mine = [e for e in calls if e["args"]["run"] == run]
+        assert [e["name"] for e in mine] == ["mlp_k0", "mlp_k1"]
+        assert mine[0]["ts"] + mine[0]["dur"] <= mine[1]["ts"]
+    assert calls == sorted(calls, key=lambda e: e["ts"])
+
+
+def test_profile_prints_top_kernels_with_their_nodes(profiled, capsys):
+    assert main(["profile", str(profiled / "art"), "--runs", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "mlp: 5 runs, 10 kernel calls" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith("mlp_k")]
+    assert {r[0] for r in rows} == {"mlp_k0", "mlp_k1"}
+    assert all(r[1] == "5" for r in rows)
+    assert float(rows[0][2]) >= float(rows[1][2])  # most time first
+    assert "fc1/add, fc1/relu" in out and "fc2/add" in out
+
+
+def test_loader_exposes_events_and_profiling_off_costs_nothing(profiled, tmp_path, capsys):
+    import numpy as np
+
+    model = flowc.load(profiled / "art")
+    model.run(x=np.ones((4, 16), np.float32))
+    assert list(model.profiler.last["kernel"]) == [0, 1] and model.profiler.dropped == 0
+    assert (model.profiler.last["end_ns"] >= model.profiler.last["start_ns"]).all()
+    assert "mlp_run_profiled" in _symbols(profiled / "art")
+    assert "clock_gettime" in (profiled / "dump" / "mlp_model.c").read_text()
+
+    assert main(["compile", str(MLP), "-o", str(tmp_path / "plain"), "--batch", "4",
+                 "--dump-dir", str(tmp_path / "dump")]) == 0
+    assert "prof" not in _symbols(tmp_path / "plain")
+    assert "prof" not in (tmp_path / "dump" / "mlp_model.c").read_text()
+    assert flowc.load(tmp_path / "plain").profiler is None
+    capsys.readouterr()
+    assert main(["profile", str(tmp_path / "plain")]) == 1
+    assert "compiled without profiling; recompile it with 'flowc compile --profile'" \
+        in capsys.readouterr().err
+    assert main(["profile", str(profiled / "art"), "--runs", "0"]) == 1
+    assert "--runs 0: must be at least 1" in capsys.readouterr().err
+
+
+def test_profile_of_a_partitioned_model_is_refused(tmp_path):
+    with pytest.raises(FlowcError, match="--profile times kernels of unpartitioned CPU"):
+        flowc.compile(MLP, tmp_path / "art", batch=4, devices="cpu:0,cpu:1",
+                      place=["fc2/add=cpu:1"], profile=True)
