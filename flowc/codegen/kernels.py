@@ -40,6 +40,7 @@ from flowc.codegen.lower.context import (
     tensor_type,
 )
 from flowc.codegen.lower.graph import lower_graph, unsupported
+from flowc.codegen.memplan import in_place_inputs
 from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -215,9 +216,12 @@ def build_module(sym: str, body: Graph, target: Target) -> ir.Module:
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
         fn = func.FuncOp(sym, ir.FunctionType.get([_arg_type(t) for t in [*ins, *outs]], []))
-        arg_attr = ir.DictAttr.get({"llvm.noalias": ir.UnitAttr.get(),
-                                    "llvm.align": ir.IntegerAttr.get(
-                                        ir.IntegerType.get_signless(64), 64)})
+        # noalias on every buffer, except in a kernel the memory planner may run in place
+        # (a result written over an operand, memplan.in_place_inputs): there they alias
+        attrs = {"llvm.align": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64)}
+        if not in_place_inputs(body):
+            attrs["llvm.noalias"] = ir.UnitAttr.get()
+        arg_attr = ir.DictAttr.get(attrs)
         fn.arg_attrs = ir.ArrayAttr.get([arg_attr] * (len(ins) + len(outs)))
         entry = fn.add_entry_block()
     with ir.InsertionPoint(entry):
