@@ -110,35 +110,27 @@ def value_dependent_inputs(*nodes: Node) -> list[str]:
     and did not get, at a node whose result is not static (the registry's rules decide;
     XLA calls these compile-time constant inputs)."""
     found: set[str] = set()
-    seen: set[Node] = set()
-    stack = list(nodes)
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node.op == "input":
-            continue
-        if any(isinstance(t, TensorType) and not t.is_static for t in node.types):
+    for node in _upstream(nodes):
+        if node.op != "input" and any(isinstance(t, TensorType) and not t.is_static
+                                      for t in node.types):
             wanted = unknown_value_operands(
                 get_op(node.op), [None if v is None else v.type for v in node.inputs],
                 node.attrs, [const_value(v) for v in node.inputs])
-            found.update(_upstream_inputs([node.inputs[i] for i in wanted]))
-        stack += [v.node for v in node.inputs if v is not None]
+            found.update(n.name for n in _upstream(node.inputs[i].node for i in wanted)
+                         if n.op == "input")
     return sorted(found)
 
 
-def _upstream_inputs(values: list) -> set[str]:
-    names, seen, stack = set(), set(), [v.node for v in values if v is not None]
+def _upstream(nodes) -> list[Node]:
+    """`nodes` and every node they depend on, each once."""
+    seen: dict[Node, None] = {}
+    stack = list(nodes)
     while stack:
         node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        if node.op == "input":
-            names.add(node.name)
-        stack += [v.node for v in node.inputs if v is not None]
-    return names
+        if node not in seen:
+            seen[node] = None
+            stack += [v.node for v in node.inputs if v is not None]
+    return list(seen)
 
 
 def require_static(graph: Graph, note: str) -> Graph:

@@ -72,13 +72,7 @@ struct flowc_gpu_ctx {
   char arch[16]; /* sm_XY of the device */
 };
 
-static int fail(flowc_ctx *ctx, int status, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
-  va_end(ap);
-  return status;
-}
+#define fail FLOWC_RT(rt_fail) /* runtime.c */
 
 static size_t round_up(size_t n) { return (n + FLOWC_ALIGN - 1) / FLOWC_ALIGN * FLOWC_ALIGN; }
 

@@ -151,6 +151,8 @@ FLOWC_HIDDEN int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_p
                                      flowc_ctx **out);
 FLOWC_HIDDEN void FLOWC_RT(rt_destroy)(flowc_ctx *ctx);
 FLOWC_HIDDEN const char *FLOWC_RT(rt_error)(const flowc_ctx *ctx);
+/* Record a printf-style message as ctx's error and return `status` (runtime.c, cuda.c). */
+FLOWC_HIDDEN int FLOWC_RT(rt_fail)(flowc_ctx *ctx, int status, const char *fmt, ...);
 FLOWC_HIDDEN int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int index, const void *data,
                                         int dtype, int rank, const int64_t *shape);
 FLOWC_HIDDEN int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int index, void *data, int dtype,

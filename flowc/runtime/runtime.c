@@ -25,13 +25,15 @@ const char *FLOWC_RT(rt_dtype_name)(int dtype) {
   return dtype >= 0 && dtype < NUM_DTYPES ? DTYPE_NAMES[dtype] : "unknown";
 }
 
-static int fail(flowc_ctx *ctx, int status, const char *fmt, ...) {
+int FLOWC_RT(rt_fail)(flowc_ctx *ctx, int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(ctx->error, sizeof ctx->error, fmt, ap);
   va_end(ap);
   return status;
 }
+
+#define fail FLOWC_RT(rt_fail)
 
 static size_t round_up(size_t n) { return (n + FLOWC_ALIGN - 1) / FLOWC_ALIGN * FLOWC_ALIGN; }
 
