@@ -7,11 +7,12 @@ with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps
 
 1. `PREPARE`: fuse elementwise producers into consumers, clean up; then f32 exp, tanh and
    erf become arith polynomials (`vmath`), so that their loops vectorize.
-2. The transform script `schedule(module, target)` writes: each matmul, batch matmul and
-   2-D conv gets its tiling/packing/vectorization strategy (other ops become loops that
-   LLVM vectorizes); if a strategy fails on some shape, the kernel is lowered without
-   strategies instead (the dumped schedule says why); then empty tensors are
-   eliminated (producers write straight into the caller's buffers) and the function is
+2. The transform script `schedule(module, target)` writes: each op with an entry in
+   `strategy.STRATEGIES` (matmul, batch matmul, 2-D conv) gets its tiling, packing and
+   vectorization strategy (other ops become loops that LLVM vectorizes); if a strategy
+   fails on some shape, the kernel is lowered without strategies instead (the dumped
+   schedule says why); then empty tensors are eliminated (producers write straight into
+   the caller's buffers) and the function is
    bufferized with `linalg.copy` as the copy op (never `memref.copy`: that would need
    the MLIR runner-utils' `memrefCopy` at run time).
 3. `free_temporaries`: every buffer bufferization allocated is hoisted to the function's
@@ -36,6 +37,8 @@ from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
 from flowc.codegen import vmath
+from flowc.codegen.strategy import STRATEGIES
+from flowc.codegen.strategy.common import FINISH_VECTORS
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 
@@ -96,194 +99,17 @@ def run_passes(module: ir.Module, pipeline: str, what: str) -> None:
 
 
 def schedule(module: ir.Module, target: Target) -> str:
-    """The transform script (body of the named sequence) for this kernel: a strategy per
-    matmul-like op (each op is tagged `flowc.sched = i` so the script can name it), then
-    bufferization."""
+    """The transform script (body of the named sequence) for this kernel: the strategy of
+    each op that `strategy.STRATEGIES` has one for (each such op is tagged `flowc.sched = i`
+    so the script can name it), then vector clean-ups and bufferization."""
     parts = []
-    ops = [*_ops_named(module.operation, "linalg.matmul"),
-           *_ops_named(module.operation, "linalg.batch_matmul"),
-           *_ops_named(module.operation, "linalg.conv_2d_nhwc_hwcf")]
+    ops = [op for name in STRATEGIES for op in _ops_named(module.operation, name)]
     for i, op in enumerate(ops):
-        strategy = (conv_strategy if "conv" in op.name else matmul_strategy)(op, target, i)
-        if strategy:
+        script = STRATEGIES[op.name](op, target, i)
+        if script:
             op.attributes["flowc.sched"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
-            parts.append(strategy)
+            parts.append(script)
     return "\n".join([*parts, FINISH_VECTORS, BUFFERIZE])
-
-
-# After a strategy vectorizes its tile: multi-reductions into vector.contract, transfers
-# with permutations made plain (a template fragment of MATMUL, MATMUL_DIRECT and CONV).
-VECTOR_CONTRACTS = """
-    %{n}_fn = transform.structured.match ops{{["func.func"]}} in %root
-        : (!transform.any_op) -> !transform.any_op
-    transform.apply_patterns to %{n}_fn {{
-      transform.apply_patterns.vector.reduction_to_contract
-      transform.apply_patterns.vector.transfer_permutation_patterns
-    }} : !transform.any_op
-"""
-
-# Matmul: A and B are packed into MR-row and NR-column panels (k-major), C is computed in
-# MR x NR register tiles by an outer-product micro-kernel (one broadcast of A, NR/lanes loads
-# of B and MR*NR/lanes FMAs per k), the C tile hoisted out of the k loop. Loops, outer to
-# inner: k blocks of KC, row blocks of MB panels, column panels, row panels, k.
-MATMUL = """
-    %{n}_op = transform.structured.match ops{{["{op}"]}} attributes{{flowc.sched = {i} : i64}}
-        in %root : (!transform.any_op) -> !transform.any_op
-    %{n}_pk = transform.structured.pack %{n}_op packed_sizes = [{packed}]
-        : (!transform.any_op) -> (!transform.op<"linalg.generic">)
-    %{n}_pb = transform.get_producer_of_operand %{n}_pk[1]
-        : (!transform.op<"linalg.generic">) -> (!transform.op<"linalg.pack">)
-    %{n}_pk2, %{n}_pb2, %{n}_un = transform.structured.pack_transpose %{n}_pb
-        with_compute_op(%{n}_pk) outer_perm = [{b_perm}]
-        : (!transform.op<"linalg.pack">, !transform.op<"linalg.generic">)
-        -> (!transform.op<"linalg.generic">, !transform.op<"linalg.pack">, !transform.any_op)
-    %{n}_tk, %{n}_lk = transform.structured.tile_using_for %{n}_pk2 tile_sizes [{kc}]
-        : (!transform.op<"linalg.generic">) -> (!transform.any_op, !transform.any_op)
-    %{n}_tm, %{n}_lm:{nb} = transform.structured.tile_using_for %{n}_tk tile_sizes [{mb}]
-        : (!transform.any_op) -> (!transform.any_op, {nb_types})
-    %{n}_t, %{n}_l:{nmicro} = transform.structured.tile_using_for %{n}_tm tile_sizes [{micro}]
-        interchange = [{interchange}] : (!transform.any_op) -> (!transform.any_op, {micro_types})
-    transform.structured.vectorize %{n}_t : !transform.any_op
-""" + VECTOR_CONTRACTS + """
-    transform.loop.hoist_loop_invariant_subsets %{n}_l#{k_loop} : !transform.any_op
-"""
-
-# Matmul whose B is small enough to stay in cache (K*N <= DIRECT_MAX_B elements) and whose
-# M and N the register tile divides, or with fewer rows than a register tile: no packing
-# (no temporaries); MR x NR register tiles of C, column tiles outer (a parallel loop: the
-# runtime's threads split them) and row tiles inner (a K x NR strip of B stays in cache),
-# k innermost with the C tile hoisted out of it. Partial tiles (only below MR rows) are
-# vectorized with masks.
-MATMUL_DIRECT = """
-    %{n}_op = transform.structured.match ops{{["{op}"]}} attributes{{flowc.sched = {i} : i64}}
-        in %root : (!transform.any_op) -> !transform.any_op
-    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op tile_sizes [{cols}]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-    %{n}_tn, %{n}_ln:{nb} = transform.structured.tile_using_for %{n}_tp tile_sizes [{rows}]
-        : (!transform.any_op) -> (!transform.any_op, {nb_types})
-    %{n}_t, %{n}_lk = transform.structured.tile_using_for %{n}_tn tile_sizes [{k1}]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-    transform.structured.vectorize %{n}_t vector_sizes [{vsizes}] : !transform.any_op
-""" + VECTOR_CONTRACTS + """
-    transform.loop.hoist_loop_invariant_subsets %{n}_lk : !transform.any_op
-"""
-
-# 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
-# F_TILE output channels, c blocks of C_TILE; the 1x1-window slice of the kernel window is
-# decomposed into a 1-D convolution and vectorized; the output tile stays in registers
-# across the c, kw and kh loops. Output rows are a parallel loop (the runtime's threads).
-CONV = """
-    %{n}_op = transform.structured.match ops{{["linalg.conv_2d_nhwc_hwcf"]}}
-        attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
-    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op
-        tile_sizes [0, 1, 0, 0, 0, 0, 0]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-    %{n}_t, %{n}_l:7 = transform.structured.tile_using_for %{n}_tp tile_sizes [{tiles}]
-        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
-           !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op,
-           !transform.any_op)
-    %{n}_d = transform.structured.decompose %{n}_t : (!transform.any_op) -> !transform.any_op
-    transform.structured.vectorize %{n}_d : !transform.any_op
-""" + VECTOR_CONTRACTS + """
-    transform.loop.hoist_loop_invariant_subsets %{n}_l#6 : !transform.any_op
-    transform.loop.hoist_loop_invariant_subsets %{n}_l#5 : !transform.any_op
-    transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
-"""
-
-OW_TILE = 4  # output pixels per register tile; else the largest divisor up to OW_TILE_MAX
-OW_TILE_MAX = 7  # (4 x 4 vectors or 7 x 4 vectors of accumulators fit 32 registers)
-C_TILE = 8
-
-
-def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
-    """The CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the dims (so
-    every tile is static), or None."""
-    out = ir.RankedTensorType(op.results[0].type)
-    width = {"f32": 32, "f64": 64}.get(str(out.element_type))
-    if width is None:
-        return None
-    _, _, ow, f = out.shape
-    c = ir.RankedTensorType(op.operands[1].type).shape[2]
-    lanes = target.vector_bits // width
-    ow_tile = OW_TILE if ow % OW_TILE == 0 else _divisor(ow, OW_TILE_MAX)
-    tiles = [1, 1, ow_tile, _divisor(f, 4 * lanes), 1, 1, _divisor(c, C_TILE)]
-    return CONV.format(n=f"cv{i}", i=i, tiles=_ints(tiles))
-
-
-def _divisor(n: int, at_most: int) -> int:
-    """The largest divisor of `n` that is at most `at_most`."""
-    return next(d for d in range(min(n, at_most), 0, -1) if n % d == 0)
-
-
-# After every strategy: contractions to FMAs, packs to plain transposes (never vectorized
-# whole: vectorizing big packs or transposes before tiling them can hang or exhaust memory).
-FINISH_VECTORS = """
-    %fv = transform.structured.match ops{["func.func"]} in %root
-        : (!transform.any_op) -> !transform.any_op
-    transform.apply_patterns to %fv {
-      transform.apply_patterns.vector.lower_contraction lowering_strategy = "outerproduct"
-      transform.apply_patterns.vector.lower_outerproduct
-      transform.apply_patterns.vector.lower_masked_transfers
-      transform.apply_patterns.vector.lower_masks
-      transform.apply_patterns.canonicalization
-    } : !transform.any_op
-    %packs = transform.structured.match ops{["linalg.pack"]} in %root
-        : (!transform.any_op) -> !transform.op<"linalg.pack">
-    %lp:3 = transform.structured.lower_pack %packs : (!transform.op<"linalg.pack">)
-        -> (!transform.op<"tensor.pad">, !transform.op<"tensor.expand_shape">,
-            !transform.op<"linalg.transpose">)
-    %unpacks = transform.structured.match ops{["linalg.unpack"]} in %root
-        : (!transform.any_op) -> !transform.op<"linalg.unpack">
-    %lu:4 = transform.structured.lower_unpack %unpacks : (!transform.op<"linalg.unpack">)
-        -> (!transform.op<"tensor.empty">, !transform.op<"linalg.transpose">,
-            !transform.op<"tensor.collapse_shape">, !transform.op<"tensor.extract_slice">)
-    transform.apply_patterns to %fv { transform.apply_patterns.canonicalization }
-        : !transform.any_op
-"""
-
-MICRO_ROWS = 8  # MR
-DIRECT_MAX_B = 1024 * 1024  # elements of B up to which the direct strategy is used
-K_BLOCK = 512  # KC
-ROW_PANELS = 16  # MB: panels of MR rows per row block
-
-
-def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
-    """The MATMUL script for a (batch_)matmul with a float result, or None (left to loops)."""
-    out = ir.RankedTensorType(op.results[0].type)
-    width = {"f32": 32, "f64": 64}.get(str(out.element_type))
-    if width is None:
-        return None
-    batched = op.name == "linalg.batch_matmul"
-    a = ir.RankedTensorType(op.operands[0].type).shape
-    m, k = a[-2], a[-1]
-    n = out.shape[-1]
-    lanes = target.vector_bits // width
-    mr, nr = MICRO_ROWS, min(2 * lanes, n)
-    if k < 2:
-        return None
-    b = [0] if batched else []
-    one = [1] if batched else []
-    divides = m % mr == 0 and n % nr == 0  # else masked tiles everywhere: slow
-    if m < MICRO_ROWS or (k * n <= DIRECT_MAX_B and divides):
-        mr = min(mr, m)
-        return MATMUL_DIRECT.format(
-            n=f"mm{i}", op=op.name, i=i, cols=_ints([*b, 0, nr, 0]),
-            rows=_ints([*one, mr, 0, 0]), nb=1 + len(one),
-            nb_types=", ".join(["!transform.any_op"] * (1 + len(one))),
-            k1=_ints([*b, 0, 0, 1]), vsizes=_ints([*one, mr, nr, 1]))
-    micro = [*one, 1, 1, 1]
-    return MATMUL.format(
-        n=f"mm{i}", op=op.name, i=i, packed=_ints([*b, mr, nr, 0]),
-        b_perm=_ints([0, 2, 1] if batched else [1, 0]),
-        kc=_ints([*b, 0, 0, K_BLOCK]), mb=_ints([*one, ROW_PANELS, 0, 0]),
-        nb=1 + len(one), nb_types=", ".join(["!transform.any_op"] * (1 + len(one))),
-        micro=_ints(micro), nmicro=len(micro),
-        micro_types=", ".join(["!transform.any_op"] * len(micro)),
-        interchange=_ints([0, 2, 1, 3] if batched else [1, 0, 2]), k_loop=len(micro) - 1)
-
-
-def _ints(values: list[int]) -> str:
-    return ", ".join(str(v) for v in values)
 
 
 def apply_script(module: ir.Module, body: str, what: str) -> None:

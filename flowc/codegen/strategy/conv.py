@@ -1,0 +1,51 @@
+"""2-D convolution strategy (NHWC input, HWCF filter)."""
+
+from __future__ import annotations
+
+from mlir import ir
+
+from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
+from flowc.codegen.target import Target
+
+# 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
+# F_TILE output channels, c blocks of C_TILE; the 1x1-window slice of the kernel window is
+# decomposed into a 1-D convolution and vectorized; the output tile stays in registers
+# across the c, kw and kh loops. Output rows are a parallel loop (the runtime's threads).
+CONV = """
+    %{n}_op = transform.structured.match ops{{["linalg.conv_2d_nhwc_hwcf"]}}
+        attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
+    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op
+        tile_sizes [0, 1, 0, 0, 0, 0, 0]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_t, %{n}_l:7 = transform.structured.tile_using_for %{n}_tp tile_sizes [{tiles}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
+           !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op,
+           !transform.any_op)
+    %{n}_d = transform.structured.decompose %{n}_t : (!transform.any_op) -> !transform.any_op
+    transform.structured.vectorize %{n}_d : !transform.any_op
+""" + VECTOR_CONTRACTS + """
+    transform.loop.hoist_loop_invariant_subsets %{n}_l#6 : !transform.any_op
+    transform.loop.hoist_loop_invariant_subsets %{n}_l#5 : !transform.any_op
+    transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
+"""
+
+OW_TILE = 4  # output pixels per register tile; else the largest divisor up to OW_TILE_MAX
+OW_TILE_MAX = 7  # (4 x 4 vectors or 7 x 4 vectors of accumulators fit 32 registers)
+C_TILE = 8
+
+
+def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
+    """The CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the dims (so
+    every tile is static), or None."""
+    out = ir.RankedTensorType(op.results[0].type)
+    width = {"f32": 32, "f64": 64}.get(str(out.element_type))
+    if width is None:
+        return None
+    _, _, ow, f = out.shape
+    c = ir.RankedTensorType(op.operands[1].type).shape[2]
+    lanes = target.vector_bits // width
+    ow_tile = OW_TILE if ow % OW_TILE == 0 else divisor(ow, OW_TILE_MAX)
+    tiles = [1, 1, ow_tile, divisor(f, 4 * lanes), 1, 1, divisor(c, C_TILE)]
+    return CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles))
+
+
