@@ -101,10 +101,10 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     lanes = target.vector_bits // width
     b = [0] if batched else []
     one = [1] if batched else []
-    if m < MICRO_ROWS or (m % MICRO_ROWS == 0 and k <= DIRECT_MAX_K
-                          and n % min(2 * lanes, n) == 0):
+    nr = direct_cols(m, n, lanes)
+    wide = nr >= min(2 * lanes, n)  # else packed, padded panels do better than thin tiles
+    if m < MICRO_ROWS or (m % MICRO_ROWS == 0 and k <= DIRECT_MAX_K and n % nr == 0 and wide):
         mr = min(MICRO_ROWS, m)
-        nr = direct_cols(m, n, lanes)
         filled = op.operands[2].owner.name == "linalg.fill"
         script = MATCH + (DIRECT_TILES_FILL if filled else DIRECT_TILES) + DIRECT_MICRO
         return script.format(
@@ -123,10 +123,10 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
 
 
 def direct_cols(m: int, n: int, lanes: int) -> int:
-    """NR of the direct strategy: two vectors; for fewer rows than MR, as many vectors as
-    keep MICRO_VECTORS accumulators (B rows read in long runs), dividing N; all of N when
-    N is below two vectors or not a whole number of them."""
-    if n <= 2 * lanes or n % lanes:
+    """NR of the direct strategy: as many vectors as keep MICRO_VECTORS accumulators for
+    min(M, MR) rows (fewer rows: wider tiles, B rows read in longer runs), dividing N; all
+    of N (up to two vectors) when N is not a whole number of vectors."""
+    if n % lanes:
         return min(2 * lanes, n)
-    vectors = max(2, MICRO_VECTORS // min(m, MICRO_ROWS))
+    vectors = max(1, MICRO_VECTORS // min(m, MICRO_ROWS))
     return lanes * divisor(n // lanes, vectors)
