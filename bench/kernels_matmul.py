@@ -5,8 +5,9 @@ Each shape is compiled with `flowc.compile` into a one-node artifact and run thr
 runtime (`NAME_run` on buffers bound once), so its parallel loops use the runtime's thread
 pool: `--threads T` sets both flowc's and OpenBLAS's threads. Runs are interleaved (flowc,
 [baseline,] numpy, round after round) so machine load hits all alike; a sample is the mean of
-enough back-to-back calls to last about 2 ms. Medians and bests (the fastest sample: on a
-loaded machine, the least disturbed) are both reported.
+enough back-to-back calls to last about 2 ms. At one thread a sample is the calling thread's
+CPU time (`time.thread_time`: both run on it, and time spent descheduled by other load is not
+counted); at more, wall time. Medians and bests (the fastest sample) are both reported.
 
     .venv/bin/python bench/kernels_matmul.py [--threads 1] [--repeats 15] [--quick]
     # before/after in one process: compile the artifacts with another checkout, then compare
@@ -89,6 +90,9 @@ class Bound:
             raise RuntimeError(self.model._error())
 
 
+CLOCK = time.thread_time if ARGS.threads == 1 else time.perf_counter
+
+
 def calls_per_sample(fn) -> int:
     fn()
     t = time.perf_counter()
@@ -103,10 +107,10 @@ def time_interleaved(fns: dict, repeats: int) -> dict[str, list[float]]:
     for _ in range(repeats):
         for name, fn in fns.items():
             n = counts[name]
-            t = time.perf_counter()
+            t = CLOCK()
             for _ in range(n):
                 fn()
-            samples[name].append((time.perf_counter() - t) / n)
+            samples[name].append((CLOCK() - t) / n)
     return samples
 
 
@@ -138,7 +142,7 @@ def main() -> None:
         fns["numpy"] = lambda a=a, b=b, out=out: np.matmul(a, b, out=out)
         samples = time_interleaved(fns, ARGS.repeats)
         flops = 2 * want.size * a_shape[-1]
-        row = {"shape": label, "threads": ARGS.threads}
+        row = {"shape": label, "threads": ARGS.threads, "clock": CLOCK.__name__}
         for name, times in samples.items():
             t = statistics.median(times)
             q = statistics.quantiles(times, n=4)
