@@ -76,3 +76,38 @@ def test_matmul_strategy_applies_without_fallback(sa, sb, packed):
     assert "omp.parallel" in seen["k.llvm.mlir"]
     tol = 1e-4 * max(1, sa[-1] / 256)  # sums of K products of magnitude ~4 round off
     check_op("matmul", [rand(*sa), rand(*sb)], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("sa,sb,tile", [
+    ((2, 16, 40), (40, 64), "[1, 0, 32, 0]"), ((1, 3, 16, 40), (1, 3, 40, 64), "[1, 1, 0, 32, 0]"),
+    ((1, 12, 48), (48, 70), None)])
+def test_matmul_with_reshaped_result_keeps_its_strategy(sa, sb, tile):
+    """A matmul whose result is reshaped before an elementwise consumer (rank-3/4 operands,
+    as in a transformer layer) is generalized by elementwise fusion into a linalg.generic
+    contraction; the direct strategy still tiles it (the outer loops parallel), unless the
+    register tile does not divide it (M = 12: plain loops); the results match."""
+    from kernel_harness import run_body
+
+    from flowc.codegen.kernels import compile_kernels
+    from flowc.ir import Graph, TensorType
+    from flowc.ir.build import make_node
+    from flowc.ir.interpret import interpret
+
+    g = Graph("epilogue")
+    a = g.add_input("a", TensorType("f32", sa))
+    b = g.add_input("b", TensorType("f32", sb))
+    c = g.add_input("c", TensorType("f32", (sb[-1],)))
+    y = g.append(make_node("matmul", [a, b])).out()
+    g.add_output("z", g.append(make_node("add", [y, c])).out())
+    seen = {}
+    compile_kernels([("k", g)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    schedule = seen["k.schedule.mlir"]
+    assert "fallback" not in schedule
+    if tile:
+        assert 'ops{["linalg.generic"]}' in schedule and f"tile_sizes {tile}" in schedule
+        assert "omp.parallel" in seen["k.llvm.mlir"]
+    else:
+        assert "tile_using_forall" not in schedule
+    feeds = {"a": rand(*sa), "b": rand(*sb), "c": rand(sb[-1])}
+    got = run_body(g, list(feeds.values()))[0]
+    np.testing.assert_allclose(got, interpret(g, feeds)["z"], rtol=1e-4, atol=1e-4)

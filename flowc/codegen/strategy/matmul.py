@@ -1,10 +1,15 @@
 """Matmul and batch matmul strategies: direct register tiles when the tile divides M and N
 (or M is below a tile) and K is not too long, packed panels otherwise; both parallel over
-column tiles (and the batch)."""
+column tiles (and the batch). They also take the `linalg.generic` contractions that
+elementwise fusion makes of a matmul whose result is reshaped (its reshape folded into the
+loops: a rank-3 activation times a weight, 4-D attention products), directly only."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from mlir import ir
+from mlir.dialects import linalg
 
 from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
 from flowc.codegen.target import Target
@@ -85,32 +90,99 @@ K_BLOCK = 512  # KC
 ROW_PANELS = 16  # MB: panels of MR rows per row block
 
 
+@dataclass(frozen=True)
+class Contraction:
+    """A linalg contraction's loops: their static sizes, the parallel outer ones (batch dims
+    and all m dims but the innermost, tiled by 1), and the row (innermost m), column (n) and
+    reduction (k) loop; `layout` says A, B and C are plain row-major [..., M, K] @ [..., K, N]
+    (the packed strategy's assumption)."""
+
+    sizes: tuple[int, ...]
+    outer: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    out: tuple[int, ...]  # the loop of each dim of the result
+    layout: bool
+
+
+def contraction(op: ir.Operation) -> Contraction | None:
+    """`op` as a Contraction: a linalg contraction (named matmul or batch matmul, or a
+    generic one, as elementwise fusion leaves a matmul whose result is reshaped) with one n
+    and one k loop, n the innermost dim of B and C; else None."""
+    if not linalg.isa_contraction_op(op):
+        return None
+    found = linalg.infer_contraction_dimensions(op)
+    batch, ms, ns, ks = (list(d) for d in (found.batch, found.m, found.n, found.k))
+    if len(ns) != 1 or len(ks) != 1 or not ms:
+        return None
+    explicit = "indexing_maps" in op.attributes
+    maps = (_loops_of([ir.AffineMapAttr(a).value
+                       for a in ir.ArrayAttr(op.attributes["indexing_maps"])])
+            if explicit else CONTRACTIONS.get(op.name))
+    n, k = ns[0], ks[0]
+    if maps is None or len(maps) != 3 or maps[1][-1] != n or maps[2][-1] != n:
+        return None
+    sizes = {}
+    for value, loops in zip(op.operands, maps, strict=True):
+        sizes.update(zip(loops, ir.RankedTensorType(value.type).shape, strict=True))
+    return Contraction(tuple(sizes[d] for d in range(len(sizes))),
+                       (*batch, *ms[:-1]), ms[-1], n, k, tuple(maps[2]),
+                       op.name in CONTRACTIONS and not explicit)
+
+
+def _loops_of(maps: list[ir.AffineMap]) -> list[list[int]] | None:
+    """Each map's results as loop positions; None if one is not a plain loop dim."""
+    if not all(isinstance(e, ir.AffineDimExpr) for m in maps for e in m.results):
+        return None
+    return [[e.position for e in m.results] for m in maps]
+
+
+def _named(rank: int) -> list[list[int]]:
+    """Indexing maps (as loop positions) of the named (batch_)matmul with `rank` loops."""
+    b = list(range(rank - 3))
+    m, n, k = rank - 3, rank - 2, rank - 1
+    return [[*b, m, k], [*b, k, n], [*b, m, n]]
+
+
+CONTRACTIONS = {"linalg.matmul": _named(3), "linalg.batch_matmul": _named(4)}
+
+
 def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
-    """The script for a (batch_)matmul with a float result: direct (MATCH,
-    DIRECT_TILES[_FILL], DIRECT_MICRO) or packed (MATMUL); or None (left to loops)."""
+    """The script for a float contraction (see `contraction`): direct (MATCH,
+    DIRECT_TILES[_FILL], DIRECT_MICRO), or packed (MATMUL) for a plain (batch_)matmul; or
+    None (left to loops)."""
     out = ir.RankedTensorType(op.results[0].type)
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
-    if width is None:
+    c = contraction(op) if width is not None else None
+    if c is None:
         return None
-    batched = op.name == "linalg.batch_matmul"
-    a = ir.RankedTensorType(op.operands[0].type).shape
-    m, k = a[-2], a[-1]
-    n = out.shape[-1]
+    m, n, k = c.sizes[c.m], c.sizes[c.n], c.sizes[c.k]
     if k < 2:
         return None
     lanes = target.vector_bits // width
-    b = [0] if batched else []
-    one = [1] if batched else []
     nr = direct_cols(m, n, lanes)
     wide = nr >= min(2 * lanes, n)  # else packed, padded panels do better than thin tiles
     if m < MICRO_ROWS or (m % MICRO_ROWS == 0 and k <= DIRECT_MAX_K and n % nr == 0 and wide):
         mr = min(MICRO_ROWS, m)
-        filled = op.operands[2].owner.name == "linalg.fill"
+
+        def per_loop(outer: int, rows: int, cols: int, red: int) -> list[int]:
+            return [outer if d in c.outer else {c.m: rows, c.n: cols, c.k: red}[d]
+                    for d in range(len(c.sizes))]
+
+        vsizes = per_loop(1, mr, nr, 1)
+        init = op.operands[2].owner
+        filled = isinstance(init, ir.OpView | ir.Operation) and init.name == "linalg.fill"
         script = MATCH + (DIRECT_TILES_FILL if filled else DIRECT_TILES) + DIRECT_MICRO
         return script.format(
-            n=f"mm{i}", op=op.name, i=i, cols=ints([*one, 0, nr, 0]),
-            rows=ints([*b, mr, 0, 0]),
-            k1=ints([*b, 0, 0, 1]), vsizes=ints([*one, mr, nr, 1]), fsizes=ints([*one, mr, nr]))
+            n=f"mm{i}", op=op.name, i=i, cols=ints(per_loop(1, 0, nr, 0)),
+            rows=ints(per_loop(0, mr, 0, 0)), k1=ints(per_loop(0, 0, 0, 1)),
+            vsizes=ints(vsizes), fsizes=ints([vsizes[d] for d in c.out]))
+    if not c.layout:
+        return None
+    batched = op.name == "linalg.batch_matmul"
+    b = [0] if batched else []
+    one = [1] if batched else []
     mr, nr = MICRO_ROWS, min(2 * lanes, n)
     micro = [*one, 1, 1, 1]
     return MATMUL.format(
