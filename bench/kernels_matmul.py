@@ -26,6 +26,7 @@ ARGS = kc.parse_args(__doc__, extra=[
     ("--only", "comma-separated prefixes of the shapes to run (mlp,bert_ffn1; default all)"),
 ])
 
+import json  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -161,7 +162,42 @@ def main() -> None:
         rows.append(row)
         print("  ".join(f"{k}={v}" for k, v in row.items()), file=sys.stderr, flush=True)
     name = f"kernels_matmul_t{ARGS.threads}" if ARGS.threads != 1 else "kernels_matmul"
-    kc.write_results(name, ARGS, rows)
+    written = kc.write_results(name, ARGS, rows)
+    write_markdown(written.parent)
+
+
+def write_markdown(results: Path) -> None:
+    """kernels_matmul.md: one table per thread count from the JSON results present."""
+    lines = ["# Matmul kernels vs numpy (OpenBLAS sgemm)", "",
+             "Written by `bench/kernels_matmul.py` from `kernels_matmul*.json` (one run per",
+             "thread count; median GFLOP/s of interleaved samples, best sample in brackets;",
+             "`baseline`: artifacts saved by another checkout with `--save`, timed in the",
+             "same rounds).", ""]
+    for path in sorted(results.glob("kernels_matmul*.json")):
+        info = json.loads(path.read_text())
+        rows = info["rows"]
+        load = ", ".join(f"{x:.1f}" for x in info["load_average"])
+        lines += [f"## {info['numpy_threads']} thread(s), {info['date']}",
+                  "", f"{info['cpu']}, {info['vector_bits']}-bit vectors, numpy "
+                  f"{info['numpy']}, clock {rows[0].get('clock', 'perf_counter')}, "
+                  f"load average {load} (2 cores)", ""]
+        if info["numpy_threads"] > 1 and info["load_average"][0] > 0.5:
+            lines += ["Wall time with other load on a 2-core machine: the threads time-share "
+                      "cores with it, so these figures are noise (rerun on a quiet machine).",
+                      ""]
+        base = "baseline_gflops" in rows[0]
+        head = ["shape", "flowc GFLOP/s", *(["baseline GFLOP/s"] if base else []),
+                "numpy GFLOP/s", "flowc % of numpy", *(["baseline % of numpy"] if base else [])]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in rows:
+            def g(name: str, r: dict = r) -> str:
+                return f"{r[name + '_gflops']} ({r.get(name + '_best_gflops', '-')})"
+            cells = [r["shape"], g("flowc"), *([g("baseline")] if base else []), g("numpy"),
+                     str(r["pct_of_numpy"]),
+                     *([str(r["baseline_pct_of_numpy"])] if base else [])]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    (results / "kernels_matmul.md").write_text("\n".join(lines))
 
 
 if __name__ == "__main__":
