@@ -55,12 +55,14 @@ def test_gemm_defaults():
     ((64, 96), (96, 80), True), ((33, 65), (65, 47), True), ((1, 96), (96, 70), False),
     ((3, 17, 40), (3, 40, 70), True), ((2, 4, 32), (2, 32, 50), False),
     ((64, 128), (128, 96), False), ((4, 16, 64), (4, 64, 64), False),
-    ((16, 512), (512, 2560), False), ((8, 4100), (4100, 64), True), ((3, 256), (256, 512), False)])
+    ((16, 512), (512, 2560), False), ((8, 4100), (4100, 64), True), ((3, 256), (256, 512), False),
+    ((20, 48), (48, 64), False), ((3, 12, 40), (3, 40, 64), False)])
 def test_matmul_strategy_applies_without_fallback(sa, sb, packed):
-    """The packed matmul strategy, or the direct one (dims the register tile divides and K
-    up to DIRECT_MAX_K, or fewer rows than a tile), applies to these shapes: no fallback to
-    plain loops, vector FMAs and a parallel loop in the LLVM dialect; the direct one starts
-    its C tiles from the fused zero fill; the results match."""
+    """The packed matmul strategy, or the direct one (N a whole number of register tiles and
+    K up to DIRECT_MAX_K; rows not a whole number of tiles split off), applies to these
+    shapes: no fallback to plain loops, vector FMAs and a parallel loop in the LLVM dialect;
+    the direct one starts its C tiles from the fused zero fill unless split; the results
+    match."""
     from kernel_harness import op_body
 
     from flowc.codegen.kernels import compile_kernels
@@ -71,7 +73,9 @@ def test_matmul_strategy_applies_without_fallback(sa, sb, packed):
     assert "fallback" not in seen["k.schedule.mlir"]
     assert "transform.structured.vectorize" in seen["k.schedule.mlir"]
     assert ("transform.structured.pack " in seen["k.schedule.mlir"]) == packed
-    assert ("fuse_into_containing_op" in seen["k.schedule.mlir"]) == (not packed)
+    split = sa[-2] > 8 and sa[-2] % 8 != 0
+    assert ("transform.structured.split " in seen["k.schedule.mlir"]) == (split and not packed)
+    assert ("fuse_into_containing_op" in seen["k.schedule.mlir"]) == (not packed and not split)
     assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
     assert "omp.parallel" in seen["k.llvm.mlir"]
     tol = 1e-4 * max(1, sa[-1] / 256)  # sums of K products of magnitude ~4 round off
@@ -80,12 +84,12 @@ def test_matmul_strategy_applies_without_fallback(sa, sb, packed):
 
 @pytest.mark.parametrize("sa,sb,tile", [
     ((2, 16, 40), (40, 64), "[1, 0, 32, 0]"), ((1, 3, 16, 40), (1, 3, 40, 64), "[1, 1, 0, 32, 0]"),
-    ((1, 12, 48), (48, 70), None)])
+    ((1, 12, 48), (48, 64), "[1, 0, 32, 0]"), ((1, 12, 48), (48, 70), None)])
 def test_matmul_with_reshaped_result_keeps_its_strategy(sa, sb, tile):
     """A matmul whose result is reshaped before an elementwise consumer (rank-3/4 operands,
     as in a transformer layer) is generalized by elementwise fusion into a linalg.generic
     contraction; the direct strategy still tiles it (the outer loops parallel), unless the
-    register tile does not divide it (M = 12: plain loops); the results match."""
+    register tile does not divide N (70: plain loops); the results match."""
     from kernel_harness import run_body
 
     from flowc.codegen.kernels import compile_kernels

@@ -1,6 +1,7 @@
-"""Matmul kernels of every strategy (direct, direct batched, direct for few rows, packed,
-packed batched, gemm with a bias) give the interpreter's results at 1, 2 and 3 threads of the
-runtime's pool, run after run: their parallel loops split the work without races (packed
+"""Matmul kernels of every strategy (direct, direct batched, direct for few rows, direct
+split into whole row tiles and the rest, packed, packed batched, gemm with a bias) give the
+interpreter's results at 1, 2 and 3 threads of the runtime's pool, run after run: their
+parallel loops split the work without races (packed
 panels are shared, written before the parallel loop)."""
 
 import numpy as np
@@ -15,6 +16,7 @@ CASES = {  # output name: (op, operand shapes, attributes)
     "direct": ("matmul", [(64, 96), (96, 160)], {}),
     "batched": ("matmul", [(3, 16, 40), (3, 40, 64)], {}),
     "rows": ("matmul", [(2, 64), (64, 768)], {}),
+    "split": ("matmul", [(20, 48), (48, 96)], {}),
     "packed": ("matmul", [(33, 65), (65, 47)], {}),
     "packed_batched": ("matmul", [(5, 17, 40), (5, 40, 70)], {}),
     "gemm": ("gemm", [(24, 48), (48, 64), (64,)], {"alpha": 1.0, "beta": 1.0}),

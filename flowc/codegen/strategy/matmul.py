@@ -1,5 +1,5 @@
-"""Matmul and batch matmul strategies: direct register tiles when the tile divides M and N
-(or M is below a tile) and K is not too long, packed panels otherwise; both parallel over
+"""Matmul and batch matmul strategies: direct register tiles when the tile divides N (rows
+beyond whole tiles split off) and K is not too long, packed panels otherwise; both parallel over
 column tiles (and the batch). They also take the `linalg.generic` contractions that
 elementwise fusion makes of a matmul whose result is reshaped (its reshape folded into the
 loops: a rank-3 activation times a weight, 4-D attention products), directly only."""
@@ -43,15 +43,23 @@ MATMUL = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#{k_loop} : !transform.any_op
 """
 
-# Direct matmul, for M and N the register tile divides (or with fewer rows than a register tile)
-# and whose K-long column strip of B fits in L2: no packing (no temporaries); MR x NR
-# register tiles of C, column tiles outer (a parallel loop, with the batch dim for
-# batch_matmul: the runtime's threads split them) and row tiles inner (the K x NR strip of
-# B stays in cache across them), k innermost with the C tile hoisted out of it. Partial
-# tiles (only below MR rows) are vectorized with masks.
+# Direct matmul, for N the register tile divides (or fewer rows than a register tile) and a
+# K-long column strip of B that fits in L2: no packing (no temporaries); MR x NR register
+# tiles of C, column tiles outer (a parallel loop, with the batch and outer row dims: the
+# runtime's threads split them) and row tiles inner (the K x NR strip of B stays in cache
+# across them), k innermost with the C tile hoisted out of it. Partial column tiles (only
+# with fewer rows than MR) are vectorized with masks.
 MATCH = """
     %{n}_op = transform.structured.match ops{{["{op}"]}} attributes{{flowc.sched = {i} : i64}}
         in %root : (!transform.any_op) -> !transform.any_op
+"""
+# Rows that are not a whole number of register tiles: the op split in two along its rows, the
+# whole tiles (`%NAMEa_op`) and the rest (`%NAMEb_op`, one tile of fewer rows).
+SPLIT = """
+    %{n}_parts = transform.structured.split %{n}_op after {at} {{dimension = {dim}}}
+        : !transform.any_op
+    %{n}a_op, %{n}b_op = transform.split_handle %{n}_parts
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
 """
 DIRECT_TILES = """
     %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op tile_sizes [{cols}]
@@ -149,9 +157,9 @@ CONTRACTIONS = {"linalg.matmul": _named(3), "linalg.batch_matmul": _named(4)}
 
 
 def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
-    """The script for a float contraction (see `contraction`): direct (MATCH,
-    DIRECT_TILES[_FILL], DIRECT_MICRO), or packed (MATMUL) for a plain (batch_)matmul; or
-    None (left to loops)."""
+    """The script for a float contraction (see `contraction`): direct (rows split into whole
+    register tiles and the rest if need be), or packed (MATMUL) for a plain (batch_)matmul;
+    or None (left to loops)."""
     out = ir.RankedTensorType(op.results[0].type)
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
     c = contraction(op) if width is not None else None
@@ -163,21 +171,17 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     lanes = target.vector_bits // width
     nr = direct_cols(m, n, lanes)
     wide = nr >= min(2 * lanes, n)  # else packed, padded panels do better than thin tiles
-    if m < MICRO_ROWS or (m % MICRO_ROWS == 0 and k <= DIRECT_MAX_K and n % nr == 0 and wide):
-        mr = min(MICRO_ROWS, m)
-
-        def per_loop(outer: int, rows: int, cols: int, red: int) -> list[int]:
-            return [outer if d in c.outer else {c.m: rows, c.n: cols, c.k: red}[d]
-                    for d in range(len(c.sizes))]
-
-        vsizes = per_loop(1, mr, nr, 1)
-        init = op.operands[2].owner
-        filled = isinstance(init, ir.OpView | ir.Operation) and init.name == "linalg.fill"
-        script = MATCH + (DIRECT_TILES_FILL if filled else DIRECT_TILES) + DIRECT_MICRO
-        return script.format(
-            n=f"mm{i}", op=op.name, i=i, cols=ints(per_loop(1, 0, nr, 0)),
-            rows=ints(per_loop(0, mr, 0, 0)), k1=ints(per_loop(0, 0, 0, 1)),
-            vsizes=ints(vsizes), fsizes=ints([vsizes[d] for d in c.out]))
+    name = f"mm{i}"
+    head = MATCH.format(n=name, op=op.name, i=i)
+    if m < MICRO_ROWS:
+        return head + direct(name, c, m, nr, _filled(op))
+    if k <= DIRECT_MAX_K and n % nr == 0 and wide:
+        if m % MICRO_ROWS == 0:
+            return head + direct(name, c, MICRO_ROWS, nr, _filled(op))
+        main = m - m % MICRO_ROWS  # rows in whole register tiles; the rest, a tile of its own
+        return (head + SPLIT.format(n=name, at=main, dim=c.m)
+                + direct(f"{name}a", c, MICRO_ROWS, nr, False)
+                + direct(f"{name}b", c, m - main, direct_cols(m - main, n, lanes), False))
     if not c.layout:
         return None
     batched = op.name == "linalg.batch_matmul"
@@ -192,6 +196,26 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
         micro=ints(micro), nmicro=len(micro),
         micro_types=", ".join(["!transform.any_op"] * len(micro)),
         interchange=ints([0, 2, 1, 3] if batched else [1, 0, 2]), k_loop=len(micro) - 1)
+
+
+def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool) -> str:
+    """The direct script (DIRECT_TILES[_FILL], DIRECT_MICRO) for the op `%NAME_op`: MR x NR
+    register tiles (MR dividing its rows); `filled`: its init is a fill, fused."""
+
+    def per_loop(outer: int, rows: int, cols: int, red: int) -> list[int]:
+        return [outer if d in c.outer else {c.m: rows, c.n: cols, c.k: red}[d]
+                for d in range(len(c.sizes))]
+
+    vsizes = per_loop(1, mr, nr, 1)
+    return ((DIRECT_TILES_FILL if filled else DIRECT_TILES) + DIRECT_MICRO).format(
+        n=name, cols=ints(per_loop(1, 0, nr, 0)), rows=ints(per_loop(0, mr, 0, 0)),
+        k1=ints(per_loop(0, 0, 0, 1)), vsizes=ints(vsizes),
+        fsizes=ints([vsizes[d] for d in c.out]))
+
+
+def _filled(op: ir.Operation) -> bool:
+    init = op.operands[2].owner
+    return isinstance(init, ir.OpView | ir.Operation) and init.name == "linalg.fill"
 
 
 def direct_cols(m: int, n: int, lanes: int) -> int:
