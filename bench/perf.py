@@ -192,8 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     info["load_average_end"] = os.getloadavg()
     result = {**info, "args": vars(args), "compile": compiles, "timing": rows,
               "memory": memory, "errors": errors}
-    text = perf_report.render(result)
     out = Path(args.out)
+    notes = out.with_name(out.stem + ".notes.md")
+    text = perf_report.render(result, notes.name if notes.exists() else None)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")

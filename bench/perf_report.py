@@ -189,7 +189,8 @@ def goals(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def render(result: dict[str, Any]) -> str:
+def render(result: dict[str, Any], notes: str | None = None) -> str:
+    """The markdown report; `notes`: the file name of a hand-written analysis beside it."""
     gflop = {c["model"]: c["gflop"] for c in result["compile"]}
     v = result["versions"]
     args = result["args"]
@@ -201,6 +202,8 @@ def render(result: dict[str, Any]) -> str:
         f"{result['date']} at flowc `{result['flowc_commit']}`.", "",
         *(["**Quick run: tiny models and few runs; the figures mean nothing.**", ""]
           if result["quick"] else []),
+        *([f"Why the goals not met are not met, from the profile: [{notes}]({notes}) "
+           "(written by hand; it names the run it analyses).", ""] if notes else []),
         f"- Machine: {result['cpu']}; {result['nproc']} cores usable (of "
         f"{result['cpu_count']}); flags {' '.join(result['cpu_flags']) or 'none of note'}; "
         f"{result['mem_gib'] or 0:.0f} GiB memory.",

@@ -77,6 +77,7 @@ def test_quick_run_writes_the_report(out_md, capsys):
 
 
 def test_mismatch_fails_loudly(out_md, capsys):
+    out_md.with_name("perf.notes.md").write_text("analysis\n")  # linked when present
     code = perf.main(["--quick", "--models", "matmul_1024", "--threads", "1", "--atol", "-1",
                       "--rtol", "0", "--out", str(out_md)])
     assert code == 1
@@ -84,3 +85,4 @@ def test_mismatch_fails_loudly(out_md, capsys):
     assert "ERROR: matmul_1024 at 1 thread(s): flowc's output differs from onnxruntime's" in err
     text = out_md.read_text()
     assert "**MISMATCH**" in text and "- outputs match onnxruntime: **not met**" in text
+    assert "[perf.notes.md](perf.notes.md)" in text
