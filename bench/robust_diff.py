@@ -4,7 +4,7 @@ as text-form regression graphs under tests/robust/regressions/ (run by
 tests/robust/test_robust_differential.py), and a summary goes to
 bench/results/robust_diff.md.
 
-    .venv/bin/python bench/robust_diff.py --seeds 0:200 [--nodes 8]
+    .venv/bin/python bench/robust_diff.py --seeds 0:200 [--nodes 8] [--minutes 20]
 """
 
 from __future__ import annotations
@@ -27,11 +27,15 @@ def main() -> None:
     ap.add_argument("--seeds", default="0:50", help="range START:STOP of generator seeds")
     ap.add_argument("--nodes", type=int, default=8, help="op steps per graph")
     ap.add_argument("--no-save", action="store_true", help="do not write regression files")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="stop after this long (before the seed range ends)")
     args = ap.parse_args()
     start, stop = (int(x) for x in args.seeds.split(":"))
     work = Path(tempfile.mkdtemp(prefix="flowc_diff_"))
     t0, findings, graphs = time.time(), [], 0
     for seed in range(start, stop):
+        if args.minutes is not None and time.time() - t0 > 60 * args.minutes:
+            break
         recipe = random_recipe(seed, args.nodes)
         graphs += 1
         problem = check(recipe, work)
@@ -46,8 +50,9 @@ def main() -> None:
                 f"// found by bench/robust_diff.py --seeds {seed}:{seed + 1}\n"
                 f"// {check(small, work)}\n{text}\n")
     took = time.time() - t0
+    limit = "" if args.minutes is None else f" --minutes {args.minutes:g}"
     lines = [f"# Differential run (bench/robust_diff.py --seeds {args.seeds} --nodes "
-             f"{args.nodes})", "",
+             f"{args.nodes}{limit}; seeds {start}:{start + graphs} ran)", "",
              f"{graphs} graphs, {graphs * (len(PIPELINES) + 2)} executions (interpreter, "
              f"{len(PIPELINES)} pipelines, onnxruntime), {took:.0f} s on a machine shared "
              f"with other agents; {len(findings)} disagreement(s).", ""]

@@ -92,8 +92,8 @@ def _shape(rng: np.random.Generator, rank: int, zero_ok: bool) -> tuple[int, ...
 def _array(rng: np.random.Generator, shape: tuple[int, ...], dt: str) -> np.ndarray:
     if dt == "f32":
         return rng.uniform(-3, 3, shape).astype(np.float32)
-    if dt == "bool":
-        return rng.random(shape) < 0.5
+    if dt == "bool":   # an array even for shape () (a numpy.bool_ scalar breaks onnxruntime)
+        return np.asarray(rng.random(shape) < 0.5)
     return rng.integers(-9, 10, shape).astype(DTYPES[dt].np)
 
 
