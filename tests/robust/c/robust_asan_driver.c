@@ -4,10 +4,13 @@
  *
  * Exercises: many create/run/destroy cycles; set_threads 1 and 2; a caller-provided arena;
  * failure paths (bad index, wrong dtype code, wrong rank, wrong dims, NULL data, NULL ctx
- * error, bad thread count, too-small arena), each needing a non-empty message; and four
+ * error, bad thread count, too-small arena), each needing a non-empty message; API misuse
+ * (NULL contexts and pointers, absurd ranks, dtype codes and indices, misaligned caller
+ * buffers, which must give the aligned result exactly: `misuse`); and four
  * threads each running its own context, whose results must equal the single-thread ones.
  * Prints "ok RUNS" on success; any sanitizer report makes the process fail. */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +50,66 @@ static void *worker(void *arg) {
   }
   m_destroy(ctx);
   return NULL;
+}
+
+/* API misuse: NULL contexts and pointers, absurd ranks, dtype codes and indices,
+ * misaligned caller buffers. Each call must fail with its status (and a message where a
+ * context exists) or, for misaligned buffers, give the aligned run's exact result. */
+static int misuse(const float *ref) {
+  int bad = 0;
+  size_t n = m_input_bytes(0) / sizeof(float), k = m_output_bytes(0) / sizeof(float);
+  int rank = m_input_rank(0), dt = m_input_dtype(0);
+  const int64_t *shape = m_input_shape(0);
+  int64_t two[2] = {1, 1};
+  bad |= m_create(NULL) != FLOWC_ERR_ARGUMENT;
+  bad |= m_run(NULL) != FLOWC_ERR_ARGUMENT;
+  bad |= m_set_threads(NULL, 1) != FLOWC_ERR_ARGUMENT;
+  bad |= m_set_arena(NULL, NULL, 0) != FLOWC_ERR_ARGUMENT;
+  bad |= m_set_input(NULL, 0, two, dt, rank, shape) != FLOWC_ERR_ARGUMENT;
+  bad |= m_set_output(NULL, 0, two, dt, rank, shape) != FLOWC_ERR_ARGUMENT;
+  bad |= m_input(NULL, 0) != NULL || m_output(NULL, 0) != NULL || m_input_x(NULL) != NULL;
+  bad |= !m_error(NULL) || !m_error(NULL)[0];
+  m_destroy(NULL);
+  if (bad) fprintf(stderr, "misuse: a NULL context was not refused\n");
+  m_ctx *ctx = NULL;
+  if (m_create(&ctx) != FLOWC_OK) return 1;
+  char *raw_x = malloc(n * sizeof(float) + 64), *raw_y = malloc(k * sizeof(float) + 64);
+  float *x = (float *)(raw_x + 4);
+  bad |= check(m_set_input(ctx, 0, x, dt, -1, shape), ctx, "rank -1", 1);
+  bad |= check(m_set_input(ctx, 0, x, dt, 1 << 30, two), ctx, "rank 2^30", 1);
+  bad |= check(m_set_input(ctx, 0, x, dt, rank, NULL), ctx, "NULL shape", 1);
+  bad |= check(m_set_input(ctx, 0, x, -1, rank, shape), ctx, "dtype -1", 1);
+  bad |= check(m_set_input(ctx, 0, x, 99, rank, shape), ctx, "dtype 99", 1);
+  bad |= check(m_set_input(ctx, 0x7fffffff, x, dt, rank, shape), ctx, "index INT_MAX", 1);
+  bad |= check(m_set_output(ctx, -2147483647 - 1, x, dt, rank, shape), ctx, "INT_MIN", 1);
+  bad |= check(m_set_output(ctx, 0, NULL, m_output_dtype(0), m_output_rank(0),
+                            m_output_shape(0)), ctx, "output NULL", 1);
+  bad |= m_input(ctx, -1) != NULL || m_input(ctx, 1) != NULL || m_output(ctx, 9) != NULL;
+  char *arena = malloc(m_arena_bytes() + 128);
+  char *aligned_arena = arena + (64 - (uintptr_t)arena % 64);
+  if (m_arena_bytes() > 0)
+    bad |= check(m_set_arena(ctx, aligned_arena + 8, m_arena_bytes()), ctx, "arena +8", 1);
+  bad |= check(m_set_arena(ctx, aligned_arena, m_arena_bytes()), ctx, "own arena", 0);
+  /* misaligned input and output (4 and 12 bytes past 64-byte boundaries): copied */
+  for (int shift = 4; shift <= 12; shift += 8) {
+    float *xs = (float *)(raw_x + shift), *ys = (float *)(raw_y + shift);
+    fill(xs, n, 0);
+    bad |= check(m_set_input(ctx, 0, xs, dt, rank, shape), ctx, "misaligned input", 0);
+    bad |= check(m_set_output(ctx, 0, ys, m_output_dtype(0), m_output_rank(0),
+                              m_output_shape(0)), ctx, "misaligned output", 0);
+    bad |= check(m_run(ctx), ctx, "misaligned run", 0);
+    if (memcmp(ys, ref, k * sizeof(float))) {
+      fprintf(stderr, "misaligned buffers (+%d): result differs\n", shift);
+      bad = 1;
+    }
+  }
+  bad |= check(m_set_arena(ctx, NULL, 0), ctx, "arena back to owned", 0);
+  bad |= check(m_run(ctx), ctx, "run after misuse", 0);
+  m_destroy(ctx);
+  free(arena);
+  free(raw_x);
+  free(raw_y);
+  return bad;
 }
 
 int main(void) {
@@ -101,6 +164,10 @@ int main(void) {
     free(x);
     free(y);
     m_destroy(ctx);
+  }
+  if (misuse(reference)) {
+    fprintf(stderr, "API misuse checks failed\n");
+    bad = 1;
   }
   pthread_t threads[THREADS];
   for (int t = 0; t < THREADS; t++) pthread_create(&threads[t], NULL, worker, NULL);
