@@ -88,6 +88,30 @@ def tolerance(dtype, kind: str = "elementwise", n: int = 1) -> Tol:
     return Tol(rtol, rtol * root)
 
 
+# Op classes of the registry ops (flowc/ir/ops/), for harnesses that check one op at a time.
+TRANSCENDENTAL_OPS = frozenset({
+    "exp", "log", "tanh", "erf", "sigmoid", "softplus", "gelu", "sin", "cos", "pow",
+    "rsqrt", "hard_sigmoid", "leaky_relu"})
+REDUCTION_OPS = frozenset({
+    "reduce_sum", "reduce_mean", "reduce_prod", "softmax", "log_softmax",
+    "layer_normalization", "batch_normalization", "average_pool", "global_average_pool"})
+MATMUL_OPS = frozenset({"matmul", "gemm", "conv", "conv_transpose", "fused"})
+EXACT_OPS = frozenset({
+    "relu", "neg", "abs", "sign", "floor", "ceil", "max", "min", "clip", "where", "cast",
+    "reduce_max", "reduce_min", "arg_max", "arg_min", "max_pool", "global_max_pool"})
+
+
+def op_kind(op: str) -> str:
+    """The tolerance kind of registry op `op`: exact for data movement and selection,
+    transcendental, reduction, matmul (conv too; `fused` bodies hold matmul epilogues or
+    reductions, so they get matmul), else elementwise."""
+    for kind, ops in (("exact", EXACT_OPS), ("transcendental", TRANSCENDENTAL_OPS),
+                      ("reduction", REDUCTION_OPS), ("matmul", MATMUL_OPS)):
+        if op in ops:
+            return kind
+    return "elementwise"
+
+
 def assert_close(got, want, kind: str = "elementwise", n: int = 1, scale: float = 1.0,
                  err_msg: str = "") -> None:
     """Assert that `got` matches `want` within `tolerance(want.dtype, kind, n)`, the

@@ -56,6 +56,9 @@ def artifact(tmp_path_factory):
     (("outputs", 0, "shape"), [-1], "malformed outputs entry"),
     (("name",), "a/b", "malformed name 'a/b'"),
     (("threads_default",), "many", "malformed threads_default 'many'"),
+    # found by the long fuzz run (FileNotFoundError from stat): a weights file the
+    # manifest names but the directory lacks
+    (("weights",), {"file": "x", "bytes": 1}, "missing weights file 'x' (named by the"),
 ])
 def test_robust_altered_manifest_field(artifact, tmp_path, path, value, message):
     """Was: TypeError/AttributeError/KeyError from the loader on a manifest field of the

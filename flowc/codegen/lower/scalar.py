@@ -64,7 +64,9 @@ def convert(v: ir.Value, src: DType, dst: DType) -> ir.Value:
     if src.is_bool:
         return arith.uitofp(et, v) if dst.is_float else arith.extui(et, v)
     if src.is_float and dst.is_float:
-        if src.bits == dst.bits:  # f16 <-> bf16
+        if src.bits == dst.bits or (src.bits == 64 and dst.name == "bf16"):
+            # f16 <-> bf16; f64 -> bf16 through f32 (rounding twice, as the reference's
+            # reductions do): LLVM would call __truncdfbf2, which libgcc lacks
             return convert(convert(v, src, f32), f32, dst)
         return arith.extf(et, v) if dst.bits > src.bits else arith.truncf(et, v)
     if src.is_float:

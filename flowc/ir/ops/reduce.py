@@ -89,6 +89,8 @@ def _reducer(fn):
             result = fn(x, axis=axis, keepdims=keep, initial=_identity(fn, x.dtype))
         elif fn in (np.sum, np.mean) and _wide_accumulation(x.dtype):
             result = fn(x.astype(np.float64), axis=axis, keepdims=keep)
+            if x.dtype == ml_dtypes.bfloat16:   # rounded through f32, as compiled code does
+                result = np.asarray(result).astype(np.float32)
         else:
             result = fn(x, axis=axis, keepdims=keep)
         return np.asarray(result).astype(x.dtype, copy=False)
