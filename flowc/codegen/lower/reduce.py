@@ -1,8 +1,9 @@
 """Lowering rules of the reductions (reduce_*, arg_max, arg_min): one `linalg.generic`
 with reduction loops over the reduced axes, accumulating as the reference does (sums and
 means of floats narrower than f64 in f64, each element widened inside the loop, rounded
-once at the end: the loop is sequential, so this costs no speed and keeps a 1e6-term sum
-within a rounding of the exact one; products of 16-bit floats in f32; max/min propagate
+once at the end: a 1e6-term sum stays within a rounding of the exact one; the cost, by
+bench/numerics_reduce.py, is ~5% where the reduced axis is innermost (a sequential loop)
+and ~1.45x where the loop vectorizes across kept dims (half the lanes); products of 16-bit floats in f32; max/min propagate
 NaN; argmax/argmin pick the first extreme element, or the last with select_last_index, and
 treat NaN as the extreme, as numpy does)."""
 
