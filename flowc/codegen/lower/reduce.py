@@ -3,9 +3,9 @@ with reduction loops over the reduced axes, accumulating as the reference does (
 means of floats narrower than f64 in f64, each element widened inside the loop, rounded
 once at the end: a 1e6-term sum stays within a rounding of the exact one; the cost, by
 bench/numerics_reduce.py, is ~5% where the reduced axis is innermost (a sequential loop)
-and ~1.45x where the loop vectorizes across kept dims (half the lanes); products of 16-bit floats in f32; max/min propagate
-NaN; argmax/argmin pick the first extreme element, or the last with select_last_index, and
-treat NaN as the extreme, as numpy does)."""
+and ~1.45x where the loop vectorizes across kept dims (half the lanes); products of
+16-bit floats in f32; max/min propagate NaN; argmax/argmin pick the first extreme element,
+or the last with select_last_index, and treat NaN as the extreme, as numpy does)."""
 
 from __future__ import annotations
 
