@@ -112,6 +112,99 @@ static int misuse(const float *ref) {
   return bad;
 }
 
+/* Random API call sequences (a fixed xorshift seed, FUZZ_CALLS calls): set_input,
+ * set_output, run, set_threads, set_arena, input/output, each with arguments drawn from
+ * pools of valid and invalid values. Every failure must carry a message; every successful
+ * run must leave the reference result where the output is currently bound (all input
+ * candidates hold the same data, so whichever is bound gives the reference). */
+#define FUZZ_CALLS 3000
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static unsigned pick(unsigned n) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (unsigned)(rng_state % n);
+}
+
+static int fuzz_calls(const float *ref, int *runs) {
+  size_t n = m_input_bytes(0) / sizeof(float), k = m_output_bytes(0) / sizeof(float);
+  int rank = m_input_rank(0), dt = m_input_dtype(0), bad = 0;
+  int orank = m_output_rank(0), odt = m_output_dtype(0);
+  const int64_t *shape = m_input_shape(0), *oshape = m_output_shape(0);
+  int64_t wrong[16] = {0};
+  memcpy(wrong, shape, (size_t)rank * sizeof(int64_t));
+  wrong[0] += 1;
+  /* one aligned and one misaligned buffer each, not overlapping */
+  char *raw_x = malloc(2 * n * 4 + 256), *raw_y = malloc(2 * k * 4 + 256);
+  char *ax = raw_x + (64 - (uintptr_t)raw_x % 64), *ay = raw_y + (64 - (uintptr_t)raw_y % 64);
+  float *xs[2] = {(float *)ax, (float *)(ax + n * 4 + 68)};
+  float *ys[2] = {(float *)ay, (float *)(ay + k * 4 + 68)};
+  size_t arena_bytes = m_arena_bytes();
+  char *arena_raw = malloc(arena_bytes + 128);
+  char *arena = arena_raw + (64 - (uintptr_t)arena_raw % 64);
+  m_ctx *ctx = NULL;
+  if (m_create(&ctx) != FLOWC_OK) return 1;
+  fill(m_input_x(ctx), n, 0);
+  int out_at = -1; /* -1: the owned output buffer; 0, 1: ys[0], ys[1] */
+  for (int call = 0; call < FUZZ_CALLS; call++) {
+    int status = FLOWC_OK, what = (int)pick(6);
+    float *buf = pick(5) ? xs[pick(2)] : NULL;
+    if (buf) fill(buf, n, 0); /* (the aligned one may be bound: same data, rewritten) */
+    int dtypes[] = {dt, dt, dt, dt + 1, -1, 1000}, ranks[] = {rank, rank, rank, 0, -1, 1 << 30};
+    int index = pick(4) ? 0 : (int[]){1, -1, 0x7fffffff}[pick(3)];
+    const int64_t *shapes[] = {shape, shape, shape, wrong, NULL};
+    switch (what) {
+    case 0:
+      status = m_set_input(ctx, index, buf, dtypes[pick(6)], ranks[pick(6)], shapes[pick(5)]);
+      break;
+    case 1: {
+      int which = (int)pick(3);
+      float *y = which < 2 ? ys[which] : NULL;
+      const int64_t *osh = pick(5) ? oshape : wrong;
+      status = m_set_output(ctx, index, y, pick(6) ? odt : odt + 1, pick(6) ? orank : -1, osh);
+      if (status == FLOWC_OK) out_at = which;
+      break;
+    }
+    case 2:
+    case 3:
+      status = m_run(ctx);
+      if (status == FLOWC_OK) {
+        const float *got = out_at < 0 ? m_output_y(ctx) : ys[out_at];
+        if (memcmp(got, ref, k * sizeof(float))) {
+          fprintf(stderr, "fuzz call %d: run result differs (output at %d)\n", call, out_at);
+          bad = 1;
+        }
+        ++*runs;
+      }
+      break;
+    case 4:
+      status = m_set_threads(ctx, (int[]){-1, 0, 1, 2, 3, 2000}[pick(6)]);
+      break;
+    default: {
+      unsigned a = pick(4);
+      status = a == 0   ? m_set_arena(ctx, NULL, 0)
+               : a == 1 ? m_set_arena(ctx, arena, arena_bytes)
+               : a == 2 ? m_set_arena(ctx, arena + 8, arena_bytes)
+                        : m_set_arena(ctx, arena, arena_bytes ? arena_bytes - 1 : 0);
+    }
+    }
+    if (status != FLOWC_OK && (!m_error(ctx) || !m_error(ctx)[0])) {
+      fprintf(stderr, "fuzz call %d (kind %d): status %d without a message\n", call, what,
+              status);
+      bad = 1;
+    }
+    if (status < 0 || status > FLOWC_ERR_DEVICE) {
+      fprintf(stderr, "fuzz call %d: unknown status %d\n", call, status);
+      bad = 1;
+    }
+  }
+  m_destroy(ctx);
+  free(arena_raw);
+  free(raw_x);
+  free(raw_y);
+  return bad;
+}
+
 int main(void) {
   size_t n = m_input_bytes(0) / sizeof(float), k = m_output_bytes(0) / sizeof(float);
   int rank = m_input_rank(0), bad = 0;
@@ -169,6 +262,11 @@ int main(void) {
     fprintf(stderr, "API misuse checks failed\n");
     bad = 1;
   }
+  int fuzz_runs = 0;
+  if (fuzz_calls(reference, &fuzz_runs)) {
+    fprintf(stderr, "API call fuzzing failed\n");
+    bad = 1;
+  }
   pthread_t threads[THREADS];
   for (int t = 0; t < THREADS; t++) pthread_create(&threads[t], NULL, worker, NULL);
   for (int t = 0; t < THREADS; t++) {
@@ -181,6 +279,7 @@ int main(void) {
   }
   free(reference);
   if (bad) return 1;
-  printf("ok %d\n", RUNS * 2 + THREADS * RUNS);
+  printf("ok %d runs, %d random API calls (%d runs among them)\n",
+         RUNS * 2 + THREADS * RUNS + fuzz_runs, FUZZ_CALLS, fuzz_runs);
   return 0;
 }
