@@ -11,6 +11,7 @@ from flowc.cli import main
 from flowc.ir.interpret import interpret
 from flowc.ir.parser import parse
 from flowc.runtime.abi import ABI_VERSION
+from flowc.testing.tolerance import assert_close
 
 MLP = Path(__file__).resolve().parents[2] / "flowc" / "examples" / "mlp.flowc"
 
@@ -42,7 +43,7 @@ def test_compile_inspect_run(compiled, capsys, tmp_path):
                              "--output-dir", tmp_path / "res", "--threads", "2")
     assert (status, out) == (0, f"y: wrote {tmp_path / 'res' / 'y.npy'}\n")
     want = interpret(parse(MLP.read_text()), {"x": x})["y"]
-    np.testing.assert_allclose(np.load(tmp_path / "res" / "y.npy"), want, rtol=1e-5, atol=1e-6)
+    assert_close(np.load(tmp_path / "res" / "y.npy"), want, "matmul", n=16)
     status, out, _ = run_cli(capsys, "run", compiled, "--random-inputs")
     assert status == 0 and out.startswith("y: dtype=float32 shape=(3, 8)\n")
 
