@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from flowc.cli_common import random_array, write_text
 from flowc.ir.errors import FlowcError
 
 
 def profiled_runs(path: str, runs: int, seed: int = 0, threads: int | None = None
                   ) -> tuple[dict[str, Any], list[np.ndarray]]:
-    from flowc.cli_artifact import _random
     from flowc.runtime.loader import load
 
     if runs < 1:
@@ -32,7 +31,7 @@ def profiled_runs(path: str, runs: int, seed: int = 0, threads: int | None = Non
         raise FlowcError(f"'{path}': the artifact was compiled without profiling; "
                          "recompile it with 'flowc compile --profile'")
     rng = np.random.default_rng(seed)
-    feeds = {name: _random(rng, dt, shape) for name, dt, shape in model.inputs}
+    feeds = {name: random_array(rng, dt, shape) for name, dt, shape in model.inputs}
     events = []
     for _ in range(runs):
         model.run(**feeds)
@@ -43,10 +42,7 @@ def profiled_runs(path: str, runs: int, seed: int = 0, threads: int | None = Non
 def write_trace(path: str, manifest: dict[str, Any], events: list[np.ndarray]) -> None:
     from flowc.runtime.profile import chrome_trace
 
-    try:
-        Path(path).write_text(json.dumps(chrome_trace(manifest, events)) + "\n")
-    except OSError as exc:
-        raise FlowcError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    write_text(path, json.dumps(chrome_trace(manifest, events)) + "\n")
 
 
 def cmd_profile(args: argparse.Namespace) -> int:

@@ -4,8 +4,10 @@ Contract: `graph_to_view(path, stage)` reads a `.flowc` file, an `.onnx` model (
 or a dump folder written by `flowc compile --dump-dir` / `flowc opt --dump-dir` (the
 graph after the pass `stage` names, by pass name or number; by default the last one: the
 compiled graph `NAME.flowc` when present). `cmd_view` writes `-o OUT` in the format its
-suffix names (`.html`, `.svg`, `.dot`). Bad paths, stages and suffixes are `FlowcError`s
-naming the path.
+suffix names (`.html`, `.svg`, `.dot`); the HTML page of a dump folder holding a memory
+report (`memory.json`, from `flowc compile --dump-dir`) also shows the arena over time, and
+`--memory` draws only that chart (`.svg` or `.html`). Bad paths, stages, suffixes and a
+`--memory` without a report are `FlowcError`s naming the path.
 """
 
 from __future__ import annotations
@@ -15,10 +17,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from flowc.cli_common import write_text
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.ir.parser import parse
 from flowc.view import build_view, to_dot, to_html, to_svg
+from flowc.view.html import memory_page
+from flowc.view.memory import load_layout, memory_svg
 
 WRITERS = {".html": to_html, ".svg": to_svg, ".dot": to_dot}
 _STEP = re.compile(r"(\d\d)-(.+)\.flowc\Z")
@@ -60,17 +65,34 @@ def load_view_graph(path: str, stage: str | None = None) -> Graph:
     return parse(p.read_text(), str(p))
 
 
+def memory_report(path: str, required: bool) -> dict | None:
+    """The memory report of the dump folder `path` (None when there is none and it is not
+    `required`)."""
+    report = Path(path) / "memory.json"
+    if report.is_file():
+        return load_layout(report)
+    if required:
+        raise FlowcError(f"'{path}': --memory draws a dump folder's memory report, and there "
+                         "is no memory.json here; write one with 'flowc compile --dump-dir "
+                         "DIR'")
+    return None
+
+
 def cmd_view(args: argparse.Namespace) -> int:
     suffix = Path(args.output).suffix
-    if suffix not in WRITERS:
-        raise FlowcError(f"'{args.output}': the output must end in "
-                         f"{', '.join(WRITERS)} (the format)")
-    graph = load_view_graph(args.file, args.stage)
-    text = WRITERS[suffix](build_view(graph))
-    try:
-        Path(args.output).write_text(text)
-    except OSError as exc:
-        raise FlowcError(f"cannot write '{args.output}': {exc.strerror or exc}") from None
+    formats = (".html", ".svg") if args.memory else tuple(WRITERS)
+    if suffix not in formats:
+        raise FlowcError(f"'{args.output}': the output must end in {', '.join(formats)} "
+                         f"(the format{' of the memory chart' if args.memory else ''})")
+    if args.memory:
+        layout = memory_report(args.file, required=True)
+        text = memory_svg(layout) if suffix == ".svg" else memory_page(layout)
+    else:
+        view = build_view(load_view_graph(args.file, args.stage))
+        folder = Path(args.file).is_dir()
+        memory = memory_report(args.file, required=False) if folder else None
+        text = to_html(view, memory) if suffix == ".html" else WRITERS[suffix](view)
+    write_text(args.output, text)
     return 0
 
 
@@ -87,4 +109,7 @@ def add_view_command(sub: Any) -> None:
     view.add_argument("--stage", metavar="PASS",
                       help="in a dump folder, the graph after this pass (name or number; "
                            "default: the last)")
+    view.add_argument("--memory", action="store_true",
+                      help="draw only the arena over time (a dump folder's memory.json): "
+                           "each tensor's offset and size during the steps it is live")
     view.set_defaults(func=cmd_view)

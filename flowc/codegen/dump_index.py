@@ -7,9 +7,10 @@ parse back), the final graph (`NAME.flowc`), per kernel its MLIR before its pipe
 (`SYM.input.mlir`, ops located at the graph node they come from), its transform schedule
 (`SYM.schedule.mlir`) and its LLVM-dialect form (`SYM.llvm.mlir`), the linked LLVM IR
 (`kernels.ll`), the assembly (`kernels.s`, one label per kernel symbol), the generated C
-entry (`NAME_model.c`) and, when devices were given, the placement report
-(`placement.txt`). A table maps each graph node to its kernel, so one node can be
-followed from the model to the instructions that run it.
+entry (`NAME_model.c`), the memory report (`memory.txt`, `memory.json`: the arena layout
+over time) and, when devices were given, the placement report (`placement.txt`). A table
+maps each graph node to its kernel, so one node can be followed from the model to the
+instructions that run it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ def describe(name: str, manifest: Mapping[str, Any]) -> tuple[int, str]:
             "kernels.s": ((1 << 20) + 1, "assembly of all kernels (a label per symbol)"),
             f"{prefix}_model.c": ((1 << 20) + 2, "generated C entry: kernel calls in order"),
             "placement.txt": (1 << 19, "placement report: each node's device, the estimated "
-                                       "time on every candidate, and why")
+                                       "time on every candidate, and why"),
+            "memory.txt": ((1 << 19) + 1, "memory report: the arena layout over time (each "
+                                          "buffer's offset, size and live steps)"),
+            "memory.json": ((1 << 19) + 2, "the memory report as data ('flowc view' draws "
+                                           "it)"),
             }.get(name, ((1 << 21), "other"))
 
 
