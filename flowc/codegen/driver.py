@@ -184,7 +184,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
             profile: bool = False, progress: Any = None,
             explain_memory: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Compile `model` into the artifact directory `output_dir`; returns its manifest.
-    `profile`: time each kernel call (codegen/profile_c.py; unpartitioned CPU models)."""
+    `profile`: time each kernel call and transfer (codegen/profile_c.py; CPU models)."""
     from flowc.passes import PassManager, parse_pipeline
 
     graph = load_model(model)
@@ -205,10 +205,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     report_memory(program, dump, explain_memory)
     backend = backend or default_backend()
     resolved = backend.get_target(target or "host")
-    if profile and (getattr(resolved, "is_gpu", False)
-                    or any(c.transfer is not None for c in program.calls)):
-        raise FlowcError("--profile times kernels of unpartitioned CPU models only; this one "
-                         "runs on a GPU or has send/recv between devices")
+    if profile and getattr(resolved, "is_gpu", False):
+        raise FlowcError("--profile times kernels of CPU models only; this one runs on a GPU")
     if getattr(resolved, "is_gpu", False):
         if progress is not None:
             progress.stage("compiling GPU kernels")

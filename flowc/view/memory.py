@@ -6,7 +6,8 @@ returns one `<svg class="flowc-memory">` element: per arena value a
 `<g class="buffer" data-value=NAME data-op=OP data-offset data-bytes data-first data-last>`
 holding a `<title>` (shown on hover: the value, its op, size, offset, live steps and, when
 it took over an operand's buffer, which) and a `<rect>` spanning its live steps across and
-its bytes down, filled by op (a legend lists the ops); step numbers along the top axis,
+its bytes down, filled by op (a legend lists the ops), labelled with the value's name
+where the box has room; step numbers along the top axis,
 offsets down the left one, the arena's end as a line. Bytes are drawn to scale, with at
 least `MIN_H` pixels per buffer. `load_layout(path)` reads `memory.json`, a FlowcError
 naming the file when it is not a memory report. This file imports no compiler part: it
@@ -32,6 +33,10 @@ KEYS = ("value", "op", "offset", "bytes", "first", "last")
 
 def _q(text: object) -> str:
     return escape(str(text), quote=True)
+
+
+def _fit(text: str, n: int) -> str:
+    return text if len(text) <= n else "…" + text[-(n - 1):]
 
 
 def load_layout(path: Path) -> dict[str, Any]:
@@ -95,11 +100,15 @@ def memory_svg(layout: dict[str, Any]) -> str:
         last = "end" if b["last"] == len(steps) else b["last"]
         took = f", written in place over {b['in_place_of']}" if b.get("in_place_of") else ""
         data = " ".join(f'data-{k}="{_q(b[k])}"' for k in KEYS)
+        label = ""
+        if w >= 40 and h >= 14:  # room for the tensor's name (cut to the box's width)
+            label = (f'<text x="{x + 3:.1f}" y="{y + 11:.1f}" font-size="10" fill="#222">'
+                     f'{_q(_fit(b["value"], int(w / 6)))}</text>')
         out.append(f'<g class="buffer" {data}><title>{_q(b["value"])} ({_q(b["op"])}): '
                    f'{b["bytes"]} bytes at offset {b["offset"]}, live steps {b["first"]}-'
                    f'{last}{_q(took)}</title><rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" '
                    f'height="{h:.1f}" fill="{colours[b["op"]]}" stroke="#333" '
-                   f'stroke-width="0.6"/></g>')
+                   f'stroke-width="0.6"/>{label}</g>')
     for i, (op, colour) in enumerate(colours.items()):
         x = LEFT + (i % 4) * (PLOT_W / 4)
         y = TOP + PLOT_H + BOTTOM - 8 + 18 * (i // 4)
