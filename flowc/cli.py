@@ -113,7 +113,9 @@ def cmd_opt(args: argparse.Namespace) -> int:
         dump_dir = args.dump_dir
         if dump_dir is not None and len(chunks) > 1:
             dump_dir = str(Path(dump_dir) / f"chunk{k}")
-        progress = progress_from(args, bar=False if stream is not None else None)
+        # no bar while something else streams to stderr (IR dumps, placement reports)
+        quiet_bar = stream is not None or args.explain_placement
+        progress = progress_from(args, bar=False if quiet_bar else None)
         manager = PassManager(passes, verify=not args.no_verify, dump=stream,
                               print_after=selection or "all", dump_dir=dump_dir,
                               resources=args.emit_resources, progress=progress)

@@ -27,6 +27,7 @@ from flowc.cli_common import (
     random_array,
 )
 from flowc.ir.errors import FlowcError
+from flowc.progress import Progress
 from flowc.runtime.errors import ArtifactError
 
 DEMO_MODELS = ("mlp", "zoo_mlp", "cnn", "transformer_encoder")
@@ -197,7 +198,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="flowc-demo-") as tmp:
         out = Path(args.output or tmp)
         start = time.perf_counter()
-        manifest = compile_model(graph, out, batch=args.batch)
+        progress = Progress()  # a bar while it compiles, on a terminal
+        try:
+            manifest = compile_model(graph, out, batch=args.batch, progress=progress)
+        finally:
+            progress.close()
         compile_s = time.perf_counter() - start
         print(f"compiled {source} for batch {args.batch} into {out}/ in {compile_s:.2f} s: "
               f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes, "

@@ -9,7 +9,9 @@ nothing is planned here) as a JSON-able dict:
   node's name, `:K` for result K > 0), `op` (the node's op; `fused` kernels as
   `fused:KIND`), `offset`, `bytes`, `first`, `last` (the steps it is live; `last` is
   `len(steps)` for a value the output copies read at the end), `device`, and `in_place_of`
-  (the value whose buffer it took over, or null).
+  (the value whose buffer it took over, or null);
+- `regions`: for a graph placed on devices, each device's arena region (`device`,
+  `offset`, `bytes`) in arena order; empty otherwise.
 `format_memory(layout)` renders it as text (`memory.txt`): the figures, the steps, and a
 table of buffers with a live-steps chart (`#` live) when there are at most `CHART_STEPS`
 steps. `report_memory(program, dump_dir, explain)` writes `DUMP_DIR/memory.txt` and
@@ -61,7 +63,10 @@ def memory_layout(program: Any) -> dict[str, Any]:
     buffers.sort(key=lambda b: (b["offset"], b["first"], b["value"]))
     report = plan.report() if plan is not None else {
         "arena_bytes": 0, "intermediate_bytes": 0, "lower_bound_bytes": 0, "in_place": 0}
-    return {"name": program.name, **report, "steps": steps, "buffers": buffers}
+    regions = [{"device": d, "offset": r["arena_offset"], "bytes": r["arena_bytes"]}
+               for d, r in (plan.device_report() if plan is not None else {}).items()]
+    return {"name": program.name, **report, "steps": steps, "buffers": buffers,
+            "regions": regions}
 
 
 def format_memory(layout: dict[str, Any]) -> str:
@@ -70,7 +75,10 @@ def format_memory(layout: dict[str, Any]) -> str:
     lines = [f"memory plan of '{layout['name']}': arena {layout['arena_bytes']} bytes "
              f"(lower bound {layout['lower_bound_bytes']}; "
              f"{layout['intermediate_bytes']} without reuse; {layout['in_place']} written "
-             f"in place), {len(steps)} steps, {len(buffers)} arena values", "", "steps:"]
+             f"in place), {len(steps)} steps, {len(buffers)} arena values"]
+    lines += [f"  region {r['device']}: {r['bytes']} bytes at offset {r['offset']}"
+              for r in layout.get("regions", [])]
+    lines += ["", "steps:"]
     for st in steps:
         where = f"  @{st['device']}" if st["device"] else ""
         lines.append(f"  {st['step']:>4}  {st['kernel']:<16} {', '.join(st['nodes'])}{where}")

@@ -8,10 +8,11 @@ holding a `<title>` (shown on hover: the value, its op, size, offset, live steps
 it took over an operand's buffer, which) and a `<rect>` spanning its live steps across and
 its bytes down, filled by op (a legend lists the ops), labelled with the value's name
 where the box has room; step numbers along the top axis,
-offsets down the left one, the arena's end as a line. Bytes are drawn to scale, with at
-least `MIN_H` pixels per buffer. `load_layout(path)` reads `memory.json`, a FlowcError
-naming the file when it is not a memory report. This file imports no compiler part: it
-reads the report as plain data.
+offsets down the left one; for a graph on several devices a dashed line where each
+device's region begins (after the first), labelled with the device. Bytes are drawn to
+scale, with at least `MIN_H` pixels per buffer. `load_layout(path)` reads `memory.json`, a
+FlowcError naming the file when it is not a memory report. This file imports no compiler
+part: it reads the report as plain data.
 """
 
 from __future__ import annotations
@@ -92,6 +93,12 @@ def memory_svg(layout: dict[str, Any]) -> str:
                    f'stroke="#ddd"/>')
     out.append(f'<text x="{LEFT - 6}" y="{TOP - 6}" text-anchor="end" fill="#555">offset'
                "</text>")
+    for r in layout.get("regions", [])[1:]:  # where each device's region begins
+        y = TOP + r["offset"] * scale
+        out.append(f'<g class="region"><line x1="{LEFT}" y1="{y:.1f}" x2="{LEFT + PLOT_W}" '
+                   f'y2="{y:.1f}" stroke="#d62728" stroke-dasharray="6,3"/><text '
+                   f'x="{LEFT + PLOT_W - 4}" y="{y - 3:.1f}" text-anchor="end" '
+                   f'fill="#d62728">{_q(r["device"])}</text></g>')
     for b in buffers:
         x = LEFT + b["first"] * col
         w = (b["last"] - b["first"] + 1) * col

@@ -112,3 +112,22 @@ def test_memory_view_errors(tmp_path, capsys):
     assert main(["view", str(tmp_path), "--memory", "-o", str(tmp_path / "m.svg")]) == 1
     assert (f"'{tmp_path / 'memory.json'}': not a memory report"
             in capsys.readouterr().err)
+
+
+def test_partitioned_layout_lists_device_regions_and_transfers():
+    from flowc.passes import PassManager, parse_pipeline
+
+    placed = parse(CHAIN.read_text().replace('loc("t")', '@cpu:1 loc("t")')
+                   .replace('loc("m")', '@cpu:1 loc("m")'), "placed.flowc")
+    graph = PassManager(parse_pipeline("partition")).run(placed)
+    layout = memory_layout(build_program(graph, "chain"))
+    assert [r["device"] for r in layout["regions"]] == ["cpu:0", "cpu:1"]
+    assert layout["regions"][1]["offset"] == layout["regions"][0]["bytes"]
+    kinds = [s["kernel"] for s in layout["steps"]]
+    assert "send" in kinds and "recv" in kinds
+    for b in layout["buffers"]:  # each buffer in its device's region
+        region = next(r for r in layout["regions"] if r["device"] == b["device"])
+        assert region["offset"] <= b["offset"] < region["offset"] + region["bytes"]
+    text = format_memory(layout)
+    assert "  region cpu:1: " in text and "  send " in text
+    assert memory_svg(layout).count('<g class="region">') == 1
