@@ -1,8 +1,9 @@
 """The `flowc` command: `opt` (parse, run passes, print), `run` (interpret), `verify`,
 `import`; `compile`, `inspect`, `demo` and `run DIR` live in `cli_artifact.py`.
 
-Contract: `main(argv)` returns the exit status. Every FlowcError, and every OSError from
-reading or writing a file, is printed as `flowc: error: MESSAGE` on stderr with exit
+Contract: `main(argv)` returns the exit status. Every FlowcError, every ArtifactError (an
+artifact directory that cannot be loaded or run), and every OSError from reading or
+writing a file, is printed as `flowc: error: MESSAGE` on stderr with exit
 status 1, never as a traceback.
 """
 
@@ -36,6 +37,7 @@ from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
 from flowc.passes import PASSES, PIPELINES, PassManager, parse_pipeline
 from flowc.passes.manager import format_statistics, format_timing
+from flowc.runtime.errors import ArtifactError
 
 SPLIT_RE = re.compile(r"^// -----[ \t]*$", re.MULTILINE)
 SPLIT_MARKER = "// -----\n"
@@ -304,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except FlowcError as exc:
+    except (FlowcError, ArtifactError) as exc:
         error(str(exc))
     except OSError as exc:
         error(str(exc))

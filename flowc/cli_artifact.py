@@ -3,8 +3,8 @@ an artifact directory rather than a .flowc file).
 
 Contract: `add_commands(sub)` registers `compile`, `inspect`, `demo` and `cache` on the CLI's
 subparsers; `run_artifact(args)` runs `flowc run DIR ...`. Each returns an exit status and
-reports problems as FlowcError (artifact problems are converted), which the CLI prints as
-one `flowc: error: ...` line. `inspect` and `run DIR` use only the runtime.
+reports problems as FlowcError or the runtime's ArtifactError, which the CLI prints as one
+`flowc: error: ...` line. `inspect` and `run DIR` use only the runtime.
 """
 
 from __future__ import annotations
@@ -28,18 +28,8 @@ from flowc.cli_common import (
 )
 from flowc.ir.errors import FlowcError
 from flowc.progress import Progress
-from flowc.runtime.errors import ArtifactError
 
 DEMO_MODELS = ("mlp", "zoo_mlp", "cnn", "transformer_encoder")
-
-
-def _artifact_errors(fn: Callable[[argparse.Namespace], int]):
-    def wrapped(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except ArtifactError as exc:
-            raise FlowcError(str(exc)) from None
-    return wrapped
 
 
 # ---- compile ----------------------------------------------------------------------------
@@ -101,7 +91,6 @@ def _describe(t: dict[str, Any]) -> str:
     return f"{t['name']}: {t['dtype']}[{','.join(map(str, t['shape']))}]"
 
 
-@_artifact_errors
 def cmd_inspect(args: argparse.Namespace) -> int:
     from flowc.runtime.loader import read_manifest
 
@@ -142,7 +131,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 # ---- run DIR ----------------------------------------------------------------------------
-@_artifact_errors
 def run_artifact(args: argparse.Namespace) -> int:
     from flowc.runtime.loader import load
 
@@ -207,10 +195,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"compiled {source} for batch {args.batch} into {out}/ in {compile_s:.2f} s: "
               f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes, "
               f"target {manifest['target'].get('triple')} ({manifest['target'].get('cpu')})")
-        try:
-            model = load(out, threads=1)
-        except ArtifactError as exc:
-            raise FlowcError(str(exc)) from None
+        model = load(out, threads=1)
         rng = np.random.default_rng(0)
         feeds = {name: random_array(rng, dt, shape) for name, dt, shape in model.inputs}
         results = model.run(**feeds)

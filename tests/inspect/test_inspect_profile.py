@@ -83,6 +83,9 @@ def test_loader_exposes_events_and_profiling_off_costs_nothing(profiled, tmp_pat
         in capsys.readouterr().err
     assert main(["profile", str(profiled / "art"), "--runs", "0"]) == 1
     assert "--runs 0: must be at least 1" in capsys.readouterr().err
+    assert main(["profile", str(tmp_path / "none")]) == 1  # one line, no traceback
+    assert capsys.readouterr().err == (f"flowc: error: {tmp_path / 'none'}: no such artifact "
+                                       "directory\n")
 
 
 def test_partitioned_profile_has_a_track_per_partition_and_transfer_events(tmp_path, capsys):
