@@ -12,11 +12,14 @@ includes its wait).
 `NAME_run_profiled(ctx, events, capacity, &count)` runs the model into the caller's
 fixed-size buffer (allocated once per context by the caller: nothing is allocated per
 event; events past `capacity` are counted, not stored). Profiled runs of one model are
-serialized by a lock (the buffer and the context being profiled are process-wide, so the
-partitions' threads find them); a thread records only while it runs the profiled
+serialized by a lock (the buffer and the profiled context's rendezvous are process-wide,
+so the partitions' threads find them); a thread records only while it runs the profiled
 context's work (a thread-local flag, set on the calling thread and by `prof_join` on a
-partition thread whose rendezvous is that context's), so unprofiled runs on other threads
-meanwhile record nothing. The thread of an event is a small per-process number given to
+partition thread whose rendezvous pointer is the profiled one: compared, never
+dereferenced), so unprofiled runs on other threads meanwhile record nothing. A
+partitioned context's rendezvous exists from its first run on, so the first profiled run
+of such a context runs the model once untimed before (which also keeps the partition
+threads' start out of the profile). The thread of an event is a small per-process number given to
 each thread on its first event, or, in a partitioned model, `K + 1` for partition K: one
 trace track per partition. `profile_header` declares the function in NAME.h, so the library
 exports it. With profiling off none of this is emitted: the artifact has no profiling
@@ -44,7 +47,7 @@ def profile_prelude(name: str) -> list[str]:
         f" {name}_prof_event;",
         f"static {name}_prof_event *prof_events; /* the profiled run's (prof_lock held) */",
         "static int64_t prof_capacity, prof_count;",
-        "static flowc_ctx *prof_ctx; /* the context being profiled */",
+        "static flowc_rendezvous *prof_rv; /* the profiled context's (partitioned) */",
         "static pthread_mutex_t prof_lock = PTHREAD_MUTEX_INITIALIZER;",
         "static _Thread_local int prof_on; /* this thread runs the profiled context */",
         "static _Thread_local uint32_t prof_thread;",
@@ -63,8 +66,7 @@ def profile_prelude(name: str) -> list[str]:
         "{kernel, prof_thread, start, end};",
         "}",
         "static inline void prof_join(flowc_rendezvous *rv, uint32_t partition) {",
-        "  flowc_ctx *c = __atomic_load_n(&prof_ctx, __ATOMIC_ACQUIRE);",
-        "  prof_on = c != 0 && c->rendezvous == rv;",
+        "  prof_on = rv == __atomic_load_n(&prof_rv, __ATOMIC_ACQUIRE);",
         "  prof_thread = partition + 1;",
         "}",
         "static inline void prof_leave(void) { prof_on = 0; }",
@@ -76,14 +78,20 @@ def profile_api(name: str) -> list[str]:
     return [
         f"{api} int {name}_run_profiled({name}_ctx *ctx, void *events, int64_t capacity,",
         "                                 int64_t *count) {",
+        "  flowc_ctx *c = (flowc_ctx *)ctx;",
         "  pthread_mutex_lock(&prof_lock);",
+        "  *count = 0;",
+        "  if (c->model->num_partitions && !c->rendezvous) { /* start its threads, untimed */",
+        f"    int first = {name}_rt_run(c);",
+        "    if (first) { pthread_mutex_unlock(&prof_lock); return first; }",
+        "  }",
         f"  prof_events = ({name}_prof_event *)events; prof_capacity = capacity;",
         "  prof_count = 0;",
-        "  __atomic_store_n(&prof_ctx, (flowc_ctx *)ctx, __ATOMIC_RELEASE);",
+        "  __atomic_store_n(&prof_rv, c->rendezvous, __ATOMIC_RELEASE);",
         "  prof_on = 1;",
-        f"  int status = {name}_rt_run((flowc_ctx *)ctx);",
+        f"  int status = {name}_rt_run(c);",
         "  prof_on = 0;",
-        "  __atomic_store_n(&prof_ctx, (flowc_ctx *)0, __ATOMIC_RELEASE);",
+        "  __atomic_store_n(&prof_rv, (flowc_rendezvous *)0, __ATOMIC_RELEASE);",
         "  *count = prof_count; prof_events = 0; prof_capacity = 0;",
         "  pthread_mutex_unlock(&prof_lock);",
         "  return status;",
