@@ -152,7 +152,7 @@ class Printer:
     def loc(node: Node, show_name: bool = True) -> str:
         """` loc("name" at "file:line")`, or the parts of it that the node has; with merged
         sources ` loc(fused[SOURCE, SOURCE ...])`, each source as that or `unknown`."""
-        if node.merged:
+        if node.merged and show_name:  # (no rewrite merges anything into a graph input)
             sources = (source_text(*s) or "unknown" for s in node.sources())
             return f" loc(fused[{', '.join(sources)}])"
         text = source_text(node.name if show_name else None, node.loc)
