@@ -51,8 +51,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     manifest, events = profiled_runs(args.dir, args.runs, args.seed, args.threads)
     rows = top_kernels(manifest, events)
     total = sum(r[3] for r in rows) or 1.0
-    print(f"{manifest['name']}: {args.runs} runs, {sum(len(e) for e in events)} kernel calls")
-    print(f"{'kernel':<20} {'calls':>6} {'total ms':>10} {'mean us':>9} {'share':>6}  nodes")
+    kernels = sum(int((e["kernel"] >= 0).sum()) for e in events)
+    transfers = sum(len(e) for e in events) - kernels
+    print(f"{manifest['name']}: {args.runs} runs, {kernels} kernel calls"
+          + (f", {transfers} transfers" if transfers else ""))
+    print(f"{'kernel or transfer':<20} {'calls':>6} {'total ms':>10} {'mean us':>9} "
+          f"{'share':>6}  nodes")
     for symbol, nodes, calls, ns in rows[:args.top]:
         print(f"{symbol:<20} {calls:>6} {ns / 1e6:>10.3f} {ns / calls / 1e3:>9.2f} "
               f"{ns / total:>6.1%}  {', '.join(nodes)}")

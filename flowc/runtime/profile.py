@@ -8,7 +8,7 @@ CLOCK_MONOTONIC nanoseconds; a negative kernel is a send or recv of a partitione
 see codegen/profile_c.py); `dropped` counts events past the capacity. `event_info(manifest,
 kernel)` names an event: (name, category, nodes) with category `kernel` (the kernel
 symbol and the graph nodes it runs) or `transfer` (`send KEY` / `recv KEY`, KEY the
-rendezvous key). `chrome_trace` turns runs into Chrome trace-event JSON (one complete "X"
+rendezvous key; no nodes). `chrome_trace` turns runs into Chrome trace-event JSON (one complete "X"
 event per kernel call or transfer, with `args.nodes` and `args.run`; pid 1, tid the
 recording thread, which in a partitioned model is partition K + 1 and is named after the
 partition and its device; microseconds from the first event); `top_kernels` sums time
@@ -64,7 +64,7 @@ def event_info(manifest: Mapping[str, Any], kernel: int) -> tuple[str, str, list
     keys = {s["channel"]: s["key"] for p in manifest.get("partitions", [])
             for s in p["sends"] if "channel" in s}
     key = keys.get(channel, f"channel {channel}")
-    return f"{'recv' if recv else 'send'} {key}", "transfer", [key]
+    return f"{'recv' if recv else 'send'} {key}", "transfer", []
 
 
 def chrome_trace(manifest: Mapping[str, Any], runs: Sequence[np.ndarray]) -> dict[str, Any]:

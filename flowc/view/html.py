@@ -4,9 +4,10 @@ Contract: `to_html(view, memory=None)` returns one HTML document holding the SVG
 `to_svg`, a legend (one swatch per device, the edge kinds), with `memory` (a compile's
 memory report, `memory.json`) the arena-over-time chart of `memory.memory_svg` in a
 section of its own (`<section id="memory">`; `memory_page(memory)`: a page of that chart
-alone), and a short script: clicking a name scope's or a
-fused kernel's title collapses it (its members and the edges inside it are hidden, its
-box is shaded) and clicking again expands it. The page makes no network request.
+alone; `timeline_page(trace, title)`: a runtime profile's timeline), and a short script:
+clicking a name scope's or a fused kernel's title collapses it (its members and the edges
+inside it are hidden, its box is shaded) and clicking again expands it. The page makes no
+network request.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from flowc.view.memory import memory_svg
 from flowc.view.model import View
 from flowc.view.style import TRANSFER_COLOUR, device_colours
 from flowc.view.svg import to_svg
+from flowc.view.timeline import timeline_svg
 
 _CSS = """
 body { font-family: sans-serif; margin: 12px; background: #fff; }
@@ -29,7 +31,7 @@ header { margin-bottom: 8px; }
 .cluster.collapsed rect { fill-opacity: 0.6; }
 .hidden { display: none; }
 .node:hover rect { stroke-width: 3; }
-.buffer:hover rect { stroke-width: 2.5; fill-opacity: 0.8; }
+.buffer:hover rect, .event:hover rect { stroke-width: 2.5; fill-opacity: 0.8; }
 section#memory { margin-top: 16px; }
 """
 
@@ -91,3 +93,12 @@ def memory_page(memory: dict[str, Any]) -> str:
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>flowc arena "
             f"{escape(str(memory.get('name', '')))}</title><style>{_CSS}</style></head>\n"
             f"<body>{memory_section(memory)}</body></html>\n")
+
+
+def timeline_page(trace: dict[str, Any], title: str) -> str:
+    """A self-contained HTML page of a runtime profile's timeline (`timeline.py`)."""
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>flowc profile "
+            f"{escape(title)}</title><style>{_CSS}</style></head>\n<body><section "
+            f'id="timeline"><h3>Profile {escape(title)}</h3><p>One lane per thread (per '
+            f"partition in a partitioned artifact); each box is one kernel call or, in red, "
+            f"a send or recv.</p>\n{timeline_svg(trace)}</section></body></html>\n")

@@ -33,7 +33,7 @@ def profiled(tmp_path_factory):
 def test_trace_is_trace_event_json_covering_every_run(profiled, capsys):
     trace = profiled / "trace.json"
     assert main(["run", str(profiled / "art"), "--profile", str(trace), "--runs", "3"]) == 0
-    assert "6 kernel calls, 3 runs" in capsys.readouterr().out
+    assert "(6 events: kernel calls and transfers, 3 runs)" in capsys.readouterr().out
     manifest = json.loads((profiled / "art" / "manifest.json").read_text())
     kernels = {k["symbol"]: k["nodes"] for k in manifest["kernels"]}
     events = json.loads(trace.read_text())["traceEvents"]

@@ -81,3 +81,17 @@ def test_memory_chart_renders_in_headless_chromium(tmp_path):
     _chromium(tmp_path, f"--screenshot={shot}", "--window-size=860,520", alone.as_uri())
     width, height, raw = _png_pixels(shot)
     assert (width, height) == (860, 520) and len(set(raw)) > 16
+
+
+def test_profile_timeline_renders_in_headless_chromium(tmp_path):
+    import json
+
+    from flowc.view.html import timeline_page
+
+    trace = json.loads(Path(__file__).with_name("timeline_trace.json").read_text())
+    page = tmp_path / "trace.html"
+    page.write_text(timeline_page(trace, "trace.json"))
+    dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert dom.count('class="flowc-timeline"') == 1 and dom.count('<g class="lane"') == 2
+    assert dom.count('<g class="event"') == 5 and dom.count('data-cat="transfer"') == 2
+    assert "<title>m_k0: 40.00 us, run 0; nodes: bn, conv</title>" in dom
