@@ -14,7 +14,10 @@
  * for a partition its transfers (a recv waits for the channel's host buffer and copies it
  * in with cuMemcpyHtoDAsync; a send copies out with cuMemcpyDtoHAsync, records the
  * channel's event and marks the channel full at once: the host recv waits on the event,
- * cuda_wait_channel), copies the outputs out and synchronizes the stream.
+ * cuda_wait_channel), copies the outputs out and synchronizes the stream. The staging
+ * buffers of its channels are page-locked (cuMemHostRegister) when the rendezvous is
+ * made, so those copies are asynchronous (a buffer the driver will not lock stays
+ * pageable: the copy is then synchronous, still correct).
  * Every failure is a status (FLOWC_ERR_DEVICE, or FLOWC_ERR_NOMEM for device memory) with
  * a message naming the model (and the partition: "NAME: partition gpu:0: ..."): "no CUDA
  * driver", "no CUDA device", "unsupported GPU architecture", "out of device memory", or
@@ -70,6 +73,8 @@ typedef struct {
   CUresult (*EventDestroy)(CUevent);
   CUresult (*EventRecord)(CUevent, CUstream);
   CUresult (*EventSynchronize)(CUevent);
+  CUresult (*MemHostRegister)(void *, size_t, unsigned);
+  CUresult (*MemHostUnregister)(void *);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, unsigned, CUstream, void **, void **);
   CUresult (*GetErrorString)(CUresult, const char **);
@@ -85,11 +90,14 @@ struct flowc_gpu_ctx {
   CUstream stream;
   CUfunction *functions;
   CUevent *events;  /* per channel: the event a send of this program records, or NULL */
+  void **pinned;    /* per channel: its staging buffer, when page-locked (cuda_pin_channels) */
   CUdeviceptr base; /* one block: arena | weights span | scratch | inputs | outputs */
   size_t weights_at, scratch_at, in_at, out_at;
   char who[128];    /* "NAME" or "NAME: partition gpu:0", heading every message */
   char arch[16];    /* sm_XY of the device */
-  char error[FLOWC_ERROR_BYTES]; /* this backend's last failure */
+  char error[FLOWC_ERROR_BYTES]; /* this backend's last failure (its own buffer: during a
+                                   run the GPU partition's thread reports through rt_abort,
+                                   which copies it into ctx->error once) */
 };
 
 static size_t round_up(size_t n) { return (n + FLOWC_ALIGN - 1) / FLOWC_ALIGN * FLOWC_ALIGN; }
@@ -152,6 +160,8 @@ static int load_api(struct flowc_gpu_ctx *gc) {
     {(void **)&api->EventDestroy, "cuEventDestroy_v2"},
     {(void **)&api->EventRecord, "cuEventRecord"},
     {(void **)&api->EventSynchronize, "cuEventSynchronize"},
+    {(void **)&api->MemHostRegister, "cuMemHostRegister_v2"},
+    {(void **)&api->MemHostUnregister, "cuMemHostUnregister"},
     {(void **)&api->LaunchKernel, "cuLaunchKernel"},
     {(void **)&api->GetErrorString, "cuGetErrorString"},
   };
@@ -418,6 +428,22 @@ void FLOWC_RT(cuda_run_partition)(flowc_ctx *ctx, const flowc_partition *p) {
   if (status > 0) FLOWC_RT(rt_abort)(ctx->rendezvous, status, ctx->gpu->error);
 }
 
+void FLOWC_RT(cuda_pin_channels)(flowc_ctx *ctx) {
+  struct flowc_gpu_ctx *gc = ctx->gpu;
+  const flowc_gpu_program *g = gc->program;
+  if (!g->num_steps || gc->pinned) return;
+  gc->pinned = calloc((size_t)ctx->model->num_channels + 1, sizeof(void *));
+  if (!gc->pinned || gc->api.CtxSetCurrent(gc->context)) return;
+  for (int k = 0; k < g->num_steps; k++) {
+    int ch = g->steps[k].index;
+    size_t bytes = ctx->model->channels[ch].bytes;
+    void *slot = FLOWC_RT(rt_send_slot)(ctx->rendezvous, ch);
+    if (g->steps[k].op != FLOWC_GPU_LAUNCH && bytes && !gc->pinned[ch] &&
+        gc->api.MemHostRegister(slot, bytes, 0) == 0)
+      gc->pinned[ch] = slot;
+  }
+}
+
 void FLOWC_RT(cuda_wait_channel)(flowc_ctx *ctx, int channel) {
   struct flowc_gpu_ctx *gc = ctx->gpu;
   if (!gc->events || !gc->events[channel]) return;
@@ -437,6 +463,8 @@ void FLOWC_RT(cuda_destroy)(flowc_ctx *ctx) {
   if (gc->context) api->CtxSetCurrent(gc->context);
   for (int k = 0; gc->events && k < ctx->model->num_channels; k++)
     if (gc->events[k]) api->EventDestroy(gc->events[k]);
+  for (int k = 0; gc->pinned && k < ctx->model->num_channels; k++)
+    if (gc->pinned[k]) api->MemHostUnregister(gc->pinned[k]);
   if (gc->stream) api->StreamDestroy(gc->stream);
   if (gc->base) api->MemFree(gc->base);
   if (gc->module) api->ModuleUnload(gc->module);
@@ -444,6 +472,7 @@ void FLOWC_RT(cuda_destroy)(flowc_ctx *ctx) {
   if (api->lib) dlclose(api->lib);
   free(gc->functions);
   free(gc->events);
+  free(gc->pinned);
   free(gc);
   ctx->gpu = NULL;
 }

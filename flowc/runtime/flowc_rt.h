@@ -213,6 +213,9 @@ FLOWC_HIDDEN int FLOWC_RT(cuda_create)(flowc_ctx *ctx);
 FLOWC_HIDDEN int FLOWC_RT(cuda_run)(flowc_ctx *ctx);
 FLOWC_HIDDEN void FLOWC_RT(cuda_run_partition)(flowc_ctx *ctx, const flowc_partition *p);
 FLOWC_HIDDEN void FLOWC_RT(cuda_wait_channel)(flowc_ctx *ctx, int channel);
+/* Page-locks the staging buffers of the GPU partition's channels (once the rendezvous
+ * exists; best effort: a buffer the driver will not lock stays pageable). */
+FLOWC_HIDDEN void FLOWC_RT(cuda_pin_channels)(flowc_ctx *ctx);
 FLOWC_HIDDEN void FLOWC_RT(cuda_destroy)(flowc_ctx *ctx);
 
 /* The thread pool (pool.c). pool_run calls fn(arg, tid, n) once on each of the n threads

@@ -184,10 +184,13 @@ static int start_workers(flowc_ctx *ctx) {
 
 int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
   const flowc_model *m = ctx->model;
-  if (!ctx->rendezvous && !(ctx->rendezvous = rendezvous_create(ctx))) {
-    snprintf(ctx->error, sizeof ctx->error, "%s: out of memory allocating the rendezvous of "
-             "%d channels", m->name, m->num_channels);
-    return FLOWC_ERR_NOMEM;
+  if (!ctx->rendezvous) {
+    if (!(ctx->rendezvous = rendezvous_create(ctx))) {
+      snprintf(ctx->error, sizeof ctx->error, "%s: out of memory allocating the rendezvous "
+               "of %d channels", m->name, m->num_channels);
+      return FLOWC_ERR_NOMEM;
+    }
+    if (ctx->gpu) FLOWC_RT(cuda_pin_channels)(ctx);
   }
   int status = start_workers(ctx);
   if (status) return status;

@@ -12,7 +12,7 @@
  * $FAKE_CUDA_TRACE, when set, names a file that receives one line per stream operation or
  * synchronization, in the order the runtime issues them: "htod BYTES", "dtoh BYTES",
  * "launch NAME GRID BLOCK", "record E", "wait E" (cuEventSynchronize of event number E),
- * "sync" (cuStreamSynchronize). With $FAKE_CUDA_LAZY=1 the stream is really asynchronous:
+ * "sync" (cuStreamSynchronize), "pin BYTES" (cuMemHostRegister). With $FAKE_CUDA_LAZY=1 the stream is really asynchronous:
  * copies and launches only queue (kernel arguments captured, NAME__nargs of them), and run
  * when the stream is synchronized or an event recorded after them is waited on, so a
  * runtime that reads a copy's destination before waiting gets stale data.
@@ -257,4 +257,12 @@ int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   pthread_mutex_unlock(&mu);
   return 0;
 }
+int cuMemHostRegister_v2(void *p, size_t n, unsigned flags) {
+  (void)p; (void)flags;
+  pthread_mutex_lock(&mu);
+  trace("pin %zu", n);
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+int cuMemHostUnregister(void *p) { (void)p; return 0; }
 int cuGetErrorString(int r, const char **s) { (void)r; *s = "fake driver error"; return 0; }
