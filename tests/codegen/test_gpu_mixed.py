@@ -247,3 +247,29 @@ def test_gpu_archs_without_a_gpu_node_is_refused(tmp_path):
     with pytest.raises(FlowcError, match=r"gpu_archs \['sm_90'\] given for the CPU target .* "
                                          "and no node on a GPU"):
         flowc.compile(zoo.mlp(), tmp_path / "a", batch=2, gpu_archs=["sm_90"])
+
+
+def test_c_program_under_thread_sanitizer(work, driver, monkeypatch, tmp_path):
+    """The multi-device test's C program (4 contexts on 4 threads, 10 runs each) on the
+    gpu:0 + cpu:0 artifact, the runtime and model file built with -fsanitize=thread, the
+    fake driver lazy: same outputs on every thread as the interpreter's, no report."""
+    from test_multidevice_artifact import (
+        RUNTIME_DIR,
+        RUNTIME_SOURCES,
+        build_c_main,
+        run_c_main,
+        tsan_works,
+    )
+
+    if not tsan_works(tmp_path):
+        pytest.skip("cc cannot build -fsanitize=thread programs here")
+    graph = placed_model(("gpu:0", "cpu:0"))
+    out, _, kernels = mixed_artifact(work, "ctrl", graph)
+    use(monkeypatch, driver, kernels)
+    objects = ["mdev_kernels.o", "mdev_weights.o"]
+    subprocess.run(["ar", "x", str(out / "libmdev.a"), *objects], cwd=tmp_path, check=True)
+    runtime = [str(RUNTIME_DIR / src) for src in RUNTIME_SOURCES]
+    build_c_main(out, tmp_path, "-g", "-fsanitize=thread", "-DFLOWC_PREFIX=mdev_",
+                 f"-I{RUNTIME_DIR}", "-ldl", sources=(str(work / "ctrl.dump" / "mdev_model.c"),
+                                                      *runtime, *objects))
+    run_c_main(tmp_path, graph)
