@@ -269,7 +269,8 @@ def _compile_gpu(graph: Graph, program: Any, target: Any, output_dir: Any, sizes
     write_dump = dump_writer(dump)
     if not kernels:
         raise FlowcError(f"graph @{graph.name} has no kernels to run on the GPU")
-    binary = gpu_kernels.compile_gpu_kernels(kernels, archs, write_dump, target)
+    cache = resolve_cache(cache)
+    binary = gpu_kernels.compile_gpu_kernels(kernels, archs, write_dump, target, cache)
     target_info = {**describe_target(target), "gpu_archs": list(archs),
                    "cubins": sorted(binary.cubins), "ptx": archs[0]}
     manifest = write_artifact(program, Path(output_dir), kernel_object=b"", target=target_info,

@@ -12,7 +12,8 @@ Contract:
   writes ONE artifact: the CPU partitions as C functions, the GPU partition as a
   `flowc_gpu_program` of steps (gpu_entry.py) that the runtime's CUDA backend runs,
   send/recv between them as asynchronous copies (runtime/cuda.c). Every kernel is
-  checked for its target before any codegen; GPU dumps are written as `gpu.NAME`.
+  checked for its target before any codegen; GPU dumps are written as `gpu.NAME`; both
+  halves go through the compile cache (`cache`).
   The manifest's `target` is the CPU target's, plus `gpu_archs`, `cubins`, `ptx` and
   `gpu_devices`.
 """
@@ -58,7 +59,7 @@ def compile_mixed(graph: Graph, program: Program, target: Any, backend: Any, out
     gpu_dump = (lambda name, text: write_dump(f"gpu.{name}", text)) if write_dump else None
     cache = driver.resolve_cache(cache)
     obj = driver.compile_kernels(backend, host, target, write_dump, cache)
-    binary = gpu_kernels.compile_gpu_kernels(gpu, archs, gpu_dump, nvptx)
+    binary = gpu_kernels.compile_gpu_kernels(gpu, archs, gpu_dump, nvptx, cache)
     target_info = {**driver.describe_target(target), "gpu_archs": list(archs),
                    "cubins": sorted(binary.cubins), "ptx": archs[0], "gpu_devices": [device]}
     manifest = write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,

@@ -46,10 +46,12 @@ _BUILT: dict = {}
 
 
 def mixed_artifact(work, key, model, **kw):
-    """(artifact dir, manifest, emulation library) of `model` compiled on cpu:0,gpu:0."""
+    """(artifact dir, manifest, emulation library) of `model` compiled on cpu:0,gpu:0 (or
+    `devices`)."""
     if key not in _BUILT:
         out, dump = work / key, work / f"{key}.dump"
-        manifest = flowc.compile(model, out, devices="cpu:0,gpu:0", dump_dir=dump, **kw)
+        kw.setdefault("devices", "cpu:0,gpu:0")
+        manifest = flowc.compile(model, out, dump_dir=dump, **kw)
         lib_dir = work / f"{key}.emu"
         lib_dir.mkdir()
         _BUILT[key] = out, manifest, emulation_library(dump, lib_dir)
@@ -150,13 +152,17 @@ def test_mixed_zoo_models_with_alternating_devices_match_interpreter(work, drive
             np.testing.assert_allclose(got[key], value, err_msg=f"{name} {key}", **TOL)
 
 
-def test_control_edge_and_gpu_first_partition(work, driver, monkeypatch):
-    """The multi-device test model on gpu:0 + cpu:0: the GPU partition comes first (it runs on
-    the caller's thread), a control edge crosses from the GPU to the CPU (a 0-byte channel
-    whose event the CPU still waits on), an output is computed on each side."""
-    graph = placed_model(("gpu:0", "cpu:0"))
-    out, manifest, kernels = mixed_artifact(work, "ctrl", graph)
-    assert manifest["partitions"][0]["device"] == "gpu:0"
+@pytest.mark.parametrize("devices", [("gpu:0", "cpu:0"), ("cpu:0", "gpu:0", "cpu:1")])
+def test_control_edges_and_partition_orders(work, driver, monkeypatch, devices):
+    """The multi-device test model: on gpu:0 + cpu:0 the GPU partition comes first (it runs
+    on the caller's thread) and a control edge crosses from the GPU to the CPU (a 0-byte
+    channel whose event the CPU still waits on); on cpu:0 + gpu:0 + cpu:1 the GPU partition
+    runs beside two CPU ones, and a control edge goes the other way. Each side computes an
+    output."""
+    graph = placed_model(devices)
+    key = "ctrl" if len(devices) == 2 else "three"
+    out, manifest, kernels = mixed_artifact(work, key, graph, devices=",".join(devices))
+    assert [p["device"] for p in manifest["partitions"]] == list(devices)
     assert any(s["bytes"] == 0 for p in manifest["partitions"] for s in p["sends"])
     use(monkeypatch, driver, kernels)
     x = {"x": np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)}
@@ -264,7 +270,7 @@ def test_c_program_under_thread_sanitizer(work, driver, monkeypatch, tmp_path):
     if not tsan_works(tmp_path):
         pytest.skip("cc cannot build -fsanitize=thread programs here")
     graph = placed_model(("gpu:0", "cpu:0"))
-    out, _, kernels = mixed_artifact(work, "ctrl", graph)
+    out, _, kernels = mixed_artifact(work, "ctrl", graph, devices="gpu:0,cpu:0")
     use(monkeypatch, driver, kernels)
     objects = ["mdev_kernels.o", "mdev_weights.o"]
     subprocess.run(["ar", "x", str(out / "libmdev.a"), *objects], cwd=tmp_path, check=True)
