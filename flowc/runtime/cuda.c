@@ -362,16 +362,16 @@ static int transfer(flowc_ctx *ctx, const flowc_gpu_step *s) {
   char what[FLOWC_ERROR_BYTES / 2];
   CUresult r = 0;
   if (s->op == FLOWC_GPU_RECV) {
-    const void *slot = FLOWC_RT(rt_recv_slot)(rv, s->index);
-    if (!slot) return -1;
-    if (ch->bytes && (r = api->MemcpyHtoDAsync(where(ctx, &s->buf), slot, ch->bytes,
+    if (FLOWC_RT(rt_recv_wait)(rv, s->index)) return -1;
+    if (ch->bytes && (r = api->MemcpyHtoDAsync(where(ctx, &s->buf),
+                                               FLOWC_RT(rt_slot)(rv, s->index), ch->bytes,
                                                gc->stream))) {
       snprintf(what, sizeof what, "copying channel %s to the device", ch->key);
       return cu_fail(gc, r, what);
     }
     return FLOWC_OK;
   }
-  if (ch->bytes && (r = api->MemcpyDtoHAsync(FLOWC_RT(rt_send_slot)(rv, s->index),
+  if (ch->bytes && (r = api->MemcpyDtoHAsync(FLOWC_RT(rt_slot)(rv, s->index),
                                              where(ctx, &s->buf), ch->bytes, gc->stream))) {
     snprintf(what, sizeof what, "copying channel %s from the device", ch->key);
     return cu_fail(gc, r, what);
@@ -437,7 +437,7 @@ void FLOWC_RT(cuda_pin_channels)(flowc_ctx *ctx) {
   for (int k = 0; k < g->num_steps; k++) {
     int ch = g->steps[k].index;
     size_t bytes = ctx->model->channels[ch].bytes;
-    void *slot = FLOWC_RT(rt_send_slot)(ctx->rendezvous, ch);
+    void *slot = FLOWC_RT(rt_slot)(ctx->rendezvous, ch);
     if (g->steps[k].op != FLOWC_GPU_LAUNCH && bytes && !gc->pinned[ch] &&
         gc->api.MemHostRegister(slot, bytes, 0) == 0)
       gc->pinned[ch] = slot;

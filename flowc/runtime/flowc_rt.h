@@ -195,12 +195,13 @@ FLOWC_HIDDEN void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv);
 FLOWC_HIDDEN void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data);
 FLOWC_HIDDEN void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data);
 
-/* GPU partitions (cuda.c) reach the rendezvous through these: rt_recv_slot waits until the
- * channel is full and returns its staging buffer (NULL when the run failed), rt_send_slot
- * returns it, rt_send_mark marks the channel full; rt_abort records the run's first
- * failure (status and message) and wakes every waiting recv. */
-FLOWC_HIDDEN const void *FLOWC_RT(rt_recv_slot)(flowc_rendezvous *rv, int channel);
-FLOWC_HIDDEN void *FLOWC_RT(rt_send_slot)(flowc_rendezvous *rv, int channel);
+/* GPU partitions (cuda.c) reach the rendezvous through these: rt_recv_wait waits until the
+ * channel is full and returns 0 (non-zero when the run failed instead), rt_slot is the
+ * channel's staging buffer (NULL for a control channel), rt_send_mark marks the channel
+ * full; rt_abort records the run's first failure (status and message) and wakes every
+ * waiting recv. */
+FLOWC_HIDDEN int FLOWC_RT(rt_recv_wait)(flowc_rendezvous *rv, int channel);
+FLOWC_HIDDEN void *FLOWC_RT(rt_slot)(flowc_rendezvous *rv, int channel);
 FLOWC_HIDDEN void FLOWC_RT(rt_send_mark)(flowc_rendezvous *rv, int channel);
 FLOWC_HIDDEN int FLOWC_RT(rt_abort)(flowc_rendezvous *rv, int status, const char *message);
 

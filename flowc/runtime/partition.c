@@ -93,7 +93,7 @@ void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv) {
   free(rv);
 }
 
-void *FLOWC_RT(rt_send_slot)(flowc_rendezvous *rv, int channel) { return rv->slot[channel]; }
+void *FLOWC_RT(rt_slot)(flowc_rendezvous *rv, int channel) { return rv->slot[channel]; }
 
 void FLOWC_RT(rt_send_mark)(flowc_rendezvous *rv, int channel) {
   pthread_mutex_lock(&rv->mu);
@@ -108,16 +108,16 @@ void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data) {
   FLOWC_RT(rt_send_mark)(rv, channel);
 }
 
-const void *FLOWC_RT(rt_recv_slot)(flowc_rendezvous *rv, int channel) {
+int FLOWC_RT(rt_recv_wait)(flowc_rendezvous *rv, int channel) {
   pthread_mutex_lock(&rv->mu);
   while (!rv->full[channel] && !rv->status) pthread_cond_wait(&rv->filled, &rv->mu);
-  int failed = rv->status != 0;
+  int failed = rv->status;
   pthread_mutex_unlock(&rv->mu);
-  return failed ? NULL : rv->slot[channel];
+  return failed;
 }
 
 void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data) {
-  if (!FLOWC_RT(rt_recv_slot)(rv, channel)) return; /* the run failed: results are void */
+  if (FLOWC_RT(rt_recv_wait)(rv, channel)) return; /* the run failed: results are void */
   if (rv->ctx->gpu) FLOWC_RT(cuda_wait_channel)(rv->ctx, channel);
   size_t bytes = rv->model->channels[channel].bytes;
   if (bytes) memcpy(data, rv->slot[channel], bytes);
