@@ -139,19 +139,22 @@ def _api(info: ModelInfo) -> list[str]:
 def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
                    cpu_features: Sequence[str], embedded: bool, gpu: Any = None,
                    profile: bool = False) -> str:
-    """`gpu`: the `gpu_kernels.GpuBinary` when every kernel runs on a GPU (gpu_entry.py);
-    `profile`: time each kernel call and transfer (profile_c.py; CPU models)."""
+    """`gpu`: the `gpu_kernels.GpuBinary` of the kernels that run on a GPU: all of them
+    (gpu_entry.py), or, for a partitioned program, those of its GPU partition
+    (partition_entry.py); `profile`: time each kernel call and transfer (profile_c.py;
+    CPU models, partitioned or not)."""
     from flowc.codegen.partition_entry import model_fields, render_partitioned
+    from flowc.codegen.partitions import host_kernels
     from flowc.codegen.profile_c import profile_api, profile_prelude
 
-    if gpu is not None:
+    if gpu is not None and not model_fields(program):
         return _render_gpu_model_c(program, info, graph_hash, embedded, gpu)
 
     n = info.name
     kernels = [f"FLOWC_HIDDEN void {k.symbol}("
                + ", ".join(["const void *"] * len(k.body.inputs)
                            + ["void *"] * len(k.body.outputs)) + ");"
-               for k in program.kernels]
+               for k in host_kernels(program)]
     has_weights = program.weights_bytes > 0
     weights = ([f"FLOWC_HIDDEN extern const unsigned char {n}_weights[];"]
                if has_weights and embedded else [])
@@ -181,7 +184,7 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         *_cpu_check(cpu_features),
         "",
         *(profile_prelude(n) if profile else []),
-        *(render_partitioned(program, profile) if model_fields(program)
+        *(render_partitioned(program, gpu, profile) if model_fields(program)
           else _entry(program, profile)),
         "",
         *model,
