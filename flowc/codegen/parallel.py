@@ -47,6 +47,9 @@ GENERALIZABLE = ("linalg.pooling_", "linalg.depthwise_conv_", "linalg.conv_", "l
 _MEMORY = {"memref.load", "memref.store", "vector.load", "vector.store",
            "vector.transfer_read", "vector.transfer_write", "vector.maskedload",
            "vector.maskedstore", "vector.gather", "vector.scatter"}
+_STORES = {"memref.store", "memref.atomic_rmw", "memref.generic_atomic_rmw", "memref.copy",
+           "vector.store", "vector.transfer_write", "vector.maskedstore", "vector.scatter",
+           "vector.compressstore"}
 _FREE = {"arith.constant", "arith.index_cast", "arith.index_castui"}
 
 
@@ -205,13 +208,36 @@ def _tile_sizes(op: ir.Operation) -> list[int] | None:
             _tileable(expr) for m in ir.ArrayAttr(op.attributes["indexing_maps"])
             for expr in ir.AffineMapAttr(m).value.results):
         return None
+    if _writes_in_body(op):
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    n_outs = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[-1]
+    out_dims = [{e.position for e in m.results if isinstance(e, ir.AffineDimExpr)}
+                for m in maps[len(maps) - n_outs:]]
     kinds = [str(k) for k in ir.ArrayAttr(op.attributes["iterator_types"])]
     for d, (kind, extent) in enumerate(zip(kinds, ranges, strict=True)):
-        if "parallel" in kind and extent >= 2:
+        # a loop every output is indexed by: tiles write disjoint parts of each output
+        if "parallel" in kind and extent >= 2 and all(d in dims for dims in out_dims):
             tile = next(t for t in range(1, extent + 1)
                         if extent % t == 0 and extent // t <= MAX_TILES)
             return [tile if k == d else 0 for k in range(len(ranges))]
     return None
+
+
+def _writes_in_body(op: ir.Operation) -> bool:
+    """Whether the body stores to memory itself (not through linalg.yield): its iterations
+    might then not be independent, whatever the iterator types say."""
+    found = []
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        if inner.name in _STORES:
+            found.append(inner)
+        return ir.WalkResult.ADVANCE
+
+    for block in op.regions[0].blocks:
+        for inner in block.operations:
+            inner.operation.walk(visit)
+    return bool(found)
 
 
 def _tileable(expr: ir.AffineExpr) -> bool:
