@@ -19,7 +19,9 @@ with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps
    entry and freed before its return (static shapes make that always possible; MLIR's own
    deallocation pipeline would emit a global helper function and i1 buffers, which abort
    the LLVM lowering).
-4. `TO_LLVM`: loops, everything down to the LLVM dialect.
+4. `parallel.lower_parallel`: big top-level linalg ops split into parallel loops, small
+   parallel loops made serial, the rest OpenMP regions (see flowc/codegen/parallel.py).
+   `TO_LLVM`: loops, everything down to the LLVM dialect.
 5. `check_llvm_only` refuses, with the ops named, a module still holding ops other than
    the LLVM and OpenMP dialects' (translating one would abort the process). Parallel
    loops become OpenMP regions whose translation calls `__kmpc_fork_call`,
@@ -36,7 +38,7 @@ from mlir.dialects import llvm as llvm_dialect
 from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
-from flowc.codegen import vmath
+from flowc.codegen import parallel, vmath
 from flowc.codegen.strategy import STRATEGIES
 from flowc.codegen.strategy.common import FINISH_VECTORS
 from flowc.codegen.target import Target
@@ -50,11 +52,7 @@ PREPARE = ",".join([
 ])
 
 TO_LLVM = ",".join([
-    "cse",  # identical subviews, so that self-copies left by bufferization fold away
-    "canonicalize",
-    "func.func(scf-forall-to-parallel)",
-    "convert-scf-to-openmp",  # calls __kmpc_*: the artifact's runtime provides them
-    "canonicalize",  # inlines the alloca scopes it wraps bodies in (there are no allocas)
+    "canonicalize",  # inlines the alloca scopes OpenMP bodies are wrapped in (no allocas)
     "func.func(convert-linalg-to-loops)",
     "lower-affine",
     "convert-vector-to-scf{full-unroll=true}",
@@ -144,6 +142,7 @@ def lower(module: ir.Module, target: Target, what: str,
         dump("schedule.mlir", script)
     run_passes(module, "canonicalize", what)
     free_temporaries(module)
+    parallel.lower_parallel(module, what)  # foralls: split, serialized or OpenMP regions
     run_passes(module, TO_LLVM, what)
     check_llvm_only(module, what)
     return module
