@@ -29,14 +29,27 @@ CONV = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
 """
 
-OW_TILE = 4  # output pixels per register tile; else the largest divisor up to OW_TILE_MAX
-OW_TILE_MAX = 7  # (4 x 4 vectors or 7 x 4 vectors of accumulators fit 32 registers)
+ACCUMULATORS = 16  # vector registers of output tile (of 32 on AVX-512: room for operands)
 C_TILE = 8
+OW_TILE_MAX = 8
+
+
+def channel_tile(n: int, lanes: int, max_vectors: int) -> int:
+    """Channels per register tile: a power-of-two number of vectors (at most `max_vectors`)
+    dividing `n`; else half or quarter vectors; else the largest divisor of `n` up to
+    `max_vectors` vectors. (Tiles of 3 or 6 vectors lower to shuffles and spills.)"""
+    size = max_vectors * lanes
+    while size >= max(lanes // 4, 1):
+        if n % size == 0:
+            return size
+        size //= 2
+    return divisor(n, max_vectors * lanes)
 
 
 def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     """The CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the dims (so
-    every tile is static), or None."""
+    every tile is static), or None. The register tile is ACCUMULATORS vectors: up to 4
+    vectors of output channels times as many output pixels as fit."""
     out = ir.RankedTensorType(op.results[0].type)
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
     if width is None:
@@ -44,8 +57,8 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     _, _, ow, f = out.shape
     c = ir.RankedTensorType(op.operands[1].type).shape[2]
     lanes = target.vector_bits // width
-    ow_tile = OW_TILE if ow % OW_TILE == 0 else divisor(ow, OW_TILE_MAX)
-    tiles = [1, 1, ow_tile, divisor(f, 4 * lanes), 1, 1, divisor(c, C_TILE)]
+    f_tile = channel_tile(f, lanes, 4)
+    vectors = max(1, f_tile // lanes)
+    ow_tile = divisor(ow, min(OW_TILE_MAX, ACCUMULATORS // vectors))
+    tiles = [1, 1, ow_tile, f_tile, 1, 1, divisor(c, C_TILE)]
     return CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles))
-
-

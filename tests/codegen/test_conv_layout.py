@@ -1,0 +1,102 @@
+"""Channels-last convs and pools (`channels_last = true`, as the `channels-last` pass makes
+them) against the interpreter: every conv attribute (pads, strides, dilations, auto_pad,
+groups, bias), the named-op paths (ungrouped, depthwise) and the transpose fallback
+(grouped, 1-D, f16); their strategies apply without falling back to loops; and the pass
+keeps whole models' results (the interpreter before and after it, and compiled)."""
+
+import re
+
+import numpy as np
+import pytest
+from kernel_harness import check_op, op_body
+
+from flowc.codegen.kernels import compile_kernels
+from flowc.ir import FlowcError, Graph, TensorType
+from flowc.ir.build import make_node
+
+RNG = np.random.default_rng(11)
+CL = {"channels_last": True}
+
+
+def f(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("inputs,attrs", [
+    ([f(2, 9, 10, 3), f(3, 3, 3, 4), f(4)], {}),
+    ([f(1, 9, 10, 5), f(3, 2, 5, 6)], {"pads": (1, 0, 2, 1), "strides": (2, 1),
+                                       "dilations": (1, 2)}),
+    ([f(1, 9, 10, 3), f(3, 3, 3, 4)], {"auto_pad": "SAME_UPPER", "strides": (2, 2)}),
+    ([f(1, 9, 10, 3), f(2, 2, 3, 4), f(4)], {"auto_pad": "SAME_LOWER"}),
+    ([f(1, 8, 8, 16), f(1, 1, 16, 24), f(24)], {}),
+    ([f(1, 8, 8, 16), f(1, 1, 16, 32)], {"strides": (2, 2)}),
+    ([f(1, 9, 9, 32), f(3, 3, 1, 32), f(32)], {"group": 32, "pads": (1, 1, 1, 1)}),
+    ([f(1, 9, 9, 16), f(3, 3, 1, 16)], {"group": 16, "strides": (2, 2), "pads": (1, 1, 1, 1),
+                                        "dilations": (2, 1)}),
+    ([f(1, 6, 7, 4), f(3, 3, 2, 6), f(6)], {"group": 2, "pads": (1, 1, 1, 1)}),
+    ([f(1, 6, 7, 4), f(3, 3, 1, 8)], {"group": 4}),
+    ([f(1, 11, 3), f(4, 3, 5), f(5)], {"pads": (1, 2)}),
+    ([f(1, 9, 10, 3, dtype=np.float64), f(3, 3, 3, 4, dtype=np.float64)], {}),
+    ([f(1, 9, 10, 3, dtype=np.float16), f(3, 3, 3, 4, dtype=np.float16)], {}),
+])
+def test_conv_channels_last(inputs, attrs):
+    tol = 1e-2 if inputs[0].dtype == np.float16 else 1e-4
+    check_op("conv", inputs, {**CL, **attrs}, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("max_pool", {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+    ("max_pool", {"kernel_shape": (2, 2), "ceil_mode": 1, "strides": (2, 2)}),
+    ("average_pool", {"kernel_shape": (3, 2), "strides": (2, 2), "pads": (1, 1, 1, 0),
+                      "ceil_mode": 1}),
+    ("average_pool", {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1), "count_include_pad": 1}),
+    ("average_pool", {"kernel_shape": (2, 2), "auto_pad": "SAME_UPPER", "dilations": (2, 1)}),
+])
+def test_pool_channels_last(op, attrs):
+    check_op(op, [f(2, 9, 8, 5)], {**CL, **attrs}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("x,w,attrs,named", [
+    ((1, 16, 16, 32), (3, 3, 32, 64), {"pads": (1, 1, 1, 1)}, "conv_2d_nhwc_hwcf"),
+    ((1, 16, 16, 96), (1, 1, 96, 24), {}, "conv_2d_nhwc_hwcf"),
+    ((1, 16, 16, 64), (3, 3, 1, 64), {"group": 64, "pads": (1, 1, 1, 1)},
+     "depthwise_conv_2d_nhwc_hwc"),
+    ((1, 16, 16, 144), (3, 3, 1, 144), {"group": 144, "pads": (1, 1, 1, 1),
+                                        "strides": (2, 2)}, "depthwise_conv_2d_nhwc_hwc"),
+])
+def test_channels_last_strategies_apply(x, w, attrs, named):
+    """The named op is what the kernel holds, its strategy applies (no fallback to loops)
+    and the loop nest ends in vector FMAs."""
+    seen = {}
+    body = op_body("conv", [f(*x), f(*w)], {**CL, **attrs})
+    compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    assert f"linalg.{named}" in seen["k.input.mlir"]
+    assert "transpose" not in seen["k.input.mlir"]
+    assert "fallback" not in seen["k.schedule.mlir"]
+    assert "transform.structured.vectorize" in seen["k.schedule.mlir"]
+    assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
+    check_op("conv", [f(*x), f(*w)], {**CL, **attrs}, rtol=1e-4, atol=1e-4)
+
+
+def _graph(x_shape, w_shape, attrs):
+    g = Graph("t")
+    x = g.add_input("x", TensorType("f32", x_shape))
+    w = g.add_input("w", TensorType("f32", w_shape))
+    return make_node("conv", [x, w], attrs, name="c")
+
+
+@pytest.mark.parametrize("x,w,attrs,message", [
+    ((1, 4, 4, 2), (3, 3, 2), CL, "W must have rank 4 ([kernel..., C/group, M])"),
+    ((4, 2), (3, 2, 2), CL, "X must have rank >= 3 ([N, spatial..., C])"),
+    ((1, 4, 4, 2), (3, 3, 3, 4), CL, "X has 2 channels but W expects 3"),
+])
+def test_channels_last_type_errors(x, w, attrs, message):
+    with pytest.raises(FlowcError, match=re.escape(message)):
+        _graph(x, w, attrs)
+
+
+def test_channels_last_max_pool_has_no_indices():
+    g = Graph("t")
+    x = g.add_input("x", TensorType("f32", (1, 4, 4, 2)))
+    with pytest.raises(FlowcError, match="channels_last takes no Indices output"):
+        make_node("max_pool", [x], {**CL, "kernel_shape": (2, 2), "num_outputs": 2})
