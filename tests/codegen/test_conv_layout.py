@@ -33,6 +33,14 @@ def f(*shape, dtype=np.float32):
     ([f(1, 9, 9, 32), f(3, 3, 1, 32), f(32)], {"group": 32, "pads": (1, 1, 1, 1)}),
     ([f(1, 9, 9, 16), f(3, 3, 1, 16)], {"group": 16, "strides": (2, 2), "pads": (1, 1, 1, 1),
                                         "dilations": (2, 1)}),
+    # depthwise convs split by output region: asymmetric pads, dilation, wide pads, and
+    # border strips that read padding only (they keep the bias)
+    ([f(1, 24, 20, 8), f(3, 3, 1, 8), f(8)], {"group": 8, "pads": (2, 1, 0, 3),
+                                              "strides": (2, 1), "dilations": (1, 2)}),
+    ([f(1, 24, 24, 16), f(3, 3, 1, 16)], {"group": 16, "pads": (3, 3, 3, 3)}),
+    ([f(1, 32, 32, 8), f(1, 1, 1, 8), f(8)], {"group": 8, "pads": (3, 3, 3, 3),
+                                              "strides": (4, 4)}),
+    ([f(1, 5, 5, 8), f(3, 3, 1, 8), f(8)], {"group": 8, "pads": (4, 4, 4, 4)}),
     ([f(1, 6, 7, 4), f(3, 3, 2, 6), f(6)], {"group": 2, "pads": (1, 1, 1, 1)}),
     ([f(1, 6, 7, 4), f(3, 3, 1, 8)], {"group": 4}),
     ([f(1, 11, 3), f(4, 3, 5), f(5)], {"pads": (1, 2)}),
@@ -76,6 +84,23 @@ def test_channels_last_strategies_apply(x, w, attrs, named):
     assert "transform.structured.vectorize" in seen["k.schedule.mlir"]
     assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
     check_op("conv", [f(*x), f(*w)], {**CL, **attrs}, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_regions():
+    """A padded depthwise conv is its interior (no padding read) and four border strips;
+    a small image or a thin interior is one padded region."""
+    from flowc.codegen.lower.conv_nhwc import Window, regions
+
+    geo = [Window(32, 3, 1, 1, 1), Window(32, 3, 1, 1, 1)]
+    assert regions(geo, [32, 32]) == [((1, 31), (1, 31)), ((0, 1), (0, 32)),
+                                      ((31, 32), (0, 32)), ((1, 31), (0, 1)),
+                                      ((1, 31), (31, 32))]
+    stride2 = [Window(32, 3, 2, 1, 1)] * 2  # nothing to pad at the end
+    assert regions(stride2, [16, 16]) == [((1, 16), (1, 16)), ((0, 1), (0, 16)),
+                                          ((1, 16), (0, 1))]
+    assert regions([Window(4, 3, 1, 1, 1)] * 2, [4, 4]) == [((0, 4), (0, 4))]
+    start, stop, _, _ = Window(32, 1, 4, 1, 3).reads(0, 1)
+    assert start >= stop  # output 0 of a 1x1 stride-4 conv with pad 3 reads padding only
 
 
 def _graph(x_shape, w_shape, attrs):
