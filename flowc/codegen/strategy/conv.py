@@ -5,6 +5,7 @@ from __future__ import annotations
 from mlir import ir
 
 from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
+from flowc.codegen.strategy.conv_epilogue import epilogue
 from flowc.codegen.target import Target
 
 # 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
@@ -49,7 +50,8 @@ def channel_tile(n: int, lanes: int, max_vectors: int) -> int:
 def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     """The CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the dims (so
     every tile is static), or None. The register tile is ACCUMULATORS vectors: up to 4
-    vectors of output channels times as many output pixels as fit."""
+    vectors of output channels times as many output pixels as fit. An elementwise epilogue
+    is written in place and gets its own script (conv_epilogue.py)."""
     out = ir.RankedTensorType(op.results[0].type)
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
     if width is None:
@@ -61,4 +63,4 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     vectors = max(1, f_tile // lanes)
     ow_tile = divisor(ow, min(OW_TILE_MAX, ACCUMULATORS // vectors))
     tiles = [1, 1, ow_tile, f_tile, 1, 1, divisor(c, C_TILE)]
-    return CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles))
+    return CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles)) + epilogue(op, i, lanes)

@@ -6,6 +6,7 @@ from mlir import ir
 
 from flowc.codegen.strategy.common import divisor, ints
 from flowc.codegen.strategy.conv import channel_tile
+from flowc.codegen.strategy.conv_epilogue import epilogue
 from flowc.codegen.target import Target
 
 # linalg.depthwise_conv_2d_nhwc_hwc, loops (n, oh, ow, c, kh, kw): output rows are a
@@ -33,7 +34,7 @@ C_VECTORS = 2  # vectors of channels per register tile (at most)
 
 def depthwise_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     """The DEPTHWISE script for a float `linalg.depthwise_conv_2d_nhwc_hwc`, tiles dividing
-    the dims (so every tile is static), or None."""
+    the dims (so every tile is static), or None; with the epilogue's (conv_epilogue.py)."""
     out = ir.RankedTensorType(op.results[0].type)
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
     if width is None:
@@ -41,4 +42,4 @@ def depthwise_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     _, _, ow, c = out.shape
     lanes = target.vector_bits // width
     tiles = [1, 1, divisor(ow, OW_TILE), channel_tile(c, lanes, C_VECTORS), 1, 0]
-    return DEPTHWISE.format(n=f"dw{i}", i=i, tiles=ints(tiles))
+    return DEPTHWISE.format(n=f"dw{i}", i=i, tiles=ints(tiles)) + epilogue(op, i, lanes)
