@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from mlir import ir
 
 from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
@@ -11,11 +13,12 @@ from flowc.codegen.target import Target
 # 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
 # F_TILE output channels, c blocks of C_TILE; the 1x1-window slice of the kernel window is
 # decomposed into a 1-D convolution and vectorized; the output tile stays in registers
-# across the c, kw and kh loops. Output rows are a parallel loop (the runtime's threads).
+# across the c, kw and kh loops. Output rows are a parallel loop (the runtime's threads)
+# when the conv is worth splitting (`rows_loop`).
 CONV = """
     %{n}_op = transform.structured.match ops{{["linalg.conv_2d_nhwc_hwcf"]}}
         attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
-    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op
+    %{n}_tp, %{n}_par = transform.structured.{rows} %{n}_op
         tile_sizes [0, 1, 0, 0, 0, 0, 0]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     %{n}_t, %{n}_l:7 = transform.structured.tile_using_for %{n}_tp tile_sizes [{tiles}]
@@ -29,6 +32,12 @@ CONV = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#5 : !transform.any_op
     transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
 """
+
+# Work below which a loop stays serial: each parallel loop is a fork and join of the
+# runtime's pool (microseconds, more when the cores are shared), which a conv of ~20 us or
+# an epilogue of ~5 us cannot win back.
+PARALLEL_FLOPS = 2_000_000
+PARALLEL_ELEMENTS = 64 * 1024
 
 ACCUMULATORS = 16  # vector registers of output tile (of 32 on AVX-512: room for operands)
 C_TILE = 8
@@ -47,6 +56,11 @@ def channel_tile(n: int, lanes: int, max_vectors: int) -> int:
     return divisor(n, max_vectors * lanes)
 
 
+def rows_loop(parallel: bool) -> str:
+    """The transform op tiling output rows: a parallel loop (scf.forall) or a serial one."""
+    return "tile_using_forall" if parallel else "tile_using_for"
+
+
 def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     """The CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the dims (so
     every tile is static), or None. The register tile is ACCUMULATORS vectors: up to 4
@@ -63,4 +77,7 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     vectors = max(1, f_tile // lanes)
     ow_tile = divisor(ow, min(OW_TILE_MAX, ACCUMULATORS // vectors))
     tiles = [1, 1, ow_tile, f_tile, 1, 1, divisor(c, C_TILE)]
-    return CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles)) + epilogue(op, i, lanes)
+    kh, kw = ir.RankedTensorType(op.operands[1].type).shape[:2]
+    flops = 2 * math.prod(out.shape) * kh * kw * c
+    return (CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles),
+                        rows=rows_loop(flops >= PARALLEL_FLOPS)) + epilogue(op, i, lanes))

@@ -16,11 +16,14 @@ through the destination's block argument instead of the input's (the epilogue re
 element and writes the same element, and its body never read the destination's old value,
 so that changes nothing; empty-tensor elimination then lets the conv's initial value, the
 conv and the epilogue all write the kernel's output buffer), tags the epilogue
-`flowc.conv_epilogue = i` and returns its script: output rows in a parallel loop, tiles of
+`flowc.conv_epilogue = i` and returns its script: output rows in a loop (parallel from
+PARALLEL_ELEMENTS: below, a fork and join of the pool costs more than it saves), tiles of
 EPILOGUE_ELEMENTS vectorized whole.
 """
 
 from __future__ import annotations
+
+import math
 
 from mlir import ir
 
@@ -30,7 +33,7 @@ EPILOGUE = """
     %{n}_ep = transform.structured.match ops{{["linalg.generic"]}}
         attributes{{flowc.conv_epilogue = {i} : i64}} in %root
         : (!transform.any_op) -> !transform.any_op
-    %{n}_ept, %{n}_epp = transform.structured.tile_using_forall %{n}_ep tile_sizes [0, 1, 0, 0]
+    %{n}_ept, %{n}_epp = transform.structured.{rows} %{n}_ep tile_sizes [0, 1, 0, 0]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     %{n}_epv, %{n}_epl:4 = transform.structured.tile_using_for %{n}_ept tile_sizes [{tiles}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
@@ -38,6 +41,7 @@ EPILOGUE = """
     transform.structured.vectorize %{n}_epv : !transform.any_op
 """
 
+PARALLEL_ELEMENTS = 64 * 1024  # elements from which the rows are a parallel loop
 EPILOGUE_ELEMENTS = 256  # elements of one vectorized epilogue tile (16 AVX-512 f32 vectors)
 
 
@@ -99,4 +103,5 @@ def epilogue(conv: ir.Operation, i: int, lanes: int) -> str:
     _, _, ow, c = shape
     c_tile = divisor(c, max(lanes, EPILOGUE_ELEMENTS))
     tiles = [1, 1, divisor(ow, max(1, EPILOGUE_ELEMENTS // c_tile)), c_tile]
-    return EPILOGUE.format(n=f"ep{i}", i=i, tiles=ints(tiles))
+    rows = "tile_using_forall" if math.prod(shape) >= PARALLEL_ELEMENTS else "tile_using_for"
+    return EPILOGUE.format(n=f"ep{i}", i=i, tiles=ints(tiles), rows=rows)
