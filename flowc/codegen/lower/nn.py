@@ -20,7 +20,8 @@ from flowc.codegen.lower.context import (
 )
 from flowc.codegen.lower.matmul import convert_tensor
 from flowc.codegen.lower.reduce import reduce_axes
-from flowc.ir.types import DType
+from flowc.codegen.lower.rows import Row, row_kernel
+from flowc.ir.types import DType, f32
 
 
 def map_values(ins: list[ir.Value], out_shape: list[int], dt: DType, fn) -> ir.Value:
@@ -40,6 +41,8 @@ def _softmax(ctx: RuleCtx, x) -> list:
     t = ctx.in_types[0]
     acc = s.compute_dtype(t.dtype)
     axis = ctx.attrs["axis"] % t.rank
+    if t.dtype == f32 and axis == t.rank - 1:
+        return [_softmax_rows(ctx, x, ctx.node.op == "log_softmax")]
     shape = list(t.shape)
     xa = convert_tensor(x, t.dtype, acc)
     m = reduce_axes(xa, (axis,), True, acc, float("-inf"), lambda a, v: arith.maximumf(a, v))
@@ -63,6 +66,10 @@ def _layer_norm(ctx: RuleCtx, x, scale, bias=None) -> list:
     count = 1
     for a in axes:
         count *= shape[a]
+    params = [p for p in ctx.in_types[1:] if p is not None]
+    if (t.dtype == f32 and len(ctx.out_types) == 1
+            and all(p.dtype == f32 and p.num_elements == count for p in params)):
+        return [_layer_norm_rows(ctx, x, scale, bias, axis, count)]
     xa = convert_tensor(x, t.dtype, acc)
     n = s.const(acc, count)
     mean = map_values([_sum(xa, axes, acc)], [*shape[:axis], *[1] * len(axes)], acc,
@@ -87,6 +94,50 @@ def _layer_norm(ctx: RuleCtx, x, scale, bias=None) -> list:
                          lambda v: arith.divf(s.const(acc, 1.0), math.sqrt(arith.addf(v, eps))))
     return [y, *(convert_tensor(v, acc, o.dtype)
                  for v, o in zip((mean, inv_std), ctx.out_types[1:], strict=False))]
+
+
+def _softmax_rows(ctx: RuleCtx, x, log: bool) -> ir.Value:
+    """f32 softmax over the last axis as a row kernel: the row's max, e = exp(x - max)
+    written out with its sum, then e / sum (log_softmax: x - max - log(sum))."""
+
+    def body(row: Row) -> None:
+        top = row.reduce(Row.X, float("-inf"), arith.maximumf)
+        row.write(lambda v: math.exp(arith.subf(v, top)), Row.X)
+        total = row.reduce(Row.OUT, 0.0, arith.addf)
+        if log:
+            log_total = math.log(total)
+            row.write(lambda v: arith.subf(arith.subf(v, top), log_total), Row.X)
+        else:
+            row.write(lambda e: arith.divf(e, total), Row.OUT)
+
+    return row_kernel(x, ctx.target, body)
+
+
+def _layer_norm_rows(ctx: RuleCtx, x, scale, bias, axis: int, count: int) -> ir.Value:
+    """f32 layer norm as a row kernel: the row's mean, then the mean of its squared
+    deviations (two passes over the row, which stays in cache: stable for large means),
+    then (x - mean) / sqrt(var + eps) * scale + bias."""
+    n = s.const(f32, count)
+    eps = s.const(f32, ctx.attrs["epsilon"])
+    params = [reshape(p, [count]) for p in (scale, bias) if p is not None]
+
+    def body(row: Row) -> None:
+        mean = arith.divf(row.reduce(Row.X, 0.0, arith.addf), n)
+
+        def square(v):
+            c = arith.subf(v, row.splat(mean))
+            return arith.mulf(c, c)
+
+        var = arith.divf(row.reduce(Row.X, 0.0, arith.addf, pre=square), n)
+        denom = math.sqrt(arith.addf(var, eps))
+
+        def norm(v, g, *b):
+            y = arith.mulf(arith.divf(arith.subf(v, mean), denom), g)
+            return arith.addf(y, b[0]) if b else y
+
+        row.write(norm, Row.X, *params)
+
+    return row_kernel(x, ctx.target, body, axis)
 
 
 @register("batch_normalization")
