@@ -44,6 +44,14 @@ def test_layer_norm_rows(shape, axis, params):
              atol=2e-5)
 
 
+@pytest.mark.parametrize("scale_shape,bias_shape", [((1,), (48,)), ((1, 48), (1,)),
+                                                     ((5, 1), (1, 48))])
+def test_layer_norm_rows_broadcast_params(scale_shape, bias_shape):
+    """Scale and bias broadcastable to the normalized shape (ONNX allows it)."""
+    ins = [f(3, 5, 48, scale=2.0), f(*scale_shape), f(*bias_shape)]
+    check_op("layer_normalization", ins, {"axis": 1}, rtol=1e-5, atol=2e-5)
+
+
 def test_layer_norm_rows_large_offset():
     """Mean then centered variance (two passes over the cached row): a large common offset
     does not cancel the variance away, as E[x^2] - E[x]^2 would (in f32 that loses every

@@ -11,7 +11,9 @@ building blocks of a row pass, all on that row only:
   (loop-carried V-lane accumulators, no memory temporaries), then a pairwise horizontal
   reduction of the V lanes: the fold `combine` of `pre(elements)` with V interleaved
   partial results combined as a tree (a different order than a sequential fold: sums
-  round differently, within the usual float error of a sum; max/min are exact);
+  round differently; max/min are exact); sums pass `wide=True`: f64 accumulators, so
+  that neither long rows (n * 2^-24 growth of an f32 sum) nor huge magnitudes (squares
+  beyond the f32 range) lose the result;
 - `write(fn, *srcs)`: the output row becomes `fn(*elements of srcs)` (an elementwise
   `linalg.generic` on the row, which LLVM vectorizes; scalars computed by earlier passes
   are captured by the body); a src is `Row.X` (the input row), `Row.OUT` (the output row
@@ -57,22 +59,27 @@ class Row:
                                     in_bounds)
 
     def reduce(self, src: str, init: float, combine: Callable,
-               pre: Callable[[ir.Value], ir.Value] | None = None) -> ir.Value:
-        """The f32 fold of the row (see the module docstring)."""
-        vt = ir.VectorType.get([self.lanes], self.f32)
+               pre: Callable[[ir.Value], ir.Value] | None = None,
+               wide: bool = False) -> ir.Value:
+        """The fold of the row (see the module docstring): an f32 scalar, or with `wide`
+        an f64 one (elements widened to f64 before `pre` and `combine`)."""
+        et = ir.F64Type.get() if wide else self.f32
+        vt = ir.VectorType.get([self.lanes], et)
         acc0 = arith.ConstantOp(vt, ir.DenseElementsAttr.get_splat(
-            vt, ir.FloatAttr.get(self.f32, init))).result
+            vt, ir.FloatAttr.get(et, init))).result
         loop = scf.ForOp(index_const(0), index_const(self.length), index_const(self.lanes),
                          [acc0])
         with ir.InsertionPoint(loop.body):
             v = self._read(src, loop.induction_variable)
+            if wide:
+                v = arith.extf(vt, v)
             if pre is not None:
                 v = pre(v)
             scf.YieldOp([combine(loop.inner_iter_args[0], v)])
         acc, width = loop.results[0], self.lanes
         while width > 1:  # halve: log2(V) dependent steps, not V
             width //= 2
-            half = ir.VectorType.get([width], self.f32)
+            half = ir.VectorType.get([width], et)
             lo, hi = (vector.extract_strided_slice(half, acc, _ints([at]), _ints([width]),
                                                    _ints([1])) for at in (0, width))
             acc = combine(lo, hi)
@@ -80,7 +87,7 @@ class Row:
 
     def splat(self, value: ir.Value) -> ir.Value:
         """A scalar broadcast to the lanes (for `pre` functions)."""
-        return vector.broadcast(ir.VectorType.get([self.lanes], self.f32), value)
+        return vector.broadcast(ir.VectorType.get([self.lanes], value.type), value)
 
     def write(self, fn: Callable[..., ir.Value], *srcs: str | ir.Value) -> None:
         """The output row becomes `fn` of the elements of `srcs`: Row.X, Row.OUT, or a
