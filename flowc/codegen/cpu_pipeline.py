@@ -37,7 +37,7 @@ from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
 from flowc.codegen import contractions, vmath
-from flowc.codegen.strategy import STRATEGIES
+from flowc.codegen.strategy import STRATEGIES, epilogue
 from flowc.codegen.strategy.common import FINISH_VECTORS
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
@@ -133,6 +133,7 @@ def lower(module: ir.Module, target: Target, what: str,
     if contractions.restore(module):  # matmuls PREPARE's reshape propagation generalized
         run_passes(module, "canonicalize,cse", what)
     vmath.approximate(module)
+    module = epilogue.fuse(module, target, what)  # matmul epilogues into its column blocks
     prepared = str(module)
     script = schedule(module, target)
     try:
