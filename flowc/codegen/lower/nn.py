@@ -43,7 +43,7 @@ def _softmax(ctx: RuleCtx, x) -> list:
     t = ctx.in_types[0]
     acc = s.compute_dtype(t.dtype)
     axis = ctx.attrs["axis"] % t.rank
-    if t.dtype == f32 and axis == t.rank - 1:
+    if t.dtype == f32 and axis == t.rank - 1 and not ctx.target.is_gpu:  # (CPU vectors)
         return [_softmax_rows(ctx, x, ctx.node.op == "log_softmax")]
     shape = list(t.shape)
     xa = convert_tensor(x, t.dtype, acc)
@@ -69,7 +69,8 @@ def _layer_norm(ctx: RuleCtx, x, scale, bias=None) -> list:
     for a in axes:
         count *= shape[a]
     params = [p for p in ctx.in_types[1:] if p is not None]
-    if t.dtype == f32 and len(ctx.out_types) == 1 and all(p.dtype == f32 for p in params):
+    if (t.dtype == f32 and len(ctx.out_types) == 1 and not ctx.target.is_gpu
+            and all(p.dtype == f32 for p in params)):
         return [_layer_norm_rows(ctx, x, scale, bias, axis, count)]
     xa = convert_tensor(x, t.dtype, acc)
     n = s.const(acc, count)
