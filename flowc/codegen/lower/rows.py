@@ -1,6 +1,6 @@
-"""Row kernels: softmax-like and layer-norm-like ops over the last axis of a float tensor,
-one row at a time, so that each input row is read from memory once (its later passes hit
-L1) and every pass is vectorized.
+"""Row kernels: softmax-like and layer-norm-like ops over the trailing axes of an f32
+tensor, one row at a time, so that each input row is read from memory once (its later
+passes hit L1) and every pass is vectorized.
 
 Contract: `row_kernel(x, target, body, axis=-1)` views `x` (f32, rank >= 1) as R rows of
 L elements (the dims from `axis` on) and
