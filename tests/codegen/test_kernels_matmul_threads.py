@@ -1,8 +1,8 @@
 """Matmul kernels of every strategy (direct, direct batched, direct for few rows, direct
 split into whole row tiles and the rest, packed, packed batched, gemm with a bias) give the
 interpreter's results at 1, 2 and 3 threads of the runtime's pool, run after run: their
-parallel loops split the work without races (packed
-panels are shared, written before the parallel loop)."""
+parallel loops split the work without races (packed panels are shared, written before the
+parallel loop)."""
 
 import numpy as np
 import pytest
@@ -12,14 +12,15 @@ from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
 
-CASES = {  # output name: (op, operand shapes, attributes)
+CASES = {  # output name: (op, operand shapes, attributes); each with work enough to be split
+    # over the threads (codegen/parallel.py runs smaller loops serially)
     "direct": ("matmul", [(64, 96), (96, 160)], {}),
-    "batched": ("matmul", [(3, 16, 40), (3, 40, 64)], {}),
-    "rows": ("matmul", [(2, 64), (64, 768)], {}),
-    "split": ("matmul", [(20, 48), (48, 96)], {}),
-    "packed": ("matmul", [(33, 65), (65, 47)], {}),
-    "packed_batched": ("matmul", [(5, 17, 40), (5, 40, 70)], {}),
-    "gemm": ("gemm", [(24, 48), (48, 64), (64,)], {"alpha": 1.0, "beta": 1.0}),
+    "batched": ("matmul", [(3, 32, 64), (3, 64, 128)], {}),
+    "rows": ("matmul", [(2, 256), (256, 1024)], {}),
+    "split": ("matmul", [(20, 96), (96, 384)], {}),
+    "packed": ("matmul", [(33, 130), (130, 141)], {}),
+    "packed_batched": ("matmul", [(5, 17, 64), (5, 64, 110)], {}),
+    "gemm": ("gemm", [(48, 96), (96, 128), (128,)], {"alpha": 1.0, "beta": 1.0}),
 }
 
 
