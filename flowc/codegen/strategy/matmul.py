@@ -92,7 +92,7 @@ DIRECT_MICRO = """
 """
 
 MICRO_ROWS = 8  # MR
-MICRO_VECTORS = 16  # accumulator vectors of a register tile (of 32 zmm registers)
+MICRO_VECTORS = 16  # accumulator vectors of a register tile, of 32 registers
 DIRECT_MAX_K = 4096  # K up to which a K x NR strip of B stays in L2 (the direct strategy)
 K_BLOCK = 512  # KC
 ROW_PANELS = 16  # MB: panels of MR rows per row block
@@ -169,7 +169,7 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     if k < 2:
         return None
     lanes = target.vector_bits // width
-    nr = direct_cols(m, n, lanes)
+    nr = direct_cols(m, n, target, lanes)
     wide = nr >= min(2 * lanes, n)  # else packed, padded panels do better than thin tiles
     name = f"mm{i}"
     head = MATCH.format(n=name, op=op.name, i=i)
@@ -181,7 +181,7 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
         main = m - m % MICRO_ROWS  # rows in whole register tiles; the rest, a tile of its own
         return (head + SPLIT.format(n=name, at=main, dim=c.m)
                 + direct(f"{name}a", c, MICRO_ROWS, nr, False)
-                + direct(f"{name}b", c, m - main, direct_cols(m - main, n, lanes), False))
+                + direct(f"{name}b", c, m - main, direct_cols(m - main, n, target, lanes), False))
     if not c.layout:
         return None
     batched = op.name == "linalg.batch_matmul"
@@ -218,11 +218,18 @@ def _filled(op: ir.Operation) -> bool:
     return isinstance(init, ir.OpView | ir.Operation) and init.name == "linalg.fill"
 
 
-def direct_cols(m: int, n: int, lanes: int) -> int:
-    """NR of the direct strategy: as many vectors as keep MICRO_VECTORS accumulators for
-    min(M, MR) rows (fewer rows: wider tiles, B rows read in longer runs), dividing N; all
-    of N (up to two vectors) when N is not a whole number of vectors."""
+def direct_cols(m: int, n: int, target: Target, lanes: int) -> int:
+    """NR of the direct strategy, dividing N: two vectors for MR rows; for fewer rows, as
+    many as keep the target's accumulator budget (wider tiles, B rows read in longer runs);
+    all of N (up to two vectors) when N is not a whole number of vectors."""
     if n % lanes:
         return min(2 * lanes, n)
-    vectors = max(1, MICRO_VECTORS // min(m, MICRO_ROWS))
+    vectors = 2 if m >= MICRO_ROWS else max(2, accumulators(target) // m)
     return lanes * divisor(n // lanes, vectors)
+
+
+def accumulators(target: Target) -> int:
+    """Vector registers a register tile may hold: half of the 32 of AVX-512 and AArch64
+    (the rest: B's vectors, A's broadcasts), of the 16 of SSE/AVX2."""
+    many = target.vector_bits >= 512 or target.arch == "aarch64"
+    return MICRO_VECTORS if many else MICRO_VECTORS // 2
