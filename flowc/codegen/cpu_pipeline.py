@@ -152,22 +152,33 @@ def lower(module: ir.Module, target: Target, what: str,
 
 
 def free_temporaries(module: ir.Module) -> None:
-    """Hoist every `memref.alloc` of each function to its entry; dealloc before return."""
+    """Hoist every `memref.alloc` of each function to its entry, or, inside a parallel loop
+    (`scf.forall`: a buffer per thread), to the entry of the innermost one's body; dealloc
+    before the return, or at the end of that body."""
     for fn in module.body.operations:
         if fn.operation.name != "func.func":  # (a FuncOp view's `.name` is its symbol)
             continue
-        allocs = _ops_named(fn.operation, "memref.alloc")
-        if not allocs:
-            continue
-        entry = fn.regions[0].blocks[0]
-        first = entry.operations[0]
-        for alloc in allocs:
-            if alloc != first:
-                alloc.move_before(first)
-        ret = entry.operations[len(entry.operations) - 1]
-        with ir.InsertionPoint(ret):
+        blocks: dict[ir.Block, list[ir.Operation]] = {}
+        for alloc in _ops_named(fn.operation, "memref.alloc"):
+            blocks.setdefault(_parallel_body(alloc) or fn.regions[0].blocks[0], []).append(alloc)
+        for block, allocs in blocks.items():
+            first = block.operations[0]
             for alloc in allocs:
-                memref.DeallocOp(alloc.result)
+                if alloc != first:
+                    alloc.move_before(first)
+            with ir.InsertionPoint(block.operations[len(block.operations) - 1]):
+                for alloc in allocs:
+                    memref.DeallocOp(alloc.result)
+
+
+def _parallel_body(op: ir.Operation) -> ir.Block | None:
+    """The body of the innermost `scf.forall` around `op`, if any."""
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        if parent.name == "scf.forall":
+            return parent.regions[0].blocks[0]
+        parent = parent.parent
+    return None
 
 
 def _ops_named(root: ir.Operation, name: str) -> list[ir.Operation]:

@@ -1,5 +1,6 @@
 """Matmul kernels of every strategy (direct, direct batched, direct for few rows, direct
-split into whole row tiles and the rest, packed, packed batched, gemm with a bias) give the
+split into whole row tiles and the rest, packed, packed batched, gemm with a bias, gemm
+with B transposed: a buffer per column tile, inside the parallel loop) give the
 interpreter's results at 1, 2 and 3 threads of the runtime's pool, run after run: their
 parallel loops split the work without races (packed panels are shared, written before the
 parallel loop)."""
@@ -21,6 +22,7 @@ CASES = {  # output name: (op, operand shapes, attributes); each with work enoug
     "packed": ("matmul", [(33, 130), (130, 141)], {}),
     "packed_batched": ("matmul", [(5, 17, 64), (5, 64, 110)], {}),
     "gemm": ("gemm", [(48, 96), (96, 128), (128,)], {"alpha": 1.0, "beta": 1.0}),
+    "gemm_bt": ("gemm", [(64, 96), (160, 96), (160,)], {"alpha": 1.0, "beta": 1.0, "transB": 1}),
 }
 
 

@@ -83,6 +83,24 @@ DIRECT_TILES_FILL = """
         : (!transform.any_op) -> (!transform.any_op)
     transform.structured.vectorize %{n}_f2 vector_sizes [{fsizes}] : !transform.any_op
 """
+# B given transposed (Gemm's transB: a linalg.transpose of B^T feeds the matmul): the
+# transpose is fused into the column loop, each column tile transposing its own K x NR
+# strip into a buffer of its own (in parallel: one per thread) rather than the whole matrix
+# being transposed by scalar loops first; the fill is fused into the column loop only.
+DIRECT_TILES_BT = """
+    %{n}_init = transform.get_producer_of_operand %{n}_op[2]
+        : (!transform.any_op) -> (!transform.any_op)
+    %{n}_bt = transform.get_producer_of_operand %{n}_op[1]
+        : (!transform.any_op) -> (!transform.any_op)
+    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op tile_sizes [{cols}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_f1, %{n}_par2 = transform.structured.fuse_into_containing_op %{n}_init into %{n}_par
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_bt1, %{n}_par3 = transform.structured.fuse_into_containing_op %{n}_bt into %{n}_par2
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_tn, %{n}_ln = transform.structured.tile_using_for %{n}_tp tile_sizes [{rows}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
 DIRECT_MICRO = """
     %{n}_t, %{n}_lk = transform.structured.tile_using_for %{n}_tn tile_sizes [{k1}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
@@ -174,10 +192,10 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     name = f"mm{i}"
     head = MATCH.format(n=name, op=op.name, i=i)
     if m < MICRO_ROWS:
-        return head + direct(name, c, m, nr, _filled(op))
+        return head + direct(name, c, m, nr, _filled(op), _transposed(op))
     if k <= DIRECT_MAX_K and n % nr == 0 and wide:
         if m % MICRO_ROWS == 0:
-            return head + direct(name, c, MICRO_ROWS, nr, _filled(op))
+            return head + direct(name, c, MICRO_ROWS, nr, _filled(op), _transposed(op))
         main = m - m % MICRO_ROWS  # rows in whole register tiles; the rest, a tile of its own
         return (head + SPLIT.format(n=name, at=main, dim=c.m)
                 + direct(f"{name}a", c, MICRO_ROWS, nr, False)
@@ -198,7 +216,8 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
         interchange=ints([0, 2, 1, 3] if batched else [1, 0, 2]), k_loop=len(micro) - 1)
 
 
-def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool) -> str:
+def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
+           transposed: bool = False) -> str:
     """The direct script (DIRECT_TILES[_FILL], DIRECT_MICRO) for the op `%NAME_op`: MR x NR
     register tiles (MR dividing its rows); `filled`: its init is a fill, fused."""
 
@@ -207,15 +226,26 @@ def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool) -> str:
                 for d in range(len(c.sizes))]
 
     vsizes = per_loop(1, mr, nr, 1)
-    return ((DIRECT_TILES_FILL if filled else DIRECT_TILES) + DIRECT_MICRO).format(
+    tiles = DIRECT_TILES_FILL if filled else DIRECT_TILES
+    if filled and transposed:
+        tiles = DIRECT_TILES_BT
+    return (tiles + DIRECT_MICRO).format(
         n=name, cols=ints(per_loop(1, 0, nr, 0)), rows=ints(per_loop(0, mr, 0, 0)),
         k1=ints(per_loop(0, 0, 0, 1)), vsizes=ints(vsizes),
         fsizes=ints([vsizes[d] for d in c.out]))
 
 
 def _filled(op: ir.Operation) -> bool:
-    init = op.operands[2].owner
-    return isinstance(init, ir.OpView | ir.Operation) and init.name == "linalg.fill"
+    return _producer(op, 2) == "linalg.fill"
+
+
+def _transposed(op: ir.Operation) -> bool:
+    return _producer(op, 1) == "linalg.transpose"
+
+
+def _producer(op: ir.Operation, operand: int) -> str | None:
+    owner = op.operands[operand].owner
+    return owner.name if isinstance(owner, ir.OpView | ir.Operation) else None
 
 
 def direct_cols(m: int, n: int, target: Target, lanes: int) -> int:
