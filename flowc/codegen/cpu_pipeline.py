@@ -16,7 +16,9 @@ with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps
    bufferized with `linalg.copy` as the copy op (never `memref.copy`: that would need
    the MLIR runner-utils' `memrefCopy` at run time).
 3. `free_temporaries`: every buffer bufferization allocated is hoisted to the function's
-   entry and freed before its return (static shapes make that always possible; MLIR's own
+   entry and freed before its return, or, if allocated inside a parallel loop (a buffer
+   per thread), to the entry of that loop's body and freed at its end (static shapes make
+   that always possible; MLIR's own
    deallocation pipeline would emit a global helper function and i1 buffers, which abort
    the LLVM lowering).
 4. `parallel.lower_parallel`: big top-level linalg ops split into parallel loops, small
