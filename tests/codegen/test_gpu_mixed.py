@@ -279,3 +279,19 @@ def test_c_program_under_thread_sanitizer(work, driver, monkeypatch, tmp_path):
                  f"-I{RUNTIME_DIR}", "-ldl", sources=(str(work / "ctrl.dump" / "mdev_model.c"),
                                                       *runtime, *objects))
     run_c_main(tmp_path, graph)
+
+
+def test_a_graph_wholly_on_gpu0_builds_the_gpu_artifact(tmp_path, driver, monkeypatch):
+    """Every node on gpu:0 (here by the text form's `@gpu:0`) with the default target: no
+    partition, so the artifact is the --target nvptx one, and it runs."""
+    src = tmp_path / "g.flowc"
+    src.write_text('graph @g(%x: f32[4]) -> (y: f32[4]) {\n'
+                   '  %0 = neg %x : (f32[4]) -> f32[4] @gpu:0 loc("n")\n'
+                   '  return %0\n}\n')
+    manifest = flowc.compile(src, tmp_path / "a", dump_dir=tmp_path / "dump")
+    assert manifest["target"]["name"] == "nvptx" and manifest["partitions"] == []
+    lib_dir = tmp_path / "emu"
+    lib_dir.mkdir()
+    use(monkeypatch, driver, emulation_library(tmp_path / "dump", lib_dir))
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(load(tmp_path / "a").run(x=x)["y"], -x)
