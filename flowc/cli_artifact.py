@@ -105,6 +105,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
           f"ABI {m['abi_version']}, graph {m['graph_hash']}")
     print(f"target: {target.get('triple')} cpu={target.get('cpu')} "
           f"features={','.join(target.get('features', [])) or '-'}")
+    if target.get("gpu_archs"):
+        print(f"gpu: {', '.join(target.get('gpu_devices', [])) or 'every kernel'}; archs "
+              f"{', '.join(target['gpu_archs'])}; cubins {', '.join(target['cubins']) or 'none'}"
+              f"; ptx {target.get('ptx')}")
     for kind in ("inputs", "outputs"):
         for t in m[kind]:
             print(f"{kind[:-1]} {_describe(t)}")

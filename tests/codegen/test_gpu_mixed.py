@@ -10,6 +10,7 @@ channels' sizes, and failures name the partition (and the nodes or channel)."""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import subprocess
 import sys
@@ -30,6 +31,15 @@ from flowc.runtime.errors import RuntimeStatusError
 from flowc.runtime.loader import load
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A deadlocked run would stall the whole suite: after 10 minutes, dump every thread's
+    stack and exit (a failure to read, not a silent stall)."""
+    faulthandler.dump_traceback_later(600, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="module")
@@ -171,6 +181,17 @@ def test_control_edges_and_partition_orders(work, driver, monkeypatch, devices):
         np.testing.assert_allclose(got[key], value, err_msg=key, **TOL)
 
 
+def test_weights_in_a_side_file(work, driver, monkeypatch):
+    """weights="file": the GPU partition uploads its span of the mapped side file."""
+    out, _, kernels = mixed_artifact(work, "mlp_file", zoo.mlp(), batch=2,
+                                     place=["fc2/Gemm=gpu:0"], weights="file")
+    assert (out / "mlp.weights").is_file()
+    use(monkeypatch, driver, kernels)
+    feeds = zoo.sample_input(zoo.mlp(), batch=2)
+    np.testing.assert_allclose(load(out).run(**feeds)["probs"],
+                               interpret(import_onnx(zoo.mlp()), feeds)["probs"], **TOL)
+
+
 def test_no_driver_names_the_partition(mlp_mixed, monkeypatch):
     monkeypatch.setenv("FLOWC_CUDA_LIBRARY", "libflowc-no-such-cuda.so.1")
     with pytest.raises(RuntimeStatusError, match=r"mlp: partition gpu:0: no CUDA driver "
@@ -240,6 +261,9 @@ def test_cli_mixed_compile_with_a_place_pin(tmp_path):
     manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
     assert manifest["target"]["gpu_archs"] == ["sm_90"]
     assert [p["device"] for p in manifest["partitions"]] == ["cpu:0", "gpu:0"]
+    shown = subprocess.run([sys.executable, "-m", "flowc", "inspect", str(tmp_path / "art")],
+                           capture_output=True, text=True, check=True).stdout
+    assert "gpu: gpu:0; archs sm_90; cubins " in shown
 
 
 def test_target_nvptx_with_a_split_graph_is_refused(tmp_path):
