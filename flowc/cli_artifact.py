@@ -263,7 +263,8 @@ def add_commands(sub: Any) -> None:
     comp.add_argument("--target", metavar="TARGET",
                       help="target (default: this host; nvptx: the whole graph on an NVIDIA GPU)")
     comp.add_argument("--gpu-arch", metavar="SM", action="append", default=[],
-                      help="with --target nvptx: a GPU architecture to build a cubin for "
+                      help="with --target nvptx or nodes on gpu:0 (--devices cpu:0,gpu:0): "
+                           "a GPU architecture to build a cubin for "
                            "(repeatable; default sm_80 and sm_90)")
     comp.add_argument("--name", metavar="NAME", help="symbol prefix (default: graph name)")
     comp.add_argument("--batch", type=int, default=1,
