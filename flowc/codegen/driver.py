@@ -32,6 +32,10 @@ with the same three functions (`get_target`, `check_supported`, `compile_kernels
 `$FLOWC_CACHE_DIR`; False, none; or a `CompileCache`, whose `stats` then count this
 compile's hits and misses): unchanged kernels and the runtime's objects come from it, and
 the artifact is byte for byte what a cold compile writes.
+`explain_memory(text)` receives the arena layout over time (`memreport.py`; also
+DUMP_DIR/memory.txt and memory.json). `progress` (a `flowc.progress.Progress`; None:
+silent) hears the passes, the kernels (backends whose `compile_kernels` takes `progress`)
+and the link stage.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from flowc.codegen.bind import bind_dims, format_sizes, require_static
 from flowc.codegen.cache import resolve as resolve_cache
 from flowc.codegen.dump_index import write_index
 from flowc.codegen.header import c_identifier
+from flowc.codegen.memreport import report_memory
 from flowc.codegen.program import build_program
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
@@ -126,14 +131,14 @@ def check_all(backend: ModuleType, graph: Graph, kernels: list, target: Any) -> 
 
 
 def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any,
-                    cache: Any = None) -> bytes:
+                    cache: Any = None, progress: Any = None) -> bytes:
     """The kernel object; a failure of the kernel compiler that is not a FlowcError still
-    becomes one naming the kernels (the cause stays chained for debugging). `cache` goes
-    to backends whose `compile_kernels` takes one."""
+    becomes one naming the kernels (the cause stays chained for debugging). `cache` and
+    `progress` go to backends whose `compile_kernels` takes them."""
     if not kernels:
         return b""
-    extra = ({"cache": cache}
-             if "cache" in inspect.signature(backend.compile_kernels).parameters else {})
+    takes = inspect.signature(backend.compile_kernels).parameters
+    extra = {k: v for k, v in (("cache", cache), ("progress", progress)) if k in takes}
     try:
         return backend.compile_kernels(kernels, target, dump=dump, **extra)
     except FlowcError:
@@ -182,9 +187,10 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
             cache: Any = None, gpu_archs: Any = None, devices: str | None = None,
             place: Sequence[str] = (), device_profiles: str | None = None,
             explain_placement: Callable[[str], Any] | None = None,
-            profile: bool = False) -> dict[str, Any]:
+            profile: bool = False, progress: Any = None,
+            explain_memory: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Compile `model` into the artifact directory `output_dir`; returns its manifest.
-    `profile`: time each kernel call (codegen/profile_c.py; unpartitioned CPU models)."""
+    `profile`: time each kernel call and transfer (codegen/profile_c.py; CPU models)."""
     from flowc.passes import PassManager, parse_pipeline
 
     graph = load_model(model)
@@ -198,17 +204,19 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
         passes = placement_passes(passes, devices, place, device_profiles, explain_placement,
                                   dump)
     graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
-                        dump_dir=dump).run(graph)
+                        dump_dir=dump, progress=progress).run(graph)
     graph = require_static(graph, format_sizes(sizes))
     prefix = c_identifier(name or graph.name)
     program = build_program(graph, prefix)
+    report_memory(program, dump, explain_memory)
     backend = backend or default_backend()
     resolved = backend.get_target(target or "host")
-    if profile and (getattr(resolved, "is_gpu", False) or _runs_on_gpu(program)
-                    or any(c.transfer is not None for c in program.calls)):
-        raise FlowcError("--profile times kernels of unpartitioned CPU models only; this one "
-                         "runs on a GPU or has send/recv between devices")
+    if profile and (getattr(resolved, "is_gpu", False) or _runs_on_gpu(program)):
+        raise FlowcError("--profile times kernels of CPU models only; this one runs "
+                         "(wholly or in part) on a GPU")
     if getattr(resolved, "is_gpu", False):
+        if progress is not None:
+            progress.stage("compiling GPU kernels")
         return _compile_gpu(graph, program, resolved, output_dir, sizes, weights, dump,
                             gpu_archs, cache)
     if _runs_on_gpu(program):  # placed on a GPU: wholly (as --target nvptx) or in part
@@ -235,7 +243,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     if write_dump:
         write_dump(f"{prefix}.flowc", print_graph(graph))
     cache = resolve_cache(cache)
-    obj = compile_kernels(backend, kernels, resolved, write_dump, cache)
+    obj = compile_kernels(backend, kernels, resolved, write_dump, cache, progress)
+    if progress is not None:
+        progress.stage("linking")
     manifest = write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
                               sizes=sizes, graph_hash=graph_hash(graph, target_info),
                               flowc_version=flowc_version(), weights=weights, dump_dir=dump,

@@ -162,11 +162,13 @@ def channel_of(node: Node, table: dict[tuple[str, str, str], Channel]) -> Channe
 
 def partition_manifest(program) -> list[dict]:
     """The manifest's `partitions`: per device in partition order, the channels it sends on
-    (rendezvous key and bytes); empty for an unpartitioned program. Each device's arena
+    (rendezvous key, bytes and the channel's number in the generated C, which profiles
+    name transfers by); empty for an unpartitioned program. Each device's arena
     region is in the manifest's `devices` (the memory plan's report)."""
     table = channels(program.calls)
     return [{"device": r.device,
-             "sends": [{"key": ch.key, "bytes": ch.nbytes} for ch in table.values()
+             "sends": [{"key": ch.key, "bytes": ch.nbytes, "channel": ch.index}
+                       for ch in table.values()
                        if ch.key.startswith(r.device + ";")]}
             for r in program.regions]
 

@@ -2,8 +2,9 @@
  * rendezvous its send/recv steps go through. See flowc_rt.h.
  *
  * Each context holds, from its first run on, one worker thread per partition after the
- * first; partition 0 runs on the caller (with the context's pool; workers run their
- * kernels serially). A run resets every channel, bumps the run generation (waking the
+ * first; partition 0 runs on the caller with the context's pool, each worker with a pool
+ * of its own of the same thread count (made, or remade after set_threads, by the caller
+ * before a run starts, while the workers wait). A run resets every channel, bumps the run generation (waking the
  * workers), runs partition 0 and waits until every worker has finished its partition.
  * A send copies its tensor into the channel's staging buffer and marks the channel full;
  * a recv waits (condition variable) until it is full and copies the tensor out. Sends
@@ -36,6 +37,8 @@ struct flowc_rendezvous {
   unsigned char *full; /* per channel: the send of this run has happened */
   char **slot;         /* per channel: staging buffer (NULL for a control channel) */
   pthread_t *workers;  /* partitions 1 .. num_partitions-1 */
+  flowc_pool **pools;  /* per partition (index 0 unused): its worker's pool, or NULL */
+  int pool_threads;    /* the thread count the pools were made for (1: none) */
   int started;         /* workers running */
   unsigned long generation; /* bumped per run (under mu) */
   int pending;         /* workers still in this run's partition (under mu) */
@@ -63,7 +66,9 @@ static flowc_rendezvous *rendezvous_create(flowc_ctx *ctx) {
   rv->full = calloc(n + 1, 1);
   rv->slot = calloc(n + 1, sizeof *rv->slot);
   rv->workers = calloc((size_t)m->num_partitions + 1, sizeof *rv->workers);
-  int ok = rv->full && rv->slot && rv->workers;
+  rv->pools = calloc((size_t)m->num_partitions + 1, sizeof *rv->pools);
+  rv->pool_threads = 1;
+  int ok = rv->full && rv->slot && rv->workers && rv->pools;
   for (size_t k = 0; ok && k < n; k++) {
     size_t bytes = m->channels[k].bytes;
     if (bytes && posix_memalign((void **)&rv->slot[k], FLOWC_ALIGN, bytes) != 0) ok = 0;
@@ -82,6 +87,9 @@ void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv) {
   pthread_cond_broadcast(&rv->start);
   pthread_mutex_unlock(&rv->mu);
   for (int i = 0; i < rv->started; i++) pthread_join(rv->workers[i], NULL);
+  for (int p = 0; rv->pools && p <= rv->model->num_partitions; p++)
+    if (rv->pools[p]) FLOWC_RT(pool_destroy)(rv->pools[p]);
+  free(rv->pools);
   for (int k = 0; rv->slot && k < rv->model->num_channels; k++) free(rv->slot[k]);
   free(rv->slot);
   free(rv->full);
@@ -152,8 +160,11 @@ static void *worker(void *arg) {
     while (!rv->stop && rv->generation == seen) pthread_cond_wait(&rv->start, &rv->mu);
     if (rv->stop) break;
     seen = rv->generation;
+    flowc_pool *pool = rv->pools[w.part]; /* set by the caller before the generation bump */
     pthread_mutex_unlock(&rv->mu);
+    FLOWC_RT(pool_enter)(pool);
     run_part(rv->ctx, &rv->model->partitions[w.part]);
+    FLOWC_RT(pool_leave)();
     pthread_mutex_lock(&rv->mu);
     if (--rv->pending == 0) pthread_cond_signal(&rv->done);
   }
@@ -182,6 +193,28 @@ static int start_workers(flowc_ctx *ctx) {
   return FLOWC_OK;
 }
 
+/* Each worker's pool at the context's thread count (workers are idle: between runs). */
+static int sync_pools(flowc_ctx *ctx) {
+  flowc_rendezvous *rv = ctx->rendezvous;
+  if (rv->pool_threads == ctx->threads) return FLOWC_OK;
+  for (int p = 1; p < ctx->model->num_partitions; p++) {
+    if (rv->pools[p]) FLOWC_RT(pool_destroy)(rv->pools[p]);
+    rv->pools[p] = NULL;
+  }
+  rv->pool_threads = 1;
+  for (int p = 1; ctx->threads > 1 && p < ctx->model->num_partitions; p++) {
+    char why[256];
+    rv->pools[p] = FLOWC_RT(pool_create)(ctx->threads, why, sizeof why);
+    if (!rv->pools[p]) {
+      snprintf(ctx->error, sizeof ctx->error, "%s: cannot start the thread pool of partition "
+               "%s: %s", ctx->model->name, ctx->model->partitions[p].device, why);
+      return FLOWC_ERR_THREADS;
+    }
+  }
+  rv->pool_threads = ctx->threads;
+  return FLOWC_OK;
+}
+
 int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
   const flowc_model *m = ctx->model;
   if (!ctx->rendezvous) {
@@ -193,6 +226,7 @@ int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
     if (ctx->gpu) FLOWC_RT(cuda_pin_channels)(ctx);
   }
   int status = start_workers(ctx);
+  if (!status) status = sync_pools(ctx);
   if (status) return status;
   flowc_rendezvous *rv = ctx->rendezvous;
   pthread_mutex_lock(&rv->mu);
