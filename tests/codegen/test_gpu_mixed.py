@@ -120,8 +120,9 @@ def test_mixed_mlp_matches_interpreter_and_copies_in_order(mlp_mixed, driver, mo
     trace = work / "mlp.trace"
     use(monkeypatch, driver, kernels, trace)
     model = load(out)
-    weights_upload = trace.read_text().split("\n")[:2]
-    assert weights_upload[0].startswith("htod ") and weights_upload[1] == "sync"
+    created = trace.read_text().split("\n")[:3]  # own input/output buffers page-locked
+    assert created[0] == f"pin {2 * 64 * 4 + 128}"  # x: 512 bytes; probs: 80, rounded to 64
+    assert created[1].startswith("htod ") and created[2] == "sync"  # the weights span
     feeds = zoo.sample_input(zoo.mlp(), batch=2)
     want = interpret(import_onnx(zoo.mlp()), feeds)
     sends = {s["key"]: s["bytes"] for p in manifest["partitions"] for s in p["sends"]}
