@@ -23,8 +23,11 @@ import time
 from pathlib import Path
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(description: str, extra: list[tuple[str, str]] = ()) -> argparse.Namespace:
+    """The shared options, plus `extra` (flag, help) string options."""
     parser = argparse.ArgumentParser(description=description)
+    for flag, text in extra:
+        parser.add_argument(flag, help=text)
     parser.add_argument("--threads", type=int, default=1, help="numpy BLAS threads (default 1)")
     parser.add_argument("--repeats", type=int, default=15, help="timed runs per size")
     parser.add_argument("--target", default="host", help="flowc target (must be runnable)")
