@@ -223,11 +223,14 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         "allocation, ctypes), its C entry alone with the inputs bound (flowc C), "
         "onnxruntime (`InferenceSession.run`, CPU provider, intra_op_num_threads = threads, "
         "sequential, default graph optimizations) and numpy `matmul` (OpenBLAS sgemm) on "
-        "each of the model's Gemm/MatMul/Conv nodes as GEMM shapes (a conv per group: out "
-        "channels x in channels*kh*kw x output pixels; im2col not included). Medians with "
-        "the interquartile range; ort/flowc is the median of the per-round ratios (above 1: "
-        "flowc faster). GFLOP/s counts the model's GEMM FLOPs only; % of sgemm = sgemm "
-        "time / flowc time, so every other op of the model counts against flowc.",
+        "each of the model's Gemm/MatMul/Conv nodes as GEMM shapes, one call per shape (a "
+        "conv per group: out channels x in channels*kh*kw x output pixels; im2col not "
+        "included; a depthwise conv is a batch of 1-row products, which numpy runs far "
+        "below sgemm speed). Medians with the interquartile range; sgemm ms is the sum "
+        "of the shapes' medians (and quartiles); ort/flowc is the median of the per-round "
+        "ratios (above 1: flowc faster). GFLOP/s counts the model's GEMM FLOPs only; "
+        "% of sgemm = sgemm time / flowc time, so every other op of the model counts "
+        "against flowc.",
         "- flowc threads: `flowc.load(dir, threads=N)`; OpenBLAS and onnxruntime: "
         "OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set before numpy loads, "
         "intra_op_num_threads.",
