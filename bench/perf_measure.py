@@ -125,24 +125,30 @@ def measure_case(case: dict[str, Any], threads: int, min_runs: int, min_time: fl
 
 
 def profile_case(case: dict[str, Any], threads: int, runs: int) -> list[dict[str, Any]]:
-    """The kernels of the profiled artifact by total time: symbol, nodes, calls per run,
-    mean ms per run, share of the kernels' time, GFLOP/s of its GEMM nodes and, beside it,
-    numpy sgemm's median time for those shapes (ms)."""
+    """The kernels of the profiled artifact, the most time first: symbol, nodes, calls per
+    run, median ms per run (over `runs` runs after a warm-up: robust to the preemptions of
+    a loaded machine), share of the kernels' summed medians, GFLOP/s of its GEMM nodes
+    and, beside it, numpy sgemm's time for those shapes (ms)."""
     import kernels_common as kc
 
     from flowc.cli_profile import profiled_runs
     from flowc.runtime.profile import top_kernels
 
     manifest, events = profiled_runs(case["profiled"], runs + 1, threads=threads)
-    rows = top_kernels(manifest, events[1:])  # the first run is the warm-up
-    total = sum(r[3] for r in rows) or 1.0
+    per_run = [{name: (nodes, calls, ns) for name, nodes, calls, ns in top_kernels(manifest, [e])}
+               for e in events[1:]]  # the first run is the warm-up
+    names = {name: info[:2] for run in per_run for name, info in run.items()}
+    median_ns = {name: statistics.median(run.get(name, (0, 0, 0.0))[2] for run in per_run)
+                 for name in names}
+    total = sum(median_ns.values()) or 1.0
     out = []
-    for symbol, nodes, calls, ns in rows:
+    for name in sorted(names, key=lambda n: -median_ns[n]):
+        nodes, calls = names[name]
         mine = [g for g in case["gemms"] if set(g["names"]) & set(nodes)]
-        ms = ns / runs / 1e6
-        entry = {"kernel": symbol, "nodes": nodes, "calls_per_run": calls / runs, "ms": ms,
-                 "share": ns / total}
-        if mine:
+        ms = median_ns[name] / 1e6
+        entry = {"kernel": name, "nodes": nodes, "calls_per_run": calls, "ms": ms,
+                 "share": median_ns[name] / total}
+        if mine and ms > 0:
             times = kc.time_interleaved(dict(enumerate(sgemm_calls(mine))), 5, 0.2)
             entry.update({"gflops": sum(g["flops"] for g in mine) / ms / 1e6,
                           "sgemm_ms": sgemm_summary(list(times.values()))["median_ms"]})

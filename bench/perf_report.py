@@ -258,9 +258,10 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
     if any("profile" in r for r in result["timing"]):
         lines += ["## Where the time goes", "",
                   f"Top kernels of each model by time (artifact compiled with `flowc compile "
-                  f"--profile`, {args['profile_runs']} runs after one warm-up, the runtime's "
-                  "own timer around each kernel call); share: of all kernels' time. GFLOP/s "
-                  "and sgemm ms: of the kernel's GEMM nodes, sgemm on the same shapes alone.",
+                  f"--profile`, the runtime's own timer around each kernel call): median ms "
+                  f"per run over {args['profile_runs']} runs after one warm-up; share: of the "
+                  "kernels' summed medians. GFLOP/s and sgemm ms: of the kernel's GEMM nodes, "
+                  "sgemm on the same shapes alone (sum of per-shape medians).",
                   "", *profile_section(result["timing"]), ""]
     if result["errors"]:
         lines += ["## Errors", "", *[f"- {e}" for e in result["errors"]], ""]
