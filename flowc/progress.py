@@ -4,7 +4,7 @@ Contract: `Progress(stream=sys.stderr, level="normal", bar=None)` receives event
 pass manager (`pass_started(index, total, name)`, `pass_done(record)` with a
 `passes.manager.PassRecord`), from the kernel compiler (`kernels_started(total)`,
 `kernel_started(symbol)`, `kernel_done(symbol, seconds, cached)`) and from the driver
-(`stage(name)`: "link", ...), and turns them into output on `stream`:
+(`stage(name)`: "linking", ...), and turns them into output on `stream`:
 - `level="normal"`: a one-line progress bar (passes run, kernels compiled, cache hits)
   redrawn in place with `\\r` while `bar` is on, and nothing else. `bar=None` turns it on
   exactly when `stream` is a terminal (`isatty()`) and `$TERM` is not `dumb`; so a compile

@@ -146,3 +146,15 @@ def test_opt_verbose_prints_each_pass(capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("flowc: pass 1/2 cse: ")
     assert err[1].startswith("flowc: pass 2/2 simplify: ") and "matmul-add-to-gemm=2" in err[1]
+
+
+def test_hide_erases_the_bar_until_the_next_event():
+    out = io.StringIO()
+    p = Progress(out, bar=True, interval=0.0)
+    p.pass_started(0, 2, "cse")
+    p.hide()
+    assert out.getvalue().endswith("| pass cse\r\x1b[K")
+    out.write("a report\n")  # what the caller prints meanwhile
+    p.pass_done(PassRecord("cse", 0.0, 0.0, 1, 1))
+    assert out.getvalue().endswith("a report\n\r\x1b[Kflowc: passes [##########----------] 1/2"
+                                   " | pass cse")
