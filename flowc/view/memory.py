@@ -10,10 +10,9 @@ its bytes down, filled by op (a legend lists the ops), labelled with the value's
 where the box has room, outlined dashed when it took over an operand's buffer (in place);
 step numbers along the top axis, offsets down the left one; for a graph on several
 devices a dashed line where each device's region begins (after the first), labelled with
-the device. Bytes are drawn to
-scale, with at least `MIN_H` pixels per buffer. `load_layout(path)` reads `memory.json`, a
-FlowcError naming the file when it is not a memory report. This file imports no compiler
-part: it reads the report as plain data.
+the device. Bytes are drawn to scale, with at least `MIN_H` pixels per buffer.
+`load_layout(path)` reads `memory.json`, a FlowcError naming the file when it is not a
+memory report. This file imports no compiler part: it reads the report as plain data.
 """
 
 from __future__ import annotations
