@@ -40,6 +40,8 @@ PARALLEL_FLOPS = 2_000_000
 PARALLEL_ELEMENTS = 64 * 1024
 
 ACCUMULATORS = 16  # vector registers of output tile (of 32 on AVX-512: room for operands)
+MIN_ACCUMULATORS = 12  # fewer leave the FMA units waiting on loads
+MAX_ACCUMULATORS = 28  # the most that fit beside a broadcast and the filter vectors
 C_TILE = 8
 OW_TILE_MAX = 8
 
@@ -54,6 +56,16 @@ def channel_tile(n: int, lanes: int, max_vectors: int) -> int:
             return size
         size //= 2
     return divisor(n, max_vectors * lanes)
+
+
+def pixel_tile(ow: int, vectors: int) -> int:
+    """Output pixels per register tile: the largest divisor of `ow` up to OW_TILE_MAX whose
+    tile holds at most ACCUMULATORS vectors; when that leaves fewer than MIN_ACCUMULATORS
+    (an output width like 14 or 7 with 4-vector channel tiles), up to MAX_ACCUMULATORS."""
+    ow_tile = divisor(ow, min(OW_TILE_MAX, max(1, ACCUMULATORS // vectors)))
+    if ow_tile * vectors < MIN_ACCUMULATORS:
+        ow_tile = divisor(ow, min(OW_TILE_MAX, max(1, MAX_ACCUMULATORS // vectors)))
+    return ow_tile
 
 
 def rows_loop(parallel: bool) -> str:
@@ -75,7 +87,7 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     lanes = target.vector_bits // width
     f_tile = channel_tile(f, lanes, 4)
     vectors = max(1, f_tile // lanes)
-    ow_tile = divisor(ow, min(OW_TILE_MAX, ACCUMULATORS // vectors))
+    ow_tile = pixel_tile(ow, vectors)
     tiles = [1, 1, ow_tile, f_tile, 1, 1, divisor(c, C_TILE)]
     kh, kw = ir.RankedTensorType(op.operands[1].type).shape[:2]
     flops = 2 * math.prod(out.shape) * kh * kw * c
