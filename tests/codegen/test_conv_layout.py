@@ -156,3 +156,16 @@ def test_conv_epilogue_in_place_and_vectorized(x, w, attrs):
     feeds = {"x": f(*x), "w": f(*w), "b": f(w[-1]), "r": f(*x[:3], w[-1])}
     got = run_body(g, [feeds[k] for k in ("x", "w", "b", "r")])[0]
     np.testing.assert_allclose(got, interpret(g, feeds)["y"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("x,w,tiles", [
+    ((1, 32, 32, 32), (3, 3, 32, 32), "[1, 1, 8, 32, 1, 1, 8]"),  # 8 px x 2 vectors
+    ((1, 16, 16, 64), (3, 3, 64, 64), "[1, 1, 4, 64, 1, 1, 8]"),  # 4 px x 4 vectors
+    ((1, 14, 14, 64), (3, 3, 64, 64), "[1, 1, 7, 64, 1, 1, 8]"),  # 2 px would be 8 accs
+    ((1, 16, 16, 96), (1, 1, 96, 24), "[1, 1, 8, 8, 1, 1, 8]"),  # no 24-wide tile
+])
+def test_conv_register_tiles(x, w, tiles):
+    seen = {}
+    body = op_body("conv", [f(*x), f(*w)], {**CL, "pads": (w[0] // 2,) * 4})
+    compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    assert f"tile_sizes {tiles}" in seen["k.schedule.mlir"]
