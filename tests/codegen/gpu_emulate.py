@@ -132,7 +132,7 @@ def emulation_library(dump_dir: Path, work: Path) -> Path:
             n = args.count("memref<")
             decl = ", ".join(["void *"] * n + ["int64_t"] * 4)
             call = ", ".join([f"*(void **)p[{j}]" for j in range(n)] + ["b", "bd", "gd", "t"])
-            wrappers += [f"void {name}({decl});",
+            wrappers += [f"void {name}({decl});", f"const int {name}__nargs = {n};",
                          f"void {name}__emu(void **p, int64_t b, int64_t bd, int64_t gd, "
                          f"int64_t t) {{ {name}({call}); }}"]
         with ir.Context(), ir.Location.unknown():

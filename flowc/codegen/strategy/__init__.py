@@ -21,6 +21,7 @@ Strategy = Callable[[ir.Operation, Target, int], "str | None"]
 STRATEGIES: dict[str, Strategy] = {
     "linalg.matmul": matmul_strategy,
     "linalg.batch_matmul": matmul_strategy,
+    "linalg.generic": matmul_strategy,  # contractions only (a reshaped matmul, generalized)
     "linalg.conv_2d_nhwc_hwcf": conv_strategy,
     "linalg.depthwise_conv_2d_nhwc_hwc": depthwise_strategy,
 }
