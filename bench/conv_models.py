@@ -24,7 +24,7 @@ from functools import partial
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-MODELS = ("resnet_cnn", "mobilenet")
+MODELS = ("resnet_cnn", "mobilenet", "perf_resnet", "perf_mobilenet")
 
 
 def _builder(seed: int):
@@ -121,13 +121,19 @@ def flops(model) -> int:
 
 
 def build(name: str):
+    """The model `name`: this file's two, or bench/perf_models.py's ResNet and MobileNet
+    (`perf_` prefix: the models of the issue's benchmark table, at their default sizes)."""
+    if name.startswith("perf_"):
+        import perf_models
+
+        return getattr(perf_models, name.removeprefix("perf_"))()
     return {"resnet_cnn": resnet_cnn, "mobilenet": mobilenet}[name]()
 
 
-def compile_all(out: Path) -> None:
+def compile_all(out: Path, names) -> None:
     import flowc
 
-    for name in MODELS:
+    for name in names:
         flowc.compile(build(name), out / name, batch=1)
         print(f"compiled {name} into {out / name}")
 
@@ -145,7 +151,7 @@ def measure(args) -> list[str]:
     from flowc.examples.zoo import sample_input
 
     rows = []
-    for name in MODELS:
+    for name in args.models:
         model = build(name)
         feeds = sample_input(model, batch=1, seed=0)
         opts = ort.SessionOptions()
@@ -204,6 +210,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--baseline", help="artifacts of another flowc (--compile-only)")
     parser.add_argument("--compile-only", help="compile the models into this folder, exit")
@@ -211,7 +218,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results" / "conv_models.md"))
     args = parser.parse_args()
     if args.compile_only:
-        compile_all(Path(args.compile_only))
+        compile_all(Path(args.compile_only), args.models)
         return
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"):
         os.environ[var] = str(args.threads)
