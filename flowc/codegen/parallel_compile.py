@@ -11,6 +11,10 @@ Contract:
   again in the parent, serially, so the error a user sees is exactly the serial one.
 - `workers()`: `$FLOWC_COMPILE_JOBS` when set (a whole number >= 1; 1 = serial), else the
   CPUs this process may run on. Without `fork` (not Linux/macOS) everything is serial.
+- A pool costs about 50 ms (fork, start, results back), more than small kernels take. When
+  `$FLOWC_COMPILE_JOBS` is not set, items are built here, in order, while the work left
+  (the mean seconds of those built so far times the items left) is estimated under
+  `MIN_POOL_SECONDS`, and only the rest goes to the pool. Set, it pools every item.
 - `on_done(i, seconds)` is called in the parent, in index order, as results arrive.
 - `parallel=False` (kernels.py with a dump: the dump callback writes files in order) runs
   every item here, in order.
@@ -29,6 +33,7 @@ from flowc.ir.errors import FlowcError
 
 Build = Callable[[int], bytes]
 _BUILD: Build | None = None  # the parent's `build`, inherited by forked workers
+MIN_POOL_SECONDS = 0.5  # estimated serial seconds below which a pool costs more than it saves
 
 
 def workers() -> int:
@@ -52,13 +57,16 @@ def run_all(count: int, build: Build, on_done: Callable[[int, float], None] | No
     jobs = min(workers(), count) if parallel else 1
     if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return [_serial(i, build, on_done) for i in range(count)]
+    results = [] if os.environ.get("FLOWC_COMPILE_JOBS") else _small_work(count, build, on_done)
+    if count - len(results) < 2:
+        return results + [_serial(i, build, on_done) for i in range(len(results), count)]
     global _BUILD
     _BUILD = build
-    results: list[bytes] = []
     try:
+        jobs = min(jobs, count - len(results))
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = [pool.submit(_job, i) for i in range(count)]
-            for i, future in enumerate(futures):
+            futures = {i: pool.submit(_job, i) for i in range(len(results), count)}
+            for i, future in futures.items():
                 try:
                     payload, seconds = future.result()
                 except BrokenProcessPool:
@@ -71,6 +79,20 @@ def run_all(count: int, build: Build, on_done: Callable[[int, float], None] | No
                 results.append(payload)
     finally:
         _BUILD = None
+    return results
+
+
+def _small_work(count: int, build: Build,
+                on_done: Callable[[int, float], None] | None) -> list[bytes]:
+    """The first items, built here while the work left is estimated under MIN_POOL_SECONDS
+    (the mean seconds per item so far times the items left; at least one item)."""
+    results: list[bytes] = []
+    start = time.perf_counter()
+    while len(results) < count:
+        left = count - len(results)
+        if results and (time.perf_counter() - start) / len(results) * left >= MIN_POOL_SECONDS:
+            break
+        results.append(_serial(len(results), build, on_done))
     return results
 
 

@@ -5,6 +5,7 @@ cache filled the same way, and a clear error for a bad $FLOWC_COMPILE_JOBS."""
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -32,6 +33,22 @@ def test_run_all_uses_other_processes_and_keeps_order(monkeypatch):
     assert all(int(g.split(b":")[1]) != parent for g in got)
     serial = parallel_compile.run_all(3, lambda i: str(os.getpid()).encode(), parallel=False)
     assert serial == [str(parent).encode()] * 3
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: always serial")
+def test_by_default_small_work_stays_in_the_parent(monkeypatch):
+    monkeypatch.delenv("FLOWC_COMPILE_JOBS", raising=False)
+    parent = os.getpid()
+    quick = parallel_compile.run_all(6, lambda i: str(os.getpid()).encode())
+    assert quick == [str(parent).encode()] * 6  # a pool would cost more than it saves
+
+    def slow(i: int) -> bytes:
+        time.sleep(0.3)
+        return str(os.getpid()).encode()
+
+    pids = [int(p) for p in parallel_compile.run_all(4, slow)]
+    assert pids[0] == parent  # the probe: 0.3 s x 3 left >= MIN_POOL_SECONDS
+    assert all(p != parent for p in pids[1:])
 
 
 def test_a_failing_item_raises_the_serial_error_in_the_parent(monkeypatch):
