@@ -132,8 +132,9 @@ def main() -> int:
             feeds = zoo.sample_input(model, batch=batch, seed=0)
             arts = {(w, t): flowc.load(tmp / f"{name}_{w}", threads=t)
                     for w in ("base", "new") for t in THREADS}
-            for art in arts.values():
-                art.run(**feeds)  # binds the inputs; later calls run the C entry alone
+            # run() binds the context to feeds and to the arrays it returns (kept alive
+            # here): later calls run the C entry alone on those buffers
+            bound = [art.run(**feeds) for art in arts.values()]
             sessions = {}
             for t in THREADS:
                 options = ort.SessionOptions()
@@ -150,6 +151,7 @@ def main() -> int:
                     times[("ort", t)].append(ort_ms(sessions[t], feeds, args.runs))
             for art in arts.values():
                 art.close()
+            del bound
             med = {k: statistics.median(v) for k, v in times.items()}
             for t in THREADS:
                 table.append((name, batch, t, med[("base", t)], med[("new", t)],
