@@ -19,6 +19,7 @@ import onnx
 
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_scan import convert_scan
+from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
 from flowc.ir import Graph, TensorType, Value
 from flowc.ir.build import const_value
 from flowc.ir.graph import INPUT_OP, Node
@@ -206,6 +207,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "If": _if,
     "Loop": _loop,
     "Scan": convert_scan,
+    **STABLE_CONVERTERS,   # ReduceLogSumExp, ReduceL2 without over/underflow
 }
 
 

@@ -123,6 +123,9 @@ def _check_files(path: Path, manifest: dict[str, Any]) -> Path:
                                 "another build; recompile it")
     weights = manifest["weights"].get("file")
     if weights:
+        if not (path / weights).is_file():
+            raise ArtifactError(f"{path}: missing weights file '{weights}' (named by the "
+                                "manifest)")
         want = WEIGHTS_HEADER + int(manifest["weights"]["bytes"])
         size = (path / weights).stat().st_size
         if size != want:

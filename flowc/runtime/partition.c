@@ -11,7 +11,14 @@
  * never wait, and each partition runs its steps in an order consistent with one global
  * order in which every send precedes its recv (codegen checks it), so every recv's send
  * eventually runs: no deadlock. Workers are all started before a run begins, so a failure
- * to start one fails the run before any partition waits on a peer. */
+ * to start one fails the run before any partition waits on a peer.
+ *
+ * A GPU partition (partition.gpu set) runs its program through cuda.c on its thread: its
+ * recvs copy a full channel's buffer to the device, its sends copy device data into the
+ * buffer asynchronously and record an event that a host recv of that channel waits on
+ * (cuda_wait_channel) before reading it. A GPU failure during a run (rt_abort) records the
+ * run's status and message once and wakes every recv, so no partition waits forever;
+ * the run then returns that status. CPU-only models never call into cuda.c. */
 #include "flowc_rt.h"
 
 #include <errno.h>
@@ -36,6 +43,7 @@ struct flowc_rendezvous {
   unsigned long generation; /* bumped per run (under mu) */
   int pending;         /* workers still in this run's partition (under mu) */
   int stop;            /* under mu */
+  int status;          /* the run's first failure (under mu; 0: none) */
 };
 
 typedef struct {
@@ -93,25 +101,53 @@ void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv) {
   free(rv);
 }
 
-void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data) {
-  size_t bytes = rv->model->channels[channel].bytes;
-  if (bytes) memcpy(rv->slot[channel], data, bytes);
+void *FLOWC_RT(rt_slot)(flowc_rendezvous *rv, int channel) { return rv->slot[channel]; }
+
+void FLOWC_RT(rt_send_mark)(flowc_rendezvous *rv, int channel) {
   pthread_mutex_lock(&rv->mu);
   rv->full[channel] = 1;
   pthread_cond_broadcast(&rv->filled);
   pthread_mutex_unlock(&rv->mu);
 }
 
-void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data) {
+void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data) {
+  size_t bytes = rv->model->channels[channel].bytes;
+  if (bytes) memcpy(rv->slot[channel], data, bytes);
+  FLOWC_RT(rt_send_mark)(rv, channel);
+}
+
+int FLOWC_RT(rt_recv_wait)(flowc_rendezvous *rv, int channel) {
   pthread_mutex_lock(&rv->mu);
-  while (!rv->full[channel]) pthread_cond_wait(&rv->filled, &rv->mu);
+  while (!rv->full[channel] && !rv->status) pthread_cond_wait(&rv->filled, &rv->mu);
+  int failed = rv->status;
   pthread_mutex_unlock(&rv->mu);
+  return failed;
+}
+
+void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data) {
+  if (FLOWC_RT(rt_recv_wait)(rv, channel)) return; /* the run failed: results are void */
+  if (rv->ctx->gpu) FLOWC_RT(cuda_wait_channel)(rv->ctx, channel);
   size_t bytes = rv->model->channels[channel].bytes;
   if (bytes) memcpy(data, rv->slot[channel], bytes);
 }
 
+int FLOWC_RT(rt_abort)(flowc_rendezvous *rv, int status, const char *message) {
+  pthread_mutex_lock(&rv->mu);
+  if (!rv->status) {
+    rv->status = status;
+    snprintf(rv->ctx->error, sizeof rv->ctx->error, "%s", message);
+  }
+  pthread_cond_broadcast(&rv->filled);
+  pthread_mutex_unlock(&rv->mu);
+  return status;
+}
+
 static void run_part(flowc_ctx *ctx, const flowc_partition *p) {
-  p->run(ctx->inputs, ctx->outputs, ctx->arena + p->arena_offset, ctx->weights, ctx->rendezvous);
+  if (p->gpu)
+    FLOWC_RT(cuda_run_partition)(ctx, p);
+  else
+    p->run(ctx->inputs, ctx->outputs, ctx->arena + p->arena_offset, ctx->weights,
+           ctx->rendezvous);
 }
 
 static void *worker(void *arg) {
@@ -181,10 +217,13 @@ static int sync_pools(flowc_ctx *ctx) {
 
 int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
   const flowc_model *m = ctx->model;
-  if (!ctx->rendezvous && !(ctx->rendezvous = rendezvous_create(ctx))) {
-    snprintf(ctx->error, sizeof ctx->error, "%s: out of memory allocating the rendezvous of "
-             "%d channels", m->name, m->num_channels);
-    return FLOWC_ERR_NOMEM;
+  if (!ctx->rendezvous) {
+    if (!(ctx->rendezvous = rendezvous_create(ctx))) {
+      snprintf(ctx->error, sizeof ctx->error, "%s: out of memory allocating the rendezvous "
+               "of %d channels", m->name, m->num_channels);
+      return FLOWC_ERR_NOMEM;
+    }
+    if (ctx->gpu) FLOWC_RT(cuda_pin_channels)(ctx);
   }
   int status = start_workers(ctx);
   if (!status) status = sync_pools(ctx);
@@ -192,6 +231,7 @@ int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
   flowc_rendezvous *rv = ctx->rendezvous;
   pthread_mutex_lock(&rv->mu);
   memset(rv->full, 0, (size_t)m->num_channels);
+  rv->status = 0;
   rv->pending = m->num_partitions - 1;
   rv->generation++;
   pthread_cond_broadcast(&rv->start);
@@ -199,6 +239,7 @@ int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
   run_part(ctx, &m->partitions[0]);
   pthread_mutex_lock(&rv->mu);
   while (rv->pending) pthread_cond_wait(&rv->done, &rv->mu);
+  status = rv->status;
   pthread_mutex_unlock(&rv->mu);
-  return FLOWC_OK;
+  return status;
 }

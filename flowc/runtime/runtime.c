@@ -136,13 +136,22 @@ static int setup(flowc_ctx *ctx, const char *weights_file) {
   return map_weights(ctx, weights_file);
 }
 
+/* Whether the model runs kernels on a GPU (whole, or a partition): only then is the CUDA
+ * driver loaded. */
+static int uses_gpu(const flowc_model *m) {
+  for (int i = 0; i < m->num_partitions; i++)
+    if (m->partitions[i].gpu) return 1;
+  return m->gpu != NULL;
+}
+
 int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_file, flowc_ctx **out) {
+  if (!out) return FLOWC_ERR_ARGUMENT;
   flowc_ctx *ctx = calloc(1, sizeof *ctx);
   *out = ctx;
   if (!ctx) return FLOWC_ERR_NOMEM;
   ctx->model = m;
   int status = setup(ctx, weights_file);
-  if (status == FLOWC_OK && m->gpu) status = FLOWC_RT(cuda_create)(ctx);
+  if (status == FLOWC_OK && uses_gpu(m)) status = FLOWC_RT(cuda_create)(ctx);
   return status;
 }
 
@@ -159,8 +168,22 @@ void FLOWC_RT(rt_destroy)(flowc_ctx *ctx) {
 }
 
 const char *FLOWC_RT(rt_error)(const flowc_ctx *ctx) {
-  if (!ctx) return "out of memory: no context was created";
+  if (!ctx) return "no context: the context pointer is NULL (or creating it ran out of memory)";
   return ctx->error[0] ? ctx->error : "no error";
+}
+
+/* API misuse guard (every entry point that takes a context): a NULL context fails with
+ * FLOWC_ERR_ARGUMENT (no message can be stored; rt_error(NULL) says why), and so does a
+ * context whose creation failed (no buffers, arena or weights), with a message. */
+static int unusable(flowc_ctx *ctx) {
+  if (!ctx) return FLOWC_ERR_ARGUMENT;
+  const flowc_model *m = ctx->model;
+  if (ctx->owned && ctx->arena && (ctx->weights || !m->weights_bytes)) return FLOWC_OK;
+  if (strstr(ctx->error, "is unusable")) return FLOWC_ERR_ARGUMENT; /* said already */
+  char why[FLOWC_ERROR_BYTES / 2];
+  snprintf(why, sizeof why, "%s", ctx->error[0] ? ctx->error : "unknown");
+  return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: this context is unusable, its creation failed (%s)",
+              m->name, why);
 }
 
 static int check_tensor(flowc_ctx *ctx, const char *what, const flowc_tensor_desc *d,
@@ -171,7 +194,13 @@ static int check_tensor(flowc_ctx *ctx, const char *what, const flowc_tensor_des
   if (dtype != d->dtype)
     return fail(ctx, FLOWC_ERR_DTYPE, "%s: %s '%s': expected dtype %s, got %s", model, what,
                 d->name, FLOWC_RT(rt_dtype_name)(d->dtype), FLOWC_RT(rt_dtype_name)(dtype));
-  int same = rank == d->rank && (rank == 0 || shape);
+  if (rank != d->rank) { /* the caller's dims are not read: `rank` may be anything */
+    char want[256];
+    format_shape(want, sizeof want, d->rank, d->shape);
+    return fail(ctx, FLOWC_ERR_SHAPE, "%s: %s '%s': expected rank %d, shape %s; got rank %d",
+                model, what, d->name, d->rank, want, rank);
+  }
+  int same = rank == 0 || shape;
   for (int i = 0; same && i < rank; i++) same = shape[i] == d->shape[i];
   if (!same) {
     char want[256], got[256];
@@ -185,6 +214,8 @@ static int check_tensor(flowc_ctx *ctx, const char *what, const flowc_tensor_des
 
 int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int i, const void *data, int dtype, int rank,
                            const int64_t *shape) {
+  int bad = unusable(ctx);
+  if (bad) return bad;
   const flowc_model *m = ctx->model;
   if (i < 0 || i >= m->num_inputs)
     return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: input index %d out of range (the model has %d)",
@@ -201,6 +232,8 @@ int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int i, const void *data, int dtype, i
 
 int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int i, void *data, int dtype, int rank,
                             const int64_t *shape) {
+  int bad = unusable(ctx);
+  if (bad) return bad;
   const flowc_model *m = ctx->model;
   if (i < 0 || i >= m->num_outputs)
     return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: output index %d out of range (the model has %d)",
@@ -217,6 +250,7 @@ int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int i, void *data, int dtype, int ra
 
 /* The owned buffer of input i, which run() reads from now on. */
 void *FLOWC_RT(rt_input)(flowc_ctx *ctx, int i) {
+  if (!ctx || !ctx->owned) return NULL;
   const flowc_model *m = ctx->model;
   if (i < 0 || i >= m->num_inputs) return NULL;
   char *p = ctx->owned;
@@ -227,6 +261,7 @@ void *FLOWC_RT(rt_input)(flowc_ctx *ctx, int i) {
 
 /* The owned buffer of output i, which run() writes from now on. */
 const void *FLOWC_RT(rt_output)(const flowc_ctx *ctx, int i) {
+  if (!ctx || !ctx->owned) return NULL;
   const flowc_model *m = ctx->model;
   if (i < 0 || i >= m->num_outputs) return NULL;
   char *p = ctx->owned;
@@ -238,6 +273,8 @@ const void *FLOWC_RT(rt_output)(const flowc_ctx *ctx, int i) {
 }
 
 int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads) {
+  int bad = unusable(ctx);
+  if (bad) return bad;
   if (threads < 1 || threads > 1024)
     return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: thread count must be 1..1024, got %d",
                 ctx->model->name, threads);
@@ -254,6 +291,8 @@ int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads) {
 }
 
 int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes) {
+  int bad = unusable(ctx);
+  if (bad) return bad;
   const flowc_model *m = ctx->model;
   if (arena && ((uintptr_t)arena % FLOWC_ALIGN || bytes < m->arena_bytes))
     return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: the arena must be %d-byte aligned and hold %zu "
@@ -266,6 +305,8 @@ int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes) {
 }
 
 int FLOWC_RT(rt_run)(flowc_ctx *ctx) {
+  int bad = unusable(ctx);
+  if (bad) return bad;
   const flowc_model *m = ctx->model;
   if (m->gpu) {
     int gs = FLOWC_RT(cuda_run)(ctx);

@@ -2,9 +2,9 @@
 artifacts (one per pipeline) and by onnxruntime on its ONNX export; shrinking of failures.
 
 `check(recipe, workdir)` returns None when every engine agrees with the interpreter, else a
-message naming the engine, the output and the difference. Tolerances (one table, used by
-every differential test): f32 `rtol=1e-4, atol=1e-5` (compiled code may reassociate and
-use different libm polynomials), integers and bool exact. A graph the interpreter rejects
+message naming the engine, the output and the difference. Tolerances: flowc.testing.
+tolerance's `composite` kind (f32: rtol 1.2e-4, atol 1.5e-5; chains of ops whose rounding
+differences compound), integers and bool exact. A graph the interpreter rejects
 with a FlowcError is skipped; any other failure of a compiled engine is a finding.
 """
 
@@ -20,8 +20,8 @@ import numpy as np
 from flowc.ir.errors import FlowcError
 from flowc.ir.interpret import interpret
 from flowc.testing.graphgen import Recipe, Step, build, feeds
+from flowc.testing.tolerance import tolerance
 
-TOLERANCE = {"f": {"rtol": 1e-4, "atol": 1e-5}}
 PIPELINES = ("default", "")
 
 
@@ -30,13 +30,12 @@ def compare(name: str, want: np.ndarray, got: np.ndarray) -> str | None:
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"{name}: {got.dtype}{list(got.shape)} where {want.dtype}{list(want.shape)}"
-    if want.dtype.kind == "f":
-        ok = np.allclose(got, want, equal_nan=True, **TOLERANCE["f"])
-    else:
-        ok = np.array_equal(got, want)
+    tol = tolerance(want.dtype, "composite")
+    close = dict(rtol=tol.rtol, atol=tol.atol, equal_nan=True)
+    ok = np.allclose(got, want, **close) if want.dtype.kind == "f" else np.array_equal(got, want)
     if ok:
         return None
-    bad = np.argwhere(~np.isclose(got, want, equal_nan=True, **TOLERANCE["f"]))[:1]
+    bad = np.argwhere(~np.isclose(got, want, **close))[:1]
     where = tuple(int(i) for i in bad[0]) if len(bad) else ()
     return f"{name} differs at {where}: {got[where]!r} where {want[where]!r}"
 

@@ -77,6 +77,29 @@ def build(recipe: Recipe, name: str = "random") -> Graph | None:
     return g
 
 
+# No finite value near the f32 limit: a sum of such values overflows to +-inf or not (and
+# two opposite overflows make NaN) depending on the order of the additions, which engines
+# legitimately differ in (the long run's first findings were exactly that, in matmuls).
+SPECIAL_VALUES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e15, -1e15, 1e-30, 1e-40,
+                           -1e-45, 88.8, -104.0], np.float32)
+
+
+def with_special_values(recipe: Recipe, seed: int, fraction: float = 0.2) -> Recipe:
+    """`recipe` with about `fraction` of each f32 input's elements replaced by special
+    values (NaN, +-inf, -0, large, tiny and subnormal magnitudes, the edges of exp), for
+    differential runs of NaN/Inf propagation and range limits."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    for step in recipe.steps:
+        if step.op == "input" and step.data.dtype == np.float32 and step.data.size:
+            data = step.data.copy()
+            pick = rng.random(data.shape) < fraction
+            data[pick] = rng.choice(SPECIAL_VALUES, size=int(pick.sum()))
+            step = Step(step.op, step.args, step.attrs, np.asarray(data))
+        steps.append(step)
+    return Recipe(steps, list(recipe.outputs))
+
+
 def feeds(recipe: Recipe) -> dict[str, np.ndarray]:
     """The input arrays of `recipe` (stored in its input steps), keyed by input name."""
     return {f"x{i}": s.data for i, s in enumerate(recipe.steps) if s.op == "input"}
@@ -92,8 +115,8 @@ def _shape(rng: np.random.Generator, rank: int, zero_ok: bool) -> tuple[int, ...
 def _array(rng: np.random.Generator, shape: tuple[int, ...], dt: str) -> np.ndarray:
     if dt == "f32":
         return rng.uniform(-3, 3, shape).astype(np.float32)
-    if dt == "bool":
-        return rng.random(shape) < 0.5
+    if dt == "bool":   # an array even for shape () (a numpy.bool_ scalar breaks onnxruntime)
+        return np.asarray(rng.random(shape) < 0.5)
     return rng.integers(-9, 10, shape).astype(DTYPES[dt].np)
 
 

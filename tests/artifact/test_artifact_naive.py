@@ -12,6 +12,7 @@ import flowc
 from flowc.examples import zoo
 from flowc.frontend.onnx import import_onnx
 from flowc.ir.interpret import interpret
+from flowc.testing.tolerance import assert_close, is_close
 
 
 def test_mlp_matches_interpreter(naive_mlp, mlp_model):
@@ -19,7 +20,7 @@ def test_mlp_matches_interpreter(naive_mlp, mlp_model):
     model = flowc.load(out)
     x = zoo.sample_input(mlp_model, batch=3, seed=7)["x"]
     want = interpret(import_onnx(mlp_model), {"x": x})["probs"]
-    np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-6)
+    assert_close(model(x), want, "matmul", n=64)
     assert model.run(x=x).keys() == {"probs"}
     assert manifest["inputs"] == [{"name": "x", "c_name": "x", "dtype": "f32",
                                    "shape": [3, 64]}]
@@ -34,7 +35,7 @@ def test_every_storage_case(tmp_path):
     want = interpret(graph, {"x": x})
     assert list(got) == [name for name, _ in graph.outputs]
     for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, err_msg=name)
+        assert_close(got[name], want[name], "elementwise", err_msg=name)
     # add and relu only: the reshape is a view, the constants are weights or inlined
     assert [k["nodes"] for k in manifest["kernels"]] == [["sum"], ["relu"]]
 
@@ -55,7 +56,7 @@ def test_weights_side_file(tmp_path, mlp_model):
     assert (tmp_path / "mlp.weights").stat().st_size == 64 + manifest["weights"]["bytes"]
     x = zoo.sample_input(mlp_model, batch=2)["x"]
     want = interpret(import_onnx(mlp_model), {"x": x})["probs"]
-    np.testing.assert_allclose(flowc.load(tmp_path)(x), want, rtol=1e-5, atol=1e-6)
+    assert_close(flowc.load(tmp_path)(x), want, "matmul", n=64)
 
 
 def test_two_models_in_one_process(tmp_path, mlp_model):
@@ -66,7 +67,7 @@ def test_two_models_in_one_process(tmp_path, mlp_model):
     for model, onnx_model in ((first, mlp_model), (second, other), (first, mlp_model)):
         x = zoo.sample_input(onnx_model, batch=2, seed=3)["x"]
         want = interpret(import_onnx(onnx_model), {"x": x})["probs"]
-        np.testing.assert_allclose(model(x), want, rtol=1e-5, atol=1e-6)
+        assert_close(model(x), want, "matmul", n=64)
 
 
 def test_one_model_from_several_threads(naive_mlp, mlp_model):
@@ -79,7 +80,7 @@ def test_one_model_from_several_threads(naive_mlp, mlp_model):
         for k in range(20):
             x = zoo.sample_input(mlp_model, batch=3, seed=seed * 100 + k)["x"]
             want = interpret(graph, {"x": x})["probs"]
-            if not np.allclose(model(x), want, rtol=1e-5, atol=1e-6):
+            if not is_close(model(x), want, "matmul", n=64):
                 errors.append((seed, k))
 
     threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]

@@ -12,6 +12,7 @@ from artifact_util import compile_naive
 
 import flowc
 from flowc.examples import zoo
+from flowc.testing.tolerance import assert_close
 
 APP = Path(__file__).resolve().parents[2] / "examples" / "c_app"
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
@@ -53,7 +54,7 @@ def test_main_matches_the_python_loader(app_dir, naive_mlp):
     done = subprocess.run([str(app_dir / "main"), str(app_dir / "x.bin")], capture_output=True,
                           text=True, check=True)
     got = parse_outputs(done.stdout)
-    np.testing.assert_allclose(got["probs"], flowc.load(art)(x), rtol=1e-6, atol=1e-7)
+    assert_close(got["probs"], flowc.load(art)(x), "exact")  # printed with %.9g
 
 
 def test_two_models_link_into_one_program(app_dir, tmp_path, mlp_model):
@@ -69,4 +70,4 @@ def test_two_models_link_into_one_program(app_dir, tmp_path, mlp_model):
         model = flowc.load(art)
         (_, dt, shape), = model.inputs
         x = np.sin(phase + 0.1 * np.arange(int(np.prod(shape)))).astype(dt).reshape(shape)
-        np.testing.assert_allclose(got[f"{name}/probs"], model(x), rtol=1e-5, atol=1e-6)
+        assert_close(got[f"{name}/probs"], model(x), "matmul", n=64)

@@ -11,6 +11,7 @@ from flowc.frontend.onnx_backend import FlowcBackend
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
+from flowc.testing.tolerance import assert_close
 
 
 def reshape_graph() -> Graph:
@@ -44,7 +45,7 @@ def test_onnx_backend_compiled_device():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     a, b = np.random.default_rng(1).standard_normal((2, 2, 3)).astype(np.float32)
     (d,) = FlowcBackend.run_model(model, [a, b], device="CPU:compiled")
-    np.testing.assert_allclose(d, np.maximum(a + b, 0), rtol=1e-6)
+    assert_close(d, np.maximum(a + b, 0), "elementwise")
     with pytest.raises(ValueError, match="runs on CPU, CPU:interpret, CPU:compiled, not GPU"):
         FlowcBackend.prepare(model, "GPU")
 
@@ -64,8 +65,8 @@ def test_session_folds_float_inputs_that_decide_shapes():
         for start, limit, delta in ((0.0, 2.0, 0.5), (1.0, 2.0, 0.25), (0.0, 2.0, 0.5)):
             y = session.run({"start": np.float32(start), "limit": np.float32(limit),
                              "delta": np.float32(delta)})["y"]
-            np.testing.assert_allclose(y, np.exp(np.arange(start, limit, delta,
-                                                           dtype=np.float32)), rtol=1e-6)
+            assert_close(y, np.exp(np.arange(start, limit, delta, dtype=np.float32)),
+                         "transcendental")
         assert len(session._models) == 2
     finally:
         session.close()

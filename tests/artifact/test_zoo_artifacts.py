@@ -22,9 +22,11 @@ from flowc.examples import zoo
 from flowc.frontend.onnx import import_onnx
 from flowc.ir import FlowcError
 from flowc.ir.interpret import interpret
+from flowc.testing.tolerance import assert_close
 
 BATCH = 3
-RTOL, ATOL = 1e-4, 1e-5  # f32; onnxruntime and flowc sum in different orders
+# whole models: flowc.testing.tolerance "composite" (onnxruntime and flowc sum in different
+# orders, through matmuls, softmax and layer norm)
 
 
 @pytest.fixture(scope="session")
@@ -67,8 +69,8 @@ def test_zoo_model_matches_onnxruntime(zoo_artifacts, name, threads):
     want = onnxruntime_outputs(model, feeds)
     reference = interpret(import_onnx(model), feeds)
     for out, array in got.items():
-        np.testing.assert_allclose(array, want[out], rtol=RTOL, atol=ATOL, err_msg=out)
-        np.testing.assert_allclose(array, reference[out], rtol=RTOL, atol=ATOL, err_msg=out)
+        assert_close(array, want[out], "composite", err_msg=out)
+        assert_close(array, reference[out], "composite", err_msg=out)
 
 
 @pytest.mark.parametrize("pair", [("mlp", "cnn"), ("transformer_encoder", "mlp")])
@@ -86,7 +88,7 @@ def test_zoo_models_in_one_c_program(zoo_artifacts, tmp_path, pair):
         x = np.sin(phase + 0.1 * np.arange(int(np.prod(shape)))).astype(np.float32)
         want = onnxruntime_outputs(model, {info.name: x.reshape(shape)})
         for out, array in want.items():
-            np.testing.assert_allclose(got[f"{name}/{out}"], array, rtol=RTOL, atol=ATOL)
+            assert_close(got[f"{name}/{out}"], array, "composite")
 
 
 def test_mlp_logits_through_real_kernels(tmp_path):
@@ -98,7 +100,7 @@ def test_mlp_logits_through_real_kernels(tmp_path):
     feeds = zoo.sample_input(model, batch=BATCH, seed=5)
     got = flowc.load(tmp_path, threads=2).run(**feeds)
     for out, array in onnxruntime_outputs(model, feeds).items():
-        np.testing.assert_allclose(got[out], array, rtol=RTOL, atol=ATOL)
+        assert_close(got[out], array, "composite")
 
 
 def test_real_build_is_byte_identical(tmp_path):

@@ -22,6 +22,7 @@ from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
 from flowc.ir.printer import print_graph
 from flowc.runtime.loader import aligned_empty
+from flowc.testing.tolerance import assert_close, op_kind
 
 _WORK = Path(tempfile.mkdtemp(prefix="flowc-codegen-tests-"))
 _CACHE: dict[tuple[str, str], ctypes.CDLL] = {}
@@ -90,18 +91,16 @@ def op_body(op: str, inputs: list, attrs: dict | None = None, consts: tuple = ()
 
 
 def check_op(op: str, inputs: list, attrs: dict | None = None, consts: tuple = (),
-             rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """Compile `op` on `inputs`, run it, and compare every output with the interpreter."""
+             kind: str | None = None, n: int | None = None) -> None:
+    """Compile `op` on `inputs`, run it, and compare every output with the interpreter,
+    within flowc.testing.tolerance's `kind` (default: the op's, `op_kind`) for `n` terms
+    (default: the largest operand's size, a bound on any sum's length)."""
     body = op_body(op, inputs, attrs, consts)
     feeds = [a for k, a in enumerate(inputs) if a is not None and
              (k not in consts or np.asarray(a).size > 16)]
     expected = interpret(body, {n.name: a for n, a in zip(body.inputs, feeds, strict=True)})
     got = run_body(body, feeds)
+    kind = kind or op_kind(op)
+    n = n or max([np.asarray(a).size for a in inputs if a is not None] + [1])
     for (name, _), y in zip(body.outputs, got, strict=True):
-        want = expected[name]
-        assert y.shape == want.shape and y.dtype == want.dtype, (y.shape, want.shape)
-        if want.dtype.kind == "f" or want.dtype.name == "bfloat16":
-            np.testing.assert_allclose(y.astype(np.float64), want.astype(np.float64),
-                                       rtol=rtol, atol=atol, err_msg=f"{op} output {name}")
-        else:
-            np.testing.assert_array_equal(y, want, err_msg=f"{op} output {name}")
+        assert_close(y, expected[name], kind, n, err_msg=f"{op} output {name}")

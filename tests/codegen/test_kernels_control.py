@@ -9,6 +9,7 @@ from flowc.codegen.kernels import single_node_body
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
+from flowc.testing.tolerance import assert_close
 
 
 def _branch(op: str) -> Graph:
@@ -35,7 +36,7 @@ def test_if_runs_the_chosen_branch(cond):
     got = run_body(body, feeds)
     want = interpret(body, {n.name: a for n, a in zip(body.inputs, feeds, strict=True)})
     for value, name in zip(got, ("out0", "out1"), strict=True):
-        np.testing.assert_allclose(value, want[name], rtol=1e-6)
+        assert_close(value, want[name], "elementwise")
 
 
 def _loop_body(with_cond: bool) -> Graph:
@@ -79,4 +80,4 @@ def test_loop_carried_captured_and_scan(with_cond):
     got = run_body(kernel, feeds)
     want = interpret(kernel, {n.name: a for n, a in zip(kernel.inputs, feeds, strict=True)})
     for value, (name, _) in zip(got, kernel.outputs, strict=True):
-        np.testing.assert_allclose(value, want[name], rtol=1e-6)
+        assert_close(value, want[name], "elementwise")

@@ -32,7 +32,7 @@ X = f(3, 4, 5)
      {"num_outputs": 2}),
 ])
 def test_nn(op, inputs, attrs):
-    check_op(op, inputs, attrs, rtol=1e-4, atol=1e-5)
+    check_op(op, inputs, attrs)
 
 
 @pytest.mark.parametrize("op,inputs,attrs", [
@@ -57,8 +57,7 @@ def test_nn(op, inputs, attrs):
                                                         "auto_pad": "SAME_UPPER"}),
 ])
 def test_conv(op, inputs, attrs):
-    tol = 1e-2 if inputs[0].dtype == np.float16 else 1e-4
-    check_op(op, inputs, attrs, rtol=tol, atol=tol)
+    check_op(op, inputs, attrs)
 
 
 @pytest.mark.parametrize("op,inputs,attrs", [
@@ -88,7 +87,7 @@ def test_conv(op, inputs, attrs):
     ("global_average_pool", [f(2, 3, 7)], {}),
 ])
 def test_pool(op, inputs, attrs):
-    check_op(op, inputs, attrs, rtol=1e-5, atol=1e-5)
+    check_op(op, inputs, attrs)
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", [
@@ -109,7 +108,7 @@ def test_conv_strategy_applies_without_fallback(x_shape, w_shape, attrs):
     assert "fallback" not in seen["k.schedule.mlir"]
     assert "linalg.conv_2d_nhwc_hwcf" in seen["k.schedule.mlir"]
     assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
-    check_op("conv", [f(*x_shape), f(*w_shape)], attrs, rtol=1e-4, atol=1e-4)
+    check_op("conv", [f(*x_shape), f(*w_shape)], attrs)
 
 
 def test_an_optional_result_without_lowering_is_a_clear_error(monkeypatch):

@@ -17,9 +17,9 @@ from flowc.examples import zoo
 from flowc.frontend.onnx import import_onnx
 from flowc.ir.interpret import interpret
 from flowc.ir.parser import parse
+from flowc.testing.tolerance import assert_close
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "memory_plan.py"
-RTOL, ATOL = 1e-4, 1e-5  # f32, as the zoo's end-to-end tests
 
 
 def load_bench():
@@ -68,7 +68,7 @@ def test_in_place_artifacts_match_the_interpreter(tmp_path, name, capsys):
     got = flowc.load(tmp_path / name).run(**feeds)
     want = interpret(import_onnx(model), feeds)
     for out, array in got.items():
-        np.testing.assert_allclose(array, want[out], rtol=RTOL, atol=ATOL, err_msg=out)
+        assert_close(array, want[out], "composite", err_msg=out)
 
 
 PLACED = """
@@ -105,7 +105,7 @@ def test_placed_nodes_get_an_arena_region_per_device(tmp_path, capsys):
             f"{cpu1['arena_offset']}\n") in header
     x = np.random.default_rng(3).standard_normal((4, 40)).astype(np.float32)
     got = flowc.load(tmp_path / "placed").run(x=x)["y"]
-    np.testing.assert_allclose(got, interpret(graph, {"x": x})["y"], rtol=RTOL, atol=ATOL)
+    assert_close(got, interpret(graph, {"x": x})["y"], "composite")
 
 
 def test_schedule_is_close_to_the_optimal_order_on_random_dags():
@@ -123,4 +123,4 @@ def test_deep_mlp_artifact_matches_the_interpreter(tmp_path):
     x = np.random.default_rng(9).standard_normal((4, 64)).astype(np.float32)
     (got,) = flowc.load(tmp_path / "mlp50").run(x=x).values()
     (want,) = interpret(import_onnx(model), {"x": x}).values()
-    np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    assert_close(got, want, "composite")

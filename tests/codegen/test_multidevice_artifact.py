@@ -5,7 +5,8 @@ interpreter (loader, and a C program linking libNAME.a, one context per thread);
 manifest and header state each device's arena; lossy_bf16 transfers; clear errors. The
 model's cpu:0 waits for a value cpu:1 computes from one cpu:0 sent, so running the
 partitions one after the other would hang: the runs show they run concurrently.
-Tolerances: exact float32 kernels vs numpy differ by libm/FMA rounding only (rtol 1e-5)."""
+Tolerances: flowc.testing.tolerance, whole graphs ("composite"); bf16 transfers: one bf16
+rounding carried through the graph (bf16 "transcendental", 16 ulp of bf16)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.interpret import interpret
+from flowc.testing.tolerance import assert_close, tolerance
 
-RTOL, ATOL = 1e-5, 1e-5
+COMPOSITE = tolerance(np.float32, "composite")
 CHANNEL = {"tensor_name": "a:0", "send_device": "cpu:0", "recv_device": "cpu:1"}
 
 
@@ -70,13 +72,14 @@ def artifact(tmp_path_factory):
     return out, flowc.compile(graph, out, dump_dir=root / "dump"), graph
 
 
-def check(model, graph, rtol=RTOL, atol=ATOL, x=None):
+def check(model, graph, tol=COMPOSITE, x=None):
     x = x if x is not None else feeds()
     got = model.run(**x)
     want = interpret(graph, x)
     assert set(got) == set(want)
     for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=rtol, atol=atol, err_msg=name)
+        np.testing.assert_allclose(got[name], want[name], rtol=tol.rtol, atol=tol.atol,
+                                   err_msg=name)
 
 
 def test_partitioned_artifact_matches_the_interpreter(artifact):
@@ -120,7 +123,7 @@ def test_one_model_runs_from_several_threads(artifact):
                 for _ in range(20):
                     got = model.run(**x)
                     for name in want:
-                        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=ATOL)
+                        assert_close(got[name], want[name], "composite")
         except BaseException as exc:
             errors.append(exc)
 
@@ -142,7 +145,7 @@ def test_lossy_bf16_transfers(tmp_path):
     sends = {s["key"]: s["bytes"] for p in manifest["partitions"] for s in p["sends"]}
     assert sends["cpu:0;MatMul:0;cpu:1"] == 4 * 8 * 2  # bf16 on the wire
     with flowc.load(tmp_path) as model:
-        check(model, graph, rtol=2e-2, atol=2e-2)
+        check(model, graph, tolerance("bfloat16", "transcendental"))
 
 
 C_MAIN = r"""
@@ -211,7 +214,8 @@ def run_c_main(tmp_path, graph) -> None:
     want = interpret(graph, x)
     for name, values in want.items():
         np.testing.assert_allclose(np.array(got[name], np.float32).reshape(values.shape),
-                                   values, rtol=RTOL, atol=ATOL, err_msg=name)
+                                   values, rtol=COMPOSITE.rtol, atol=COMPOSITE.atol,
+                                   err_msg=name)
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs cc")
@@ -245,10 +249,11 @@ def test_runtime_is_race_free_under_thread_sanitizer(artifact, tmp_path):
     run_c_main(tmp_path, graph)
 
 
-def test_a_gpu_placement_is_a_clear_error(tmp_path):
-    graph = placed_model(("cpu:0", "gpu:0"))
-    with pytest.raises(FlowcError, match=r"node 'Mul' \(fused\) at .* is placed on gpu:0: "
-                                         r"flowc artifacts build code for cpu devices only"):
+def test_two_gpu_devices_are_a_clear_error(tmp_path):
+    """(cpu:0 + gpu:0 mixed artifacts: tests/codegen/test_gpu_mixed.py.)"""
+    graph = placed_model(("gpu:0", "gpu:1"))
+    with pytest.raises(FlowcError, match=r"nodes .* on gpu:0 and .* on gpu:1: an artifact "
+                                         "runs on one GPU device so far"):
         flowc.compile(graph, tmp_path)
 
 
@@ -302,16 +307,17 @@ def test_a_recv_without_its_send_is_refused():
         build_program(g, "pp")
 
 
-def test_cli_compile_reports_a_gpu_placement(tmp_path):
+def test_cli_compile_reports_two_gpu_devices(tmp_path):
     src = tmp_path / "g.flowc"
     src.write_text('graph @g(%x: f32[4]) -> (y: f32[4]) {\n'
                    '  %0 = neg %x : (f32[4]) -> f32[4] @gpu:0 loc("n")\n'
-                   '  return %0\n}\n')
+                   '  %1 = exp %0 : (f32[4]) -> f32[4] @gpu:1 loc("e")\n'
+                   '  return %1\n}\n')
     done = subprocess.run([sys.executable, "-m", "flowc", "compile", str(src), "-o",
                            str(tmp_path / "out")], capture_output=True, text=True)
     assert done.returncode == 1
-    assert done.stderr.startswith("flowc: error: node 'n' (neg) is placed on gpu:0: flowc "
-                                  "artifacts build code for cpu devices only")
+    assert done.stderr.startswith("flowc: error: nodes 'n' (neg) on gpu:0 and 'e' (exp) on "
+                                  "gpu:1: an artifact runs on one GPU device so far")
 
 
 def test_a_graph_input_and_output_cross_devices(tmp_path):

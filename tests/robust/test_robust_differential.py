@@ -15,7 +15,7 @@ import pytest
 from flowc.ir.interpret import interpret
 from flowc.ir.parser import parse
 from flowc.testing.diff import PIPELINES, check, compare, run_compiled, shrink
-from flowc.testing.graphgen import Recipe, build, random_recipe
+from flowc.testing.graphgen import Recipe, build, feeds, random_recipe, with_special_values
 
 REGRESSIONS = sorted((Path(__file__).parent / "regressions").glob("*.flowc"))
 ENGINES = len(PIPELINES) + 2   # interpreter, one artifact per pipeline, onnxruntime
@@ -30,6 +30,24 @@ def _run(seeds, nodes, tmp_path):
 
 def test_robust_quick_differential(tmp_path):
     _run(range(1000, 1004), 6, tmp_path)
+
+
+def test_robust_quick_differential_special_values(tmp_path):
+    """Inputs holding NaN, +-inf, -0, large, tiny and subnormal values: the compiled
+    artifacts propagate them as the interpreter (numpy) does."""
+    seeds = range(1, 5)
+    problems = {s: check(with_special_values(random_recipe(s, 8), s), tmp_path, onnx=False)
+                for s in seeds}
+    print(f"\ndifferential (special values): {len(problems)} graphs, "
+          f"{len(problems) * (len(PIPELINES) + 1)} executions")
+    assert not {s: p for s, p in problems.items() if p}
+    changed = []
+    for seed in seeds:
+        plain = feeds(random_recipe(seed, 8))
+        special = feeds(with_special_values(random_recipe(seed, 8), seed))
+        changed += [(~np.isclose(special[k], v)).mean() for k, v in plain.items()
+                    if v.dtype == np.float32 and v.size > 20]
+    assert changed and all(0.05 < c < 0.4 for c in changed)   # about 20% replaced
 
 
 @pytest.mark.slow

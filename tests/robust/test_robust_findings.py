@@ -13,7 +13,7 @@ import flowc
 from flowc.frontend.onnx import import_onnx
 from flowc.ir.errors import FlowcError
 from flowc.runtime.errors import ArtifactError
-from flowc.testing.graphgen import build, random_recipe
+from flowc.testing.graphgen import build, feeds, random_recipe
 
 
 def _model(nodes, inits=()):
@@ -56,6 +56,9 @@ def artifact(tmp_path_factory):
     (("outputs", 0, "shape"), [-1], "malformed outputs entry"),
     (("name",), "a/b", "malformed name 'a/b'"),
     (("threads_default",), "many", "malformed threads_default 'many'"),
+    # found by the long fuzz run (FileNotFoundError from stat): a weights file the
+    # manifest names but the directory lacks
+    (("weights",), {"file": "x", "bytes": 1}, "missing weights file 'x' (named by the"),
 ])
 def test_robust_altered_manifest_field(artifact, tmp_path, path, value, message):
     """Was: TypeError/AttributeError/KeyError from the loader on a manifest field of the
@@ -76,3 +79,16 @@ def test_robust_unaltered_artifact_still_loads(artifact):
     with flowc.load(artifact, threads=1) as model:
         out = model.run(**{n: np.ones(s, d) for n, d, s in model.inputs})
     assert set(out) == {n for n, _, _ in model.outputs}
+
+
+def test_robust_scalar_bool_input_is_an_array():
+    """Found by the long differential run (seed 1211): a rank-0 bool input was drawn as a
+    numpy.bool_ scalar, which onnxruntime refuses ("Unable to handle object of type
+    numpy.bool"); graphgen now draws an array of shape ()."""
+    from flowc.testing.onnx_export import run_onnxruntime
+
+    recipe = random_recipe(1211, 10)
+    inputs = feeds(recipe)
+    assert any(v.dtype == np.bool_ and v.shape == () for v in inputs.values())
+    assert all(isinstance(v, np.ndarray) for v in inputs.values())
+    assert set(run_onnxruntime(recipe, inputs)) == {f"y{i}" for i in range(len(recipe.outputs))}

@@ -6,7 +6,7 @@ arguments (arrays of wrong shapes and dtypes, wrong names, non-arrays).
 Each property: a bad input gives the surface's clear error (FlowcError for the compiler,
 ArtifactError for the runtime), never another exception, a crash or a wrong answer. The
 example counts are modest so the default suite stays fast; FLOWC_FUZZ_EXAMPLES raises them
-(docs/robustness.md records the long runs).
+and FLOWC_FUZZ_RANDOM=1 draws fresh examples (docs/robustness.md records the long runs).
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from flowc.runtime.errors import ArtifactError
 from flowc.testing.graphgen import build, random_recipe
 
 EXAMPLES = int(os.environ.get("FLOWC_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+# FLOWC_FUZZ_RANDOM=1: fresh random examples (long runs); by default the same ones each run
+FUZZ = settings(max_examples=EXAMPLES, deadline=None,
+                derandomize=not os.environ.get("FLOWC_FUZZ_RANDOM"),
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])
 FUZZ_FILES = settings(FUZZ, max_examples=max(EXAMPLES // 4, 1))   # each loads a library

@@ -64,7 +64,7 @@ def test_robust_runtime_under_asan_ubsan(driver):
     threaded results equal single-threaded ones."""
     result = _run(driver, leaks=False)
     assert result.returncode == 0, result.stderr[-3000:]
-    print(f"\nsanitizers: {result.stdout.strip()} runs clean")
+    print(f"\nsanitizers: {result.stdout.strip()}, clean")
     assert result.stdout.startswith("ok ")
 
 

@@ -173,11 +173,13 @@ def _stash_dtype(attrs, x: TensorType):
 def _layer_norm_kernel(ctx: KernelContext, x, scale, b=None):
     axis = ctx.attrs["axis"] % x.ndim
     axes = tuple(range(axis, x.ndim))
-    acc = _acc(x.dtype)
+    # statistics in f64: the variance of f32 values beyond 1.8e19 (and the sum of values
+    # near the f32 limit) would overflow in f32; the result is rounded once, to x's dtype
+    acc = np.dtype(np.float64)
     xa = x.astype(acc, copy=False)
     mean = xa.mean(axis=axes, keepdims=True)
     var = np.square(xa - mean).mean(axis=axes, keepdims=True)
-    inv_std = 1 / np.sqrt(var + acc.type(ctx.attrs["epsilon"]))
+    inv_std = 1 / np.sqrt(var + acc.type(_acc(x.dtype).type(ctx.attrs["epsilon"])))
     y = (xa - mean) * inv_std * scale.astype(acc)
     if b is not None:
         y = y + b.astype(acc)
@@ -193,7 +195,7 @@ define("layer_normalization", ("X", "Scale", "B?"), _layer_norm_infer, _layer_no
        onnx="LayerNormalization",
        attrs=[AttrSpec("axis", "int", -1), AttrSpec("epsilon", "float", 1e-5),
               AttrSpec("stash_type", "int", 1), AttrSpec("num_outputs", "int", 1)],
-       doc="ONNX LayerNormalization over dims [axis, rank); statistics in >= f32. "
+       doc="ONNX LayerNormalization over dims [axis, rank); statistics in f64. "
            "num_outputs (1-3) selects Y, Mean, InvStdDev (Mean and InvStdDev keep the "
            "normalized dims as 1s).")
 

@@ -1,6 +1,11 @@
 """Reductions: sum, mean, max, min, prod (ONNX-18 form, axes as an optional operand; the
 importer turns the older `axes` attribute into that operand), argmax and argmin. Max and
-min take bool too (ONNX-20)."""
+min take bool too (ONNX-20); they propagate NaN, as numpy does.
+
+Sums and means of floats narrower than f64 accumulate in f64 and round once at the end
+(the compiled kernels do the same, lower/reduce.py): long rows lose no accuracy (a 1e6-term
+f32 sum is within a rounding of the exact one) and partial sums of values near the f32
+limit do not overflow when the total does not."""
 
 from __future__ import annotations
 
@@ -65,6 +70,12 @@ def _identity(fn, np_dtype: np.dtype):
     return info.min if fn is np.max else info.max
 
 
+def _wide_accumulation(np_dtype: np.dtype) -> bool:
+    """Floats narrower than f64 (f32, f16, bf16, the f8 types) are summed in f64."""
+    dt = dtype(np_dtype)
+    return dt.is_float and dt.bits < 64
+
+
 def _reducer(fn):
     def kernel(ctx, x, axes=None):
         if axes is None or axes.size == 0:
@@ -76,6 +87,10 @@ def _reducer(fn):
         keep = bool(ctx.attrs["keepdims"])
         if fn in (np.max, np.min):
             result = fn(x, axis=axis, keepdims=keep, initial=_identity(fn, x.dtype))
+        elif fn in (np.sum, np.mean) and _wide_accumulation(x.dtype):
+            result = fn(x.astype(np.float64), axis=axis, keepdims=keep)
+            if x.dtype == ml_dtypes.bfloat16:   # rounded through f32, as compiled code does
+                result = np.asarray(result).astype(np.float32)
         else:
             result = fn(x, axis=axis, keepdims=keep)
         return np.asarray(result).astype(x.dtype, copy=False)
