@@ -25,8 +25,8 @@ with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps
 5. `check_llvm_only` refuses, with the ops named, a module still holding ops other than
    the LLVM and OpenMP dialects' (translating one would abort the process). Parallel
    loops become OpenMP regions whose translation calls `__kmpc_fork_call`,
-   `__kmpc_global_thread_num`, `__kmpc_for_static_init_*`, `__kmpc_for_static_fini` and
-   `__kmpc_barrier`, which the artifact's runtime provides under its prefix.
+   `__kmpc_global_thread_num` and `__kmpc_dispatch_init_*`/`_next_*` (see parallel.py),
+   which the artifact's runtime provides under its prefix.
 """
 
 from __future__ import annotations

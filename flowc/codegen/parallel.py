@@ -13,11 +13,12 @@ Contract: `lower_parallel(module, what)` takes a kernel module after bufferizati
 2. Serialize: each outermost `scf.forall` whose estimated work is below
    `MIN_PARALLEL_WORK` becomes `scf.for` loops, so that a tiny kernel never pays a fork.
 3. The remaining foralls become `omp.parallel` regions holding one `omp.wsloop`
-   (upstream `scf-forall-to-parallel`, `convert-scf-to-openmp`), each wsloop marked
-   `nowait`: the region ends right after it, and the runtime's join (pool_run returning)
-   already waits for every slot, so the barrier a worksharing loop ends with would be a
-   second synchronization for nothing (and the runtime can let the caller run slots no
-   worker has started only in regions without barriers).
+   (upstream `scf-forall-to-parallel`, `convert-scf-to-openmp`). Each wsloop gets a
+   dynamic schedule (`__kmpc_dispatch_init/next`: the runtime gives each thread chunks of
+   its static share, then lets it take chunks of shares not started, so a descheduled
+   thread delays a loop by one chunk at most) and `nowait`: the region ends right after
+   it, and the runtime's join (pool_run returning) already waits for every slot, so the
+   barrier a worksharing loop ends with would be a second synchronization for nothing.
 
 The work estimate (`work`) counts scalar operations: each arith/math/vector op or memory
 access weighs the elements it produces or moves (a vector<16xf32> FMA weighs 16), multiplied
@@ -61,7 +62,7 @@ def lower_parallel(module: ir.Module, what: str) -> None:
     serialize_small_loops(module, what)
     cpu_pipeline.run_passes(module, "func.func(scf-forall-to-parallel),convert-scf-to-openmp", what)
     for loop in _ops_named(module.operation, "omp.wsloop"):
-        _mark_nowait(loop)
+        _schedule(loop)
 
 
 def split_big_ops(module: ir.Module, what: str) -> None:
@@ -289,9 +290,12 @@ def _inside(op: ir.Operation, name: str) -> bool:
     return False
 
 
-def _mark_nowait(loop: ir.Operation) -> None:
-    """`nowait` on a wsloop that is the last op of its omp.parallel region (nothing after
-    it could read another thread's iterations before the join)."""
+def _schedule(loop: ir.Operation) -> None:
+    """A dynamic schedule (the runtime hands out chunks of each thread's static share, then
+    the chunks others have not started: `__kmpc_dispatch_*`), and `nowait` when the wsloop
+    is the last op of its omp.parallel region (nothing after it could read another thread's
+    iterations before the join)."""
+    loop.attributes["schedule_kind"] = ir.Attribute.parse("#omp<schedulekind dynamic>")
     parent = loop.parent
     if parent.name != "omp.parallel":
         return
