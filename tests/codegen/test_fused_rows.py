@@ -54,9 +54,10 @@ def test_layer_norm_rows_broadcast_params(scale_shape, bias_shape):
 def test_layer_norm_rows_large_offset():
     """Mean then centered variance (two passes over the cached row): a large common offset
     does not cancel the variance away, as E[x^2] - E[x]^2 would (in f32 that loses every
-    digit here); within the harness's tolerance for layer norm."""
+    digit here). The inputs themselves hold only ~1e-4 of their spread (ulp(1e3) / 0.5);
+    the tolerance is a few times that."""
     x = f(8, 256, scale=0.5, offset=1e3)
-    check_op("layer_normalization", [x, f(256), f(256)], {"axis": -1})
+    check_op("layer_normalization", [x, f(256), f(256)], {"axis": -1}, kind="composite")
 
 
 @pytest.mark.parametrize("op,ins,parallel", [
