@@ -38,7 +38,7 @@ from mlir.dialects import llvm as llvm_dialect
 from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
-from flowc.codegen import contractions, parallel, vmath
+from flowc.codegen import parallel, vmath
 from flowc.codegen.strategy import STRATEGIES, epilogue
 from flowc.codegen.strategy.common import FINISH_VECTORS
 from flowc.codegen.target import Target
@@ -128,8 +128,6 @@ def lower(module: ir.Module, target: Target, what: str,
     fail on some shape, the kernel is lowered without them (plain loops) rather than not
     at all; the dumped schedule then starts with a `// fallback:` line saying why."""
     run_passes(module, PREPARE, what)
-    if contractions.restore(module):  # matmuls PREPARE's reshape propagation generalized
-        run_passes(module, "canonicalize,cse", what)
     vmath.approximate(module)
     module = epilogue.fuse(module, target, what)  # matmul epilogues into its column blocks
     prepared = str(module)
