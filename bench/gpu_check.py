@@ -2,7 +2,9 @@
 CUDA driver only (torch optional, for comparison).
 
 1. every zoo model: its artifact's outputs on `inputs.npz` against the interpreter's
-   `expected.npz` (rtol/atol 1e-3; prints the max error per output);
+   `expected.npz` (rtol/atol 1e-3; prints the max error per output); then the same for
+   each mixed CPU+GPU artifact of `mixed/` (half its nodes on the GPU, the send/recv
+   between them copies on the GPU's stream), with its median time per run;
 2. timings (median of --repeats runs after a warm-up, through the loader, so each includes
    the host<->device copies of inputs and outputs): matmul 4096^3 f32 (and bf16 when built)
    as TFLOP/s, the elementwise chain as GB/s (3 arrays of 2^24 f32 touched); torch's
@@ -67,6 +69,34 @@ def _torch_times(info: dict, repeats: int) -> dict[str, float]:
     return out
 
 
+def _check_models(load, error: type, root: Path, names: list[str], label: str, lines: list[str],
+                  repeats: int) -> bool:
+    """Run each artifact `root/NAME` (loaded by `load`; `error`: what it raises) on its
+    inputs.npz against expected.npz; a table row per output (max abs error, ok, median ms
+    per run), or one row with the error when it cannot load; True when any failed."""
+    failed = False
+    for name in names:
+        where = root / name
+        try:
+            model = load(where)
+        except error as exc:  # a device error: report it, check the rest
+            lines.append(f"| {label}{name} | - | {exc} | NO | - |")
+            failed = True
+            continue
+        feeds = dict(np.load(where / "inputs.npz"))
+        expected = dict(np.load(where / "expected.npz"))
+        got = model.run(**feeds)
+        ms = _median_time(lambda m=model, f=feeds: m.run(**f), repeats) * 1e3
+        for out_name, want in expected.items():
+            have = np.asarray(got[out_name])
+            err = float(np.max(np.abs(have.astype(np.float64) - want))) if want.size else 0.0
+            ok = have.shape == want.shape and np.allclose(have, want, rtol=1e-3, atol=1e-3)
+            failed |= not ok
+            lines.append(f"| {label}{name} | {out_name} | {err:.2e} | {'yes' if ok else 'NO'} "
+                         f"| {ms:.3f} |")
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bundle", type=Path)
@@ -74,24 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     bundle = args.bundle.resolve()
     sys.path.insert(0, str(bundle / "py"))
+    from flowc.runtime.errors import ArtifactError
     from flowc.runtime.loader import load
 
     info = json.loads((bundle / "bundle.json").read_text())
     lines = [f"# GPU check of {bundle.name}", "", f"archs built: {', '.join(info['archs'])}", ""]
+    lines += ["| model | output | max abs error | ok | ms/run |",
+              "| --- | --- | --- | --- | --- |"]
     failed = False
-    lines += ["| model | output | max abs error | ok |", "| --- | --- | --- | --- |"]
-    for name in info["zoo"]:
-        where = bundle / "zoo" / name
-        model = load(where)
-        feeds = dict(np.load(where / "inputs.npz"))
-        expected = dict(np.load(where / "expected.npz"))
-        got = model.run(**feeds)
-        for out_name, want in expected.items():
-            have = np.asarray(got[out_name])
-            err = float(np.max(np.abs(have.astype(np.float64) - want))) if want.size else 0.0
-            ok = have.shape == want.shape and np.allclose(have, want, rtol=1e-3, atol=1e-3)
-            failed |= not ok
-            lines.append(f"| {name} | {out_name} | {err:.2e} | {'yes' if ok else 'NO'} |")
+    for section, label in (("zoo", ""), ("mixed", "mixed ")):
+        failed |= _check_models(load, ArtifactError, bundle / section, info.get(section, []),
+                                label, lines, args.repeats)
     lines += ["", "| work | flowc (incl. copies) | figure | torch (device) | figure |",
               "| --- | --- | --- | --- | --- |"]
     torch_times = _torch_times(info, args.repeats)

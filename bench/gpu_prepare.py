@@ -8,6 +8,11 @@ The bundle directory (default `bench/results/gpu_bundle`, kept well under 64 MiB
   compiles; the reason is written to `skipped.txt` otherwise);
 - `chain/`: an elementwise chain (add, mul, tanh, exp, sub over 2^24 f32 elements), which
   the fuse pass makes one kernel;
+- `mixed/<model>/`: each zoo model compiled for this host with `--devices cpu:0,gpu:0`
+  and every other node pinned to gpu:0 (the rest to cpu:0): ONE artifact with a CPU and a
+  GPU partition whose send/recv pairs are copies on the GPU's stream, with the same
+  `inputs.npz` / `expected.npz`; their CPU partitions are built for baseline x86-64
+  (`--target x86-64`), so any x86-64 GPU machine runs them;
 - `bundle.json`: what is there, flop and byte counts for the timing report.
 On the GPU machine `bench/gpu_check.sh BUNDLE` runs them with numpy and the driver only.
 
@@ -58,6 +63,28 @@ def _chain_graph(n: int) -> Graph:
     return g
 
 
+def alternate_placement(graph: Graph, batch: int) -> list[str]:
+    """`--place` pins putting every other compute node (of those the passes before
+    placement leave) on gpu:0 and the rest on cpu:0: transfers both ways at every step."""
+    from flowc.codegen.bind import bind_dims
+    from flowc.passes import PassManager, parse_pipeline
+
+    graph = bind_dims(graph, batch, None, strict=False)[0]
+    graph = PassManager(parse_pipeline("cse,constant-fold,simplify,cse,prune")).run(graph)
+    nodes = [n for n in graph.nodes if n.op != "constant" and n.name]
+    return [f"{n.name}={'gpu:0' if i % 2 else 'cpu:0'}" for i, n in enumerate(nodes)]
+
+
+def _compile_mixed(model, graph: Graph, out: Path, archs: list[str]) -> None:
+    t0 = time.perf_counter()
+    manifest = flowc.compile(model, out, target="x86-64", devices="cpu:0,gpu:0",
+                             gpu_archs=archs, cache=False, batch=2,
+                             place=alternate_placement(graph, 2))
+    transfers = sum(len(p["sends"]) for p in manifest["partitions"])
+    print(f"  mixed {out.name}: compiled in {time.perf_counter() - t0:.1f} s, partitions "
+          f"{[p['device'] for p in manifest['partitions']]}, {transfers} channels")
+
+
 def _compile(model, out: Path, archs: list[str], **kw) -> dict:
     t0 = time.perf_counter()
     manifest = flowc.compile(model, out, target="nvptx", gpu_archs=archs, cache=False, **kw)
@@ -76,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    info: dict = {"archs": archs, "zoo": [], "timings": {}}
+    info: dict = {"archs": archs, "zoo": [], "mixed": [], "timings": {}}
     for name in sorted(zoo.MODELS):
         model = zoo.MODELS[name]()
         feeds = zoo.sample_input(model, batch=2)
@@ -87,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         np.savez(out / "zoo" / name / "expected.npz",
                  **{k: np.asarray(v) for k, v in expected.items()})
         info["zoo"].append(name)
+        _compile_mixed(model, graph, out / "mixed" / name, archs)
+        for f in ("inputs.npz", "expected.npz"):
+            shutil.copy(out / "zoo" / name / f, out / "mixed" / name / f)
+        info["mixed"].append(name)
     n = MATMUL_N
     for dtype in ("f32", "bf16"):
         where = out / f"matmul_{dtype}"
@@ -104,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "py" / "flowc" / "runtime").mkdir(parents=True)  # the numpy-only loader
     (out / "py" / "flowc" / "__init__.py").write_text('"""flowc\'s loader only."""\n')
     runtime = Path(flowc.__file__).parent / "runtime"
-    for f in ("__init__.py", "loader.py", "abi.py", "errors.py"):
-        shutil.copy(runtime / f, out / "py" / "flowc" / "runtime" / f)
+    for f in sorted(runtime.glob("*.py")):  # runtime/ imports no compiler part (a test checks)
+        shutil.copy(f, out / "py" / "flowc" / "runtime" / f.name)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"bundle {out}: {size / 2**20:.1f} MiB")
     if size > 64 * 2**20:

@@ -1,5 +1,7 @@
 """Shared by bench/kernels_matmul.py and bench/kernels_conv.py: compile one body, load it
 with ctypes, time it next to a numpy function in the same process, write the results.
+`time_interleaved` (rounds of several functions, one call each per round) also serves
+bench/perf.py.
 
 numpy's BLAS is limited to the thread count asked (default 1: the kernels are
 single-threaded) by setting OPENBLAS_NUM_THREADS/OMP_NUM_THREADS before numpy is imported,
@@ -21,8 +23,11 @@ import time
 from pathlib import Path
 
 
-def parse_args(description: str) -> argparse.Namespace:
+def parse_args(description: str, extra: list[tuple[str, str]] = ()) -> argparse.Namespace:
+    """The shared options, plus `extra` (flag, help) string options."""
     parser = argparse.ArgumentParser(description=description)
+    for flag, text in extra:
+        parser.add_argument(flag, help=text)
     parser.add_argument("--threads", type=int, default=1, help="numpy BLAS threads (default 1)")
     parser.add_argument("--repeats", type=int, default=15, help="timed runs per size")
     parser.add_argument("--target", default="host", help="flowc target (must be runnable)")
@@ -71,19 +76,32 @@ def aligned(array):
     return out
 
 
+def time_interleaved(fns: dict, min_runs: int, min_time: float = 0.0, max_runs: int = 1000,
+                     warmup: int = 1) -> dict[str, list[float]]:
+    """{name: seconds of each round}: every round calls each of `fns` once, in order, so
+    machine load hits them alike; `warmup` untimed rounds first, then rounds until there
+    are `min_runs` and `min_time` seconds have passed (at most `max_runs`)."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    start = time.perf_counter()
+    while len(times[next(iter(fns))]) < max_runs:
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+        if len(times[next(iter(fns))]) >= min_runs and time.perf_counter() - start >= min_time:
+            break
+    return times
+
+
 def time_pair(ours, theirs, repeats: int) -> tuple[float, float, float]:
     """Median seconds of `ours()` and `theirs()` run alternately (so machine load hits both
     alike), and the median of the per-round ratios theirs/ours."""
-    ours(), theirs()  # warm up
-    a, b, ratios = [], [], []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        ours()
-        a.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        theirs()
-        b.append(time.perf_counter() - t)
-        ratios.append(b[-1] / a[-1])
+    times = time_interleaved({"ours": ours, "theirs": theirs}, repeats, max_runs=repeats)
+    a, b = times["ours"], times["theirs"]
+    ratios = [y / x for x, y in zip(a, b, strict=True)]
     return statistics.median(a), statistics.median(b), statistics.median(ratios)
 
 

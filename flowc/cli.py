@@ -1,8 +1,9 @@
 """The `flowc` command: `opt` (parse, run passes, print), `run` (interpret), `verify`,
 `import`; `compile`, `inspect`, `demo` and `run DIR` live in `cli_artifact.py`.
 
-Contract: `main(argv)` returns the exit status. Every FlowcError, and every OSError from
-reading or writing a file, is printed as `flowc: error: MESSAGE` on stderr with exit
+Contract: `main(argv)` returns the exit status. Every FlowcError, every ArtifactError (an
+artifact directory that cannot be loaded or run), and every OSError from reading or
+writing a file, is printed as `flowc: error: MESSAGE` on stderr with exit
 status 1, never as a traceback.
 """
 
@@ -18,6 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from flowc import cli_artifact
+from flowc.cli_common import (
+    add_report_options,
+    emit_results,
+    load_inputs,
+    parse_binding,
+    progress_from,
+    random_array,
+    write_text,
+)
 from flowc.cli_profile import add_profile_command
 from flowc.cli_view import add_view_command
 from flowc.ir.errors import FlowcError
@@ -27,6 +37,7 @@ from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
 from flowc.passes import PASSES, PIPELINES, PassManager, parse_pipeline
 from flowc.passes.manager import format_statistics, format_timing
+from flowc.runtime.errors import ArtifactError
 
 SPLIT_RE = re.compile(r"^// -----[ \t]*$", re.MULTILINE)
 SPLIT_MARKER = "// -----\n"
@@ -104,19 +115,24 @@ def cmd_opt(args: argparse.Namespace) -> int:
         dump_dir = args.dump_dir
         if dump_dir is not None and len(chunks) > 1:
             dump_dir = str(Path(dump_dir) / f"chunk{k}")
+        # no bar while something else streams to stderr (IR dumps, placement reports)
+        quiet_bar = stream is not None or args.explain_placement
+        progress = progress_from(args, bar=False if quiet_bar else None)
         manager = PassManager(passes, verify=not args.no_verify, dump=stream,
                               print_after=selection or "all", dump_dir=dump_dir,
-                              resources=args.emit_resources)
+                              resources=args.emit_resources, progress=progress)
         try:
             graph = parse(chunk, name, verify=not args.no_verify)
             result = manager.run(graph)
             outputs.append(print_graph(result, resources=args.emit_resources))
         except FlowcError as exc:
+            progress.close()
             if not args.split_input_file:
                 raise
             error(str(exc))  # MLIR-style: report it, go on with the next chunk, fail at the end
             status = 1
             continue
+        progress.close()
         if args.timing:
             sys.stderr.write(format_timing(manager.records, graph.name))
         if args.statistics:
@@ -150,22 +166,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_binding(text: str, what: str) -> tuple[str, str]:
-    name, eq, value = text.partition("=")
-    if not eq or not name or not value:
-        raise FlowcError(f"{what} '{text}' must look like NAME=VALUE")
-    return name, value
-
-
-def load_npy(path: str, name: str) -> np.ndarray:
-    try:
-        return np.load(path, allow_pickle=False)
-    except OSError as exc:
-        raise FlowcError(f"--input {name}: cannot read '{path}': {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise FlowcError(f"--input {name}: '{path}' is not a .npy array file: {exc}") from None
-
-
 def random_feed(rng: np.random.Generator, name: str, t: object, dims: dict[str, int]):
     if not isinstance(t, TensorType):
         raise FlowcError(f"input '{name}' is {t}: random inputs cannot make one; "
@@ -180,12 +180,7 @@ def random_feed(rng: np.random.Generator, name: str, t: object, dims: dict[str, 
             hint = f"bind it with --random-inputs {dim}=SIZE" if isinstance(dim, str) else (
                 f"give the input with --input {name}=FILE.npy")
             raise FlowcError(f"input '{name}' is {t}: dim {dim or '?'} has no size; {hint}")
-    dt = t.dtype
-    if dt.is_bool:
-        return rng.random(shape) < 0.5
-    if dt.is_float:
-        return rng.standard_normal(shape).astype(dt.np)
-    return rng.integers(0, 10, size=shape).astype(dt.np)
+    return random_array(rng, t.dtype.np, shape)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -194,10 +189,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if Path(args.file).is_dir():  # an artifact directory (flowc compile's output)
         return cli_artifact.run_artifact(args)
     graph = load_graph(args.file)
-    feeds = {}
-    for text in args.input:
-        name, path = parse_binding(text, "--input")
-        feeds[name] = load_npy(path, name)
+    feeds = load_inputs(args.input)
     if args.random_inputs is not None:
         dims = {}
         for text in args.random_inputs:
@@ -210,28 +202,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             if node.name not in feeds:
                 feeds[node.name] = random_feed(rng, node.name, node.types[0], dims)
     results = interpret(graph, feeds, args.fetch or None)
-    if args.output_dir:
-        out = Path(args.output_dir)
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-            for name, array in results.items():
-                path = out / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".npy")
-                np.save(path, array, allow_pickle=False)
-                print(f"{name}: wrote {path}")
-        except OSError as exc:
-            raise FlowcError(f"cannot write to '{out}': {exc.strerror or exc}") from None
-        return 0
-    for name, array in results.items():
-        print(f"{name}: dtype={array.dtype} shape={tuple(array.shape)}")
-        print(np.array2string(np.asarray(array), threshold=1000))
+    emit_results(results, args.output_dir)
     return 0
-
-
-def write_text(path: str, text: str) -> None:
-    try:
-        Path(path).write_text(text)
-    except OSError as exc:
-        raise FlowcError(f"cannot write '{path}': {exc.strerror or exc}") from None
 
 
 # ---- argument parsing -------------------------------------------------------------------
@@ -281,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "the output is self-contained")
     opt.add_argument("--no-verify", action="store_true",
                      help="do not verify the input, nor the graph after each pass")
+    add_report_options(opt)
     opt.set_defaults(func=cmd_opt)
 
     run = sub.add_parser(
@@ -333,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except FlowcError as exc:
+    except (FlowcError, ArtifactError) as exc:
         error(str(exc))
     except OSError as exc:
         error(str(exc))

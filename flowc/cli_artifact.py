@@ -3,14 +3,13 @@ an artifact directory rather than a .flowc file).
 
 Contract: `add_commands(sub)` registers `compile`, `inspect`, `demo` and `cache` on the CLI's
 subparsers; `run_artifact(args)` runs `flowc run DIR ...`. Each returns an exit status and
-reports problems as FlowcError (artifact problems are converted), which the CLI prints as
-one `flowc: error: ...` line. `inspect` and `run DIR` use only the runtime.
+reports problems as FlowcError or the runtime's ArtifactError, which the CLI prints as one
+`flowc: error: ...` line. `inspect` and `run DIR` use only the runtime.
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -19,29 +18,18 @@ from typing import Any
 
 import numpy as np
 
+from flowc.cli_common import (
+    add_report_options,
+    emit_results,
+    load_inputs,
+    parse_sizes,
+    progress_from,
+    random_array,
+)
 from flowc.ir.errors import FlowcError
-from flowc.runtime.errors import ArtifactError
+from flowc.progress import Progress
 
 DEMO_MODELS = ("mlp", "zoo_mlp", "cnn", "transformer_encoder")
-
-
-def _artifact_errors(fn: Callable[[argparse.Namespace], int]):
-    def wrapped(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except ArtifactError as exc:
-            raise FlowcError(str(exc)) from None
-    return wrapped
-
-
-def _bindings(items: list[str], what: str) -> dict[str, int]:
-    sizes = {}
-    for text in items:
-        name, eq, value = text.partition("=")
-        if not eq or not name or not value.isdigit():
-            raise FlowcError(f"{what} '{text}' must look like NAME=SIZE (a whole number)")
-        sizes[name] = int(value)
-    return sizes
 
 
 # ---- compile ----------------------------------------------------------------------------
@@ -54,19 +42,28 @@ def cmd_compile(args: argparse.Namespace) -> int:
     # a fresh instance, so that its statistics are this compile's
     cache = CompileCache(cache.root, cache.max_bytes) if cache.enabled and not args.no_cache \
         else DISABLED
-    manifest = compile_model(args.model, out, target=args.target, pipeline=args.pipeline,
-                             batch=args.batch, dims=_bindings(args.dim, "--dim"), name=args.name,
-                             weights=args.weights, dump_dir=args.dump_dir,
-                             print_ir_after_all=args.print_ir_after_all, cache=cache,
-                             devices=args.devices, place=args.place,
-                             device_profiles=args.device_profiles,
-                             explain_placement=(lambda text: print(text, end=""))
-                             if args.explain_placement else None,
-                             gpu_archs=args.gpu_arch or None, profile=args.profile)
-    print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
-          f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
-          f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
-    print(cache.summary())
+    progress = progress_from(args, bar=False if args.print_ir_after_all else None)
+
+    def explain(text: str) -> None:  # a report on stdout: the bar steps aside first
+        progress.hide()
+        print(text, end="")
+
+    try:
+        manifest = compile_model(
+            args.model, out, target=args.target, pipeline=args.pipeline, batch=args.batch,
+            dims=parse_sizes(args.dim, "--dim"), name=args.name, weights=args.weights,
+            dump_dir=args.dump_dir, print_ir_after_all=args.print_ir_after_all, cache=cache,
+            devices=args.devices, place=args.place, device_profiles=args.device_profiles,
+            explain_placement=explain if args.explain_placement else None,
+            explain_memory=explain if args.explain_memory else None,
+            gpu_archs=args.gpu_arch or None, profile=args.profile, progress=progress)
+    finally:
+        progress.close()
+    if not args.quiet:
+        print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
+              f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
+              f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
+        print(cache.summary())
     return 0
 
 
@@ -94,7 +91,6 @@ def _describe(t: dict[str, Any]) -> str:
     return f"{t['name']}: {t['dtype']}[{','.join(map(str, t['shape']))}]"
 
 
-@_artifact_errors
 def cmd_inspect(args: argparse.Namespace) -> int:
     from flowc.runtime.loader import read_manifest
 
@@ -135,15 +131,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 # ---- run DIR ----------------------------------------------------------------------------
-def _random(rng: np.random.Generator, dt: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    if dt == np.bool_:
-        return rng.random(shape) < 0.5
-    if dt.kind == "f" or dt.name == "bfloat16":
-        return rng.standard_normal(shape).astype(dt)
-    return rng.integers(0, 10, size=shape).astype(dt)
-
-
-@_artifact_errors
 def run_artifact(args: argparse.Namespace) -> int:
     from flowc.runtime.loader import load
 
@@ -152,35 +139,16 @@ def run_artifact(args: argparse.Namespace) -> int:
 
         manifest, events = profiled_runs(args.file, args.runs, args.seed, args.threads)
         write_trace(args.profile, manifest, events)
-        print(f"trace: wrote {args.profile} ({sum(len(e) for e in events)} kernel calls, "
-              f"{args.runs} runs)")
+        print(f"trace: wrote {args.profile} ({sum(len(e) for e in events)} events: kernel "
+              f"calls and transfers, {args.runs} runs)")
         return 0
     model = load(args.file, threads=args.threads)
-    feeds: dict[str, Any] = {}
-    for text in args.input:
-        name, eq, path = text.partition("=")
-        if not eq or not name or not path:
-            raise FlowcError(f"--input '{text}' must look like NAME=VALUE")
-        try:
-            feeds[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise FlowcError(f"--input {name}: cannot read '{path}': {exc}") from None
+    feeds: dict[str, Any] = load_inputs(args.input)
     if args.random_inputs is not None:
         rng = np.random.default_rng(args.seed)
         for name, dt, shape in model.inputs:
-            feeds.setdefault(name, _random(rng, dt, shape))
-    results = model.run(**feeds)
-    if args.output_dir:
-        out = Path(args.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, array in results.items():
-            path = out / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".npy")
-            np.save(path, array, allow_pickle=False)
-            print(f"{name}: wrote {path}")
-        return 0
-    for name, array in results.items():
-        print(f"{name}: dtype={array.dtype} shape={tuple(array.shape)}")
-        print(np.array2string(array, threshold=1000))
+            feeds.setdefault(name, random_array(rng, dt, shape))
+    emit_results(model.run(**feeds), args.output_dir)
     return 0
 
 
@@ -218,17 +186,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="flowc-demo-") as tmp:
         out = Path(args.output or tmp)
         start = time.perf_counter()
-        manifest = compile_model(graph, out, batch=args.batch)
+        progress = Progress()  # a bar while it compiles, on a terminal
+        try:
+            manifest = compile_model(graph, out, batch=args.batch, progress=progress)
+        finally:
+            progress.close()
         compile_s = time.perf_counter() - start
         print(f"compiled {source} for batch {args.batch} into {out}/ in {compile_s:.2f} s: "
               f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes, "
               f"target {manifest['target'].get('triple')} ({manifest['target'].get('cpu')})")
-        try:
-            model = load(out, threads=1)
-        except ArtifactError as exc:
-            raise FlowcError(str(exc)) from None
+        model = load(out, threads=1)
         rng = np.random.default_rng(0)
-        feeds = {name: _random(rng, dt, shape) for name, dt, shape in model.inputs}
+        feeds = {name: random_array(rng, dt, shape) for name, dt, shape in model.inputs}
         results = model.run(**feeds)
         want = interpret(graph, feeds)
         for name, array in results.items():
@@ -286,11 +255,15 @@ def add_commands(sub: Any) -> None:
     comp.add_argument("--explain-placement", action="store_true",
                       help="with --devices: print the device chosen per node, each "
                            "candidate's estimated time and why")
+    comp.add_argument("--explain-memory", action="store_true",
+                      help="print the arena layout over time: each buffer's offset, size and "
+                           "live steps (also memory.txt in --dump-dir)")
     comp.add_argument("--no-cache", action="store_true",
                       help="neither read nor write the compile cache")
     comp.add_argument("--profile", action="store_true",
                       help="time every kernel call (for 'flowc run DIR --profile' and "
                            "'flowc profile DIR'); off by default: no cost, no symbols")
+    add_report_options(comp)
     comp.set_defaults(func=cmd_compile)
 
     cache = sub.add_parser(

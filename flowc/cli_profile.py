@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from flowc.cli_common import random_array, write_text
 from flowc.ir.errors import FlowcError
 
 
 def profiled_runs(path: str, runs: int, seed: int = 0, threads: int | None = None
                   ) -> tuple[dict[str, Any], list[np.ndarray]]:
-    from flowc.cli_artifact import _random
     from flowc.runtime.loader import load
 
     if runs < 1:
@@ -32,7 +31,7 @@ def profiled_runs(path: str, runs: int, seed: int = 0, threads: int | None = Non
         raise FlowcError(f"'{path}': the artifact was compiled without profiling; "
                          "recompile it with 'flowc compile --profile'")
     rng = np.random.default_rng(seed)
-    feeds = {name: _random(rng, dt, shape) for name, dt, shape in model.inputs}
+    feeds = {name: random_array(rng, dt, shape) for name, dt, shape in model.inputs}
     events = []
     for _ in range(runs):
         model.run(**feeds)
@@ -43,10 +42,7 @@ def profiled_runs(path: str, runs: int, seed: int = 0, threads: int | None = Non
 def write_trace(path: str, manifest: dict[str, Any], events: list[np.ndarray]) -> None:
     from flowc.runtime.profile import chrome_trace
 
-    try:
-        Path(path).write_text(json.dumps(chrome_trace(manifest, events)) + "\n")
-    except OSError as exc:
-        raise FlowcError(f"cannot write '{path}': {exc.strerror or exc}") from None
+    write_text(path, json.dumps(chrome_trace(manifest, events)) + "\n")
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -55,8 +51,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     manifest, events = profiled_runs(args.dir, args.runs, args.seed, args.threads)
     rows = top_kernels(manifest, events)
     total = sum(r[3] for r in rows) or 1.0
-    print(f"{manifest['name']}: {args.runs} runs, {sum(len(e) for e in events)} kernel calls")
-    print(f"{'kernel':<20} {'calls':>6} {'total ms':>10} {'mean us':>9} {'share':>6}  nodes")
+    kernels = sum(int((e["kernel"] >= 0).sum()) for e in events)
+    transfers = sum(len(e) for e in events) - kernels
+    print(f"{manifest['name']}: {args.runs} runs, {kernels} kernel calls"
+          + (f", {transfers} transfers" if transfers else ""))
+    print(f"{'kernel or transfer':<20} {'calls':>6} {'total ms':>10} {'mean us':>9} "
+          f"{'share':>6}  nodes")
     for symbol, nodes, calls, ns in rows[:args.top]:
         print(f"{symbol:<20} {calls:>6} {ns / 1e6:>10.3f} {ns / calls / 1e3:>9.2f} "
               f"{ns / total:>6.1%}  {', '.join(nodes)}")

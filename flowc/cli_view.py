@@ -4,8 +4,12 @@ Contract: `graph_to_view(path, stage)` reads a `.flowc` file, an `.onnx` model (
 or a dump folder written by `flowc compile --dump-dir` / `flowc opt --dump-dir` (the
 graph after the pass `stage` names, by pass name or number; by default the last one: the
 compiled graph `NAME.flowc` when present). `cmd_view` writes `-o OUT` in the format its
-suffix names (`.html`, `.svg`, `.dot`). Bad paths, stages and suffixes are `FlowcError`s
-naming the path.
+suffix names (`.html`, `.svg`, `.dot`); the HTML page of a dump folder holding a memory
+report (`memory.json`, from `flowc compile --dump-dir`) also shows the arena over time, and
+`--memory` draws only that chart (`.svg` or `.html`). A `.json` file is a runtime profile
+(`flowc run DIR --profile trace.json`), drawn as a timeline (`.svg` or `.html`). Bad paths,
+stages, suffixes, traces and a `--memory` without a report are `FlowcError`s naming the
+path.
 """
 
 from __future__ import annotations
@@ -15,10 +19,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+from flowc.cli_common import write_text
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.ir.parser import parse
 from flowc.view import build_view, to_dot, to_html, to_svg
+from flowc.view.html import memory_page, timeline_page
+from flowc.view.memory import load_layout, memory_svg
+from flowc.view.timeline import load_trace, one_run, timeline_svg
 
 WRITERS = {".html": to_html, ".svg": to_svg, ".dot": to_dot}
 _STEP = re.compile(r"(\d\d)-(.+)\.flowc\Z")
@@ -60,17 +68,41 @@ def load_view_graph(path: str, stage: str | None = None) -> Graph:
     return parse(p.read_text(), str(p))
 
 
+def memory_report(path: str, required: bool) -> dict | None:
+    """The memory report of the dump folder `path` (None when there is none and it is not
+    `required`)."""
+    report = Path(path) / "memory.json"
+    if report.is_file():
+        return load_layout(report)
+    if required:
+        raise FlowcError(f"'{path}': --memory draws a dump folder's memory report, and there "
+                         "is no memory.json here; write one with 'flowc compile --dump-dir "
+                         "DIR'")
+    return None
+
+
 def cmd_view(args: argparse.Namespace) -> int:
     suffix = Path(args.output).suffix
-    if suffix not in WRITERS:
-        raise FlowcError(f"'{args.output}': the output must end in "
-                         f"{', '.join(WRITERS)} (the format)")
-    graph = load_view_graph(args.file, args.stage)
-    text = WRITERS[suffix](build_view(graph))
-    try:
-        Path(args.output).write_text(text)
-    except OSError as exc:
-        raise FlowcError(f"cannot write '{args.output}': {exc.strerror or exc}") from None
+    chart = "the memory chart" if args.memory else (
+        "a profile's timeline" if args.file.endswith(".json") else "")
+    formats = (".html", ".svg") if chart else tuple(WRITERS)
+    if suffix not in formats:
+        raise FlowcError(f"'{args.output}': the output must end in {', '.join(formats)} "
+                         f"(the format{' of ' + chart if chart else ''})")
+    if args.file.endswith(".json") and not args.memory:
+        trace = load_trace(Path(args.file))
+        if args.run is not None:
+            trace = one_run(trace, args.run)
+        text = timeline_svg(trace) if suffix == ".svg" else timeline_page(trace, args.file)
+    elif args.memory:
+        layout = memory_report(args.file, required=True)
+        text = memory_svg(layout) if suffix == ".svg" else memory_page(layout)
+    else:
+        view = build_view(load_view_graph(args.file, args.stage))
+        folder = Path(args.file).is_dir()
+        memory = memory_report(args.file, required=False) if folder else None
+        text = to_html(view, memory) if suffix == ".html" else WRITERS[suffix](view)
+    write_text(args.output, text)
     return 0
 
 
@@ -80,11 +112,17 @@ def add_view_command(sub: Any) -> None:
         description="Draw FILE (a .flowc graph, an .onnx model, or a folder written by "
                     "--dump-dir) with nodes by op, fused kernels as nested clusters, devices "
                     "as coloured groups, send/recv transfers marked and tensor types on "
-                    "edges. The HTML page is self-contained (open it in a browser).")
+                    "edges; or a profile (trace .json of 'flowc run DIR --profile') as a "
+                    "timeline. The HTML page is self-contained (open it in a browser).")
     view.add_argument("file", metavar="FILE_OR_DIR", help="what to draw")
     view.add_argument("-o", "--output", metavar="OUT", required=True,
                       help="where to write: OUT.html, OUT.svg or OUT.dot")
     view.add_argument("--stage", metavar="PASS",
                       help="in a dump folder, the graph after this pass (name or number; "
                            "default: the last)")
+    view.add_argument("--memory", action="store_true",
+                      help="draw only the arena over time (a dump folder's memory.json): "
+                           "each tensor's offset and size during the steps it is live")
+    view.add_argument("--run", type=int, metavar="K",
+                      help="of a profile trace, draw only run K (runs count from 0)")
     view.set_defaults(func=cmd_view)

@@ -133,7 +133,7 @@ def test_verify_ok(tmp_path):
     (("opt", "missing.flowc"), "cannot read 'missing.flowc': No such file or directory"),
     (("run", "missing.flowc"), "cannot read 'missing.flowc'"),
     (("verify", "missing.flowc"), "cannot read 'missing.flowc'"),
-    (("opt", MLP, "-p", "frob"), "unknown pass 'frob' (known passes: constant-fold, cse,"),
+    (("opt", MLP, "-p", "frob"), "unknown pass 'frob' (known passes: channels-last, constant"),
     (("opt", MLP, "-p", "prune{x=1}"), "has no option 'x' (its options: keep_stateful, keep)"),
     (("run", MLP), "input 'x' (f32[N,16]) is needed but was not fed"),
     (("run", MLP, "--random-inputs"), "dim N has no size; bind it with --random-inputs N=SIZE"),

@@ -19,6 +19,7 @@ from flowc.codegen.entry import render_model_c
 from flowc.codegen.header import ModelInfo, TensorInfo, accessor_names, render_header
 from flowc.codegen.link import link
 from flowc.codegen.manifest import build_manifest, write_manifest
+from flowc.codegen.partitions import host_kernels
 from flowc.codegen.profile_c import profile_header
 from flowc.codegen.program import Program, weights_blob
 from flowc.ir.errors import FlowcError
@@ -62,7 +63,8 @@ def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
     with tempfile.TemporaryDirectory(prefix="flowc-link-") as tmp:
         written = link(Path(tmp), out_dir, name, kernel_object, model_c, header,
                        blob if embed and blob else None,
-                       [] if gpu is not None else [k.symbol for k in program.kernels],
+                       [] if gpu is not None and not program.regions
+                       else [k.symbol for k in host_kernels(program)],
                        cache=cache)
     (out_dir / f"{name}.h").write_text(header)
     written.append(f"{name}.h")

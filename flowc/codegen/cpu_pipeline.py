@@ -19,7 +19,9 @@ with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps
    entry and freed before its return (static shapes make that always possible; MLIR's own
    deallocation pipeline would emit a global helper function and i1 buffers, which abort
    the LLVM lowering).
-4. `TO_LLVM`: loops, everything down to the LLVM dialect.
+4. `parallel.lower_parallel`: big top-level linalg ops split into parallel loops, small
+   parallel loops made serial, the rest OpenMP regions (see flowc/codegen/parallel.py).
+   `TO_LLVM`: loops, everything down to the LLVM dialect.
 5. `check_llvm_only` refuses, with the ops named, a module still holding ops other than
    the LLVM and OpenMP dialects' (translating one would abort the process). Parallel
    loops become OpenMP regions whose translation calls `__kmpc_fork_call`,
@@ -36,8 +38,8 @@ from mlir.dialects import llvm as llvm_dialect
 from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
-from flowc.codegen import vmath
-from flowc.codegen.strategy import STRATEGIES
+from flowc.codegen import contractions, parallel, vmath
+from flowc.codegen.strategy import STRATEGIES, epilogue
 from flowc.codegen.strategy.common import FINISH_VECTORS
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
@@ -50,11 +52,7 @@ PREPARE = ",".join([
 ])
 
 TO_LLVM = ",".join([
-    "cse",  # identical subviews, so that self-copies left by bufferization fold away
-    "canonicalize",
-    "func.func(scf-forall-to-parallel)",
-    "convert-scf-to-openmp",  # calls __kmpc_*: the artifact's runtime provides them
-    "canonicalize",  # inlines the alloca scopes it wraps bodies in (there are no allocas)
+    "canonicalize",  # inlines the alloca scopes OpenMP bodies are wrapped in (no allocas)
     "func.func(convert-linalg-to-loops)",
     "lower-affine",
     "convert-vector-to-scf{full-unroll=true}",
@@ -130,7 +128,10 @@ def lower(module: ir.Module, target: Target, what: str,
     fail on some shape, the kernel is lowered without them (plain loops) rather than not
     at all; the dumped schedule then starts with a `// fallback:` line saying why."""
     run_passes(module, PREPARE, what)
+    if contractions.restore(module):  # matmuls PREPARE's reshape propagation generalized
+        run_passes(module, "canonicalize,cse", what)
     vmath.approximate(module)
+    module = epilogue.fuse(module, target, what)  # matmul epilogues into its column blocks
     prepared = str(module)
     script = schedule(module, target)
     try:
@@ -144,6 +145,7 @@ def lower(module: ir.Module, target: Target, what: str,
         dump("schedule.mlir", script)
     run_passes(module, "canonicalize", what)
     free_temporaries(module)
+    parallel.lower_parallel(module, what)  # foralls: split, serialized or OpenMP regions
     run_passes(module, TO_LLVM, what)
     check_llvm_only(module, what)
     return module

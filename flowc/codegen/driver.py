@@ -22,13 +22,20 @@ explain_placement=None)`
 target this machine cannot run is linked only when `$CC` names a cross compiler.
 `target="nvptx"` puts every kernel on an NVIDIA GPU (`gpu_kernels`: PTX + a cubin per
 architecture of `gpu_archs`, default sm_80 and sm_90); the artifact's host side is built for
-this machine and its runtime drives the GPU through the CUDA driver (runtime/cuda.c).
+this machine and its runtime drives the GPU through the CUDA driver (runtime/cuda.c). A
+CPU target whose placed graph has nodes on `gpu:N` builds the same GPU artifact when every
+step is on the GPU, and otherwise one mixed artifact (`gpu_mixed.compile_mixed`: CPU
+partitions for `target`, the GPU partition's kernels as PTX/cubins).
 `backend` defaults to `flowc.codegen.kernels` (MLIR/LLVM); tests may pass another module
 with the same three functions (`get_target`, `check_supported`, `compile_kernels`).
 `cache` is the compile cache (flowc/codegen/cache.py: None, the environment's
 `$FLOWC_CACHE_DIR`; False, none; or a `CompileCache`, whose `stats` then count this
 compile's hits and misses): unchanged kernels and the runtime's objects come from it, and
 the artifact is byte for byte what a cold compile writes.
+`explain_memory(text)` receives the arena layout over time (`memreport.py`; also
+DUMP_DIR/memory.txt and memory.json). `progress` (a `flowc.progress.Progress`; None:
+silent) hears the passes, the kernels (backends whose `compile_kernels` takes `progress`)
+and the link stage.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from flowc.codegen.bind import bind_dims, format_sizes, require_static
 from flowc.codegen.cache import resolve as resolve_cache
 from flowc.codegen.dump_index import write_index
 from flowc.codegen.header import c_identifier
+from flowc.codegen.memreport import report_memory
 from flowc.codegen.program import build_program
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
@@ -123,14 +131,14 @@ def check_all(backend: ModuleType, graph: Graph, kernels: list, target: Any) -> 
 
 
 def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any,
-                    cache: Any = None) -> bytes:
+                    cache: Any = None, progress: Any = None) -> bytes:
     """The kernel object; a failure of the kernel compiler that is not a FlowcError still
-    becomes one naming the kernels (the cause stays chained for debugging). `cache` goes
-    to backends whose `compile_kernels` takes one."""
+    becomes one naming the kernels (the cause stays chained for debugging). `cache` and
+    `progress` go to backends whose `compile_kernels` takes them."""
     if not kernels:
         return b""
-    extra = ({"cache": cache}
-             if "cache" in inspect.signature(backend.compile_kernels).parameters else {})
+    takes = inspect.signature(backend.compile_kernels).parameters
+    extra = {k: v for k, v in (("cache", cache), ("progress", progress)) if k in takes}
     try:
         return backend.compile_kernels(kernels, target, dump=dump, **extra)
     except FlowcError:
@@ -143,9 +151,12 @@ def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any,
 
 
 def device_supports(op: str, device_type: str) -> bool:
-    """Kernel availability for the placer: every op has a CPU lowering rule. GPU kernels
-    exist only for whole-graph `target="nvptx"` compiles; an artifact cannot run a GPU
-    partition beside CPU ones yet, so nothing is available on a GPU device here."""
+    """Kernel availability for the placer: every op has a CPU lowering rule; a GPU device
+    runs the ops the GPU lowering table has (`gpu_mixed.gpu_supports`)."""
+    if device_type == "gpu":
+        from flowc.codegen.gpu_mixed import gpu_supports
+
+        return gpu_supports(op)
     return device_type == "cpu"
 
 
@@ -176,9 +187,10 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
             cache: Any = None, gpu_archs: Any = None, devices: str | None = None,
             place: Sequence[str] = (), device_profiles: str | None = None,
             explain_placement: Callable[[str], Any] | None = None,
-            profile: bool = False) -> dict[str, Any]:
+            profile: bool = False, progress: Any = None,
+            explain_memory: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Compile `model` into the artifact directory `output_dir`; returns its manifest.
-    `profile`: time each kernel call (codegen/profile_c.py; unpartitioned CPU models)."""
+    `profile`: time each kernel call and transfer (codegen/profile_c.py; CPU models)."""
     from flowc.passes import PassManager, parse_pipeline
 
     graph = load_model(model)
@@ -192,22 +204,34 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
         passes = placement_passes(passes, devices, place, device_profiles, explain_placement,
                                   dump)
     graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
-                        dump_dir=dump).run(graph)
+                        dump_dir=dump, progress=progress).run(graph)
     graph = require_static(graph, format_sizes(sizes))
     prefix = c_identifier(name or graph.name)
     program = build_program(graph, prefix)
+    report_memory(program, dump, explain_memory)
     backend = backend or default_backend()
     resolved = backend.get_target(target or "host")
-    if profile and (getattr(resolved, "is_gpu", False)
-                    or any(c.transfer is not None for c in program.calls)):
-        raise FlowcError("--profile times kernels of unpartitioned CPU models only; this one "
-                         "runs on a GPU or has send/recv between devices")
+    if profile and (getattr(resolved, "is_gpu", False) or _runs_on_gpu(program)):
+        raise FlowcError("--profile times kernels of CPU models only; this one runs "
+                         "(wholly or in part) on a GPU")
     if getattr(resolved, "is_gpu", False):
+        if progress is not None:
+            progress.stage("compiling GPU kernels")
         return _compile_gpu(graph, program, resolved, output_dir, sizes, weights, dump,
                             gpu_archs, cache)
+    if _runs_on_gpu(program):  # placed on a GPU: wholly (as --target nvptx) or in part
+        from flowc.codegen.gpu_mixed import compile_mixed
+        from flowc.codegen.target import get_target
+
+        if not program.regions:
+            return _compile_gpu(graph, program, get_target("nvptx"), output_dir,
+                                sizes, weights, dump, gpu_archs, cache)
+        return compile_mixed(graph, program, resolved, backend, output_dir, sizes, weights,
+                             dump, gpu_archs, cache)
     if gpu_archs:
         raise FlowcError(f"gpu_archs {list(gpu_archs)} given for the CPU target "
-                         f"{resolved.name}; use target='nvptx'")
+                         f"{resolved.name} and no node on a GPU; use target='nvptx' or place "
+                         "nodes on gpu:0 (devices='cpu:0,gpu:0')")
     if not resolved.runnable and "CC" not in os.environ:
         raise FlowcError(f"target {resolved.name} ({resolved.triple}) is not this machine's: "
                          "set CC to a C compiler for it (e.g. aarch64-linux-gnu-gcc) to link "
@@ -219,7 +243,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     if write_dump:
         write_dump(f"{prefix}.flowc", print_graph(graph))
     cache = resolve_cache(cache)
-    obj = compile_kernels(backend, kernels, resolved, write_dump, cache)
+    obj = compile_kernels(backend, kernels, resolved, write_dump, cache, progress)
+    if progress is not None:
+        progress.stage("linking")
     manifest = write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
                               sizes=sizes, graph_hash=graph_hash(graph, target_info),
                               flowc_version=flowc_version(), weights=weights, dump_dir=dump,
@@ -229,12 +255,23 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     return manifest
 
 
+def _runs_on_gpu(program: Any) -> bool:
+    from flowc.codegen.partitions import call_device, is_gpu_device
+
+    return any(is_gpu_device(call_device(c)) for c in program.calls)
+
+
 def _compile_gpu(graph: Graph, program: Any, target: Any, output_dir: Any, sizes: Any,
                  weights: str, dump_dir: Any, gpu_archs: Any, cache: Any) -> dict[str, Any]:
     """`compile` for a GPU target: the kernels become PTX/cubins (gpu_kernels), the host
     side links for this machine."""
     from flowc.codegen import gpu_kernels, gpu_target
 
+    if program.regions:
+        raise FlowcError(f"model {program.name}: --target nvptx puts the whole graph on the "
+                         "GPU, but this graph is split over devices; compile a mixed CPU+GPU "
+                         "placement for the host target (--devices cpu:0,gpu:0 without "
+                         "--target nvptx)")
     archs = tuple(gpu_archs or gpu_target.DEFAULT_ARCHS)
     kernels = [(k.symbol, k.body) for k in program.kernels]
     check_all(gpu_kernels, graph, kernels, target)
@@ -242,7 +279,8 @@ def _compile_gpu(graph: Graph, program: Any, target: Any, output_dir: Any, sizes
     write_dump = dump_writer(dump)
     if not kernels:
         raise FlowcError(f"graph @{graph.name} has no kernels to run on the GPU")
-    binary = gpu_kernels.compile_gpu_kernels(kernels, archs, write_dump, target)
+    cache = resolve_cache(cache)
+    binary = gpu_kernels.compile_gpu_kernels(kernels, archs, write_dump, target, cache)
     target_info = {**describe_target(target), "gpu_archs": list(archs),
                    "cubins": sorted(binary.cubins), "ptx": archs[0]}
     manifest = write_artifact(program, Path(output_dir), kernel_object=b"", target=target_info,

@@ -7,9 +7,13 @@ parse back), the final graph (`NAME.flowc`), per kernel its MLIR before its pipe
 (`SYM.input.mlir`, ops located at the graph node they come from), its transform schedule
 (`SYM.schedule.mlir`) and its LLVM-dialect form (`SYM.llvm.mlir`), the linked LLVM IR
 (`kernels.ll`), the assembly (`kernels.s`, one label per kernel symbol), the generated C
-entry (`NAME_model.c`) and, when devices were given, the placement report
-(`placement.txt`). A table maps each graph node to its kernel, so one node can be
-followed from the model to the instructions that run it.
+entry (`NAME_model.c`), the memory report (`memory.txt`, `memory.json`: the arena layout
+over time) and, when devices were given, the placement report (`placement.txt`). A table
+maps each graph node to its kernel, so one node can be followed from the model to the
+instructions that run it; the nodes rewrites merged into others (a BatchNorm folded into
+its Conv: `Node.merged`) are listed with the kernel that runs them too. `kernels.ll` and
+`kernels.s` get a comment line before each kernel naming the graph nodes it runs
+(`; flowc kernel SYM runs: a, b`), once.
 """
 
 from __future__ import annotations
@@ -42,11 +46,35 @@ def describe(name: str, manifest: Mapping[str, Any]) -> tuple[int, str]:
             "kernels.s": ((1 << 20) + 1, "assembly of all kernels (a label per symbol)"),
             f"{prefix}_model.c": ((1 << 20) + 2, "generated C entry: kernel calls in order"),
             "placement.txt": (1 << 19, "placement report: each node's device, the estimated "
-                                       "time on every candidate, and why")
+                                       "time on every candidate, and why"),
+            "memory.txt": ((1 << 19) + 1, "memory report: the arena layout over time (each "
+                                          "buffer's offset, size and live steps)"),
+            "memory.json": ((1 << 19) + 2, "the memory report as data ('flowc view' draws "
+                                           "it)"),
             }.get(name, ((1 << 21), "other"))
 
 
+def annotate_kernels(dump_dir: Path, manifest: Mapping[str, Any]) -> None:
+    """Before each kernel of `kernels.ll` / `kernels.s`, a comment naming its nodes."""
+    comment = "//" if manifest.get("target", {}).get("triple", "").startswith(
+        "aarch64") else "#"
+    for name, start, mark in (("kernels.ll", r"define [^@]*@{}\(", ";"),
+                              ("kernels.s", r"{}:", comment)):
+        path = dump_dir / name
+        if not path.is_file():
+            continue
+        lines = path.read_text().split("\n")
+        for k in manifest["kernels"]:
+            note = f"{mark} flowc kernel {k['symbol']} runs: {', '.join(k['nodes'])}"
+            head = re.compile(start.format(re.escape(k["symbol"])))
+            at = next((i for i, line in enumerate(lines) if head.match(line)), None)
+            if at is not None and (at == 0 or lines[at - 1] != note):
+                lines.insert(at, note)
+        path.write_text("\n".join(lines))
+
+
 def write_index(dump_dir: Path, manifest: Mapping[str, Any]) -> None:
+    annotate_kernels(dump_dir, manifest)
     files = sorted((p.name for p in dump_dir.iterdir()
                     if p.is_file() and not p.name.startswith("index.")),
                    key=lambda n: (describe(n, manifest)[0], n))

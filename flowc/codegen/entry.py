@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flowc.codegen.header import C_TYPES, ModelInfo, TensorInfo
+from flowc.codegen.profile_c import timed
 from flowc.codegen.program import Program, Storage
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES
 
@@ -71,8 +72,7 @@ def _entry(program: Program, profile: bool = False) -> list[str]:
         lines.append(f"  /* {', '.join(call.nodes)} */")
         call_c = f"{call.kernel.symbol}({', '.join(args)});"
         if profile:  # profile_c.py: time the call into the run's event buffer
-            call_c = (f"{{ int64_t t = prof_now(); {call_c} "
-                      f"prof_record({index[call.kernel.symbol]}, t); }}")
+            call_c = timed(call_c, index[call.kernel.symbol])
         lines.append(f"  {call_c}")
     for j, source, nbytes in program.copies:
         lines.append(f"  memcpy(out[{j}], {pointer(source)}, {nbytes}u);")
@@ -139,19 +139,22 @@ def _api(info: ModelInfo) -> list[str]:
 def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
                    cpu_features: Sequence[str], embedded: bool, gpu: Any = None,
                    profile: bool = False) -> str:
-    """`gpu`: the `gpu_kernels.GpuBinary` when every kernel runs on a GPU (gpu_entry.py);
-    `profile`: time each kernel call (profile_c.py; unpartitioned CPU models only)."""
+    """`gpu`: the `gpu_kernels.GpuBinary` of the kernels that run on a GPU: all of them
+    (gpu_entry.py), or, for a partitioned program, those of its GPU partition
+    (partition_entry.py); `profile`: time each kernel call and transfer (profile_c.py;
+    CPU models, partitioned or not)."""
     from flowc.codegen.partition_entry import model_fields, render_partitioned
+    from flowc.codegen.partitions import host_kernels
     from flowc.codegen.profile_c import profile_api, profile_prelude
 
-    if gpu is not None:
+    if gpu is not None and not model_fields(program):
         return _render_gpu_model_c(program, info, graph_hash, embedded, gpu)
 
     n = info.name
     kernels = [f"FLOWC_HIDDEN void {k.symbol}("
                + ", ".join(["const void *"] * len(k.body.inputs)
                            + ["void *"] * len(k.body.outputs)) + ");"
-               for k in program.kernels]
+               for k in host_kernels(program)]
     has_weights = program.weights_bytes > 0
     weights = ([f"FLOWC_HIDDEN extern const unsigned char {n}_weights[];"]
                if has_weights and embedded else [])
@@ -181,7 +184,8 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         *_cpu_check(cpu_features),
         "",
         *(profile_prelude(n) if profile else []),
-        *(render_partitioned(program) if model_fields(program) else _entry(program, profile)),
+        *(render_partitioned(program, gpu, profile) if model_fields(program)
+          else _entry(program, profile)),
         "",
         *model,
         "",

@@ -19,10 +19,14 @@ Contract (flowc/codegen/README.md, "Kernels"):
   not even emitted again. Cold or warm, the object is emitted from the kernels' bitcode,
   so it is byte for byte the same. With `dump`, nothing is read from the cache (every
   dump is written).
+- `progress` (a `flowc.progress.Progress`; by default a quiet one) hears
+  `kernels_started(count)`, then per kernel `kernel_started(sym)` and
+  `kernel_done(sym, seconds, cached)`.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import llvmlite.binding as llvm
@@ -48,6 +52,7 @@ from flowc.ir.ops import HAS_BODY, get_op
 from flowc.ir.ops.fused import MAX_INLINE_CONSTANT
 from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
+from flowc.progress import Progress
 
 Dump = Callable[[str, str], None]
 
@@ -125,8 +130,8 @@ def _narrow_values(node: Node) -> list[str]:
 
 
 def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str = "host",
-                    dump: Dump | None = None, cache: CompileCache | bool | None = None
-                    ) -> bytes:
+                    dump: Dump | None = None, cache: CompileCache | bool | None = None,
+                    progress: Progress | None = None) -> bytes:
     """One object file defining every kernel of `kernels` (see the module docstring)."""
     target = get_target(target)
     cache = resolve(cache)
@@ -140,21 +145,30 @@ def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str =
         _check_body(sym, body)
     keys = [kernel_key(sym, body, target) for sym, body in kernels]
     object_key = digest("object", *keys)
+    progress = progress or Progress(level="quiet")
+    progress.kernels_started(len(kernels))
     if not dump and (obj := cache.get("object", object_key)) is not None:
+        for sym in symbols:
+            progress.kernel_done(sym, 0.0, True)
         return obj
     tm = target.target_machine()
     linked = None
     for (sym, body), key in zip(kernels, keys, strict=True):
+        start = time.perf_counter()
+        progress.kernel_started(sym)
         bitcode = None if dump else cache.get("kernel", key)
+        hit = bitcode is not None
         if bitcode is None:
             bitcode = _kernel_bitcode(sym, body, target, tm, dump)
             cache.put("kernel", key, bitcode)
+        progress.kernel_done(sym, time.perf_counter() - start, hit)
         mod = llvm.parse_bitcode(bitcode)
         if linked is None:
             linked = mod
         else:
             linked.link_in(mod)
     assert linked is not None
+    progress.stage("emitting the object")
     if dump:
         dump("kernels.ll", str(linked))
         dump("kernels.s", tm.emit_assembly(linked))

@@ -21,8 +21,10 @@ survive the last step (arena values read by an output copy). It returns a `Memor
 - the report: `arena_bytes` (planned), `intermediate_bytes` (sum of every planned value's
   aligned size, what an arena without reuse would take), `lower_bound_bytes` (the largest
   aligned total live at one step over the buffers planned; with devices, the sum of each
-  region's), `in_place` (result, operand) pairs, and per device (`devices`) its region's
-  offset and figures. The same input gives the same plan.
+  region's), `in_place` (result, operand) pairs, per device (`devices`) its region's
+  offset and figures, and each planned value's own live steps (`lifetimes`: first, last;
+  `len(steps)` for one live to the end), which `memreport.py` draws. The same input gives
+  the same plan.
 
 `in_place_inputs(body)` says which inputs a kernel body's outputs may overwrite: only in a
 body made of ELEMENTWISE registry ops (and inline constants), an input with the output's
@@ -73,6 +75,7 @@ class MemoryPlan:
     in_place: list[tuple[Value, Value]]
     buffers: list[Buffer]  # what was packed: one per in-place chain, keyed by its head
     devices: dict[str | None, DeviceArena]
+    lifetimes: dict[Value, tuple[int, int]] = field(default_factory=dict)
 
     def report(self) -> dict[str, int]:
         """The figures as the manifest states them."""
@@ -163,4 +166,5 @@ def plan_memory(steps: Sequence[Step], planned: Collection[Value],
     return MemoryPlan({v: offsets[owner[v]] for v in first}, total,
                       sum(a.intermediate_bytes for a in regions.values()),
                       sum(a.lower_bound_bytes for a in regions.values()), pairs,
-                      [b for d in groups for b in groups[d]], regions)
+                      [b for d in groups for b in groups[d]], regions,
+                      {v: (first[v], last[v]) for v in first})

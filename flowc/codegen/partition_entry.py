@@ -1,16 +1,24 @@
 """The generated C of a partitioned model: one entry function per device, and the tables.
 
 Contract: for a program whose graph the `partition` pass split (`partitions.is_partitioned`),
-`render_partitioned(program)` returns C lines defining
+`render_partitioned(program, profile=False)` returns C lines defining
 - `part_K(in, out, arena, w, rv)` for each device in order of first appearance (K = 0 is
   the device of the program's first step: it runs on the caller's thread): its kernel calls
   and transfers in program order, `arena` pointing at the device's region
   (`Program.regions`), every arena pointer relative to that region; a send calls
   `NAME_rt_send(rv, channel, ptr)`, a recv `NAME_rt_recv(rv, channel, ptr)` (a control
   channel passes no pointer's worth of data: its bytes are 0);
-- `channels[]` (rendezvous key, bytes) and `partitions[]` (device, region, function);
+- `channels[]` (rendezvous key, bytes) and `partitions[]` (device, region, function, GPU
+  program);
+- for a GPU device (`gpu:N`, at most one per artifact), no C function: its steps become
+  the `flowc_gpu_program gpu_partition` table (`gpu_entry.render_gpu_partition`, from
+  `gpu`, the `gpu_kernels.GpuBinary` of its kernels), which the runtime's CUDA backend runs
+  on that partition's thread;
 - `entry(in, out, arena, w)`, which the runtime calls after every partition finished: the
-  copies of outputs no step wrote in place.
+  copies of outputs no step wrote in place (except those whose source is in a GPU region:
+  the GPU partition copies them out of the device itself).
+With `profile` (CPU partitions only), every kernel call and transfer is timed and each
+`part_K` records on its own track (`profile_c.py`).
 `model_fields(program)` is the tail of the `flowc_model` initializer naming those tables
 (empty for an unpartitioned program). `entry.py` imports this module when it renders.
 """
@@ -20,29 +28,44 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from flowc.codegen.entry import c_string, pointer
-from flowc.codegen.partitions import Channel, call_device, channel_of, channels
+from flowc.codegen.partitions import Channel, call_device, channel_of, channels, is_gpu_device
+from flowc.codegen.profile_c import timed, transfer_event
 from flowc.codegen.program import Call, Program, Storage
 
 
-def _step(program: Program, call: Call, table: dict, ptr: Callable[[Storage], str]) -> list[str]:
+def _step(program: Program, call: Call, table: dict, ptr: Callable[[Storage], str],
+          profile: bool) -> list[str]:
     if call.transfer is None:
         args = [ptr(program.where(v)) for v in (*call.operands, *call.results)]
-        return [f"  /* {', '.join(call.nodes)} */",
-                f"  {call.kernel.symbol}({', '.join(args)});"]
+        call_c = f"{call.kernel.symbol}({', '.join(args)});"
+        if profile:
+            call_c = timed(call_c, program.kernels.index(call.kernel))
+        return [f"  /* {', '.join(call.nodes)} */", f"  {call_c}"]
     node = call.transfer
     ch: Channel = channel_of(node, table)
     data = [*call.operands, *call.results]
     arg = ptr(program.where(data[0])) if data else "0"
     fn = "rt_send" if node.op == "send" else "rt_recv"
-    return [f"  /* {call.nodes[0]}: {ch.key} */", f"  {program.name}_{fn}(rv, {ch.index}, {arg});"]
+    call_c = f"{program.name}_{fn}(rv, {ch.index}, {arg});"
+    if profile:
+        call_c = timed(call_c, transfer_event(ch.index, node.op))
+    return [f"  /* {call.nodes[0]}: {ch.key} */", f"  {call_c}"]
 
 
-def render_partitioned(program: Program) -> list[str]:
+def render_partitioned(program: Program, gpu=None, profile: bool = False) -> list[str]:
     table = channels(program.calls)
     lines: list[str] = []
     rows = []
+    skip: set[int] = set()
     for k, region in enumerate(program.regions):
         device, base, nbytes = region.device, region.offset, region.nbytes
+        if is_gpu_device(device):
+            from flowc.codegen.gpu_entry import gpu_copies, render_gpu_partition
+
+            lines += [*render_gpu_partition(program, gpu, region), ""]
+            rows.append(f"  {{{c_string(device)}, {base}u, {nbytes}u, 0, &gpu_partition}},")
+            skip |= gpu_copies(program, region)
+            continue
 
         def ptr(where: Storage, base: int = base) -> str:
             return pointer(Storage("arena", where.at - base) if where.kind == "arena" else where)
@@ -50,19 +73,21 @@ def render_partitioned(program: Program) -> list[str]:
         lines += [f"/* partition {k}: {device}, arena region of {nbytes} bytes at {base} */",
                   f"static void part_{k}(void *const *in, void *const *out, char *arena, "
                   "const char *w, flowc_rendezvous *rv) {",
-                  "  (void)in; (void)out; (void)arena; (void)w; (void)rv;"]
+                  "  (void)in; (void)out; (void)arena; (void)w; (void)rv;",
+                  *([f"  prof_join(rv, {k});"] if profile else [])]
         for call in program.calls:
             if call_device(call) == device:
-                lines += _step(program, call, table, ptr)
-        lines += ["}", ""]
-        rows.append(f"  {{{c_string(device)}, {base}u, {nbytes}u, part_{k}}},")
+                lines += _step(program, call, table, ptr, profile)
+        lines += [*(["  prof_leave();"] if profile else []), "}", ""]
+        rows.append(f"  {{{c_string(device)}, {base}u, {nbytes}u, part_{k}, 0}},")
     chans = [f"  {{{c_string(c.key)}, {c.nbytes}u}}," for c in table.values()] or ["  {0}"]
     lines += ["static const flowc_channel channels[] = {", *chans, "};",
               "static const flowc_partition partitions[] = {", *rows, "};", "",
               "static void entry(void *const *in, void *const *out, char *arena, "
               "const char *w) {", "  (void)in; (void)out; (void)arena; (void)w;"]
     for j, source, nbytes in program.copies:
-        lines.append(f"  memcpy(out[{j}], {pointer(source)}, {nbytes}u);")
+        if j not in skip:
+            lines.append(f"  memcpy(out[{j}], {pointer(source)}, {nbytes}u);")
     lines.append("}")
     return lines
 

@@ -1,9 +1,9 @@
 """Multi-partition programs: one entry function and one arena region per device.
 
 Contract (what `program.build_program` does with a graph the `partition` pass split):
-- `check_devices(graph)` raises a FlowcError naming the first node placed on a device this
-  codegen cannot build (anything but `cpu:N` until GPU codegen exists), or a data/control
-  edge that still joins two devices (the partition pass was not run);
+- `check_devices(graph)` raises a FlowcError naming nodes on two GPU devices (an
+  artifact drives one GPU so far), or a data/control edge that still joins two devices
+  (the partition pass was not run);
 - `send`/`recv` nodes become transfer steps: a `Call` with no kernel and the node as
   `transfer` (the entry calls the runtime's rendezvous instead of a kernel);
 - the memory planner (`memplan.py`) packs each device's temporaries into a region of its
@@ -16,7 +16,10 @@ Contract (what `program.build_program` does with a graph the `partition` pass sp
   (every recv needs its send, and a send must not come after a recv that waits on it
   through other devices): the scheduler may reorder each device's steps, this keeps it
   honest;
-- `partition_manifest(program)` is the manifest's `partitions` entry.
+- `partition_manifest(program)` is the manifest's `partitions` entry;
+- `is_gpu_device(name)`, `gpu_devices(program)`: which devices run on a GPU;
+  `host_kernels(program)` / `gpu_kernels_of(program)`: the kernels some call runs on a
+  host (CPU) device / on a GPU device (a kernel may be in both: it is compiled for each).
 The entry functions themselves are rendered by `partition_entry.py`.
 """
 
@@ -31,7 +34,6 @@ from flowc.ir.graph import Graph, Node
 from flowc.ir.ops.core import rendezvous_key
 
 TRANSFER_OPS = frozenset({"send", "recv"})
-BUILDABLE_TYPES = ("cpu",)
 
 
 @dataclass(frozen=True)
@@ -62,14 +64,17 @@ def _device_type(node: Node) -> str | None:
 def check_devices(graph: Graph) -> None:
     """See the module docstring."""
     nodes = [*graph.inputs, *graph.nodes]
+    gpus: dict[str, Node] = {}
     for node in sorted(nodes, key=lambda n: n.op in TRANSFER_OPS):  # name a user's node first
         if node.device is None:
             continue
-        kind = _device_type(node)
-        if kind not in BUILDABLE_TYPES:
-            raise FlowcError(f"node {node.label()} is placed on {node.device}: flowc artifacts "
-                             f"build code for {', '.join(BUILDABLE_TYPES)} devices only so far "
-                             "(no GPU codegen yet); place it on a cpu:N device")
+        if _device_type(node) == "gpu":
+            gpus.setdefault(node.device, node)
+    if len(gpus) > 1:
+        (a, na), (b, nb) = sorted(gpus.items())[:2]
+        raise FlowcError(f"nodes {na.label()} on {a} and {nb.label()} on {b}: an artifact "
+                         "runs on one GPU device so far; place the graph's GPU nodes on one "
+                         "of them")
     if not any(n.op in TRANSFER_OPS for n in graph.nodes):
         return
     for node in graph.nodes:
@@ -80,6 +85,29 @@ def check_devices(graph: Graph) -> None:
                 raise FlowcError(f"node {node.label()} on {node.device} uses "
                                  f"{pred.label()} on {pred.device} without a send/recv: run "
                                  "the partition pass before building the program")
+
+
+def is_gpu_device(name: str | None) -> bool:
+    return name is not None and DeviceSpec.parse(name).type == "gpu"
+
+
+def gpu_devices(program) -> list[str]:
+    """The GPU devices some step of `program` runs on (at most one: `check_devices`)."""
+    return [d for d in devices(program.calls) if is_gpu_device(d)]
+
+
+def host_kernels(program) -> list:
+    """The kernels some call runs on a device that is not a GPU, in program order."""
+    used = {c.kernel.symbol for c in program.calls
+            if c.kernel is not None and not is_gpu_device(call_device(c))}
+    return [k for k in program.kernels if k.symbol in used]
+
+
+def gpu_kernels_of(program) -> list:
+    """The kernels some call runs on a GPU device, in program order."""
+    used = {c.kernel.symbol for c in program.calls
+            if c.kernel is not None and is_gpu_device(call_device(c))}
+    return [k for k in program.kernels if k.symbol in used]
 
 
 def is_partitioned(graph: Graph) -> bool:
@@ -134,11 +162,13 @@ def channel_of(node: Node, table: dict[tuple[str, str, str], Channel]) -> Channe
 
 def partition_manifest(program) -> list[dict]:
     """The manifest's `partitions`: per device in partition order, the channels it sends on
-    (rendezvous key and bytes); empty for an unpartitioned program. Each device's arena
+    (rendezvous key, bytes and the channel's number in the generated C, which profiles
+    name transfers by); empty for an unpartitioned program. Each device's arena
     region is in the manifest's `devices` (the memory plan's report)."""
     table = channels(program.calls)
     return [{"device": r.device,
-             "sends": [{"key": ch.key, "bytes": ch.nbytes} for ch in table.values()
+             "sends": [{"key": ch.key, "bytes": ch.nbytes, "channel": ch.index}
+                       for ch in table.values()
                        if ch.key.startswith(r.device + ";")]}
             for r in program.regions]
 

@@ -116,7 +116,8 @@ def _structure_key(body: Graph) -> str:
                                                         strict=True)}
     for node in body.nodes:
         inputs = tuple(None if v is None else mapping[v] for v in node.inputs)
-        new = anonymous.append(node.replace(inputs=inputs, ctrl=(), name=None, loc=None))
+        new = anonymous.append(node.replace(inputs=inputs, ctrl=(), name=None, loc=None,
+                                            merged=()))
         mapping.update(zip(node.outputs, new.outputs, strict=True))
     anonymous.outputs = [(f"out{i}", mapping[v]) for i, (_, v) in enumerate(body.outputs)]
     return print_graph(anonymous)
@@ -162,8 +163,10 @@ def build_program(graph: Graph, prefix: str) -> Program:
         if key not in by_key:
             by_key[key] = Kernel(f"{prefix}_k{len(by_key)}", body)
             program.kernels.append(by_key[key])
-        names = tuple(n.name or n.op for n in body.nodes) if node.op == FUSED_OP else (
-            node.name or node.op,)
+        # the graph nodes a call runs (not the constants inlined into its body), with the
+        # nodes rewrites merged into them (Node.merged)
+        names = tuple(name for n in (body.nodes if node.op == FUSED_OP else [node])
+                      if n.op != "constant" for name in n.source_names())
         program.calls.append(Call(by_key[key],
                                   tuple(root.get(v, v) for v in operands),
                                   node.outputs, names))

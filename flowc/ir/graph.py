@@ -8,6 +8,9 @@ Contract:
 - `Node.device` is a device string (`cpu:0`, `gpu:0`, `/job:worker/task:1/cpu:0`) or None
   for "not placed"; `Node.name` is the node's unique name (the ONNX node name, the Python
   API's `name_scope/Op_3`), `Node.loc` where the user wrote it (`model.py:12`).
+  `Node.merged` lists the other source nodes, as `(name, loc)` pairs, that a rewrite merged
+  into this one (a BatchNorm folded into its Conv: MLIR's fused locations); `sources()` is
+  the node's own pair followed by those.
 - A `Graph` has named inputs (nodes of op `input`), nodes in a topological order, and named
   outputs. Constants are `constant` nodes; state is `variable` nodes read and written by
   `read_variable` and `assign`. Nested bodies (cond/while) are `Graph`s held as attributes,
@@ -24,6 +27,18 @@ from flowc.ir.attrs import Attrs
 from flowc.ir.types import Type
 
 INPUT_OP = "input"
+Source = tuple[str | None, str | None]  # (node name, source location) of a merged node
+
+
+def merge_sources(node: Node, absorbed: Iterable[Node]) -> tuple[Source, ...]:
+    """`node.merged` followed by the sources of `absorbed` (nodes folded into a stand-in for
+    `node`), without `node`'s own source, empty ones or repeats."""
+    out: dict[Source, None] = dict.fromkeys(node.merged)
+    for other in absorbed:
+        out.update(dict.fromkeys(other.sources()))
+    out.pop((node.name, node.loc), None)
+    out.pop((None, None), None)
+    return tuple(out)
 
 
 def describe_node(op: str, name: str | None, loc: str | None) -> str:
@@ -35,12 +50,13 @@ def describe_node(op: str, name: str | None, loc: str | None) -> str:
 class Node:
     """One operation: op name, operands, attributes, result types, placement, provenance."""
 
-    __slots__ = ("attrs", "ctrl", "device", "inputs", "loc", "name", "op", "types")
+    __slots__ = ("attrs", "ctrl", "device", "inputs", "loc", "merged", "name", "op", "types")
 
     def __init__(self, op: str, inputs: Sequence[Value | None] = (),
                  attrs: Attrs | dict | None = None,
                  types: Sequence[Type] = (), *, ctrl: Sequence[Node] = (),
-                 device: str | None = None, name: str | None = None, loc: str | None = None):
+                 device: str | None = None, name: str | None = None, loc: str | None = None,
+                 merged: Sequence[Source] = ()):
         init = object.__setattr__
         init(self, "op", op)
         init(self, "inputs", tuple(inputs))
@@ -50,6 +66,7 @@ class Node:
         init(self, "device", device)
         init(self, "name", name)
         init(self, "loc", loc)
+        init(self, "merged", tuple(merged))
         for v in self.inputs:
             if v is not None and not isinstance(v, Value):
                 raise TypeError(f"node {name or op}: operand {v!r} is not a Value")
@@ -68,7 +85,7 @@ class Node:
 
     def replace(self, **changes: Any) -> Node:
         fields = {k: getattr(self, k) for k in ("op", "inputs", "attrs", "types", "ctrl",
-                                                 "device", "name", "loc")}
+                                                 "device", "name", "loc", "merged")}
         fields.update(changes)
         op, inputs, attrs, types = (fields.pop(k) for k in ("op", "inputs", "attrs", "types"))
         return Node(op, inputs, attrs, types, **fields)
@@ -76,6 +93,14 @@ class Node:
     def key(self) -> tuple:
         """What makes two nodes compute the same thing (CSE's dictionary key)."""
         return (self.op, self.inputs, self.attrs, self.types, self.ctrl, self.device)
+
+    def sources(self) -> tuple[Source, ...]:
+        """`(name, loc)` of this node, then of each node a rewrite merged into it."""
+        return ((self.name, self.loc), *self.merged)
+
+    def source_names(self) -> tuple[str, ...]:
+        """The names of `sources()` (the op for an unnamed node itself)."""
+        return (self.name or self.op, *(name for name, _ in self.merged if name))
 
     def label(self) -> str:
         """How errors name this node: its name when it has one, its op, its location."""

@@ -15,7 +15,7 @@ import numpy as np
 from flowc.ir.attrs import Tensor
 from flowc.ir.errors import ParseError, VerifyError
 from flowc.ir.gcpause import gc_paused
-from flowc.ir.graph import INPUT_OP, Graph, Node, Value
+from flowc.ir.graph import INPUT_OP, Graph, Node, Source, Value
 from flowc.ir.ops import OPS
 from flowc.ir.types import DTYPES, DType, TensorType, Type, VarType
 from flowc.ir.verifier import verify as verify_graph
@@ -229,17 +229,36 @@ class Parser:
         raise self.error(f"expected a number, true or false but found '{tok.text}'", tok)
 
     # ---- graphs --------------------------------------------------------------------
-    def loc(self) -> tuple[str | None, str | None]:
+    def loc(self) -> tuple[str | None, str | None, tuple[Source, ...]]:
+        """`loc("name" at "where")` (either part optional) or `loc(fused[SOURCE, ...])`
+        (each SOURCE such a pair or `unknown`): (name, where, merged sources)."""
         if not self.accept("loc"):
-            return None, None
+            return None, None, ()
         self.expect("(")
+        if self.accept("fused"):
+            self.expect("[", " after 'fused' in loc(fused[...])")
+            sources = [self.source(fused=True)]
+            while self.accept(","):
+                sources.append(self.source(fused=True))
+            self.expect("]", " to close loc(fused[...])")
+            self.expect(")")
+            (name, where), merged = sources[0], tuple(sources[1:])
+            return name, where, merged
+        name, where = self.source(fused=False)
+        self.expect(")")
+        return name, where, ()
+
+    def source(self, fused: bool) -> Source:
+        if fused and self.accept("unknown"):
+            return None, None
         name = unquote(self.next().text) if self.tok.kind == "string" else None
         where = None
         if self.accept("at"):
             where = unquote(self.expect_kind("string", "a quoted source location").text)
         if name is None and where is None:
-            raise self.error("expected a quoted node name or 'at \"file:line\"' in loc(...)")
-        self.expect(")")
+            alternatives = ", or unknown" if fused else ""
+            raise self.error("expected a quoted node name or 'at \"file:line\"' in "
+                             f"loc(...){alternatives}")
         return name, where
 
     def graph(self) -> Graph:
@@ -258,7 +277,7 @@ class Parser:
             t = self.type()
             if t is None:
                 raise self.error("an input needs a type", tok)
-            _, where = self.loc()
+            _, where, _ = self.loc()
             node = Node(INPUT_OP, (), None, (t,), name=name, loc=where)
             scope[name] = node
             self.node_positions[node] = tok
@@ -372,9 +391,9 @@ class Parser:
         device = None
         if self.tok.kind == "at":
             device = _strip_sigil(self.next().text)
-        node_name, where = self.loc()
+        node_name, where, merged = self.loc()
         node = Node(op_tok.text, operands, attrs, types, ctrl=ctrl, device=device,
-                    name=node_name, loc=where)
+                    name=node_name, loc=where, merged=merged)
         scope[name] = node
         self.node_positions[node] = result_tok
         return node

@@ -10,7 +10,9 @@
 Nodes are numbered in graph order from 0 in each graph (bodies start again at 0); inputs
 print by name. A node with several results prints `%3:2 =` and its results are used as
 `%3#0`, `%3#1`. `ctrl(%2)` lists control dependencies; `@dev` is the device; `loc("name" at
-"file:line")` gives the node's name and source location. In a partitioned graph (one holding
+"file:line")` gives the node's name and source location, and `loc(fused["bn1" at "m:3",
+"conv1"])` those of a node that rewrites merged others into (its own first, then
+`Node.merged`, as MLIR's fused locations). In a partitioned graph (one holding
 send/recv) each run of nodes on one device is headed by a `// partition @DEVICE` comment,
 which the parser skips. Constants up to `inline_limit`
 elements print inline (`dense<...>`); larger ones by content digest (`dense_resource<...>`),
@@ -34,6 +36,14 @@ IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.$-]*\Z")
 def quote(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
+
+
+def source_text(name: str | None, loc: str | None) -> str:
+    """`"name" at "file:line"`, or the parts of it that are known ("" for neither)."""
+    parts = [quote(name)] if name is not None else []
+    if loc is not None:
+        parts.append(f"at {quote(loc)}")
+    return " ".join(parts)
 
 
 def value_name(text: str) -> str:
@@ -140,13 +150,13 @@ class Printer:
 
     @staticmethod
     def loc(node: Node, show_name: bool = True) -> str:
-        """` loc("name" at "file:line")`, or the parts of it that the node has."""
-        parts = []
-        if show_name and node.name is not None:
-            parts.append(quote(node.name))
-        if node.loc is not None:
-            parts.append(f"at {quote(node.loc)}")
-        return f" loc({' '.join(parts)})" if parts else ""
+        """` loc("name" at "file:line")`, or the parts of it that the node has; with merged
+        sources ` loc(fused[SOURCE, SOURCE ...])`, each source as that or `unknown`."""
+        if node.merged and show_name:  # (no rewrite merges anything into a graph input)
+            sources = (source_text(*s) or "unknown" for s in node.sources())
+            return f" loc(fused[{', '.join(sources)}])"
+        text = source_text(node.name if show_name else None, node.loc)
+        return f" loc({text})" if text else ""
 
     def resource_section(self) -> str:
         if not self.emit_resources or not self.resources:

@@ -1,10 +1,11 @@
 """Graph-to-graph passes, their registry, pipelines, and the pass manager.
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
-`fuse`, `partition`, `schedule`, `place`).
+`fuse`, `partition`, `schedule`, `place`, `channels-last`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
+    channels_last,
     constant_fold,
     cse,
     fuse,

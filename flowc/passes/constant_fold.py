@@ -65,7 +65,7 @@ def constant_node(array: np.ndarray, like: Node) -> Node:
     """A `constant` holding `array` that stands in for `like` (its name, location, device)."""
     tensor = Tensor(array)
     return Node("constant", (), {"value": tensor}, (tensor_type_of(tensor.data),),
-                device=like.device, name=like.name, loc=like.loc)
+                device=like.device, name=like.name, loc=like.loc, merged=like.merged)
 
 
 def fold_node(max_bytes: int) -> Pattern:

@@ -179,7 +179,8 @@ def build_body(group: Group, position: dict[Node, int],
 
     for node in sorted(group.members, key=position.__getitem__):
         copy = copies[node] = Node(node.op, [lookup(v) for v in node.inputs], node.attrs,
-                                   node.types, name=node.name, loc=node.loc)
+                                   node.types, name=node.name, loc=node.loc,
+                                   merged=node.merged)
         body.nodes.append(copy)
     body.add_output("out", Value(copies[group.root], 0))
     return body, operands
@@ -214,7 +215,8 @@ class Fuse:
                 body, operands = build_body(group, analysis.position, mapping)
                 # the body's output type is the root's: no type rule to run (verify checks)
                 new = Node("fused", operands, {"body": body, "kind": group.kind}, node.types,
-                           ctrl=ctrl, device=node.device, name=node.name, loc=node.loc)
+                           ctrl=ctrl, device=node.device, name=node.name, loc=node.loc,
+                           merged=node.merged)
                 stats.count("kernels-formed")
                 stats.count("nodes-fused", len(group.members))
             node_map[node] = new

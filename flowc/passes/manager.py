@@ -17,6 +17,8 @@ Contract: `PassManager(passes, verify=True, dump=None, print_after="all", dump_d
   pass, the passes that ran before it and, when a node can be blamed, the printed IR around
   that node with the node's line marked `>>`.
 - The cyclic garbage collector is paused while the passes run (`flowc.ir.gcpause`).
+- `progress` (a `flowc.progress.Progress`; by default a quiet one) hears
+  `pass_started(index, total, name)` before each pass and `pass_done(record)` after it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from flowc.ir.printer import print_graph
 from flowc.ir.verifier import verify as verify_graph
 from flowc.passes import stats
 from flowc.passes.pipeline import print_pipeline
+from flowc.progress import Progress
 
 WINDOW_LINES = 3  # lines of IR shown before and after the failing node
 MAX_LINE = 160  # longer IR lines are cut in failure messages
@@ -117,8 +120,10 @@ def blamed_node(exc: BaseException, graph: Graph) -> Node | None:
 class PassManager:
     def __init__(self, passes: Sequence[Any], *, verify: bool = True,
                  dump: TextIO | None = None, print_after: str | Collection[str] = "all",
-                 dump_dir: str | Path | None = None, resources: bool = False):
+                 dump_dir: str | Path | None = None, resources: bool = False,
+                 progress: Progress | None = None):
         self.passes = list(passes)
+        self.progress = progress or Progress(level="quiet")
         self.verify = verify
         self.dump = dump
         self.print_after = print_after
@@ -140,6 +145,7 @@ class PassManager:
 
     def run_one(self, i: int, p: Any, graph: Graph) -> Graph:
         before = [print_pipeline([q]) for q in self.passes[:i]]
+        self.progress.pass_started(i, len(self.passes), p.name)
         start = time.perf_counter()
         try:
             with stats.collect() as counters:
@@ -161,6 +167,7 @@ class PassManager:
         verify_s = time.perf_counter() - start - wall
         self.records.append(PassRecord(p.name, wall, verify_s, len(graph.nodes),
                                        len(result.nodes), dict(sorted(counters.items()))))
+        self.progress.pass_done(self.records[-1])
         if self.selected(p.name):
             if self.dump is not None:
                 self.dump.write(banner(p.name) + "\n")

@@ -73,7 +73,8 @@ def _gemm(node: Node) -> float:
 
 def _conv(node: Node) -> float:
     w = _operand(node, 1)
-    cout = w.shape[0] if isinstance(w, TensorType) and isinstance(w.shape[0], int) else 1
+    axis = -1 if node.attrs.get("channels_last") else 0  # W is [*K, C/group, M] then
+    cout = w.shape[axis] if isinstance(w, TensorType) and isinstance(w.shape[axis], int) else 1
     return 2.0 * _out(node) * max(1, elements(w) // max(1, cout))
 
 

@@ -3,7 +3,8 @@
 Contract:
 - A pattern is `fn(node, rw) -> Node | Sequence[Value] | None` (None: no match). It sees a
   node whose operands are already rewritten; it returns a node to stand in its place (same
-  result count; build it with `rw.replace`, which keeps the name, location and device) or
+  result count; build it with `rw.replace`, which keeps the name, location and device, and
+  records the nodes it absorbs as merged sources: `Node.merged`, MLIR's fused locations) or
   the values that replace its results. New helper nodes come from `rw.make` / `rw.constant`
   and are inserted before their first user. Patterns never mutate anything.
 - `apply_patterns(graph, by_op, any_op)` walks the nodes once in topological order (through
@@ -33,7 +34,16 @@ import numpy as np
 from flowc.ir.attrs import Tensor
 from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import FlowcError
-from flowc.ir.graph import Graph, Node, Value, node_preds, rebuild, topological_order
+from flowc.ir.graph import (
+    INPUT_OP,
+    Graph,
+    Node,
+    Value,
+    merge_sources,
+    node_preds,
+    rebuild,
+    topological_order,
+)
 from flowc.ir.ops import HAS_BODY, OPS, PURE, REQUIRED, STATEFUL, infer_types
 from flowc.ir.types import TensorType, Type
 from flowc.passes.stats import count
@@ -41,6 +51,7 @@ from flowc.passes.stats import count
 Result = Node | Sequence[Value] | None
 Pattern = Callable[[Node, "Rewriter"], Result]
 MAX_STEPS = 8
+MAX_ABSORBED = 64  # merged sources recorded per rewrite (a bound on the walk)
 
 
 _OP_TRAITS: dict[str, tuple[object, bool, bool]] = {}
@@ -183,13 +194,34 @@ class Rewriter:
     def replace(self, node: Node, op: str, inputs: Sequence[Value | None],
                 attrs: Mapping[str, Any] | None = None) -> Node | None:
         """A node of `op` standing in for `node`: same name, location, device and result
-        types (refined by the new op's rule); None if the rule disagrees with them."""
+        types (refined by the new op's rule), and as merged sources those of `node` and of
+        the nodes it absorbs (`absorbed`); None if the rule disagrees with the types."""
         new = self.make(op, inputs, attrs, node)
         types = merge_types(node.types, new.types)
         if types is None:
             return None
+        merged = merge_sources(node, self.absorbed(node, inputs))
         return Node(op, new.inputs, new.attrs, types, ctrl=node.ctrl, device=node.device,
-                    name=node.name, loc=node.loc)
+                    name=node.name, loc=node.loc, merged=merged)
+
+    def absorbed(self, node: Node, inputs: Sequence[Value | None]) -> list[Node]:
+        """The nodes whose work a stand-in for `node` reading `inputs` takes over: those
+        between the new inputs and `node` (walking up from `node`'s operands, stopping at
+        the new inputs, constants and graph inputs), at most MAX_ABSORBED of them. A node
+        with other users is one too: the stand-in recomputes it (a transpose of a shared
+        transpose), even if it stays for those users."""
+        stop = {v.node for v in inputs if v is not None}
+        seen: set[Node] = set()
+        found: list[Node] = []
+        todo = [v.node for v in node.inputs if v is not None]
+        while todo and len(found) < MAX_ABSORBED:
+            pred = todo.pop()
+            if pred in seen or pred in stop or pred.op in ("constant", INPUT_OP):
+                continue
+            seen.add(pred)
+            found.append(pred)
+            todo.extend(v.node for v in pred.inputs if v is not None)
+        return found
 
 
 def _single_value(data: np.ndarray | None) -> float | None:

@@ -64,21 +64,26 @@ typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *
 typedef struct flowc_rendezvous flowc_rendezvous;
 typedef void (*flowc_part_fn)(void *const *inputs, void *const *outputs, char *arena,
                               const char *weights, flowc_rendezvous *rv);
+struct flowc_gpu_program_s;
 typedef struct {
-  const char *device;  /* cpu:0, cpu:1 ... */
+  const char *device;  /* cpu:0, cpu:1 ... gpu:0 */
   size_t arena_offset; /* its region of the context's arena */
   size_t arena_bytes;
-  flowc_part_fn run;   /* arena points at the region */
+  flowc_part_fn run;   /* arena points at the region; NULL for a GPU partition */
+  const struct flowc_gpu_program_s *gpu; /* a GPU partition: its program (cuda.c) */
 } flowc_partition;
 typedef struct {
   const char *key; /* rendezvous key: send_device;tensor_name;recv_device */
   size_t bytes;    /* 0: a control edge (a signal, no data) */
 } flowc_channel;
 
-/* ---- GPU programs (cuda.c): every kernel runs on an NVIDIA GPU ----
- * Kernel arguments are device pointers into one device block; an argument names its
- * buffer by kind and index/offset. Launches run in order on one stream. */
-enum { FLOWC_GPU_INPUT, FLOWC_GPU_OUTPUT, FLOWC_GPU_WEIGHT, FLOWC_GPU_ARENA, FLOWC_GPU_SCRATCH };
+/* ---- GPU programs (cuda.c): kernels that run on an NVIDIA GPU ----
+ * Either the whole model (flowc_model.gpu) or one partition of a mixed CPU+GPU model
+ * (flowc_partition.gpu). Kernel arguments are device pointers into one device block
+ * (arena | weights span | scratch | inputs | outputs); an argument names its buffer by kind
+ * and index/offset. Launches and transfers run in order on one stream. */
+enum { FLOWC_GPU_INPUT, FLOWC_GPU_OUTPUT, FLOWC_GPU_WEIGHT, FLOWC_GPU_ARENA, FLOWC_GPU_SCRATCH,
+       FLOWC_GPU_NONE };
 typedef struct {
   int32_t kind; /* FLOWC_GPU_* */
   size_t at;    /* input/output index, or byte offset in the weights/arena/scratch */
@@ -88,13 +93,23 @@ typedef struct {
   uint32_t grid, block;
   int32_t num_args;
   const flowc_gpu_arg *args;
+  const char *nodes; /* the graph nodes it computes (error messages) */
 } flowc_gpu_launch;
+/* A step of a GPU partition: a launch, or a transfer through the rendezvous (a recv copies
+ * the channel's staging buffer to `buf` host-to-device; a send copies `buf` device-to-host
+ * into it and records an event the receiver waits on). */
+enum { FLOWC_GPU_LAUNCH, FLOWC_GPU_RECV, FLOWC_GPU_SEND };
+typedef struct {
+  int32_t op;    /* FLOWC_GPU_LAUNCH / RECV / SEND */
+  int32_t index; /* the launch, or the channel */
+  flowc_gpu_arg buf;
+} flowc_gpu_step;
 typedef struct {
   int32_t arch;  /* 80 for sm_80 ... */
   int32_t is_ptx; /* PTX text (JIT on devices of at least arch), else a cubin */
   const unsigned char *data;
 } flowc_gpu_image;
-typedef struct {
+typedef struct flowc_gpu_program_s {
   int32_t num_images;
   const flowc_gpu_image *images;
   int32_t num_functions;
@@ -102,7 +117,14 @@ typedef struct {
   int32_t num_launches;
   const flowc_gpu_launch *launches;
   size_t scratch_bytes;
-  const flowc_gpu_arg *results; /* where each output is on the device after the launches */
+  const flowc_gpu_arg *results; /* per output: where it is on the device after the steps;
+                                   FLOWC_GPU_NONE: not this program's to copy out */
+  size_t arena_bytes;           /* the device arena (a partition's region) */
+  size_t weights_offset, weights_bytes; /* the span of the weights blob kernels read */
+  const unsigned char *on_device; /* per input, then per output: 1 when it has a device
+                                     buffer (inputs are copied in); NULL: all of them */
+  int32_t num_steps;            /* 0: the launches in order (a whole-model program) */
+  const flowc_gpu_step *steps;
 } flowc_gpu_program;
 struct flowc_gpu_ctx;
 
@@ -124,7 +146,7 @@ typedef struct {
   const flowc_partition *partitions;
   int32_t num_channels;
   const flowc_channel *channels;
-  const flowc_gpu_program *gpu; /* non-NULL: the kernels run on a GPU (cuda.c) */
+  const flowc_gpu_program *gpu; /* non-NULL: every kernel runs on a GPU (cuda.c) */
 } flowc_model;
 
 typedef struct flowc_pool flowc_pool;
@@ -173,10 +195,28 @@ FLOWC_HIDDEN void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv);
 FLOWC_HIDDEN void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data);
 FLOWC_HIDDEN void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data);
 
-/* CUDA backend (cuda.c), used only when ctx->model->gpu is set: create after the weights
- * are mapped, run instead of the entry function, destroy (safe on a failed create). */
+/* GPU partitions (cuda.c) reach the rendezvous through these: rt_recv_wait waits until the
+ * channel is full and returns 0 (non-zero when the run failed instead), rt_slot is the
+ * channel's staging buffer (NULL for a control channel), rt_send_mark marks the channel
+ * full; rt_abort records the run's first failure (status and message) and wakes every
+ * waiting recv. */
+FLOWC_HIDDEN int FLOWC_RT(rt_recv_wait)(flowc_rendezvous *rv, int channel);
+FLOWC_HIDDEN void *FLOWC_RT(rt_slot)(flowc_rendezvous *rv, int channel);
+FLOWC_HIDDEN void FLOWC_RT(rt_send_mark)(flowc_rendezvous *rv, int channel);
+FLOWC_HIDDEN int FLOWC_RT(rt_abort)(flowc_rendezvous *rv, int status, const char *message);
+
+/* CUDA backend (cuda.c), used only when the model has a GPU program (model->gpu, or a
+ * partition's gpu): create after the weights are mapped, run instead of the entry function
+ * (whole-model programs) or as the GPU partition's body (cuda_run_partition, errors through
+ * rt_abort), destroy (safe on a failed create). cuda_wait_channel makes a host recv of a
+ * channel the GPU sends on wait for that copy's event (a no-op for other channels). */
 FLOWC_HIDDEN int FLOWC_RT(cuda_create)(flowc_ctx *ctx);
 FLOWC_HIDDEN int FLOWC_RT(cuda_run)(flowc_ctx *ctx);
+FLOWC_HIDDEN void FLOWC_RT(cuda_run_partition)(flowc_ctx *ctx, const flowc_partition *p);
+FLOWC_HIDDEN void FLOWC_RT(cuda_wait_channel)(flowc_ctx *ctx, int channel);
+/* Page-locks the staging buffers of the GPU partition's channels (once the rendezvous
+ * exists; best effort: a buffer the driver will not lock stays pageable). */
+FLOWC_HIDDEN void FLOWC_RT(cuda_pin_channels)(flowc_ctx *ctx);
 FLOWC_HIDDEN void FLOWC_RT(cuda_destroy)(flowc_ctx *ctx);
 
 /* The thread pool (pool.c). pool_run calls fn(arg, tid, n) once on each of the n threads

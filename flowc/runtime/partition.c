@@ -2,15 +2,23 @@
  * rendezvous its send/recv steps go through. See flowc_rt.h.
  *
  * Each context holds, from its first run on, one worker thread per partition after the
- * first; partition 0 runs on the caller (with the context's pool; workers run their
- * kernels serially). A run resets every channel, bumps the run generation (waking the
+ * first; partition 0 runs on the caller with the context's pool, each worker with a pool
+ * of its own of the same thread count (made, or remade after set_threads, by the caller
+ * before a run starts, while the workers wait). A run resets every channel, bumps the run generation (waking the
  * workers), runs partition 0 and waits until every worker has finished its partition.
  * A send copies its tensor into the channel's staging buffer and marks the channel full;
  * a recv waits (condition variable) until it is full and copies the tensor out. Sends
  * never wait, and each partition runs its steps in an order consistent with one global
  * order in which every send precedes its recv (codegen checks it), so every recv's send
  * eventually runs: no deadlock. Workers are all started before a run begins, so a failure
- * to start one fails the run before any partition waits on a peer. */
+ * to start one fails the run before any partition waits on a peer.
+ *
+ * A GPU partition (partition.gpu set) runs its program through cuda.c on its thread: its
+ * recvs copy a full channel's buffer to the device, its sends copy device data into the
+ * buffer asynchronously and record an event that a host recv of that channel waits on
+ * (cuda_wait_channel) before reading it. A GPU failure during a run (rt_abort) records the
+ * run's status and message once and wakes every recv, so no partition waits forever;
+ * the run then returns that status. CPU-only models never call into cuda.c. */
 #include "flowc_rt.h"
 
 #include <errno.h>
@@ -29,10 +37,13 @@ struct flowc_rendezvous {
   unsigned char *full; /* per channel: the send of this run has happened */
   char **slot;         /* per channel: staging buffer (NULL for a control channel) */
   pthread_t *workers;  /* partitions 1 .. num_partitions-1 */
+  flowc_pool **pools;  /* per partition (index 0 unused): its worker's pool, or NULL */
+  int pool_threads;    /* the thread count the pools were made for (1: none) */
   int started;         /* workers running */
   unsigned long generation; /* bumped per run (under mu) */
   int pending;         /* workers still in this run's partition (under mu) */
   int stop;            /* under mu */
+  int status;          /* the run's first failure (under mu; 0: none) */
 };
 
 typedef struct {
@@ -55,7 +66,9 @@ static flowc_rendezvous *rendezvous_create(flowc_ctx *ctx) {
   rv->full = calloc(n + 1, 1);
   rv->slot = calloc(n + 1, sizeof *rv->slot);
   rv->workers = calloc((size_t)m->num_partitions + 1, sizeof *rv->workers);
-  int ok = rv->full && rv->slot && rv->workers;
+  rv->pools = calloc((size_t)m->num_partitions + 1, sizeof *rv->pools);
+  rv->pool_threads = 1;
+  int ok = rv->full && rv->slot && rv->workers && rv->pools;
   for (size_t k = 0; ok && k < n; k++) {
     size_t bytes = m->channels[k].bytes;
     if (bytes && posix_memalign((void **)&rv->slot[k], FLOWC_ALIGN, bytes) != 0) ok = 0;
@@ -74,6 +87,9 @@ void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv) {
   pthread_cond_broadcast(&rv->start);
   pthread_mutex_unlock(&rv->mu);
   for (int i = 0; i < rv->started; i++) pthread_join(rv->workers[i], NULL);
+  for (int p = 0; rv->pools && p <= rv->model->num_partitions; p++)
+    if (rv->pools[p]) FLOWC_RT(pool_destroy)(rv->pools[p]);
+  free(rv->pools);
   for (int k = 0; rv->slot && k < rv->model->num_channels; k++) free(rv->slot[k]);
   free(rv->slot);
   free(rv->full);
@@ -85,25 +101,53 @@ void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv) {
   free(rv);
 }
 
-void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data) {
-  size_t bytes = rv->model->channels[channel].bytes;
-  if (bytes) memcpy(rv->slot[channel], data, bytes);
+void *FLOWC_RT(rt_slot)(flowc_rendezvous *rv, int channel) { return rv->slot[channel]; }
+
+void FLOWC_RT(rt_send_mark)(flowc_rendezvous *rv, int channel) {
   pthread_mutex_lock(&rv->mu);
   rv->full[channel] = 1;
   pthread_cond_broadcast(&rv->filled);
   pthread_mutex_unlock(&rv->mu);
 }
 
-void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data) {
+void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data) {
+  size_t bytes = rv->model->channels[channel].bytes;
+  if (bytes) memcpy(rv->slot[channel], data, bytes);
+  FLOWC_RT(rt_send_mark)(rv, channel);
+}
+
+int FLOWC_RT(rt_recv_wait)(flowc_rendezvous *rv, int channel) {
   pthread_mutex_lock(&rv->mu);
-  while (!rv->full[channel]) pthread_cond_wait(&rv->filled, &rv->mu);
+  while (!rv->full[channel] && !rv->status) pthread_cond_wait(&rv->filled, &rv->mu);
+  int failed = rv->status;
   pthread_mutex_unlock(&rv->mu);
+  return failed;
+}
+
+void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data) {
+  if (FLOWC_RT(rt_recv_wait)(rv, channel)) return; /* the run failed: results are void */
+  if (rv->ctx->gpu) FLOWC_RT(cuda_wait_channel)(rv->ctx, channel);
   size_t bytes = rv->model->channels[channel].bytes;
   if (bytes) memcpy(data, rv->slot[channel], bytes);
 }
 
+int FLOWC_RT(rt_abort)(flowc_rendezvous *rv, int status, const char *message) {
+  pthread_mutex_lock(&rv->mu);
+  if (!rv->status) {
+    rv->status = status;
+    snprintf(rv->ctx->error, sizeof rv->ctx->error, "%s", message);
+  }
+  pthread_cond_broadcast(&rv->filled);
+  pthread_mutex_unlock(&rv->mu);
+  return status;
+}
+
 static void run_part(flowc_ctx *ctx, const flowc_partition *p) {
-  p->run(ctx->inputs, ctx->outputs, ctx->arena + p->arena_offset, ctx->weights, ctx->rendezvous);
+  if (p->gpu)
+    FLOWC_RT(cuda_run_partition)(ctx, p);
+  else
+    p->run(ctx->inputs, ctx->outputs, ctx->arena + p->arena_offset, ctx->weights,
+           ctx->rendezvous);
 }
 
 static void *worker(void *arg) {
@@ -116,8 +160,11 @@ static void *worker(void *arg) {
     while (!rv->stop && rv->generation == seen) pthread_cond_wait(&rv->start, &rv->mu);
     if (rv->stop) break;
     seen = rv->generation;
+    flowc_pool *pool = rv->pools[w.part]; /* set by the caller before the generation bump */
     pthread_mutex_unlock(&rv->mu);
+    FLOWC_RT(pool_enter)(pool);
     run_part(rv->ctx, &rv->model->partitions[w.part]);
+    FLOWC_RT(pool_leave)();
     pthread_mutex_lock(&rv->mu);
     if (--rv->pending == 0) pthread_cond_signal(&rv->done);
   }
@@ -146,18 +193,45 @@ static int start_workers(flowc_ctx *ctx) {
   return FLOWC_OK;
 }
 
+/* Each worker's pool at the context's thread count (workers are idle: between runs). */
+static int sync_pools(flowc_ctx *ctx) {
+  flowc_rendezvous *rv = ctx->rendezvous;
+  if (rv->pool_threads == ctx->threads) return FLOWC_OK;
+  for (int p = 1; p < ctx->model->num_partitions; p++) {
+    if (rv->pools[p]) FLOWC_RT(pool_destroy)(rv->pools[p]);
+    rv->pools[p] = NULL;
+  }
+  rv->pool_threads = 1;
+  for (int p = 1; ctx->threads > 1 && p < ctx->model->num_partitions; p++) {
+    char why[256];
+    rv->pools[p] = FLOWC_RT(pool_create)(ctx->threads, why, sizeof why);
+    if (!rv->pools[p]) {
+      snprintf(ctx->error, sizeof ctx->error, "%s: cannot start the thread pool of partition "
+               "%s: %s", ctx->model->name, ctx->model->partitions[p].device, why);
+      return FLOWC_ERR_THREADS;
+    }
+  }
+  rv->pool_threads = ctx->threads;
+  return FLOWC_OK;
+}
+
 int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
   const flowc_model *m = ctx->model;
-  if (!ctx->rendezvous && !(ctx->rendezvous = rendezvous_create(ctx))) {
-    snprintf(ctx->error, sizeof ctx->error, "%s: out of memory allocating the rendezvous of "
-             "%d channels", m->name, m->num_channels);
-    return FLOWC_ERR_NOMEM;
+  if (!ctx->rendezvous) {
+    if (!(ctx->rendezvous = rendezvous_create(ctx))) {
+      snprintf(ctx->error, sizeof ctx->error, "%s: out of memory allocating the rendezvous "
+               "of %d channels", m->name, m->num_channels);
+      return FLOWC_ERR_NOMEM;
+    }
+    if (ctx->gpu) FLOWC_RT(cuda_pin_channels)(ctx);
   }
   int status = start_workers(ctx);
+  if (!status) status = sync_pools(ctx);
   if (status) return status;
   flowc_rendezvous *rv = ctx->rendezvous;
   pthread_mutex_lock(&rv->mu);
   memset(rv->full, 0, (size_t)m->num_channels);
+  rv->status = 0;
   rv->pending = m->num_partitions - 1;
   rv->generation++;
   pthread_cond_broadcast(&rv->start);
@@ -165,6 +239,7 @@ int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
   run_part(ctx, &m->partitions[0]);
   pthread_mutex_lock(&rv->mu);
   while (rv->pending) pthread_cond_wait(&rv->done, &rv->mu);
+  status = rv->status;
   pthread_mutex_unlock(&rv->mu);
-  return FLOWC_OK;
+  return status;
 }

@@ -1,40 +1,79 @@
 /* pool.c: a small pthread pool per context, and the OpenMP entry points (under the model's
  * prefix) that kernels lowered with convert-scf-to-openmp call, so no libomp is needed.
  *
- * pool_run(fn) runs fn on every thread of the pool, the caller being thread 0. The pool of
- * the run in progress is a per-thread variable set by rt_run (pool_enter/pool_leave); with
- * no pool, or inside a parallel region, work runs on the calling thread alone. */
+ * pool_run(fn) runs fn(arg, slot, n) once for each of the pool's n slots and returns when
+ * all have returned. The caller runs slot 0, then claims, one at a time, any slot no worker
+ * has claimed yet (an atomic counter tagged with the region's generation), so a worker that
+ * is asleep or descheduled never delays a region it has not started: at worst the caller
+ * runs every slot itself. A thread claims another slot only after finishing the one it
+ * holds, so a region that calls `__kmpc_barrier` (which every slot must reach, OpenMP's
+ * rule) is still correct: no slot can pass a barrier before all n were claimed.
+ *
+ * Hot path without locks or system calls: a region is a few stores and one atomic
+ * increment per slot. Workers wait for the next generation after their last slot, the
+ * caller for the count of finished slots: spinning, then yielding, then asleep on a futex
+ * (a system call wakes sleepers only when some sleep): see SPIN_NS.
+ *
+ * The pool of the run in progress is a per-thread variable set by rt_run (pool_enter /
+ * pool_leave); with no pool, or inside a parallel region (nested), work runs serially on
+ * the calling thread. */
+#define _GNU_SOURCE
 #include "flowc_rt.h"
 
+#include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 typedef struct {
   flowc_pool *pool;
   int tid;
 } worker_arg;
 
+#define SLOT_BITS 16 /* claim word: generation << SLOT_BITS | next unclaimed slot */
+#define SLOT_MASK ((1u << SLOT_BITS) - 1)
+
 struct flowc_pool {
-  int n;
+  /* written by the caller once per region, read by the workers */
+  _Alignas(64) uint64_t claim; /* atomic */
+  uint32_t wake;               /* atomic: the generation's low bits (the workers' futex) */
+  uint32_t stop;               /* atomic */
+  flowc_task_fn fn;            /* atomic (relaxed): read after a successful claim */
+  void *arg;                   /* atomic (relaxed) */
+  /* written by every slot that finishes */
+  _Alignas(64) uint32_t done;  /* atomic: slots finished (the caller's futex) */
+  uint32_t caller_sleeps;      /* atomic: the caller sleeps on `done` */
+  _Alignas(64) uint32_t sleepers; /* atomic: workers asleep on `wake` */
+  /* __kmpc_barrier: a central counter and a generation (futex) */
+  _Alignas(64) uint32_t bar_arrived; /* atomic */
+  uint32_t bar_gen;                  /* atomic */
+  uint32_t bar_sleepers;             /* atomic */
+  _Alignas(64) int n;
+  uint64_t generation; /* the caller's count of regions */
   pthread_t *threads;
   worker_arg *args;
-  pthread_mutex_t mu;
-  pthread_cond_t wake, done;
-  pthread_barrier_t barrier;
-  unsigned long generation; /* atomic: bumped to start a region */
-  int pending;              /* atomic: workers still running the region */
-  int stop;                 /* atomic */
-  int sleepers;             /* workers blocked on `wake` (under mu) */
-  flowc_task_fn fn;
-  void *arg;
 };
 
-/* Wake-up latency matters more than idle CPU for short regions: workers and the caller
- * spin this many pauses (tens of microseconds) before blocking on a condition variable. */
-#define FLOWC_SPIN 20000
+/* Waiting: spinning costs a core, waking a sleeper a system call and a scheduler hop
+ * (microseconds). So a waiter spins (pause) for SPIN_NS, then yields its core between
+ * checks (so that on a loaded machine the thread it waits for, or another process, can
+ * run) until YIELD_NS, then sleeps. Kernels of a model follow each other within
+ * microseconds; a pause between runs of the model lets the workers sleep. */
+#define SPIN_NS 20000
+#define YIELD_NS 200000
+
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define LOAD_SC(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
+#define STORE_SC(x, v) __atomic_store_n(&(x), (v), __ATOMIC_SEQ_CST)
 
 static inline void cpu_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -44,56 +83,136 @@ static inline void cpu_pause(void) {
 #endif
 }
 
-#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Sleep while *word == value (returns at once if it differs, or spuriously), and wake
+ * `count` sleepers of word. Without futexes (not Linux): a short sleep, then the caller
+ * checks again. */
+static void futex_wait(uint32_t *word, uint32_t value) {
+#ifdef __linux__
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
+#else
+  (void)word;
+  (void)value;
+  nanosleep(&(struct timespec){0, 20000}, NULL);
+#endif
+}
+
+static void futex_wake(uint32_t *word, int count) {
+#ifdef __linux__
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+#else
+  (void)word;
+  (void)count;
+#endif
+}
+
+/* Spin (then yield) while *word == value, for at most YIELD_NS; whether it changed. */
+static int spin_while_equal(uint32_t *word, uint32_t value) {
+  uint64_t start = 0, spent = 0;
+  for (unsigned i = 0; spent < YIELD_NS; i++) {
+    if (__atomic_load_n(word, __ATOMIC_ACQUIRE) != value) return 1;
+    if (i % 64 == 0) {
+      uint64_t t = now_ns();
+      start = i ? start : t;
+      spent = t - start;
+    }
+    if (spent < SPIN_NS)
+      cpu_pause();
+    else
+      sched_yield();
+  }
+  return 0;
+}
+
+/* Wait until *word != value: spin for SPIN_NS, then sleep (counted in *sleepers so that the
+ * writer knows to wake). The writer stores *word, then reads *sleepers (both seq_cst); the
+ * waiter counts itself, then reads *word: one of them sees the other. */
+static void wait_change(uint32_t *word, uint32_t value, uint32_t *sleepers) {
+  if (spin_while_equal(word, value)) return;
+  __atomic_add_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(word, __ATOMIC_SEQ_CST) == value) futex_wait(word, value);
+  __atomic_sub_fetch(sleepers, 1, __ATOMIC_SEQ_CST);
+}
+
+static void wake_all(uint32_t *word, uint32_t *sleepers) {
+  if (LOAD_SC(*sleepers)) futex_wake(word, INT_MAX);
+}
 
 static __thread flowc_pool *current_pool; /* the pool of this thread's run */
-static __thread int current_tid;          /* this thread's number in the running region */
+static __thread flowc_pool *region_pool;  /* the pool of the region this thread is in */
+static __thread int current_tid;          /* this thread's slot in the running region */
+static __thread int region_n = 1;         /* the slots of the running region */
 static __thread int in_region;            /* inside pool_run: nested regions run serially */
 
+static void run_slot(flowc_pool *pool, flowc_task_fn fn, void *arg, int slot, int n) {
+  flowc_pool *outer_pool = region_pool;
+  int outer_tid = current_tid, outer_n = region_n, outer_in = in_region;
+  region_pool = pool;
+  current_tid = slot;
+  region_n = n;
+  in_region = 1;
+  fn(arg, slot, n);
+  region_pool = outer_pool;
+  current_tid = outer_tid;
+  region_n = outer_n;
+  in_region = outer_in;
+}
+
+/* Claim and run the region's unclaimed slots until none is left. */
+static void run_unclaimed(flowc_pool *pool) {
+  uint32_t n = (uint32_t)pool->n;
+  uint64_t c = __atomic_load_n(&pool->claim, __ATOMIC_ACQUIRE);
+  while ((c & SLOT_MASK) < n) {
+    if (!__atomic_compare_exchange_n(&pool->claim, &c, c + 1, 1, __ATOMIC_ACQUIRE,
+                                     __ATOMIC_ACQUIRE))
+      continue; /* c now holds the current word */
+    /* The region of this claim cannot end (nor the next one start) before this slot is
+     * done, so fn and arg are this region's. */
+    flowc_task_fn fn = __atomic_load_n(&pool->fn, __ATOMIC_RELAXED);
+    void *arg = __atomic_load_n(&pool->arg, __ATOMIC_RELAXED);
+    run_slot(pool, fn, arg, (int)(c & SLOT_MASK), (int)n);
+    if (__atomic_add_fetch(&pool->done, 1, __ATOMIC_SEQ_CST) == n && LOAD_SC(pool->caller_sleeps))
+      futex_wake(&pool->done, 1);
+    c = __atomic_load_n(&pool->claim, __ATOMIC_ACQUIRE);
+  }
+}
+
 static void *worker(void *p) {
-  worker_arg *w = p;
-  flowc_pool *pool = w->pool;
-  unsigned long seen = 0;
-  current_pool = pool;
+  flowc_pool *pool = ((worker_arg *)p)->pool;
+  uint32_t seen = 0;
   for (;;) {
-    for (int i = 0; i < FLOWC_SPIN && LOAD(pool->generation) == seen && !LOAD(pool->stop); i++)
-      cpu_pause();
-    if (LOAD(pool->generation) == seen && !LOAD(pool->stop)) {
-      pthread_mutex_lock(&pool->mu);
-      pool->sleepers++;
-      while (!LOAD(pool->stop) && LOAD(pool->generation) == seen)
-        pthread_cond_wait(&pool->wake, &pool->mu);
-      pool->sleepers--;
-      pthread_mutex_unlock(&pool->mu);
-    }
+    wait_change(&pool->wake, seen, &pool->sleepers);
     if (LOAD(pool->stop)) return NULL;
-    seen = LOAD(pool->generation);
-    current_tid = w->tid;
-    in_region = 1;
-    pool->fn(pool->arg, w->tid, pool->n);
-    in_region = 0;
-    if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_ACQ_REL) == 0) {
-      pthread_mutex_lock(&pool->mu);
-      pthread_cond_signal(&pool->done);
-      pthread_mutex_unlock(&pool->mu);
-    }
+    seen = LOAD(pool->wake);
+    run_unclaimed(pool);
   }
 }
 
 flowc_pool *FLOWC_RT(pool_create)(int n, char *error, size_t error_bytes) {
-  flowc_pool *pool = calloc(1, sizeof *pool);
-  if (!pool || !(pool->threads = calloc((size_t)n, sizeof(pthread_t))) ||
-      !(pool->args = calloc((size_t)n, sizeof(worker_arg)))) {
-    if (pool) free(pool->threads);
+  flowc_pool *pool = NULL;
+  if (n < 1 || n > (int)SLOT_MASK) {
+    snprintf(error, error_bytes, "a pool of %d threads (1..%u)", n, SLOT_MASK);
+    return NULL;
+  }
+  if (posix_memalign((void **)&pool, 64, sizeof *pool) != 0) pool = NULL;
+  if (pool) {
+    memset(pool, 0, sizeof *pool);
+    pool->threads = calloc((size_t)n, sizeof(pthread_t));
+    pool->args = calloc((size_t)n, sizeof(worker_arg));
+  }
+  if (!pool || !pool->threads || !pool->args) {
+    if (pool) free(pool->threads), free(pool->args);
     free(pool);
     snprintf(error, error_bytes, "out of memory creating a pool of %d threads", n);
     return NULL;
   }
   pool->n = n;
-  pthread_mutex_init(&pool->mu, NULL);
-  pthread_cond_init(&pool->wake, NULL);
-  pthread_cond_init(&pool->done, NULL);
-  pthread_barrier_init(&pool->barrier, NULL, (unsigned)n);
+  pool->claim = (uint64_t)n; /* generation 0: nothing to claim */
   for (int t = 1; t < n; t++) {
     pool->args[t] = (worker_arg){pool, t};
     int rc = pthread_create(&pool->threads[t], NULL, worker, &pool->args[t]);
@@ -108,15 +227,10 @@ flowc_pool *FLOWC_RT(pool_create)(int n, char *error, size_t error_bytes) {
 }
 
 void FLOWC_RT(pool_destroy)(flowc_pool *pool) {
-  pthread_mutex_lock(&pool->mu);
-  __atomic_store_n(&pool->stop, 1, __ATOMIC_RELEASE);
-  pthread_cond_broadcast(&pool->wake);
-  pthread_mutex_unlock(&pool->mu);
+  STORE_SC(pool->stop, 1);
+  STORE_SC(pool->wake, LOAD(pool->wake) + 1);
+  futex_wake(&pool->wake, INT_MAX);
   for (int t = 1; t < pool->n; t++) pthread_join(pool->threads[t], NULL);
-  pthread_barrier_destroy(&pool->barrier);
-  pthread_cond_destroy(&pool->wake);
-  pthread_cond_destroy(&pool->done);
-  pthread_mutex_destroy(&pool->mu);
   free(pool->args);
   free(pool->threads);
   free(pool);
@@ -124,30 +238,26 @@ void FLOWC_RT(pool_destroy)(flowc_pool *pool) {
 
 void FLOWC_RT(pool_run)(flowc_pool *pool, flowc_task_fn fn, void *arg) {
   if (!pool || pool->n == 1 || in_region) {
-    int tid = current_tid, nested = in_region;
-    current_tid = 0;
-    in_region = 1;
-    fn(arg, 0, 1);
-    current_tid = tid;
-    in_region = nested;
+    run_slot(NULL, fn, arg, 0, 1);
     return;
   }
-  pool->fn = fn;
-  pool->arg = arg;
-  __atomic_store_n(&pool->pending, pool->n - 1, __ATOMIC_RELEASE);
-  __atomic_add_fetch(&pool->generation, 1, __ATOMIC_ACQ_REL);
-  pthread_mutex_lock(&pool->mu);
-  if (pool->sleepers) pthread_cond_broadcast(&pool->wake);
-  pthread_mutex_unlock(&pool->mu);
-  current_tid = 0;
-  in_region = 1;
-  fn(arg, 0, pool->n);
-  in_region = 0;
-  for (int i = 0; i < FLOWC_SPIN && LOAD(pool->pending) > 0; i++) cpu_pause();
-  if (LOAD(pool->pending) > 0) {
-    pthread_mutex_lock(&pool->mu);
-    while (LOAD(pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->mu);
-    pthread_mutex_unlock(&pool->mu);
+  uint32_t n = (uint32_t)pool->n;
+  uint64_t g = ++pool->generation;
+  __atomic_store_n(&pool->fn, fn, __ATOMIC_RELAXED);
+  __atomic_store_n(&pool->arg, arg, __ATOMIC_RELAXED);
+  __atomic_store_n(&pool->done, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&pool->claim, g << SLOT_BITS | 1, __ATOMIC_RELEASE); /* slot 0: ours */
+  STORE_SC(pool->wake, (uint32_t)g);
+  wake_all(&pool->wake, &pool->sleepers);
+  run_slot(pool, fn, arg, 0, (int)n);
+  __atomic_add_fetch(&pool->done, 1, __ATOMIC_SEQ_CST);
+  run_unclaimed(pool);
+  /* wait for the slots that workers hold */
+  for (uint32_t d; (d = LOAD(pool->done)) != n;) {
+    if (spin_while_equal(&pool->done, d)) continue;
+    STORE_SC(pool->caller_sleeps, 1);
+    if (LOAD_SC(pool->done) == d) futex_wait(&pool->done, d);
+    STORE_SC(pool->caller_sleeps, 0);
   }
 }
 
@@ -163,7 +273,6 @@ typedef struct {
   kmpc_micro fn;
   int argc;
   void *argv[FLOWC_MAX_FORK_ARGS];
-  int nthreads;
 } fork_call;
 
 static void run_micro(void *p, int tid, int n) {
@@ -203,7 +312,7 @@ static void run_micro(void *p, int tid, int n) {
 
 void FLOWC_RT(__kmpc_fork_call)(ident_t *loc, int32_t argc, kmpc_micro fn, ...) {
   (void)loc;
-  fork_call c = {fn, argc, {0}, 1};
+  fork_call c = {fn, argc, {0}};
   va_list ap;
   va_start(ap, fn);
   for (int k = 0; k < argc && k < FLOWC_MAX_FORK_ARGS; k++) c.argv[k] = va_arg(ap, void *);
@@ -216,17 +325,14 @@ int32_t FLOWC_RT(__kmpc_global_thread_num)(ident_t *loc) {
   return current_tid;
 }
 
-static int region_threads(void) {
-  return in_region && current_pool ? current_pool->n : 1;
-}
-
-/* Static schedule: thread t of n gets one contiguous block of [*lower, *upper]. */
+/* Static schedule: slot t of the region's n gets one contiguous block of [*lower, *upper]
+ * (the first trips % n slots one iteration more); an empty block has *upper < *lower. */
 #define STATIC_INIT(suffix, T)                                                                \
   void FLOWC_RT(__kmpc_for_static_init_##suffix)(ident_t * loc, int32_t gtid, int32_t sched, \
                                                  int32_t *last, T *lower, T *upper, T *stride, \
                                                  T incr, T chunk) {                            \
     (void)loc; (void)sched; (void)chunk;                                                       \
-    int n = region_threads();                                                                  \
+    int n = region_n;                                                                          \
     T trips = incr > 0 ? (T)((*upper - *lower) / incr + 1) : (T)((*lower - *upper) / -incr + 1); \
     T per = (T)(trips / (T)n), extra = (T)(trips % (T)n), t = (T)gtid;                         \
     T first = (T)(t * per + (t < extra ? t : extra));                                          \
@@ -248,8 +354,19 @@ void FLOWC_RT(__kmpc_for_static_fini)(ident_t *loc, int32_t gtid) {
   (void)gtid;
 }
 
+/* Every slot of the region waits here until all n have arrived (each slot runs on its own
+ * thread: see the top of the file); the last to arrive bumps the barrier's generation. */
 void FLOWC_RT(__kmpc_barrier)(ident_t *loc, int32_t gtid) {
   (void)loc;
   (void)gtid;
-  if (region_threads() > 1) pthread_barrier_wait(&current_pool->barrier);
+  flowc_pool *pool = region_pool;
+  if (!pool || region_n == 1) return;
+  uint32_t g = LOAD_SC(pool->bar_gen);
+  if (__atomic_add_fetch(&pool->bar_arrived, 1, __ATOMIC_ACQ_REL) == (uint32_t)region_n) {
+    __atomic_store_n(&pool->bar_arrived, 0, __ATOMIC_RELAXED);
+    STORE_SC(pool->bar_gen, g + 1);
+    wake_all(&pool->bar_gen, &pool->bar_sleepers);
+    return;
+  }
+  wait_change(&pool->bar_gen, g, &pool->bar_sleepers);
 }

@@ -4,10 +4,15 @@ Contract: `Profiler.bind(lib, name)` is None when the library has no `NAME_run_p
 (profiling off); otherwise `run(ctx)` runs the model into one event buffer of `CAPACITY`
 events allocated once (EVENT_DTYPE: the C struct of codegen/profile_c.py), and `last` is
 that run's events (kernel index into the manifest's `kernels`, thread, start and end in
-CLOCK_MONOTONIC nanoseconds); `dropped` counts events past the capacity. `chrome_trace`
-turns runs into Chrome trace-event JSON (one complete "X" event per kernel call, named
-after its kernel symbol, with the graph nodes it runs in `args.nodes`; pid 1, tid the
-recording thread, microseconds from the first event); `top_kernels` sums time per kernel.
+CLOCK_MONOTONIC nanoseconds; a negative kernel is a send or recv of a partitioned model,
+see codegen/profile_c.py); `dropped` counts events past the capacity. `event_info(manifest,
+kernel)` names an event: (name, category, nodes) with category `kernel` (the kernel
+symbol and the graph nodes it runs) or `transfer` (`send KEY` / `recv KEY`, KEY the
+rendezvous key; no nodes). `chrome_trace` turns runs into Chrome trace-event JSON (one complete "X"
+event per kernel call or transfer, with `args.nodes` and `args.run`; pid 1, tid the
+recording thread, which in a partitioned model is partition K + 1 and is named after the
+partition and its device; microseconds from the first event); `top_kernels` sums time
+per kernel and per transfer.
 Imports only the standard library and numpy (the runtime never imports the compiler).
 """
 
@@ -50,33 +55,47 @@ class Profiler:
         return status
 
 
+def event_info(manifest: Mapping[str, Any], kernel: int) -> tuple[str, str, list[str]]:
+    """(name, category, nodes) of event number `kernel` (see the module contract)."""
+    if kernel >= 0:
+        k = manifest["kernels"][kernel]
+        return k["symbol"], "kernel", list(k["nodes"])
+    channel, recv = divmod(-1 - kernel, 2)
+    keys = {s["channel"]: s["key"] for p in manifest.get("partitions", [])
+            for s in p["sends"] if "channel" in s}
+    key = keys.get(channel, f"channel {channel}")
+    return f"{'recv' if recv else 'send'} {key}", "transfer", []
+
+
 def chrome_trace(manifest: Mapping[str, Any], runs: Sequence[np.ndarray]) -> dict[str, Any]:
-    """Trace-event JSON (a dict with `traceEvents`) of the runs' kernel events."""
-    kernels = manifest["kernels"]
+    """Trace-event JSON (a dict with `traceEvents`) of the runs' events."""
     starts = [int(r["start_ns"].min()) for r in runs if len(r)]
     origin = min(starts, default=0)
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": 1, "name": "process_name",
          "args": {"name": f"flowc {manifest['name']}"}}]
+    events += [{"ph": "M", "pid": 1, "tid": k + 1, "name": "thread_name",
+                "args": {"name": f"partition {k} ({p['device']})"}}
+               for k, p in enumerate(manifest.get("partitions", []))]
     for run_index, run in enumerate(runs):
         for e in run:
-            k = kernels[int(e["kernel"])]
-            events.append({"ph": "X", "pid": 1, "tid": int(e["thread"]), "cat": "kernel",
-                           "name": k["symbol"], "ts": (int(e["start_ns"]) - origin) / 1e3,
+            name, cat, nodes = event_info(manifest, int(e["kernel"]))
+            events.append({"ph": "X", "pid": 1, "tid": int(e["thread"]), "cat": cat,
+                           "name": name, "ts": (int(e["start_ns"]) - origin) / 1e3,
                            "dur": (int(e["end_ns"]) - int(e["start_ns"])) / 1e3,
-                           "args": {"nodes": k["nodes"], "run": run_index}})
+                           "args": {"nodes": nodes, "run": run_index}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
 def top_kernels(manifest: Mapping[str, Any], runs: Sequence[np.ndarray]
                 ) -> list[tuple[str, list[str], int, float]]:
-    """(symbol, nodes, calls, total ns) per kernel, the most time first."""
-    kernels = manifest["kernels"]
-    calls, total = [0] * len(kernels), [0.0] * len(kernels)
+    """(name, nodes, calls, total ns) per kernel and transfer, the most time first."""
+    calls: dict[int, int] = {}
+    total: dict[int, float] = {}
     for run in runs:
         for e in run:
-            calls[int(e["kernel"])] += 1
-            total[int(e["kernel"])] += float(e["end_ns"] - e["start_ns"])
-    rows = [(k["symbol"], list(k["nodes"]), calls[i], total[i])
-            for i, k in enumerate(kernels) if calls[i]]
+            k = int(e["kernel"])
+            calls[k] = calls.get(k, 0) + 1
+            total[k] = total.get(k, 0.0) + float(e["end_ns"] - e["start_ns"])
+    rows = [(*event_info(manifest, k)[::2], calls[k], total[k]) for k in sorted(calls)]
     return sorted(rows, key=lambda r: -r[3])

@@ -136,6 +136,14 @@ static int setup(flowc_ctx *ctx, const char *weights_file) {
   return map_weights(ctx, weights_file);
 }
 
+/* Whether the model runs kernels on a GPU (whole, or a partition): only then is the CUDA
+ * driver loaded. */
+static int uses_gpu(const flowc_model *m) {
+  for (int i = 0; i < m->num_partitions; i++)
+    if (m->partitions[i].gpu) return 1;
+  return m->gpu != NULL;
+}
+
 int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_file, flowc_ctx **out) {
   if (!out) return FLOWC_ERR_ARGUMENT;
   flowc_ctx *ctx = calloc(1, sizeof *ctx);
@@ -143,7 +151,7 @@ int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_file, flowc_ct
   if (!ctx) return FLOWC_ERR_NOMEM;
   ctx->model = m;
   int status = setup(ctx, weights_file);
-  if (status == FLOWC_OK && m->gpu) status = FLOWC_RT(cuda_create)(ctx);
+  if (status == FLOWC_OK && uses_gpu(m)) status = FLOWC_RT(cuda_create)(ctx);
   return status;
 }
 

@@ -2,8 +2,8 @@
 
 Contract: `build_view(graph)` returns a `View` with
 - one `Box` per node drawn (graph inputs, nodes, and the body nodes of every `fused` node,
-  which are drawn in place of the fused node and carry its device); body inputs and
-  `return` are not drawn;
+  which are drawn in place of the fused node and carry its device), with the names of the
+  nodes rewrites merged into it (`Box.merged`); body inputs and `return` are not drawn;
 - clusters nested as device group > name scope(s) (the `/`-separated prefixes of the node's
   name; none for send/recv, whose names are generated) > fused kernel: `Box.clusters` is the path
   of cluster ids from the outermost in, `View.clusters[id]` the cluster's kind and label
@@ -32,6 +32,7 @@ class Box:
     device: str | None
     clusters: tuple[str, ...]
     kernel: str | None = None  # the fused node's name when this box is in a fused body
+    merged: tuple[str, ...] = ()  # names of the nodes rewrites merged into it (Node.merged)
 
 
 @dataclass
@@ -94,7 +95,7 @@ class _Builder:
                 continue
             device = kernel.device if kernel is not None else node.device
             box = Box(f"n{len(self.ids)}", node.op, name, device, path,
-                      kernel and (kernel.name or kernel.op))
+                      kernel and (kernel.name or kernel.op), node.source_names()[1:])
             self.ids[node] = box.id
             self.view.boxes.append(box)
             if node.op in ("send", "recv"):

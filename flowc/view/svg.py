@@ -3,8 +3,9 @@
 Contract: `to_svg(view, lay=None)` returns one `<svg>` element. Each cluster is a
 `<g class="cluster cluster-KIND" id=cN data-cluster=ID>` with a `<rect>` and a `<text>` title
 (device groups drawn in their device colour, `data-device` set); each box a
-`<g class="node" data-node=NAME data-op=OP data-in="CLUSTER_IDS">` (with `data-device`
-and `data-kernel` when known);
+`<g class="node" data-node=NAME data-op=OP data-in="CLUSTER_IDS">` (with `data-device`,
+`data-kernel` and `data-merged`, the names rewrites merged into it, when known; its
+`<title>` names them too);
 each edge a `<g class="edge edge-KIND">` holding a `<path>` and, for data and transfer
 edges, a `<text>` label (the tensor type, or the transferred tensor's name). Send/recv
 transfer edges are dashed in the transfer colour. Text is XML-escaped.
@@ -80,9 +81,11 @@ def to_svg(view: View, lay: Layout | None = None) -> str:
         attrs = f' data-in="{" ".join(cidx[c] for c in box.clusters)}"'
         attrs += f' data-device="{_q(box.device)}"' if box.device else ""
         attrs += f' data-kernel="{_q(box.kernel)}"' if box.kernel else ""
+        attrs += f' data-merged="{_q(" ".join(box.merged))}"' if box.merged else ""
+        merged = f"; merged: {_q(', '.join(box.merged))}" if box.merged else ""
         out.append(f'<g class="node" id="{box.id}" data-node="{_q(box.name)}" '
                    f'data-op="{_q(box.op)}"{attrs}><title>{_q(box.name)} ({_q(box.op)})'
-                   f'{" on " + _q(box.device) if box.device else ""}</title>'
+                   f'{" on " + _q(box.device) if box.device else ""}{merged}</title>'
                    f'<rect x="{cx - BOX_W / 2:.1f}" y="{cy - BOX_H / 2:.1f}" '
                    f'width="{BOX_W:.0f}" height="{BOX_H:.0f}" rx="4" '
                    f'fill="{OP_FILLS.get(box.op, DEFAULT_FILL)}" stroke="{stroke}" '

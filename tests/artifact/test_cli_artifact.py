@@ -35,8 +35,9 @@ def test_compile_inspect_run(compiled, capsys, tmp_path):
     assert f"artifact {compiled}: model 'mlp', flowc 0.1.0, ABI {ABI_VERSION}, graph " in out
     assert "input x: f32[3,16]\noutput y: f32[3,8]\nbound dims: N=3; arena: " in out
     kernels = [line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("  mlp_k")]
-    # the gemm with its relu epilogue is one fused kernel
-    assert "fc1/add, fc1/relu" in kernels and f"kernels: {len(kernels)}\n" in out
+    # the gemm (named by its add, with the matmul merged into it) and its relu epilogue are
+    # one fused kernel
+    assert "fc1/add, fc1/matmul, fc1/relu" in kernels and f"kernels: {len(kernels)}\n" in out
     x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     status, out, _ = run_cli(capsys, "run", compiled, "--input", f"x={tmp_path / 'x.npy'}",

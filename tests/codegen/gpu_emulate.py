@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from kernel_harness import aligned, link
+from kernel_harness import SERIAL_KMPC, aligned, link
 from mlir import ir
 
 from flowc.codegen import cpu_pipeline, gpu_pipeline, kernels
@@ -132,7 +132,7 @@ def emulation_library(dump_dir: Path, work: Path) -> Path:
             n = args.count("memref<")
             decl = ", ".join(["void *"] * n + ["int64_t"] * 4)
             call = ", ".join([f"*(void **)p[{j}]" for j in range(n)] + ["b", "bd", "gd", "t"])
-            wrappers += [f"void {name}({decl});",
+            wrappers += [f"void {name}({decl});", f"const int {name}__nargs = {n};",
                          f"void {name}__emu(void **p, int64_t b, int64_t bd, int64_t gd, "
                          f"int64_t t) {{ {name}({call}); }}"]
         with ir.Context(), ir.Location.unknown():
@@ -145,6 +145,8 @@ def emulation_library(dump_dir: Path, work: Path) -> Path:
         objects.append(str(obj))
     (work / "wrappers.c").write_text("\n".join(wrappers) + "\n")
     so = work / "libemu.so"
+    # a loop nested in a stage (a reduction's trailing parallel dims) is sequential per
+    # thread on the device; on the host it is an OpenMP loop, served serially by the shim
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(work / "wrappers.c"),
-                    *objects, "-lm"], check=True)
+                    *objects, str(SERIAL_KMPC), "-lm"], check=True)
     return so

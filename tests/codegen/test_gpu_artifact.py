@@ -79,6 +79,9 @@ def test_gpu_bundle_builds_under_64_mib(tmp_path):
                           str(tmp_path / "b")], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     info = json.loads((tmp_path / "b" / "bundle.json").read_text())
-    assert info["zoo"] == ["cnn", "mlp", "transformer_encoder"]
+    assert info["zoo"] == info["mixed"] == ["cnn", "mlp", "transformer_encoder"]
     assert (tmp_path / "b" / "zoo" / "mlp" / "expected.npz").is_file()
+    mixed = json.loads((tmp_path / "b" / "mixed" / "mlp" / "manifest.json").read_text())
+    assert [p["device"] for p in mixed["partitions"]] == ["cpu:0", "gpu:0"]
+    assert mixed["target"]["name"] == "x86-64" and mixed["target"]["cubins"]
     assert (tmp_path / "b" / "py" / "flowc" / "runtime" / "loader.py").is_file()

@@ -53,11 +53,15 @@ def test_gemm_defaults():
 @pytest.mark.parametrize("sa,sb,packed", [
     ((64, 96), (96, 80), True), ((33, 65), (65, 47), True), ((1, 96), (96, 70), False),
     ((3, 17, 40), (3, 40, 70), True), ((2, 4, 32), (2, 32, 50), False),
-    ((64, 128), (128, 96), False), ((4, 16, 64), (4, 64, 64), False)])
+    ((64, 128), (128, 96), False), ((4, 16, 64), (4, 64, 64), False),
+    ((16, 512), (512, 2560), False), ((8, 4100), (4100, 64), True), ((3, 256), (256, 512), False),
+    ((20, 48), (48, 64), False), ((3, 12, 40), (3, 40, 64), False)])
 def test_matmul_strategy_applies_without_fallback(sa, sb, packed):
-    """cpu_pipeline's packed strategy, or its direct one (small B with dims the register
-    tile divides, or fewer rows than a tile), applies to these shapes: no fallback to plain
-    loops, vector FMAs in the LLVM dialect; the results match."""
+    """The packed matmul strategy, or the direct one (N a whole number of register tiles and
+    K up to DIRECT_MAX_K; rows not a whole number of tiles split off), applies to these
+    shapes: no fallback to plain loops, vector FMAs and a parallel loop in the LLVM dialect;
+    the direct one starts its C tiles from the fused zero fill unless split; the results
+    match."""
     from kernel_harness import op_body
 
     from flowc.codegen.kernels import compile_kernels
@@ -68,5 +72,45 @@ def test_matmul_strategy_applies_without_fallback(sa, sb, packed):
     assert "fallback" not in seen["k.schedule.mlir"]
     assert "transform.structured.vectorize" in seen["k.schedule.mlir"]
     assert ("transform.structured.pack " in seen["k.schedule.mlir"]) == packed
+    split = sa[-2] > 8 and sa[-2] % 8 != 0
+    assert ("transform.structured.split " in seen["k.schedule.mlir"]) == (split and not packed)
+    assert ("fuse_into_containing_op" in seen["k.schedule.mlir"]) == (not packed and not split)
     assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
-    check_op("matmul", [rand(*sa), rand(*sb)])
+    assert "omp.parallel" in seen["k.llvm.mlir"]
+    tol = 1e-4 * max(1, sa[-1] / 256)  # sums of K products of magnitude ~4 round off
+    check_op("matmul", [rand(*sa), rand(*sb)], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("sa,sb,tile", [
+    ((2, 16, 40), (40, 64), "[1, 0, 32, 0]"), ((1, 3, 16, 40), (1, 3, 40, 64), "[1, 1, 0, 32, 0]"),
+    ((1, 12, 48), (48, 64), "[1, 0, 32, 0]"), ((1, 12, 48), (48, 70), None)])
+def test_matmul_with_reshaped_result_keeps_its_strategy(sa, sb, tile):
+    """A matmul whose result is reshaped before an elementwise consumer (rank-3/4 operands,
+    as in a transformer layer) is generalized by elementwise fusion into a linalg.generic
+    contraction; the direct strategy still tiles it (the outer loops parallel), unless the
+    register tile does not divide N (70: plain loops); the results match."""
+    from kernel_harness import run_body
+
+    from flowc.codegen.kernels import compile_kernels
+    from flowc.ir import Graph, TensorType
+    from flowc.ir.build import make_node
+    from flowc.ir.interpret import interpret
+
+    g = Graph("epilogue")
+    a = g.add_input("a", TensorType("f32", sa))
+    b = g.add_input("b", TensorType("f32", sb))
+    c = g.add_input("c", TensorType("f32", (sb[-1],)))
+    y = g.append(make_node("matmul", [a, b])).out()
+    g.add_output("z", g.append(make_node("add", [y, c])).out())
+    seen = {}
+    compile_kernels([("k", g)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    schedule = seen["k.schedule.mlir"]
+    assert "fallback" not in schedule
+    if tile:
+        assert 'ops{["linalg.generic"]}' in schedule and f"tile_sizes {tile}" in schedule
+        assert "omp.parallel" in seen["k.llvm.mlir"]
+    else:
+        assert "tile_using_forall" not in schedule
+    feeds = {"a": rand(*sa), "b": rand(*sb), "c": rand(sb[-1])}
+    got = run_body(g, list(feeds.values()))[0]
+    np.testing.assert_allclose(got, interpret(g, feeds)["z"], rtol=1e-4, atol=1e-4)

@@ -249,10 +249,11 @@ def test_runtime_is_race_free_under_thread_sanitizer(artifact, tmp_path):
     run_c_main(tmp_path, graph)
 
 
-def test_a_gpu_placement_is_a_clear_error(tmp_path):
-    graph = placed_model(("cpu:0", "gpu:0"))
-    with pytest.raises(FlowcError, match=r"node 'Mul' \(fused\) at .* is placed on gpu:0: "
-                                         r"flowc artifacts build code for cpu devices only"):
+def test_two_gpu_devices_are_a_clear_error(tmp_path):
+    """(cpu:0 + gpu:0 mixed artifacts: tests/codegen/test_gpu_mixed.py.)"""
+    graph = placed_model(("gpu:0", "gpu:1"))
+    with pytest.raises(FlowcError, match=r"nodes .* on gpu:0 and .* on gpu:1: an artifact "
+                                         "runs on one GPU device so far"):
         flowc.compile(graph, tmp_path)
 
 
@@ -306,16 +307,17 @@ def test_a_recv_without_its_send_is_refused():
         build_program(g, "pp")
 
 
-def test_cli_compile_reports_a_gpu_placement(tmp_path):
+def test_cli_compile_reports_two_gpu_devices(tmp_path):
     src = tmp_path / "g.flowc"
     src.write_text('graph @g(%x: f32[4]) -> (y: f32[4]) {\n'
                    '  %0 = neg %x : (f32[4]) -> f32[4] @gpu:0 loc("n")\n'
-                   '  return %0\n}\n')
+                   '  %1 = exp %0 : (f32[4]) -> f32[4] @gpu:1 loc("e")\n'
+                   '  return %1\n}\n')
     done = subprocess.run([sys.executable, "-m", "flowc", "compile", str(src), "-o",
                            str(tmp_path / "out")], capture_output=True, text=True)
     assert done.returncode == 1
-    assert done.stderr.startswith("flowc: error: node 'n' (neg) is placed on gpu:0: flowc "
-                                  "artifacts build code for cpu devices only")
+    assert done.stderr.startswith("flowc: error: nodes 'n' (neg) on gpu:0 and 'e' (exp) on "
+                                  "gpu:1: an artifact runs on one GPU device so far")
 
 
 def test_a_graph_input_and_output_cross_devices(tmp_path):

@@ -33,7 +33,7 @@ def profiled(tmp_path_factory):
 def test_trace_is_trace_event_json_covering_every_run(profiled, capsys):
     trace = profiled / "trace.json"
     assert main(["run", str(profiled / "art"), "--profile", str(trace), "--runs", "3"]) == 0
-    assert "6 kernel calls, 3 runs" in capsys.readouterr().out
+    assert "(6 events: kernel calls and transfers, 3 runs)" in capsys.readouterr().out
     manifest = json.loads((profiled / "art" / "manifest.json").read_text())
     kernels = {k["symbol"]: k["nodes"] for k in manifest["kernels"]}
     events = json.loads(trace.read_text())["traceEvents"]
@@ -58,7 +58,8 @@ def test_profile_prints_top_kernels_with_their_nodes(profiled, capsys):
     assert {r[0] for r in rows} == {"mlp_k0", "mlp_k1"}
     assert all(r[1] == "5" for r in rows)
     assert float(rows[0][2]) >= float(rows[1][2])  # most time first
-    assert "fc1/add, fc1/relu" in out and "fc2/add" in out
+    # the gemm is named by its add and the matmul merged into it (fused locations)
+    assert "fc1/add, fc1/matmul, fc1/relu" in out and "fc2/add, fc2/matmul" in out
 
 
 def test_loader_exposes_events_and_profiling_off_costs_nothing(profiled, tmp_path, capsys):
@@ -82,9 +83,71 @@ def test_loader_exposes_events_and_profiling_off_costs_nothing(profiled, tmp_pat
         in capsys.readouterr().err
     assert main(["profile", str(profiled / "art"), "--runs", "0"]) == 1
     assert "--runs 0: must be at least 1" in capsys.readouterr().err
+    assert main(["profile", str(tmp_path / "none")]) == 1  # one line, no traceback
+    assert capsys.readouterr().err == (f"flowc: error: {tmp_path / 'none'}: no such artifact "
+                                       "directory\n")
 
 
-def test_profile_of_a_partitioned_model_is_refused(tmp_path):
-    with pytest.raises(FlowcError, match="--profile times kernels of unpartitioned CPU"):
-        flowc.compile(MLP, tmp_path / "art", batch=4, devices="cpu:0,cpu:1",
-                      place=["fc2/add=cpu:1"], profile=True)
+def test_partitioned_profile_has_a_track_per_partition_and_transfer_events(tmp_path, capsys):
+    art = tmp_path / "art"
+    flowc.compile(MLP, art, batch=4, devices="cpu:0,cpu:1", place=["fc2/add=cpu:1"],
+                  profile=True)
+    manifest = json.loads((art / "manifest.json").read_text())
+    [part0, part1] = manifest["partitions"]
+    trace = tmp_path / "trace.json"
+    assert main(["run", str(art), "--profile", str(trace), "--runs", "3"]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert names == {1: f"partition 0 ({part0['device']})",
+                     2: f"partition 1 ({part1['device']})"}
+    calls = [e for e in events if e["ph"] == "X"]
+    kernels = {k["symbol"] for k in manifest["kernels"]}
+    keys = [s["key"] for p in manifest["partitions"] for s in p["sends"]]
+    assert keys  # the placement moves a tensor between the devices
+    for run in range(3):
+        mine = [e for e in calls if e["args"]["run"] == run]
+        assert sorted(e["name"] for e in mine if e["cat"] == "kernel") == sorted(kernels)
+        transfers = {e["name"] for e in mine if e["cat"] == "transfer"}
+        assert transfers == {f"{op} {key}" for key in keys for op in ("send", "recv")}
+        for key in keys:  # a send on its device's track, its recv on the other, later
+            send = next(e for e in mine if e["name"] == f"send {key}")
+            recv = next(e for e in mine if e["name"] == f"recv {key}")
+            assert send["tid"] == 1 + [part0, part1].index(
+                next(p for p in (part0, part1) if p["device"] == key.split(";")[0]))
+            assert recv["tid"] != send["tid"]
+            assert recv["ts"] + recv["dur"] >= send["ts"]
+    assert {e["tid"] for e in calls} == {1, 2}
+    _two_contexts_at_once(art, len(kernels) + 2 * len(keys))
+    assert main(["profile", str(art), "--runs", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"send {keys[0]}" in out and f"recv {keys[0]}" in out
+
+
+def _two_contexts_at_once(art: Path, per_run: int) -> None:
+    """Profiled runs of two contexts on two threads: each run records exactly its own
+    events (the partitions' threads of the other context record nothing into it)."""
+    import threading
+
+    import numpy as np
+
+    counts: list[list[int]] = [[], []]
+
+    def worker(i: int) -> None:
+        model = flowc.load(art)
+        for _ in range(15):
+            model.run(x=np.ones((4, 16), np.float32))
+            counts[i].append(len(model.profiler.last))
+        model.close()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert counts == [[per_run] * 15] * 2
+
+
+def test_profile_of_a_gpu_model_is_refused(tmp_path):
+    with pytest.raises(FlowcError, match="--profile times kernels of CPU models only; this "
+                                         "one runs on a GPU"):
+        flowc.compile(MLP, tmp_path / "art", batch=4, target="nvptx", profile=True)

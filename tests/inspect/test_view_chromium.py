@@ -59,3 +59,39 @@ def test_html_view_renders_in_headless_chromium(tmp_path):
     width, height, raw = _png_pixels(shot)
     assert (width, height) == (900, 700)
     assert len(set(raw)) > 16  # many distinct byte values: the page is not blank
+
+
+def test_memory_chart_renders_in_headless_chromium(tmp_path):
+    from flowc.codegen.memreport import memory_layout
+    from flowc.codegen.program import build_program
+    from flowc.view.html import memory_page
+
+    chain = Path(__file__).with_name("memory_chain.flowc")
+    layout = memory_layout(build_program(parse(chain.read_text(), str(chain)), "chain"))
+    page = tmp_path / "graph.html"
+    page.write_text(to_html(build_view(parse(SAMPLE.read_text(), str(SAMPLE))), layout))
+    dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert dom.count('class="flowc-memory"') == 1 and dom.count('class="flowc-graph"') == 1
+    assert dom.count('<g class="buffer"') == len(layout["buffers"]) == 5
+    assert "<title>t (tanh): 128 bytes at offset" in dom  # what hovering shows
+
+    alone = tmp_path / "memory.html"
+    alone.write_text(memory_page(layout))
+    shot = tmp_path / "memory.png"
+    _chromium(tmp_path, f"--screenshot={shot}", "--window-size=860,520", alone.as_uri())
+    width, height, raw = _png_pixels(shot)
+    assert (width, height) == (860, 520) and len(set(raw)) > 16
+
+
+def test_profile_timeline_renders_in_headless_chromium(tmp_path):
+    import json
+
+    from flowc.view.html import timeline_page
+
+    trace = json.loads(Path(__file__).with_name("timeline_trace.json").read_text())
+    page = tmp_path / "trace.html"
+    page.write_text(timeline_page(trace, "trace.json"))
+    dom = _chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
+    assert dom.count('class="flowc-timeline"') == 1 and dom.count('<g class="lane"') == 2
+    assert dom.count('<g class="event"') == 5 and dom.count('data-cat="transfer"') == 2
+    assert "<title>m_k0: 40.00 us, run 0; nodes: bn, conv</title>" in dom

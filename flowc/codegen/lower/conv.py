@@ -3,8 +3,10 @@
 conv: the input is padded by one generic, then one contraction generic over
 (n, g, m, *out, c, *kernel) reads x[n, g, c, o*s + k*d]; a 2-D, ungrouped f32/f64 conv is
 instead a named `linalg.conv_2d_nhwc_hwcf` between transposes, which the CPU pipeline tiles
-and vectorizes (see cpu_pipeline.py). conv_transpose is a conv over the input dilated by the
-strides and padded by `d*(k-1) - pad`, with the kernel flipped and its channels swapped.
+and vectorizes (see cpu_pipeline.py). A channels-last conv (`channels_last = true`, which
+the `channels-last` pass makes) needs no transposes: see conv_nhwc.py. conv_transpose is a
+conv over the input dilated by the strides and padded by `d*(k-1) - pad`, with the kernel
+flipped and its channels swapped.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from flowc.codegen.lower.context import (
     scalar_const,
     value_shape,
 )
+from flowc.codegen.lower.conv_nhwc import conv_channels_last
 from flowc.ir.types import DType
 
 
@@ -167,11 +170,19 @@ def _nhwc_conv(xp: ir.Value, w: ir.Value, strides, dilations, out_spatial, acc: 
 
 @register("conv")
 def _conv(ctx: RuleCtx, x, w, b=None) -> list:
-    xt, wt = ctx.in_types[0], ctx.in_types[1]
+    if ctx.attrs["channels_last"]:
+        return [conv_channels_last(ctx, x, w, b, window_geometry, _conv_first)]
+    return [_conv_first(ctx, x, w, b, ctx.in_types[:2])]
+
+
+def _conv_first(ctx: RuleCtx, x, w, b, types) -> ir.Value:
+    """The conv in ONNX layout, `types` the types of x and w."""
+    xt, wt = types
     dt = xt.dtype
     acc = s.compute_dtype(dt)
     kernel = list(wt.shape[2:])
-    out_spatial = list(ctx.out.shape[2:])
+    out = ctx.out.shape
+    out_spatial = list(out[1:-1] if ctx.attrs["channels_last"] else out[2:])
     strides, dilations, begin, end = window_geometry(ctx.attrs, xt.shape[2:], kernel,
                                                      out_spatial)
     xp = pad_spatial(x, begin, end, scalar_const(dt, 0))
@@ -181,7 +192,7 @@ def _conv(ctx: RuleCtx, x, w, b=None) -> list:
     else:
         y = conv_core(xp, w, group, strides, dilations, out_spatial, acc, dt)
     b_dt = ctx.in_types[2].dtype if b is not None else dt
-    return [add_bias(y, b, b_dt, acc, dt)]
+    return add_bias(y, b, b_dt, acc, dt)
 
 
 @register("conv_transpose")

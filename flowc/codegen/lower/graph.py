@@ -29,14 +29,21 @@ def unsupported(node: Node, target: Target) -> str:
 
 def node_location(node: Node) -> ir.Location:
     """The MLIR location of the ops lowered from `node`: its name around its source location
-    (`loc("fc1/add"("model.onnx":3:0))`), so dumps lead from a kernel back to the model."""
+    (`loc("fc1/add"("model.onnx":3:0))`), so dumps lead from a kernel back to the model; for
+    a node that rewrites merged others into, a fused location of all their sources
+    (`loc(fused["bn1"(...), "conv1"(...)])`)."""
+    locations = [_source_location(name, loc) for name, loc in node.sources()]
+    return locations[0] if len(locations) == 1 else ir.Location.fused(locations)
+
+
+def _source_location(name: str | None, loc: str | None) -> ir.Location:
     source = None
-    if node.loc:
-        file, _, line = node.loc.rpartition(":")
+    if loc:
+        file, _, line = loc.rpartition(":")
         source = (ir.Location.file(file, int(line), 0) if file and line.isdigit()
-                  else ir.Location.name(node.loc))
-    if node.name:
-        return ir.Location.name(node.name, childLoc=source)
+                  else ir.Location.name(loc))
+    if name:
+        return ir.Location.name(name, childLoc=source)
     return source or ir.Location.unknown()
 
 

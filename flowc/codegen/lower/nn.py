@@ -3,6 +3,7 @@ elementwise building blocks (statistics in f32 at least, as the reference comput
 
 from __future__ import annotations
 
+import numpy as np
 from mlir import ir
 from mlir.dialects import arith, math
 
@@ -11,6 +12,7 @@ from flowc.codegen.lower import scalar as s
 from flowc.codegen.lower.context import (
     RuleCtx,
     broadcast_map,
+    broadcast_to,
     elem_type,
     empty,
     generic,
@@ -20,7 +22,8 @@ from flowc.codegen.lower.context import (
 )
 from flowc.codegen.lower.matmul import convert_tensor
 from flowc.codegen.lower.reduce import reduce_axes
-from flowc.ir.types import DType
+from flowc.codegen.lower.rows import Row, row_kernel
+from flowc.ir.types import DType, f32, f64
 
 
 def map_values(ins: list[ir.Value], out_shape: list[int], dt: DType, fn) -> ir.Value:
@@ -40,6 +43,8 @@ def _softmax(ctx: RuleCtx, x) -> list:
     t = ctx.in_types[0]
     acc = s.compute_dtype(t.dtype)
     axis = ctx.attrs["axis"] % t.rank
+    if t.dtype == f32 and axis == t.rank - 1 and not ctx.target.is_gpu:  # (CPU vectors)
+        return [_softmax_rows(ctx, x, ctx.node.op == "log_softmax")]
     shape = list(t.shape)
     xa = convert_tensor(x, t.dtype, acc)
     m = reduce_axes(xa, (axis,), True, acc, float("-inf"), lambda a, v: arith.maximumf(a, v))
@@ -63,6 +68,10 @@ def _layer_norm(ctx: RuleCtx, x, scale, bias=None) -> list:
     count = 1
     for a in axes:
         count *= shape[a]
+    params = [p for p in ctx.in_types[1:] if p is not None]
+    if (t.dtype == f32 and len(ctx.out_types) == 1 and not ctx.target.is_gpu
+            and all(p.dtype == f32 for p in params)):
+        return [_layer_norm_rows(ctx, x, scale, bias, axis, count)]
     xa = convert_tensor(x, t.dtype, acc)
     n = s.const(acc, count)
     mean = map_values([_sum(xa, axes, acc)], [*shape[:axis], *[1] * len(axes)], acc,
@@ -87,6 +96,64 @@ def _layer_norm(ctx: RuleCtx, x, scale, bias=None) -> list:
                          lambda v: arith.divf(s.const(acc, 1.0), math.sqrt(arith.addf(v, eps))))
     return [y, *(convert_tensor(v, acc, o.dtype)
                  for v, o in zip((mean, inv_std), ctx.out_types[1:], strict=False))]
+
+
+def _softmax_rows(ctx: RuleCtx, x, log: bool) -> ir.Value:
+    """f32 softmax over the last axis as a row kernel: the row's max, e = exp(x - max)
+    written out and summed (in f64), then e / sum (log_softmax: x - max - log(sum))."""
+
+    def body(row: Row) -> None:
+        top = row.reduce(Row.X, float("-inf"), arith.maximumf)
+        row.write(lambda v: math.exp(arith.subf(v, top)), Row.X)
+        total = arith.truncf(row.f32, row.reduce(Row.OUT, 0.0, arith.addf, wide=True))
+        if log:
+            log_total = math.log(total)
+            row.write(lambda v: arith.subf(arith.subf(v, top), log_total), Row.X)
+        else:
+            row.write(lambda e: arith.divf(e, total), Row.OUT)
+
+    return row_kernel(x, ctx.target, body)
+
+
+def _per_column(p: ir.Value, norm_shape: list[int], count: int) -> ir.Value:
+    """A scale or bias (broadcastable to the normalized shape) as `count` values."""
+    shape = value_shape(p)
+    if int(np.prod(shape)) != count:
+        shape = shape[max(0, len(shape) - len(norm_shape)):]  # (dropped dims are 1s)
+        shape = [1] * (len(norm_shape) - len(shape)) + shape
+        p = broadcast_to(reshape(p, shape), norm_shape)
+    return reshape(p, [count])
+
+
+def _layer_norm_rows(ctx: RuleCtx, x, scale, bias, axis: int, count: int) -> ir.Value:
+    """f32 layer norm as a row kernel, statistics in f64 (as the reference): the row's
+    mean, then the mean of its squared deviations (two passes over the row, which stays in
+    cache: no cancellation for large means, no overflow for huge values), then
+    (x - mean) * (1 / sqrt(var + eps)) * scale + bias in f64, rounded once to f32."""
+    n = s.const(f64, count)
+    eps = s.const(f64, ctx.attrs["epsilon"])
+    params = [_per_column(p, value_shape(x)[axis:], count) for p in (scale, bias)
+              if p is not None]
+    wide = ir.F64Type.get()
+
+    def body(row: Row) -> None:
+        mean = arith.divf(row.reduce(Row.X, 0.0, arith.addf, wide=True), n)
+
+        def square(v):
+            c = arith.subf(v, row.splat(mean))
+            return arith.mulf(c, c)
+
+        var = arith.divf(row.reduce(Row.X, 0.0, arith.addf, pre=square, wide=True), n)
+        inv = arith.divf(s.const(f64, 1.0), math.sqrt(arith.addf(var, eps)))
+
+        def norm(v, g, *b):
+            y = arith.mulf(arith.mulf(arith.subf(arith.extf(wide, v), mean), inv),
+                           arith.extf(wide, g))
+            return arith.truncf(row.f32, arith.addf(y, arith.extf(wide, b[0])) if b else y)
+
+        row.write(norm, Row.X, *params)
+
+    return row_kernel(x, ctx.target, body, axis)
 
 
 @register("batch_normalization")

@@ -1,7 +1,9 @@
 """Lowering rules of the pooling ops: the input padded (with the identity of the pooling:
 -inf / the integer minimum for max, 0 for average), then one reduction generic over
 (n, c, *out, *kernel). Average pooling divides by each window's count, computed at compile
-time exactly as the reference counts it (count_include_pad, ceil-mode pads never counted)."""
+time exactly as the reference counts it (count_include_pad, ceil-mode pads never counted).
+A channels-last pool (`channels_last = true`: X [N, *S, C]) reads and writes that layout
+directly (the same loops, other indexing maps)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from flowc.codegen.lower.context import (
     scalar_const,
 )
 from flowc.codegen.lower.conv import pad_spatial, window_extent, window_geometry
+from flowc.codegen.lower.conv_nhwc import pad_channels_last
 from flowc.codegen.lower.matmul import convert_tensor
 from flowc.codegen.lower.nn import map_values
 from flowc.codegen.lower.reduce import identity_of, reduce_axes
@@ -30,13 +33,17 @@ from flowc.ir.types import DType, i64
 
 
 def window_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilations, acc: DType,
-                  init, combine):
+                  init, combine, channels_last: bool = False):
+    """out[n, c, *o] (out[n, *o, c] when `channels_last`) = combine over the window k of
+    xp[.., o*s + k*d, ..], starting from `init`."""
     nsp = len(kernel)
     n_loops = 2 + 2 * nsp
-    x_map = expr_map(n_loops, [dim(0), dim(1), *(dim(2 + i) * strides[i] +
-                                                 dim(2 + nsp + i) * dilations[i]
-                                                 for i in range(nsp))])
-    out_map = expr_map(n_loops, [dim(i) for i in range(2 + nsp)])
+    window = [dim(2 + i) * strides[i] + dim(2 + nsp + i) * dilations[i] for i in range(nsp)]
+    x_map = expr_map(n_loops, [dim(0), *window, dim(1)] if channels_last
+                     else [dim(0), dim(1), *window])
+    # loops: n c *o | *k; the output of a channels-last pool is read [n, *o, c]
+    order = [0, *range(2, 2 + nsp), 1] if channels_last else list(range(2 + nsp))
+    out_map = expr_map(n_loops, [dim(i) for i in order])
     start = fill(scalar_const(acc, init), empty((out_shape, elem_type(acc))))
     k_map = expr_map(n_loops, [dim(2 + nsp + i) for i in range(nsp)])
     return generic([xp, window_extent(kernel)], [x_map, k_map], [start], [out_map],
@@ -50,24 +57,32 @@ def _pool(ctx: RuleCtx, x) -> list:
     acc = s.compute_dtype(dt)
     kernel = list(ctx.attrs["kernel_shape"])
     out_shape = list(ctx.out.shape)
-    strides, dilations, begin, end = window_geometry(ctx.attrs, t.shape[2:], kernel,
-                                                     out_shape[2:])
+    last = bool(ctx.attrs["channels_last"])
+    spatial, out_spatial = (t.shape[1:-1], out_shape[1:-1]) if last else (t.shape[2:],
+                                                                          out_shape[2:])
+    strides, dilations, begin, end = window_geometry(ctx.attrs, spatial, kernel, out_spatial)
     xa = convert_tensor(x, dt, acc)
+
+    def padded(value):
+        if last:
+            return pad_channels_last(xa, begin, end, scalar_const(acc, value))
+        return pad_spatial(xa, begin, end, scalar_const(acc, value))
+
     if ctx.node.op == "max_pool":
         low = identity_of("reduce_max", dt)
-        xp = pad_spatial(xa, begin, end, scalar_const(acc, low))
+        xp = padded(low)
         if len(ctx.out_types) == 2:
             y, indices = _max_with_indices(xp, list(t.shape), out_shape, kernel, strides,
                                            dilations, begin, acc, low,
                                            bool(ctx.attrs["storage_order"]))
             return [convert_tensor(y, acc, dt), indices]
         y = window_reduce(xp, out_shape, kernel, strides, dilations, acc, low,
-                          lambda a, v: s.maximum(acc, a, v))
+                          lambda a, v: s.maximum(acc, a, v), last)
         return [convert_tensor(y, acc, dt)]
-    xp = pad_spatial(xa, begin, end, scalar_const(acc, 0))
-    total = window_reduce(xp, out_shape, kernel, strides, dilations, acc, 0,
-                          lambda a, v: s.add(acc, a, v))
-    counts = dense_constant(_counts(ctx, t.shape[2:], kernel, out_shape[2:]), acc)
+    total = window_reduce(padded(0), out_shape, kernel, strides, dilations, acc, 0,
+                          lambda a, v: s.add(acc, a, v), last)
+    counts = _counts(ctx, spatial, kernel, out_spatial)
+    counts = dense_constant(counts[..., None] if last else counts, acc)
     y = map_values([total, counts], out_shape, acc, arith.divf)
     return [convert_tensor(y, acc, dt)]
 

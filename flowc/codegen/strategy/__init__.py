@@ -12,6 +12,7 @@ from collections.abc import Callable
 from mlir import ir
 
 from flowc.codegen.strategy.conv import conv_strategy
+from flowc.codegen.strategy.depthwise import depthwise_strategy
 from flowc.codegen.strategy.matmul import matmul_strategy
 from flowc.codegen.target import Target
 
@@ -20,6 +21,8 @@ Strategy = Callable[[ir.Operation, Target, int], "str | None"]
 STRATEGIES: dict[str, Strategy] = {
     "linalg.matmul": matmul_strategy,
     "linalg.batch_matmul": matmul_strategy,
+    "linalg.generic": matmul_strategy,  # contractions only (a reshaped matmul, generalized)
     "linalg.conv_2d_nhwc_hwcf": conv_strategy,
+    "linalg.depthwise_conv_2d_nhwc_hwc": depthwise_strategy,
 }
 

@@ -4,7 +4,7 @@ small helpers to format tile sizes."""
 from __future__ import annotations
 
 # After a strategy vectorizes its tile: multi-reductions into vector.contract, transfers
-# with permutations made plain (a template fragment of MATMUL, MATMUL_DIRECT and CONV).
+# with permutations made plain (a template fragment of the matmul and conv strategies).
 VECTOR_CONTRACTS = """
     %{n}_fn = transform.structured.match ops{{["func.func"]}} in %root
         : (!transform.any_op) -> !transform.any_op

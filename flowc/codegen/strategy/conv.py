@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import math
+
 from mlir import ir
 
 from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
+from flowc.codegen.strategy.conv_epilogue import epilogue
 from flowc.codegen.target import Target
 
 # 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
 # F_TILE output channels, c blocks of C_TILE; the 1x1-window slice of the kernel window is
 # decomposed into a 1-D convolution and vectorized; the output tile stays in registers
-# across the c, kw and kh loops. Output rows are a parallel loop (the runtime's threads).
+# across the c, kw and kh loops. Output rows are a parallel loop (the runtime's threads)
+# when the conv is worth splitting (`rows_loop`).
 CONV = """
     %{n}_op = transform.structured.match ops{{["linalg.conv_2d_nhwc_hwcf"]}}
         attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
-    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op
+    %{n}_tp, %{n}_par = transform.structured.{rows} %{n}_op
         tile_sizes [0, 1, 0, 0, 0, 0, 0]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     %{n}_t, %{n}_l:7 = transform.structured.tile_using_for %{n}_tp tile_sizes [{tiles}]
@@ -29,14 +33,39 @@ CONV = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
 """
 
-OW_TILE = 4  # output pixels per register tile; else the largest divisor up to OW_TILE_MAX
-OW_TILE_MAX = 7  # (4 x 4 vectors or 7 x 4 vectors of accumulators fit 32 registers)
+# Work below which a loop stays serial: each parallel loop is a fork and join of the
+# runtime's pool (microseconds, more when the cores are shared), which a conv of ~20 us or
+# an epilogue of ~5 us cannot win back.
+PARALLEL_FLOPS = 2_000_000
+PARALLEL_ELEMENTS = 64 * 1024
+
+ACCUMULATORS = 16  # vector registers of output tile (of 32 on AVX-512: room for operands)
 C_TILE = 8
+OW_TILE_MAX = 8
+
+
+def channel_tile(n: int, lanes: int, max_vectors: int) -> int:
+    """Channels per register tile: a power-of-two number of vectors (at most `max_vectors`)
+    dividing `n`; else half or quarter vectors; else the largest divisor of `n` up to
+    `max_vectors` vectors. (Tiles of 3 or 6 vectors lower to shuffles and spills.)"""
+    size = max_vectors * lanes
+    while size >= max(lanes // 4, 1):
+        if n % size == 0:
+            return size
+        size //= 2
+    return divisor(n, max_vectors * lanes)
+
+
+def rows_loop(parallel: bool) -> str:
+    """The transform op tiling output rows: a parallel loop (scf.forall) or a serial one."""
+    return "tile_using_forall" if parallel else "tile_using_for"
 
 
 def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     """The CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the dims (so
-    every tile is static), or None."""
+    every tile is static), or None. The register tile is ACCUMULATORS vectors: up to 4
+    vectors of output channels times as many output pixels as fit. An elementwise epilogue
+    is written in place and gets its own script (conv_epilogue.py)."""
     out = ir.RankedTensorType(op.results[0].type)
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
     if width is None:
@@ -44,8 +73,11 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     _, _, ow, f = out.shape
     c = ir.RankedTensorType(op.operands[1].type).shape[2]
     lanes = target.vector_bits // width
-    ow_tile = OW_TILE if ow % OW_TILE == 0 else divisor(ow, OW_TILE_MAX)
-    tiles = [1, 1, ow_tile, divisor(f, 4 * lanes), 1, 1, divisor(c, C_TILE)]
-    return CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles))
-
-
+    f_tile = channel_tile(f, lanes, 4)
+    vectors = max(1, f_tile // lanes)
+    ow_tile = divisor(ow, min(OW_TILE_MAX, ACCUMULATORS // vectors))
+    tiles = [1, 1, ow_tile, f_tile, 1, 1, divisor(c, C_TILE)]
+    kh, kw = ir.RankedTensorType(op.operands[1].type).shape[:2]
+    flops = 2 * math.prod(out.shape) * kh * kw * c
+    return (CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles),
+                        rows=rows_loop(flops >= PARALLEL_FLOPS)) + epilogue(op, i, lanes))

@@ -1,16 +1,24 @@
-"""Matmul and batch matmul strategies: packed micro-kernel, or direct for a small B."""
+"""Matmul and batch matmul strategies: direct register tiles when the tile divides N (rows
+beyond whole tiles split off) and K is not too long, packed panels otherwise; both parallel over
+column tiles (and the batch). They also take the `linalg.generic` contractions that
+elementwise fusion makes of a matmul whose result is reshaped (its reshape folded into the
+loops: a rank-3 activation times a weight, 4-D attention products), directly only."""
 
 from __future__ import annotations
 
-from mlir import ir
+from dataclasses import dataclass
 
-from flowc.codegen.strategy.common import VECTOR_CONTRACTS, ints
+from mlir import ir
+from mlir.dialects import linalg
+
+from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
 from flowc.codegen.target import Target
 
 # Matmul: A and B are packed into MR-row and NR-column panels (k-major), C is computed in
 # MR x NR register tiles by an outer-product micro-kernel (one broadcast of A, NR/lanes loads
 # of B and MR*NR/lanes FMAs per k), the C tile hoisted out of the k loop. Loops, outer to
-# inner: k blocks of KC, row blocks of MB panels, column panels, row panels, k.
+# inner: column panels (and the batch; a parallel loop), k blocks of KC, row blocks of MB
+# panels, row panels, k.
 MATMUL = """
     %{n}_op = transform.structured.match ops{{["{op}"]}} attributes{{flowc.sched = {i} : i64}}
         in %root : (!transform.any_op) -> !transform.any_op
@@ -22,10 +30,12 @@ MATMUL = """
         with_compute_op(%{n}_pk) outer_perm = [{b_perm}]
         : (!transform.op<"linalg.pack">, !transform.op<"linalg.generic">)
         -> (!transform.op<"linalg.generic">, !transform.op<"linalg.pack">, !transform.any_op)
-    %{n}_tk, %{n}_lk = transform.structured.tile_using_for %{n}_pk2 tile_sizes [{kc}]
+    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_pk2 tile_sizes [{cols}]
         : (!transform.op<"linalg.generic">) -> (!transform.any_op, !transform.any_op)
-    %{n}_tm, %{n}_lm:{nb} = transform.structured.tile_using_for %{n}_tk tile_sizes [{mb}]
-        : (!transform.any_op) -> (!transform.any_op, {nb_types})
+    %{n}_tk, %{n}_lk = transform.structured.tile_using_for %{n}_tp tile_sizes [{kc}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_tm, %{n}_lm = transform.structured.tile_using_for %{n}_tk tile_sizes [{mb}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     %{n}_t, %{n}_l:{nmicro} = transform.structured.tile_using_for %{n}_tm tile_sizes [{micro}]
         interchange = [{interchange}] : (!transform.any_op) -> (!transform.any_op, {micro_types})
     transform.structured.vectorize %{n}_t : !transform.any_op
@@ -33,19 +43,47 @@ MATMUL = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#{k_loop} : !transform.any_op
 """
 
-# Matmul whose B is small enough to stay in cache (K*N <= DIRECT_MAX_B elements) and whose
-# M and N the register tile divides, or with fewer rows than a register tile: no packing
-# (no temporaries); MR x NR register tiles of C, column tiles outer (a parallel loop: the
-# runtime's threads split them) and row tiles inner (a K x NR strip of B stays in cache),
-# k innermost with the C tile hoisted out of it. Partial tiles (only below MR rows) are
-# vectorized with masks.
-MATMUL_DIRECT = """
+# Direct matmul, for N the register tile divides (or fewer rows than a register tile) and a
+# K-long column strip of B that fits in L2: no packing (no temporaries); MR x NR register
+# tiles of C, column tiles outer (a parallel loop, with the batch and outer row dims: the
+# runtime's threads split them) and row tiles inner (the K x NR strip of B stays in cache
+# across them), k innermost with the C tile hoisted out of it. Partial column tiles (only
+# with fewer rows than MR) are vectorized with masks.
+MATCH = """
     %{n}_op = transform.structured.match ops{{["{op}"]}} attributes{{flowc.sched = {i} : i64}}
         in %root : (!transform.any_op) -> !transform.any_op
+"""
+# Rows that are not a whole number of register tiles: the op split in two along its rows, the
+# whole tiles (`%NAMEa_op`) and the rest (`%NAMEb_op`, one tile of fewer rows).
+SPLIT = """
+    %{n}_parts = transform.structured.split %{n}_op after {at} {{dimension = {dim}}}
+        : !transform.any_op
+    %{n}a_op, %{n}b_op = transform.split_handle %{n}_parts
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
+DIRECT_TILES = """
     %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op tile_sizes [{cols}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
-    %{n}_tn, %{n}_ln:{nb} = transform.structured.tile_using_for %{n}_tp tile_sizes [{rows}]
-        : (!transform.any_op) -> (!transform.any_op, {nb_types})
+    %{n}_tn, %{n}_ln = transform.structured.tile_using_for %{n}_tp tile_sizes [{rows}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
+# The same tiles when the result's init is a `linalg.fill` (zeros, in flowc's lowering): the
+# fill is fused into the column and row loops, so the C tile starts as a constant in
+# registers instead of being set in memory and read back.
+DIRECT_TILES_FILL = """
+    %{n}_init = transform.get_producer_of_operand %{n}_op[2]
+        : (!transform.any_op) -> (!transform.any_op)
+    %{n}_tp, %{n}_par = transform.structured.tile_using_forall %{n}_op tile_sizes [{cols}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_f1, %{n}_par2 = transform.structured.fuse_into_containing_op %{n}_init into %{n}_par
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_tn, %{n}_ln = transform.structured.fuse %{n}_tp tile_sizes [{rows}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_f2 = transform.get_producer_of_operand %{n}_tn[2]
+        : (!transform.any_op) -> (!transform.any_op)
+    transform.structured.vectorize %{n}_f2 vector_sizes [{fsizes}] : !transform.any_op
+"""
+DIRECT_MICRO = """
     %{n}_t, %{n}_lk = transform.structured.tile_using_for %{n}_tn tile_sizes [{k1}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     transform.structured.vectorize %{n}_t vector_sizes [{vsizes}] : !transform.any_op
@@ -54,43 +92,137 @@ MATMUL_DIRECT = """
 """
 
 MICRO_ROWS = 8  # MR
-DIRECT_MAX_B = 1024 * 1024  # elements of B up to which the direct strategy is used
+MICRO_VECTORS = 16  # accumulator vectors of a register tile (of 32 zmm registers)
+DIRECT_MAX_K = 4096  # K up to which a K x NR strip of B stays in L2 (the direct strategy)
 K_BLOCK = 512  # KC
 ROW_PANELS = 16  # MB: panels of MR rows per row block
 
 
+@dataclass(frozen=True)
+class Contraction:
+    """A linalg contraction's loops: their static sizes, the parallel outer ones (batch dims
+    and all m dims but the innermost, tiled by 1), and the row (innermost m), column (n) and
+    reduction (k) loop; `layout` says A, B and C are plain row-major [..., M, K] @ [..., K, N]
+    (the packed strategy's assumption)."""
+
+    sizes: tuple[int, ...]
+    outer: tuple[int, ...]
+    m: int
+    n: int
+    k: int
+    out: tuple[int, ...]  # the loop of each dim of the result
+    layout: bool
+
+
+def contraction(op: ir.Operation) -> Contraction | None:
+    """`op` as a Contraction: a linalg contraction (named matmul or batch matmul, or a
+    generic one, as elementwise fusion leaves a matmul whose result is reshaped) with one n
+    and one k loop, n the innermost dim of B and C; else None."""
+    if not linalg.isa_contraction_op(op):
+        return None
+    found = linalg.infer_contraction_dimensions(op)
+    batch, ms, ns, ks = (list(d) for d in (found.batch, found.m, found.n, found.k))
+    if len(ns) != 1 or len(ks) != 1 or not ms:
+        return None
+    explicit = "indexing_maps" in op.attributes
+    maps = (_loops_of([ir.AffineMapAttr(a).value
+                       for a in ir.ArrayAttr(op.attributes["indexing_maps"])])
+            if explicit else CONTRACTIONS.get(op.name))
+    n, k = ns[0], ks[0]
+    if maps is None or len(maps) != 3 or maps[1][-1] != n or maps[2][-1] != n:
+        return None
+    sizes = {}
+    for value, loops in zip(op.operands, maps, strict=True):
+        sizes.update(zip(loops, ir.RankedTensorType(value.type).shape, strict=True))
+    return Contraction(tuple(sizes[d] for d in range(len(sizes))),
+                       (*batch, *ms[:-1]), ms[-1], n, k, tuple(maps[2]),
+                       op.name in CONTRACTIONS and not explicit)
+
+
+def _loops_of(maps: list[ir.AffineMap]) -> list[list[int]] | None:
+    """Each map's results as loop positions; None if one is not a plain loop dim."""
+    if not all(isinstance(e, ir.AffineDimExpr) for m in maps for e in m.results):
+        return None
+    return [[e.position for e in m.results] for m in maps]
+
+
+def _named(rank: int) -> list[list[int]]:
+    """Indexing maps (as loop positions) of the named (batch_)matmul with `rank` loops."""
+    b = list(range(rank - 3))
+    m, n, k = rank - 3, rank - 2, rank - 1
+    return [[*b, m, k], [*b, k, n], [*b, m, n]]
+
+
+CONTRACTIONS = {"linalg.matmul": _named(3), "linalg.batch_matmul": _named(4)}
+
+
 def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
-    """The MATMUL script for a (batch_)matmul with a float result, or None (left to loops)."""
+    """The script for a float contraction (see `contraction`): direct (rows split into whole
+    register tiles and the rest if need be), or packed (MATMUL) for a plain (batch_)matmul;
+    or None (left to loops)."""
     out = ir.RankedTensorType(op.results[0].type)
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
-    if width is None:
+    c = contraction(op) if width is not None else None
+    if c is None:
         return None
-    batched = op.name == "linalg.batch_matmul"
-    a = ir.RankedTensorType(op.operands[0].type).shape
-    m, k = a[-2], a[-1]
-    n = out.shape[-1]
-    lanes = target.vector_bits // width
-    mr, nr = MICRO_ROWS, min(2 * lanes, n)
+    m, n, k = c.sizes[c.m], c.sizes[c.n], c.sizes[c.k]
     if k < 2:
         return None
+    lanes = target.vector_bits // width
+    nr = direct_cols(m, n, lanes)
+    wide = nr >= min(2 * lanes, n)  # else packed, padded panels do better than thin tiles
+    name = f"mm{i}"
+    head = MATCH.format(n=name, op=op.name, i=i)
+    if m < MICRO_ROWS:
+        return head + direct(name, c, m, nr, _filled(op))
+    if k <= DIRECT_MAX_K and n % nr == 0 and wide:
+        if m % MICRO_ROWS == 0:
+            return head + direct(name, c, MICRO_ROWS, nr, _filled(op))
+        main = m - m % MICRO_ROWS  # rows in whole register tiles; the rest, a tile of its own
+        return (head + SPLIT.format(n=name, at=main, dim=c.m)
+                + direct(f"{name}a", c, MICRO_ROWS, nr, False)
+                + direct(f"{name}b", c, m - main, direct_cols(m - main, n, lanes), False))
+    if not c.layout:
+        return None
+    batched = op.name == "linalg.batch_matmul"
     b = [0] if batched else []
     one = [1] if batched else []
-    divides = m % mr == 0 and n % nr == 0  # else masked tiles everywhere: slow
-    if m < MICRO_ROWS or (k * n <= DIRECT_MAX_B and divides):
-        mr = min(mr, m)
-        return MATMUL_DIRECT.format(
-            n=f"mm{i}", op=op.name, i=i, cols=ints([*b, 0, nr, 0]),
-            rows=ints([*one, mr, 0, 0]), nb=1 + len(one),
-            nb_types=", ".join(["!transform.any_op"] * (1 + len(one))),
-            k1=ints([*b, 0, 0, 1]), vsizes=ints([*one, mr, nr, 1]))
+    mr, nr = MICRO_ROWS, min(2 * lanes, n)
     micro = [*one, 1, 1, 1]
     return MATMUL.format(
-        n=f"mm{i}", op=op.name, i=i, packed=ints([*b, mr, nr, 0]),
+        n=f"mm{i}", op=op.name, i=i, packed=ints([*b, mr, nr, 0]), cols=ints([*one, 0, 1]),
         b_perm=ints([0, 2, 1] if batched else [1, 0]),
-        kc=ints([*b, 0, 0, K_BLOCK]), mb=ints([*one, ROW_PANELS, 0, 0]),
-        nb=1 + len(one), nb_types=", ".join(["!transform.any_op"] * (1 + len(one))),
+        kc=ints([*b, 0, 0, K_BLOCK]), mb=ints([*b, ROW_PANELS, 0, 0]),
         micro=ints(micro), nmicro=len(micro),
         micro_types=", ".join(["!transform.any_op"] * len(micro)),
         interchange=ints([0, 2, 1, 3] if batched else [1, 0, 2]), k_loop=len(micro) - 1)
 
 
+def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool) -> str:
+    """The direct script (DIRECT_TILES[_FILL], DIRECT_MICRO) for the op `%NAME_op`: MR x NR
+    register tiles (MR dividing its rows); `filled`: its init is a fill, fused."""
+
+    def per_loop(outer: int, rows: int, cols: int, red: int) -> list[int]:
+        return [outer if d in c.outer else {c.m: rows, c.n: cols, c.k: red}[d]
+                for d in range(len(c.sizes))]
+
+    vsizes = per_loop(1, mr, nr, 1)
+    return ((DIRECT_TILES_FILL if filled else DIRECT_TILES) + DIRECT_MICRO).format(
+        n=name, cols=ints(per_loop(1, 0, nr, 0)), rows=ints(per_loop(0, mr, 0, 0)),
+        k1=ints(per_loop(0, 0, 0, 1)), vsizes=ints(vsizes),
+        fsizes=ints([vsizes[d] for d in c.out]))
+
+
+def _filled(op: ir.Operation) -> bool:
+    init = op.operands[2].owner
+    return isinstance(init, ir.OpView | ir.Operation) and init.name == "linalg.fill"
+
+
+def direct_cols(m: int, n: int, lanes: int) -> int:
+    """NR of the direct strategy: as many vectors as keep MICRO_VECTORS accumulators for
+    min(M, MR) rows (fewer rows: wider tiles, B rows read in longer runs), dividing N; all
+    of N (up to two vectors) when N is not a whole number of vectors."""
+    if n % lanes:
+        return min(2 * lanes, n)
+    vectors = max(1, MICRO_VECTORS // min(m, MICRO_ROWS))
+    return lanes * divisor(n // lanes, vectors)

@@ -13,6 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flowc.ir.ops.channels_last import (
+    CHANNELS_LAST,
+    channels_last_infer,
+    channels_last_kernel,
+)
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.ops.rules import require_dtype, same_dtype
 from flowc.ir.types import Dim, TensorType, i64
@@ -217,9 +222,11 @@ def _conv_kernel(ctx: KernelContext, x: np.ndarray, w: np.ndarray,
     return y.astype(x.dtype, copy=False)
 
 
-_CONV_DOC = "ONNX Conv: N-d, grouped (depthwise when group == C), optional bias B [M]."
-define("conv", ("X", "W", "B?"), _conv_infer, _conv_kernel, onnx="Conv", doc=_CONV_DOC,
-       attrs=[*_window_attrs(), AttrSpec("group", "int", 1)])
+_CONV_DOC = ("ONNX Conv: N-d, grouped (depthwise when group == C), optional bias B [M]; "
+             "channels_last: X [N, *S, C], W [*K, C/group, M] (see channels_last.py).")
+define("conv", ("X", "W", "B?"), channels_last_infer(_conv_infer, 1),
+       channels_last_kernel(_conv_kernel, 1), onnx="Conv", doc=_CONV_DOC,
+       attrs=[*_window_attrs(), AttrSpec("group", "int", 1), CHANNELS_LAST])
 
 
 # --- conv_transpose ---------------------------------------------------------------------
@@ -403,13 +410,17 @@ def _avg_pool_kernel(ctx: KernelContext, x: np.ndarray) -> np.ndarray:
 
 
 _CEIL = AttrSpec("ceil_mode", "int", 0)
-define("max_pool", ("X",), _pool_infer, _max_pool_kernel, onnx="MaxPool",
+define("max_pool", ("X",), channels_last_infer(_pool_infer),
+       channels_last_kernel(_max_pool_kernel), onnx="MaxPool",
        attrs=[*_window_attrs(), _CEIL, AttrSpec("storage_order", "int", 0),
-              AttrSpec("num_outputs", "int", 1)],
-       doc="ONNX MaxPool; num_outputs=2 adds Indices (i64 flat indices into X).")
-define("average_pool", ("X",), _pool_infer, _avg_pool_kernel, onnx="AveragePool",
-       attrs=[*_window_attrs(), _CEIL, AttrSpec("count_include_pad", "int", 0)],
-       doc="ONNX AveragePool; count_include_pad counts explicit pads, never ceil-mode ones.")
+              AttrSpec("num_outputs", "int", 1), CHANNELS_LAST],
+       doc="ONNX MaxPool; num_outputs=2 adds Indices (i64 flat indices into X); "
+           "channels_last: X [N, *S, C], one output.")
+define("average_pool", ("X",), channels_last_infer(_pool_infer),
+       channels_last_kernel(_avg_pool_kernel), onnx="AveragePool",
+       attrs=[*_window_attrs(), _CEIL, AttrSpec("count_include_pad", "int", 0), CHANNELS_LAST],
+       doc="ONNX AveragePool; count_include_pad counts explicit pads, never ceil-mode ones; "
+           "channels_last: X [N, *S, C].")
 
 
 def _global_pool_infer(ctx: InferContext) -> TensorType:

@@ -1,0 +1,258 @@
+"""The report of bench/perf.py: the environment it ran in and the markdown it writes.
+
+`environment(quick)` describes the run (date, CPU from /proc/cpuinfo, cores, memory, load
+average, library versions, the flowc commit); `render(result)` turns perf.py's result
+(that description plus the compile, timing and memory rows) into bench/results/perf.md,
+with each goal of issue [7] marked met or not met.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+GOAL_PCT_SGEMM = 90.0
+GOAL_COLD_S, GOAL_WARM_S = 10.0, 3.0
+
+
+def _cpuinfo() -> dict[str, str]:
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return info
+
+
+def _mem_total_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _git_head() -> str:
+    done = subprocess.run(["git", "-C", str(HERE), "log", "-1", "--format=%h %s"],
+                          capture_output=True, text=True, check=False)
+    return done.stdout.strip()[:100] or "unknown"
+
+
+def environment(quick: bool) -> dict[str, Any]:
+    import numpy as np
+
+    cpu = _cpuinfo()
+    flags = set(cpu.get("flags", "").split())
+    blas = np.__config__.CONFIG.get("Build Dependencies", {}).get("blas", {})
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": quick,
+        "cpu": cpu.get("model name", platform.processor() or platform.machine()),
+        "cpu_flags": sorted(flags & {"avx2", "fma", "avx512f", "avx512bw", "avx512vl",
+                                     "avx512_bf16", "amx_tile"}),
+        "nproc": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(),
+        "mem_gib": _mem_total_gib(), "load_average_start": os.getloadavg(),
+        "flowc_commit": _git_head(), "python": platform.python_version(),
+        "versions": {d: _version(d) for d in ("flowc", "numpy", "onnxruntime", "onnx",
+                                              "llvmlite", "xtc-mlir-python-bindings")},
+        "blas": f"{blas.get('name', '?')} {blas.get('version', '')}".strip(),
+    }
+
+
+def _ms(s: dict[str, float]) -> str:
+    return f"{s['median_ms']:.3f} ({s['q25_ms']:.3f}-{s['q75_ms']:.3f})"
+
+
+def _verdict(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def latency_table(rows: list[dict[str, Any]], gflop: dict[str, float]) -> list[str]:
+    out = ["| model | threads | flowc ms (IQR) | flowc C ms | onnxruntime ms (IQR) | "
+           "ort/flowc | sgemm ms | flowc GFLOP/s | ort GFLOP/s | sgemm GFLOP/s | "
+           "% of sgemm | max abs / rel err vs ort |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['model']} | {r['threads']} | ERROR: {r['error'][:300]} "
+                       "| | | | | | | | | |")
+            continue
+        f, o, s, g = r["flowc"], r["ort"], r["sgemm"], gflop[r["model"]]
+        mismatch = "" if r["match"] else " **MISMATCH**"
+        out.append(
+            f"| {r['model']} | {r['threads']} | {_ms(f)} | {r['flowc_c']['median_ms']:.3f} | "
+            f"{_ms(o)} | {r['ort_over_flowc']:.2f} | {s['median_ms']:.3f} | "
+            f"{g / f['median_ms'] * 1e3:.1f} | {g / o['median_ms'] * 1e3:.1f} | "
+            f"{g / s['median_ms'] * 1e3:.1f} | {100 * s['median_ms'] / f['median_ms']:.0f}% | "
+            f"{r['max_abs_err']:.1e} / {r['max_rel_err']:.1e}{mismatch} |")
+    return out
+
+
+def compile_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| model | GEMM GFLOP | weights MiB | cold s: command / compile call | "
+           "warm s: command / compile call | warm cache | warm == cold |",
+           "| --- | ---: | ---: | ---: | ---: | --- | --- |"]
+    for r in rows:
+        cold, warm = r["cold"], r["warm"]
+        if "error" in cold or "error" in warm:
+            err = (cold.get("error") or warm.get("error")).strip().replace("\n", " ")
+            out.append(f"| {r['model']} | {r['gflop']:.3f} | {r['weights_mb']:.1f} | "
+                       f"ERROR: {err[:400]} | | | |")
+            continue
+        out.append(f"| {r['model']} | {r['gflop']:.3f} | {r['weights_mb']:.1f} | "
+                   f"{cold['wall_s']:.2f} / {cold['compile_s']:.2f} | "
+                   f"{warm['wall_s']:.2f} / {warm['compile_s']:.2f} | "
+                   f"{warm['cache'].removeprefix('compile cache ').split(': ', 1)[-1]} | "
+                   f"{'yes' if r['warm_same_as_cold'] else 'NO'} |")
+    return out
+
+
+def memory_table(rows: list[dict[str, Any]]) -> list[str]:
+    out = ["| model | flowc peak MiB (above baseline) | onnxruntime peak MiB (above baseline) "
+           "| flowc / ort | baselines MiB: flowc, ort |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        f, o = (r[e]["peak_kib"] - r[e]["baseline_kib"] for e in ("flowc", "ort"))
+        out.append(f"| {r['model']} | {f / 1024:.1f} | {o / 1024:.1f} | {f / max(o, 1):.2f} | "
+                   f"{r['flowc']['baseline_kib'] / 1024:.0f}, "
+                   f"{r['ort']['baseline_kib'] / 1024:.0f} |")
+    return out
+
+
+def profile_section(rows: list[dict[str, Any]], top: int = 3) -> list[str]:
+    out = ["| model | threads | kernel | graph nodes | ms per run | share | GFLOP/s | "
+           "sgemm ms (same shapes) |", "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        for k in r.get("profile", [])[:top]:
+            gf = f"{k['gflops']:.1f}" if "gflops" in k else ""
+            sg = f"{k['sgemm_ms']:.3f}" if "sgemm_ms" in k else ""
+            nodes = ", ".join(k["nodes"])
+            out.append(f"| {r['model']} | {r['threads']} | {k['kernel']} | {nodes[:160]} | "
+                       f"{k['ms']:.3f} | {k['share']:.0%} | {gf} | {sg} |")
+    return out
+
+
+def goals(result: dict[str, Any]) -> list[str]:
+    rows = [r for r in result["timing"] if "error" not in r]
+    failed = [r for r in result["timing"] if "error" in r]
+    slower = [f"{r['model']}@{r['threads']} ({r['ort_over_flowc']:.2f})" for r in rows
+              if r["ort_over_flowc"] <= 1.0]
+    pct = [(r, 100 * r["sgemm"]["median_ms"] / r["flowc"]["median_ms"]) for r in rows]
+    low = [f"{r['model']}@{r['threads']} ({p:.0f}%)" for r, p in pct if p < GOAL_PCT_SGEMM]
+    comp = [c for c in result["compile"] if "error" not in c["cold"] and "error" not in c["warm"]]
+    slow_cold = [f"{c['model']} ({c['cold']['wall_s']:.1f} s)" for c in comp
+                 if c["cold"]["wall_s"] >= GOAL_COLD_S]
+    slow_warm = [f"{c['model']} ({c['warm']['wall_s']:.1f} s)" for c in comp
+                 if c["warm"]["wall_s"] >= GOAL_WARM_S]
+    mem = [f"{m['model']} ({(m['flowc']['peak_kib'] - m['flowc']['baseline_kib']) / 1024:.0f}"
+           f" vs {(m['ort']['peak_kib'] - m['ort']['baseline_kib']) / 1024:.0f} MiB)"
+           for m in result["memory"]
+           if m["flowc"]["peak_kib"] - m["flowc"]["baseline_kib"]
+           > m["ort"]["peak_kib"] - m["ort"]["baseline_kib"]]
+    broken = [c["model"] for c in result["compile"] if c not in comp] + [
+        f"{r['model']}@{r['threads']}" for r in failed]
+    mismatched = [f"{r['model']}@{r['threads']}" for r in rows if not r["match"]]
+
+    def line(text: str, bad: list[str]) -> str:
+        ok = not bad and not broken
+        why = f": not met by {', '.join(bad)}" if bad else ""
+        why += f" (not measured: {', '.join(broken)})" if broken else ""
+        return f"- {text}: {_verdict(ok)}{why}"
+
+    return [
+        line("latency below onnxruntime's (ort/flowc > 1) on every model at every thread "
+             "count", slower),
+        line(f"matmul and conv at {GOAL_PCT_SGEMM:.0f}% or more of sgemm (whole-model time "
+             "against numpy sgemm on the model's GEMM shapes)", low),
+        line(f"cold compile under {GOAL_COLD_S:.0f} s (the whole `flowc compile` command)",
+             slow_cold),
+        line(f"warm compile under {GOAL_WARM_S:.0f} s (the whole `flowc compile` command)",
+             slow_warm),
+        line("peak resident memory while running no higher than onnxruntime's", mem),
+        line("outputs match onnxruntime", mismatched),
+    ]
+
+
+def render(result: dict[str, Any], notes: str | None = None) -> str:
+    """The markdown report; `notes`: the file name of a hand-written analysis beside it."""
+    gflop = {c["model"]: c["gflop"] for c in result["compile"]}
+    v = result["versions"]
+    args = result["args"]
+    load0, load1 = (", ".join(f"{x:.2f}" for x in result[k])
+                    for k in ("load_average_start", "load_average_end"))
+    lines = [
+        "# flowc vs onnxruntime vs numpy on the issue [7] benchmark models", "",
+        f"Written by `bench/perf.py{' --quick' if result['quick'] else ''}` on "
+        f"{result['date']} at flowc `{result['flowc_commit']}`.", "",
+        *(["**Quick run: tiny models and few runs; the figures mean nothing.**", ""]
+          if result["quick"] else []),
+        *([f"Why the goals not met are not met, from the profile: [{notes}]({notes}) "
+           "(written by hand; it names the run it analyses).", ""] if notes else []),
+        f"- Machine: {result['cpu']}; {result['nproc']} cores usable (of "
+        f"{result['cpu_count']}); flags {' '.join(result['cpu_flags']) or 'none of note'}; "
+        f"{result['mem_gib'] or 0:.0f} GiB memory.",
+        f"- Load average (1, 5, 15 min): {load0} at the start, {load1} at the end. The "
+        "machine may be shared: ratios from one process are more telling than absolute "
+        "times, and 2-thread figures under load are noise.",
+        f"- Python {result['python']}; " + ", ".join(f"{k} {x}" for k, x in v.items())
+        + f"; numpy's BLAS: {result['blas']}.",
+        f"- Timing: per thread count one process; in it, per model, {args['min_runs']}+ "
+        f"rounds and {args['min_time']:g}+ s after 3 warm-up rounds, each round calling in "
+        "turn: the flowc artifact through the Python loader (`Model.run`: checks, output "
+        "allocation, ctypes), its C entry alone with the inputs bound (flowc C), "
+        "onnxruntime (`InferenceSession.run`, CPU provider, intra_op_num_threads = threads, "
+        "sequential, default graph optimizations) and numpy `matmul` (OpenBLAS sgemm) on "
+        "each of the model's Gemm/MatMul/Conv nodes as GEMM shapes (a conv per group: out "
+        "channels x in channels*kh*kw x output pixels; im2col not included). Medians with "
+        "the interquartile range; ort/flowc is the median of the per-round ratios (above 1: "
+        "flowc faster). GFLOP/s counts the model's GEMM FLOPs only; % of sgemm = sgemm "
+        "time / flowc time, so every other op of the model counts against flowc.",
+        "- flowc threads: `flowc.load(dir, threads=N)`; OpenBLAS and onnxruntime: "
+        "OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set before numpy loads, "
+        "intra_op_num_threads.",
+        "",
+        "## Latency", "", *latency_table(result["timing"], gflop), "",
+        "## Compile time", "",
+        "Each model compiled by a fresh `python bench/perf.py --compile-child` process "
+        "(`flowc.compile`, what `flowc compile` runs) with FLOWC_CACHE_DIR an empty "
+        "temporary folder (cold), then again with the cache it filled (warm). command: "
+        "wall time of the process (Python start, imports of onnx, mlir and llvmlite "
+        "included); compile call: `flowc.compile` alone.", "",
+        *compile_table(result["compile"]), "",
+        "## Peak resident memory", "",
+        f"Each model and engine in its own process at 1 thread: import numpy and the one "
+        f"engine (onnxruntime, or flowc's runtime loader alone), make the inputs, read the "
+        f"peak resident set (VmHWM of /proc/self/status, what ru_maxrss reports) as the "
+        f"baseline; then create the session / load the artifact, run {args['memory_runs']} "
+        "times and read VmHWM again. The table gives the peak minus the baseline: what "
+        "loading and running the model added at its highest (weights, arenas, code, "
+        "outputs).", "",
+        *memory_table(result["memory"]), "",
+        "## Goals of issue [7]", "", *goals(result), "",
+    ]
+    if any("profile" in r for r in result["timing"]):
+        lines += ["## Where the time goes", "",
+                  f"Top kernels of each model by time (artifact compiled with `flowc compile "
+                  f"--profile`, {args['profile_runs']} runs after one warm-up, the runtime's "
+                  "own timer around each kernel call); share: of all kernels' time. GFLOP/s "
+                  "and sgemm ms: of the kernel's GEMM nodes, sgemm on the same shapes alone.",
+                  "", *profile_section(result["timing"]), ""]
+    if result["errors"]:
+        lines += ["## Errors", "", *[f"- {e}" for e in result["errors"]], ""]
+    return "\n".join(lines)

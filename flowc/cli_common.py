@@ -1,0 +1,109 @@
+"""What the `flowc` command's files share: options, input and output blocks.
+
+Contract: every function raises `FlowcError` (naming the option, file or input) for bad
+input or a file it cannot read or write, never a bare OSError or traceback.
+- `add_report_options(parser)` adds `-q/--quiet` and `-v/--verbose` (exclusive);
+  `progress_from(args, bar)` makes the `flowc.progress.Progress` they ask for (a progress bar
+  on a terminal stderr, per-pass and per-kernel lines when verbose, nothing when quiet).
+- `write_text(path, text)` writes a file.
+- `parse_binding(text, what)` splits `NAME=VALUE`; `parse_sizes(items, what)` reads
+  `NAME=SIZE` bindings into a dict; `load_inputs(items)` reads `--input NAME=X.npy` feeds.
+- `random_array(rng, dtype, shape)` is one seeded random input (bools, floats, small ints).
+- `emit_results(results, output_dir)` prints fetched arrays, or saves them as `.npy` files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from flowc.ir.errors import FlowcError
+from flowc.progress import Progress
+
+
+def add_report_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("-q", "--quiet", action="store_true",
+                       help="print nothing but errors (no progress bar, no summary)")
+    group.add_argument("-v", "--verbose", action="store_true",
+                       help="print each pass's time, node counts and counters, and each "
+                            "kernel's compile time and cache hit or miss, to stderr")
+
+
+def progress_from(args: argparse.Namespace, bar: bool | None = None) -> Progress:
+    """The Progress for `--quiet` / `--verbose` / neither (a bar when stderr is a terminal,
+    unless `bar` is False: when something else streams to stderr meanwhile)."""
+    level = "quiet" if args.quiet else "verbose" if args.verbose else "normal"
+    return Progress(level=level, bar=bar)
+
+
+def write_text(path: str | Path, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise FlowcError(f"cannot write '{path}': {exc.strerror or exc}") from None
+
+
+def parse_binding(text: str, what: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name or not value:
+        raise FlowcError(f"{what} '{text}' must look like NAME=VALUE")
+    return name, value
+
+
+def parse_sizes(items: Sequence[str], what: str) -> dict[str, int]:
+    sizes = {}
+    for text in items:
+        name, eq, value = text.partition("=")
+        if not eq or not name or not value.isdigit():
+            raise FlowcError(f"{what} '{text}' must look like NAME=SIZE (a whole number)")
+        sizes[name] = int(value)
+    return sizes
+
+
+def load_inputs(items: Sequence[str]) -> dict[str, np.ndarray]:
+    """The feeds of `--input NAME=PATH.npy` options."""
+    feeds = {}
+    for text in items:
+        name, path = parse_binding(text, "--input")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except OSError as exc:
+            raise FlowcError(f"--input {name}: cannot read '{path}': "
+                             f"{exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise FlowcError(f"--input {name}: '{path}' is not a .npy array file: "
+                             f"{exc}") from None
+    return feeds
+
+
+def random_array(rng: np.random.Generator, dtype: np.dtype, shape: Sequence[int]
+                 ) -> np.ndarray:
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.5
+    if dtype.kind == "f" or dtype.name.startswith(("bfloat", "float")):  # ml_dtypes too
+        return rng.standard_normal(shape).astype(dtype)
+    return rng.integers(0, 10, size=shape).astype(dtype)
+
+
+def emit_results(results: Mapping[str, np.ndarray], output_dir: str | None) -> None:
+    """Print each array (name, dtype, shape, values), or save it as OUTPUT_DIR/NAME.npy."""
+    if not output_dir:
+        for name, array in results.items():
+            print(f"{name}: dtype={array.dtype} shape={tuple(array.shape)}")
+            print(np.array2string(np.asarray(array), threshold=1000))
+        return
+    out = Path(output_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, array in results.items():
+            path = out / (re.sub(r"[^A-Za-z0-9_.-]", "_", name) + ".npy")
+            np.save(path, array, allow_pickle=False)
+            print(f"{name}: wrote {path}")
+    except OSError as exc:
+        raise FlowcError(f"cannot write to '{out}': {exc.strerror or exc}") from None

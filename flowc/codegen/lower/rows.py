@@ -1,0 +1,184 @@
+"""Row kernels: softmax-like and layer-norm-like ops over the trailing axes of an f32
+tensor, one row at a time, so that each input row is read from memory once (its later
+passes hit L1) and every pass is vectorized.
+
+Contract: `row_kernel(x, target, body, axis=-1)` views `x` (f32, rank >= 1) as R rows of
+L elements (the dims from `axis` on) and
+returns a tensor of x's shape whose row r is `body(Row)` for row r. A `Row` gives the
+building blocks of a row pass, all on that row only:
+
+- `reduce(src, init, combine, pre=None)`: a vector loop over L in steps of V lanes
+  (loop-carried V-lane accumulators, no memory temporaries), then a pairwise horizontal
+  reduction of the V lanes: the fold `combine` of `pre(elements)` with V interleaved
+  partial results combined as a tree (a different order than a sequential fold: sums
+  round differently; max/min are exact); sums pass `wide=True`: f64 accumulators, so
+  that neither long rows (n * 2^-24 growth of an f32 sum) nor huge magnitudes (squares
+  beyond the f32 range) lose the result;
+- `write(fn, *srcs)`: the output row becomes `fn(*elements of srcs)` (an elementwise
+  `linalg.generic` on the row, which LLVM vectorizes; scalars computed by earlier passes
+  are captured by the body); a src is `Row.X` (the input row), `Row.OUT` (the output row
+  as last written) or a rank-1 tensor of L elements (per-column operands).
+
+Rows are independent: above PARALLEL_MIN elements in all they are an `scf.forall` (the
+runtime's threads split the rows), below it a plain `scf.for`; neither allocates.
+V is the largest power of two up to the target's f32 lanes that divides L.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mlir import ir
+from mlir.dialects import arith, linalg, scf, tensor, vector
+
+from flowc.codegen.lower.context import empty, index_const, reshape, value_shape
+from flowc.codegen.target import Target
+
+PARALLEL_MIN = 32768  # elements: below this a fork/join costs more than it saves
+
+_DYN = ir.ShapedType.get_dynamic_size()
+
+
+class Row:
+    """One row of a row kernel being built (see the module docstring)."""
+
+    X = "x"
+    OUT = "out"
+
+    def __init__(self, x_row: ir.Value, out_row: ir.Value, lanes: int):
+        self.x, self.out, self.lanes = x_row, out_row, lanes
+        self.length = value_shape(x_row)[0]
+        self.f32 = ir.F32Type.get()
+
+    def _read(self, src: str, j: ir.Value) -> ir.Value:
+        vt = ir.VectorType.get([self.lanes], self.f32)
+        pad = arith.ConstantOp(self.f32, 0.0).result
+        in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)])
+        ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(1))
+        return vector.transfer_read(vt, self.x if src == Row.X else self.out, [j], ident, pad,
+                                    in_bounds)
+
+    def reduce(self, src: str, init: float, combine: Callable,
+               pre: Callable[[ir.Value], ir.Value] | None = None,
+               wide: bool = False) -> ir.Value:
+        """The fold of the row (see the module docstring): an f32 scalar, or with `wide`
+        an f64 one (elements widened to f64 before `pre` and `combine`)."""
+        et = ir.F64Type.get() if wide else self.f32
+        vt = ir.VectorType.get([self.lanes], et)
+        acc0 = arith.ConstantOp(vt, ir.DenseElementsAttr.get_splat(
+            vt, ir.FloatAttr.get(et, init))).result
+        loop = scf.ForOp(index_const(0), index_const(self.length), index_const(self.lanes),
+                         [acc0])
+        with ir.InsertionPoint(loop.body):
+            v = self._read(src, loop.induction_variable)
+            if wide:
+                v = arith.extf(vt, v)
+            if pre is not None:
+                v = pre(v)
+            scf.YieldOp([combine(loop.inner_iter_args[0], v)])
+        acc, width = loop.results[0], self.lanes
+        while width > 1:  # halve: log2(V) dependent steps, not V
+            width //= 2
+            half = ir.VectorType.get([width], et)
+            lo, hi = (vector.extract_strided_slice(half, acc, _ints([at]), _ints([width]),
+                                                   _ints([1])) for at in (0, width))
+            acc = combine(lo, hi)
+        return vector.extract(acc, [], [0])
+
+    def splat(self, value: ir.Value) -> ir.Value:
+        """A scalar broadcast to the lanes (for `pre` functions)."""
+        return vector.broadcast(ir.VectorType.get([self.lanes], value.type), value)
+
+    def write(self, fn: Callable[..., ir.Value], *srcs: str | ir.Value) -> None:
+        """The output row becomes `fn` of the elements of `srcs`: Row.X, Row.OUT, or a
+        rank-1 f32 tensor of L elements (per-column values such as a scale)."""
+        ins = [self.x if isinstance(s, str) else s for s in srcs
+               if not isinstance(s, str) or s == Row.X]
+        ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(1))
+        par = ir.ArrayAttr.get([ir.Attribute.parse("#linalg.iterator_type<parallel>")])
+        op = linalg.GenericOp([self.out.type], ins, [self.out],
+                              ir.ArrayAttr.get([ident] * (len(ins) + 1)), par)
+        block = op.regions[0].blocks.append(*[self.f32] * (len(ins) + 1))
+        with ir.InsertionPoint(block):
+            args = iter(block.arguments[:len(ins)])
+            out_arg = block.arguments[len(ins)]
+            linalg.YieldOp([fn(*[out_arg if isinstance(s, str) and s == Row.OUT
+                                 else next(args) for s in srcs])])
+        self.out = op.results[0]
+
+
+def _ints(values: list[int]) -> ir.ArrayAttr:
+    i64 = ir.IntegerType.get_signless(64)
+    return ir.ArrayAttr.get([ir.IntegerAttr.get(i64, v) for v in values])
+
+
+def lanes_for(length: int, target: Target) -> int:
+    lanes = max(1, target.vector_bits // 32)
+    while length % lanes:
+        lanes //= 2
+    return lanes
+
+
+class _Rows:
+    """Row `r` (an index) of a tensor of `shape` whose rows span the dims from `axis` on:
+    slices of it as rank-1 tensors, and the slice parameters to insert one back."""
+
+    def __init__(self, shape: list[int], axis: int, r: ir.Value):
+        self.shape, self.axis = shape, axis
+        self.inner = shape[axis:]
+        self.length = 1
+        for d in self.inner:
+            self.length *= d
+        index, rest = [], r
+        for d in reversed(shape[:axis]):  # row index -> outer indices, last dim fastest
+            index.append(arith.remui(rest, index_const(d)))
+            rest = arith.divui(rest, index_const(d))
+        self.offsets = list(reversed(index))
+
+    def _params(self):
+        static = [_DYN] * self.axis + [0] * len(self.inner)
+        return self.offsets, [], [], static, [1] * self.axis + self.inner, [1] * len(self.shape)
+
+    def read(self, t: ir.Value) -> ir.Value:
+        et = ir.RankedTensorType(t.type).element_type
+        v = tensor.extract_slice(ir.RankedTensorType.get(self.inner, et), t, *self._params())
+        return reshape(v, [self.length])
+
+    def insert(self, row: ir.Value, dest: ir.Value, parallel: bool) -> ir.Value | None:
+        row = reshape(row, self.inner)
+        if parallel:
+            tensor.parallel_insert_slice(row, dest, *self._params())
+            return None
+        return tensor.insert_slice(row, dest, *self._params())
+
+
+def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
+               axis: int = -1) -> ir.Value:
+    """See the module docstring; rows span the dims from `axis` on (the last by default)."""
+    shape = value_shape(x)
+    axis %= len(shape)
+    rows = length = 1
+    for d in shape[:axis]:
+        rows *= d
+    for d in shape[axis:]:
+        length *= d
+    init = empty((shape, ir.F32Type.get()))
+    lanes = lanes_for(length, target)
+    if rows * length >= PARALLEL_MIN and rows > 1:
+        loop = scf.ForallOp([0], [rows], [1], [init])
+        r, out = loop.induction_variables[0], loop.inner_iter_args[0]
+        with ir.InsertionPoint(loop.body):
+            at = _Rows(shape, axis, r)
+            row = Row(at.read(x), at.read(out), lanes)
+            body(row)
+            with ir.InsertionPoint(loop.terminator().block):
+                at.insert(row.out, out, parallel=True)
+    else:
+        loop = scf.ForOp(index_const(0), index_const(rows), index_const(1), [init])
+        r, out = loop.induction_variable, loop.inner_iter_args[0]
+        with ir.InsertionPoint(loop.body):
+            at = _Rows(shape, axis, r)
+            row = Row(at.read(x), at.read(out), lanes)
+            body(row)
+            scf.YieldOp([at.insert(row.out, out, parallel=False)])
+    return loop.results[0]

@@ -1,0 +1,119 @@
+"""The memory report: the arena layout over time, as data, as text, and into a dump folder.
+
+Contract: `memory_layout(program)` describes `program.memory` (the plan `memplan.py` made;
+nothing is planned here) as a JSON-able dict:
+- `name`, `arena_bytes`, `lower_bound_bytes`, `intermediate_bytes`, `in_place` (count);
+- `steps`: one per program step in order: `step`, `kernel` (its symbol, or `send`/`recv`
+  for a transfer), `nodes` (the graph nodes it runs), `device` (or null);
+- `buffers`: one per planned value, by offset then first step: `value` (the producing
+  node's name, `:K` for result K > 0), `op` (the node's op; `fused` kernels as
+  `fused:KIND`), `offset`, `bytes`, `first`, `last` (the steps it is live; `last` is
+  `len(steps)` for a value the output copies read at the end), `device`, and `in_place_of`
+  (the value whose buffer it took over, or null);
+- `regions`: for a graph placed on devices, each device's arena region (`device`,
+  `offset`, `bytes`) in arena order; empty otherwise.
+`format_memory(layout)` renders it as text (`memory.txt`): the figures, the steps, and a
+table of buffers with a live-steps chart (`#` live) when there are at most `CHART_STEPS`
+steps. `report_memory(program, dump_dir, explain)` writes `DUMP_DIR/memory.txt` and
+`memory.json` (which `flowc view` draws as an offset-over-time chart) when `dump_dir` is
+given, and passes the text to `explain` when that is given. A program without arena values gives an
+empty `buffers` list and says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from flowc.codegen.memplan import value_nbytes
+from flowc.ir.graph import Value
+
+CHART_STEPS = 64  # wider schedules get the table without the per-step chart
+
+
+def value_name(v: Value) -> str:
+    base = v.node.name or v.node.op
+    return base if v.index == 0 else f"{base}:{v.index}"
+
+
+def _op(v: Value) -> str:
+    kind = v.node.attrs.get("kind") if v.node.op == "fused" else None
+    return f"fused:{kind}" if kind else v.node.op
+
+
+def memory_layout(program: Any) -> dict[str, Any]:
+    """The program's arena layout over time (see the module contract)."""
+    plan = program.memory
+    steps = []
+    for s, call in enumerate(program.calls):
+        kernel = call.kernel.symbol if call.kernel is not None else call.transfer.op
+        node = call.transfer if call.transfer is not None else call.results[0].node
+        steps.append({"step": s, "kernel": kernel, "nodes": list(call.nodes),
+                      "device": node.device})
+    took = {r: o for r, o in plan.in_place} if plan is not None else {}
+    buffers = []
+    for v, offset in (plan.offsets.items() if plan is not None else ()):
+        first, last = plan.lifetimes[v]
+        buffers.append({"value": value_name(v), "op": _op(v), "offset": offset,
+                        "bytes": value_nbytes(v), "first": first, "last": last,
+                        "device": v.node.device,
+                        "in_place_of": value_name(took[v]) if v in took else None})
+    buffers.sort(key=lambda b: (b["offset"], b["first"], b["value"]))
+    report = plan.report() if plan is not None else {
+        "arena_bytes": 0, "intermediate_bytes": 0, "lower_bound_bytes": 0, "in_place": 0}
+    regions = [{"device": d, "offset": r["arena_offset"], "bytes": r["arena_bytes"]}
+               for d, r in (plan.device_report() if plan is not None else {}).items()]
+    return {"name": program.name, **report, "steps": steps, "buffers": buffers,
+            "regions": regions}
+
+
+def format_memory(layout: dict[str, Any]) -> str:
+    """`memory.txt`: the layout as text (see the module contract)."""
+    steps, buffers = layout["steps"], layout["buffers"]
+    lines = [f"memory plan of '{layout['name']}': arena {layout['arena_bytes']} bytes "
+             f"(lower bound {layout['lower_bound_bytes']}; "
+             f"{layout['intermediate_bytes']} without reuse; {layout['in_place']} written "
+             f"in place), {len(steps)} steps, {len(buffers)} arena values"]
+    lines += [f"  region {r['device']}: {r['bytes']} bytes at offset {r['offset']}"
+              for r in layout.get("regions", [])]
+    lines += ["", "steps:"]
+    for st in steps:
+        where = f"  @{st['device']}" if st["device"] else ""
+        lines.append(f"  {st['step']:>4}  {st['kernel']:<16} {', '.join(st['nodes'])}{where}")
+    if not buffers:
+        return "\n".join([*lines, "", "no value lives in the arena"]) + "\n"
+    end = max([len(steps) - 1, *(b["last"] for b in buffers)])
+    chart = end < CHART_STEPS
+    width = max(len(b["value"]) for b in buffers)
+    ops = max(len(b["op"]) for b in buffers)
+    lines += ["", "buffers (by offset; steps: first-last, 'end' = read by the output copies):",
+              f"  {'offset':>10} {'bytes':>10}  {'steps':<11} {'value':<{width}}  "
+              f"{'op':<{ops}}" + ("  live" if chart else "")]
+    for b in buffers:
+        last = "end" if b["last"] == len(steps) else str(b["last"])
+        row = (f"  {b['offset']:>10} {b['bytes']:>10}  {str(b['first']) + '-' + last:<11} "
+               f"{b['value']:<{width}}  {b['op']:<{ops}}")
+        if chart:
+            row += "  " + "".join("#" if b["first"] <= s <= b["last"] else "."
+                                  for s in range(end + 1))
+        if b["in_place_of"]:
+            row += f"  (in place of {b['in_place_of']})"
+        lines.append(row.rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def report_memory(program: Any, dump_dir: Path | None,
+                  explain: Callable[[str], Any] | None) -> None:
+    """The memory report into the dump folder and to `explain` (see the module contract)."""
+    if dump_dir is None and explain is None:
+        return
+    layout = memory_layout(program)
+    text = format_memory(layout)
+    if dump_dir is not None:
+        dump_dir.mkdir(parents=True, exist_ok=True)
+        (dump_dir / "memory.json").write_text(json.dumps(layout, indent=1) + "\n")
+        (dump_dir / "memory.txt").write_text(text)
+    if explain is not None:
+        explain(text)

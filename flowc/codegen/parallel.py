@@ -1,0 +1,312 @@
+"""Parallel loops of a CPU kernel: which ones run on the runtime's threads, and their lowering
+to OpenMP regions.
+
+Contract: `lower_parallel(module, what)` takes a kernel module after bufferization (what
+`cpu_pipeline.lower` has before `TO_LLVM`) and returns with every `scf.forall` gone:
+
+1. Split: each linalg op at the top level of a function (elementwise and reduction
+   kernels, epilogues, pools, the strategies' leftovers) whose estimated work is at least
+   `MIN_PARALLEL_WORK` and which has a parallel loop of two or more iterations is tiled into
+   an `scf.forall` over its outermost such loop, in at most `MAX_TILES` equal tiles (the
+   named ops of `GENERALIZABLE` are generalized first; ops whose indexing maps tiling cannot
+   take are left alone). Ops inside loops are left alone (a strategy placed them).
+2. Serialize: each outermost `scf.forall` whose estimated work is below
+   `MIN_PARALLEL_WORK` becomes `scf.for` loops, so that a tiny kernel never pays a fork.
+3. The remaining foralls become `omp.parallel` regions holding one `omp.wsloop`
+   (upstream `scf-forall-to-parallel`, `convert-scf-to-openmp`), each wsloop marked
+   `nowait`: the region ends right after it, and the runtime's join (pool_run returning)
+   already waits for every slot, so the barrier a worksharing loop ends with would be a
+   second synchronization for nothing (and the runtime can let the caller run slots no
+   worker has started only in regions without barriers).
+
+The work estimate (`work`) counts scalar operations: each arith/math/vector op or memory
+access weighs the elements it produces or moves (a vector<16xf32> FMA weighs 16), multiplied
+by the trip counts of the loops around it; a linalg op weighs its iteration space times the
+ops of its body. Loops of unknown trip count count `UNKNOWN_TRIPS` times.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+
+from flowc.codegen import cpu_pipeline  # (which calls lower_parallel: import the module)
+
+# Below this many scalar operations (a few microseconds of one core's vector work) a loop
+# runs serially: waking a second core and joining it costs about a microsecond even when
+# it spins, more when it sleeps.
+MIN_PARALLEL_WORK = 1 << 17
+MAX_TILES = 64  # tiles of a split op: enough for any thread count's static blocks
+UNKNOWN_TRIPS = 16
+
+# Named linalg ops that are generalized (to read their loops) before being split.
+GENERALIZABLE = ("linalg.pooling_", "linalg.depthwise_conv_", "linalg.conv_", "linalg.matmul",
+                 "linalg.batch_matmul", "linalg.copy", "linalg.fill", "linalg.transpose",
+                 "linalg.broadcast", "linalg.map", "linalg.reduce")
+_MEMORY = {"memref.load", "memref.store", "vector.load", "vector.store",
+           "vector.transfer_read", "vector.transfer_write", "vector.maskedload",
+           "vector.maskedstore", "vector.gather", "vector.scatter"}
+_STORES = {"memref.store", "memref.atomic_rmw", "memref.generic_atomic_rmw", "memref.copy",
+           "vector.store", "vector.transfer_write", "vector.maskedstore", "vector.scatter",
+           "vector.compressstore"}
+_FREE = {"arith.constant", "arith.index_cast", "arith.index_castui"}
+
+
+def lower_parallel(module: ir.Module, what: str) -> None:
+    """Steps 1-3 of the module docstring."""
+    # identical subviews first, so that self-copies left by bufferization fold away
+    cpu_pipeline.run_passes(module, "cse,canonicalize", what)
+    split_big_ops(module, what)
+    serialize_small_loops(module, what)
+    cpu_pipeline.run_passes(module, "func.func(scf-forall-to-parallel),convert-scf-to-openmp", what)
+    for loop in _ops_named(module.operation, "omp.wsloop"):
+        _mark_nowait(loop)
+
+
+def split_big_ops(module: ir.Module, what: str) -> None:
+    """Step 1: tile big top-level linalg ops into foralls over a parallel loop."""
+    named = [op for op in _top_level_linalg(module) if op.name.startswith(GENERALIZABLE)
+             and work(op) >= MIN_PARALLEL_WORK]
+    if named:
+        _tag(named, "flowc.par_gen")
+        cpu_pipeline.apply_script(module, _generalize_script(len(named)), what)
+    scripts = []
+    for op in _top_level_linalg(module):
+        tiles = _tile_sizes(op) if work(op) >= MIN_PARALLEL_WORK else None
+        if tiles is None:
+            continue
+        i = len(scripts)
+        op.attributes["flowc.par"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
+        scripts.append(
+            f"%p{i} = transform.structured.match ops{{[\"{op.name}\"]}} attributes"
+            f"{{flowc.par = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op\n"
+            f"%p{i}_t, %p{i}_f = transform.structured.tile_using_forall %p{i} tile_sizes "
+            f"[{', '.join(map(str, tiles))}] : (!transform.any_op) -> (!transform.any_op, "
+            "!transform.any_op)")
+    if scripts:
+        cpu_pipeline.apply_script(module, "\n".join(scripts), what)
+
+
+def serialize_small_loops(module: ir.Module, what: str) -> None:
+    """Step 2: outermost foralls below the work threshold become scf.for loops."""
+    small = [op for op in _ops_named(module.operation, "scf.forall")
+             if not _inside(op, "scf.forall") and work(op) < MIN_PARALLEL_WORK]
+    if not small:
+        return
+    lines = []
+    for i, op in enumerate(small):
+        op.attributes["flowc.serial"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
+        rank = len(ir.DenseI64ArrayAttr(op.attributes["staticUpperBound"]))
+        results = ", ".join(["!transform.any_op"] * rank)
+        lines.append(
+            f"%s{i} = transform.structured.match ops{{[\"scf.forall\"]}} attributes"
+            f"{{flowc.serial = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op\n"
+            f"%s{i}_l:{rank} = transform.loop.forall_to_for %s{i} : (!transform.any_op) -> "
+            f"({results})")
+    cpu_pipeline.apply_script(module, "\n".join(lines), what)
+
+
+def work(op: ir.Operation) -> float:
+    """Estimated scalar operations of `op`, loops and bodies included (module docstring)."""
+    name = op.name
+    if name == "scf.for":
+        return _for_trips(op) * _regions_work(op)
+    if name == "scf.forall":
+        return _forall_trips(op) * _regions_work(op)
+    if name.startswith("linalg.") and name not in ("linalg.yield", "linalg.index"):
+        return _linalg_volume(op) * max(1, len(op.regions[0].blocks[0].operations) - 1
+                                        if len(op.regions) else 1)
+    if name in _FREE or not name.startswith(("arith.", "math.", "vector.", "memref.")):
+        return _regions_work(op)
+    if name.startswith(("arith.", "math.")) or name in _MEMORY or name.startswith(
+            ("vector.fma", "vector.contract", "vector.reduction", "vector.multi_reduction",
+             "vector.outerproduct")):
+        return float(max(_elements(v.type) for v in [*op.results, *op.operands]) if
+                     [*op.results, *op.operands] else 1)
+    return 0.0
+
+
+def _regions_work(op: ir.Operation) -> float:
+    return sum(work(inner) for region in op.regions for block in region.blocks
+               for inner in block.operations)
+
+
+def _elements(t: ir.Type) -> int:
+    if isinstance(t, ir.VectorType):
+        return math.prod(t.shape)
+    return 1
+
+
+def _static(value: ir.Value) -> int | None:
+    owner = value.owner
+    if isinstance(owner, ir.OpView | ir.Operation) and owner.name == "arith.constant":
+        attr = owner.attributes["value"]
+        if isinstance(attr, ir.IntegerAttr):
+            return attr.value
+    return None
+
+
+def _for_trips(op: ir.Operation) -> float:
+    lo, hi, step = (_static(v) for v in list(op.operands)[:3])
+    if None in (lo, hi, step) or step <= 0:
+        return UNKNOWN_TRIPS
+    return max(0, -(-(hi - lo) // step))
+
+
+def _forall_trips(op: ir.Operation) -> float:
+    trips = 1.0
+    attrs = op.attributes
+    lows = ir.DenseI64ArrayAttr(attrs["staticLowerBound"])
+    highs = ir.DenseI64ArrayAttr(attrs["staticUpperBound"])
+    steps = ir.DenseI64ArrayAttr(attrs["staticStep"])
+    for lo, hi, step in zip(lows, highs, steps, strict=True):
+        dynamic = min(lo, hi, step) < -(1 << 62)  # ShapedType::kDynamic
+        trips *= UNKNOWN_TRIPS if dynamic or step <= 0 else max(0, -(-(hi - lo) // step))
+    return trips
+
+
+def _shapes(op: ir.Operation) -> list[list[int]]:
+    """Per operand: its static shape (dynamic dims as UNKNOWN_TRIPS); [] for a scalar."""
+    shapes = []
+    for v in op.operands:
+        shape = v.type.shape if isinstance(v.type, ir.MemRefType | ir.RankedTensorType) else []
+        shapes.append([d if d >= 0 else UNKNOWN_TRIPS for d in shape])
+    return shapes
+
+
+def _loop_ranges(op: ir.Operation) -> list[int] | None:
+    """The static extent of each loop of a linalg op with indexing maps, or None."""
+    if "indexing_maps" not in op.attributes:
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    ranges: list[int | None] = [None] * maps[0].n_dims
+    shapes = _shapes(op)
+    if len(shapes) != len(maps):
+        return None
+    for amap, shape in zip(maps, shapes, strict=True):
+        for expr, size in zip(amap.results, shape, strict=False):
+            if isinstance(expr, ir.AffineDimExpr):
+                pos = expr.position
+                ranges[pos] = size if ranges[pos] is None else max(ranges[pos], size)
+    return None if None in ranges else ranges
+
+
+def _linalg_volume(op: ir.Operation) -> float:
+    ranges = _loop_ranges(op)
+    if ranges is not None:
+        return float(math.prod(ranges))
+    return float(max((math.prod(s) for s in _shapes(op)), default=1))
+
+
+def _tile_sizes(op: ir.Operation) -> list[int] | None:
+    """Tile sizes splitting the outermost parallel loop of >= 2 iterations of a generic into
+    at most MAX_TILES equal tiles (the smallest divisor tile that does), or None (also for
+    indexing maps tiling does not take: see `_tileable`)."""
+    ranges = _loop_ranges(op)
+    if ranges is None or "iterator_types" not in op.attributes or not all(
+            _tileable(expr) for m in ir.ArrayAttr(op.attributes["indexing_maps"])
+            for expr in ir.AffineMapAttr(m).value.results):
+        return None
+    if _writes_in_body(op):
+        return None
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    n_outs = list(ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"]))[-1]
+    out_dims = [{e.position for e in m.results if isinstance(e, ir.AffineDimExpr)}
+                for m in maps[len(maps) - n_outs:]]
+    kinds = [str(k) for k in ir.ArrayAttr(op.attributes["iterator_types"])]
+    for d, (kind, extent) in enumerate(zip(kinds, ranges, strict=True)):
+        # a loop every output is indexed by: tiles write disjoint parts of each output
+        if "parallel" in kind and extent >= 2 and all(d in dims for dims in out_dims):
+            tile = next(t for t in range(1, extent + 1)
+                        if extent % t == 0 and extent // t <= MAX_TILES)
+            return [tile if k == d else 0 for k in range(len(ranges))]
+    return None
+
+
+def _writes_in_body(op: ir.Operation) -> bool:
+    """Whether the body stores to memory itself (not through linalg.yield): its iterations
+    might then not be independent, whatever the iterator types say."""
+    found = []
+
+    def visit(inner: ir.Operation) -> ir.WalkResult:
+        if inner.name in _STORES:
+            found.append(inner)
+        return ir.WalkResult.ADVANCE
+
+    for block in op.regions[0].blocks:
+        for inner in block.operations:
+            inner.operation.walk(visit)
+    return bool(found)
+
+
+def _tileable(expr: ir.AffineExpr) -> bool:
+    """Dims, non-negative constants, and sums of dims times positive constants: what
+    linalg's tiling handles (a negative coefficient, mod or division makes it abort)."""
+    if isinstance(expr, ir.AffineDimExpr):
+        return True
+    if isinstance(expr, ir.AffineConstantExpr):
+        return expr.value >= 0
+    if isinstance(expr, ir.AffineAddExpr):
+        return _tileable(expr.lhs) and _tileable(expr.rhs)
+    if isinstance(expr, ir.AffineMulExpr):
+        dim, factor = expr.lhs, expr.rhs
+        return (isinstance(dim, ir.AffineDimExpr) and isinstance(factor, ir.AffineConstantExpr)
+                and factor.value > 0)
+    return False
+
+
+def _top_level_linalg(module: ir.Module) -> list[ir.Operation]:
+    found = []
+    for fn in module.body.operations:
+        if fn.operation.name != "func.func":
+            continue
+        for op in fn.regions[0].blocks[0].operations:
+            if op.operation.name.startswith("linalg."):
+                found.append(op.operation)
+    return found
+
+
+def _tag(ops: list[ir.Operation], attr: str) -> None:
+    for i, op in enumerate(ops):
+        op.attributes[attr] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
+
+
+def _generalize_script(count: int) -> str:
+    return "\n".join(
+        f"%g{i} = transform.structured.match attributes{{flowc.par_gen = {i} : i64}} in %root"
+        f" : (!transform.any_op) -> !transform.any_op\n"
+        f"%g{i}_g = transform.structured.generalize %g{i} : (!transform.any_op) -> "
+        "!transform.any_op" for i in range(count))
+
+
+def _inside(op: ir.Operation, name: str) -> bool:
+    parent = op.parent
+    while parent is not None and parent.name != "func.func":
+        if parent.name == name:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _mark_nowait(loop: ir.Operation) -> None:
+    """`nowait` on a wsloop that is the last op of its omp.parallel region (nothing after
+    it could read another thread's iterations before the join)."""
+    parent = loop.parent
+    if parent.name != "omp.parallel":
+        return
+    ops = [op.operation for op in parent.regions[0].blocks[0].operations]
+    if len(ops) >= 2 and ops[-1].name == "omp.terminator" and ops[-2] == loop:
+        loop.attributes["nowait"] = ir.UnitAttr.get()
+
+
+def _ops_named(root: ir.Operation, name: str) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == name:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return found

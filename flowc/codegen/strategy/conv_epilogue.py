@@ -1,0 +1,107 @@
+"""The elementwise epilogue of a channels-last conv (bias, relu, clip, residual add: one
+`linalg.generic` after PREPARE's elementwise fusion): written over the conv's own result,
+and vectorized in row tiles that the runtime's threads share.
+
+A `fused` conv kernel reaches the CPU pipeline as a conv (or, for a depthwise conv split by
+region, a chain of convs and insert_slices) whose result's only user is an elementwise
+generic writing into a fresh `tensor.empty`. As it stands,
+- the conv's result is a heap temporary of the output's size, allocated and freed on every
+  run, that the epilogue then copies, transformed, into the output;
+- the epilogue is a plain loop nest; with a channel dim of 32 or less LLVM unrolls the
+  innermost loop whole and vectorizes the next one out, across pixels, with gathers (the
+  clip of a 32x32x32 output measured slower than the depthwise conv before it);
+- it runs on one thread.
+`epilogue(conv, i)` makes the conv's result the epilogue's destination, read by its body
+through the destination's block argument instead of the input's (the epilogue reads each
+element and writes the same element, and its body never read the destination's old value,
+so that changes nothing; empty-tensor elimination then lets the conv's initial value, the
+conv and the epilogue all write the kernel's output buffer), tags the epilogue
+`flowc.conv_epilogue = i` and returns its script: output rows in a loop (parallel from
+PARALLEL_ELEMENTS: below, a fork and join of the pool costs more than it saves), tiles of
+EPILOGUE_ELEMENTS vectorized whole.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+
+from flowc.codegen.strategy.common import divisor, ints
+
+EPILOGUE = """
+    %{n}_ep = transform.structured.match ops{{["linalg.generic"]}}
+        attributes{{flowc.conv_epilogue = {i} : i64}} in %root
+        : (!transform.any_op) -> !transform.any_op
+    %{n}_ept, %{n}_epp = transform.structured.{rows} %{n}_ep tile_sizes [0, 1, 0, 0]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_epv, %{n}_epl:4 = transform.structured.tile_using_for %{n}_ept tile_sizes [{tiles}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
+           !transform.any_op, !transform.any_op)
+    transform.structured.vectorize %{n}_epv : !transform.any_op
+"""
+
+PARALLEL_ELEMENTS = 64 * 1024  # elements from which the rows are a parallel loop
+EPILOGUE_ELEMENTS = 256  # elements of one vectorized epilogue tile (16 AVX-512 f32 vectors)
+
+
+def _identity(attr: ir.Attribute) -> bool:
+    m = ir.AffineMapAttr(attr).value
+    return m == ir.AffineMap.get_identity(m.n_dims)
+
+
+def _result_of(conv: ir.Operation) -> ir.Value:
+    """The value holding the conv's result: its own, or the last insert_slice of the chain
+    a region-split conv writes through (followed while each step has one user)."""
+    value = conv.results[0]
+    while True:
+        users = [u.owner for u in value.uses]
+        if len(users) != 1 or users[0].name != "tensor.insert_slice":
+            return value
+        value = users[0].results[0]
+
+
+def _epilogue_of(value: ir.Value) -> tuple[ir.Operation, int] | None:
+    """The elementwise generic that alone consumes `value` (see `epilogue`) and the index of
+    the operand reading it, or None."""
+    users = [u.owner for u in value.uses]
+    if len(users) != 1 or users[0].name != "linalg.generic":
+        return None
+    op = users[0]
+    n_in = len(op.operands) - len(op.results)
+    if len(op.results) != 1 or op.results[0].type != value.type:
+        return None
+    if any("parallel" not in str(it) for it in ir.ArrayAttr(op.attributes["iterator_types"])):
+        return None
+    maps = ir.ArrayAttr(op.attributes["indexing_maps"])
+    reads = [k for k in range(n_in) if op.operands[k] == value]
+    if len(reads) != 1 or not _identity(maps[reads[0]]) or not _identity(maps[n_in]):
+        return None
+    if list(op.regions[0].blocks[0].arguments[n_in].uses):
+        return None  # the body reads the destination
+    return op, reads[0]
+
+
+def epilogue(conv: ir.Operation, i: int, lanes: int) -> str:
+    """The EPILOGUE script for the conv's epilogue (rewritten in place and tagged), or ""
+    when the conv's result has none (see the module docstring)."""
+    value = _result_of(conv)
+    found = _epilogue_of(value)
+    shape = ir.RankedTensorType(value.type).shape
+    if found is None or len(shape) != 4:
+        return ""
+    op, read = found
+    out = len(op.operands) - 1
+    # the body reads the conv's value through the destination's block argument: the input
+    # operand is then not read at all (bufferization asks the payload), so each tile reads
+    # and writes only its own slice of one buffer
+    args = op.regions[0].blocks[0].arguments
+    args[read].replace_all_uses_with(args[out])
+    op.operands[out] = value
+    op.attributes["flowc.conv_epilogue"] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(64), i)
+    _, _, ow, c = shape
+    c_tile = divisor(c, max(lanes, EPILOGUE_ELEMENTS))
+    tiles = [1, 1, divisor(ow, max(1, EPILOGUE_ELEMENTS // c_tile)), c_tile]
+    rows = "tile_using_forall" if math.prod(shape) >= PARALLEL_ELEMENTS else "tile_using_for"
+    return EPILOGUE.format(n=f"ep{i}", i=i, tiles=ints(tiles), rows=rows)

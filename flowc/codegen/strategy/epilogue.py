@@ -1,0 +1,146 @@
+"""Elementwise epilogues fused into the tiles of their matmul.
+
+A `fused` kernel "matmul + bias + GELU" reaches the CPU pipeline as a `linalg.matmul` whose
+only user (possibly through an `expand_shape`) is one elementwise `linalg.generic`. Left
+alone, the matmul writes all of C and the epilogue then streams C through memory again.
+
+Contract: `fuse(module, target, what)` runs after PREPARE and before the strategies
+(`cpu_pipeline.schedule`). For each such pair whose C is wide enough, it tiles the epilogue
+over column blocks of C (an `scf.for`, `column_tile` picks the width) and fuses the matmul
+and the fill of its accumulator into that loop (`transform.structured.fuse_into_containing_op`):
+each block of C is computed, then run through the epilogue while it is still in cache.
+Only where A is small enough to be read again per block from L2 (A_ELEMENTS).
+The matmul strategies then see the block-sized `linalg.matmul` inside the loop and tile it
+as usual (their parallel loops stay inside each block). Returns the module (a new one, as
+it was before, if the transform failed: fusing is an optimization, never a failure).
+"""
+
+from __future__ import annotations
+
+import math
+
+from mlir import ir
+
+from flowc.codegen.target import Target
+from flowc.ir.errors import FlowcError
+
+# Elements of the K x width strip of B that one column block reads (2 MiB of f32: it stays
+# in the L2/L3 caches while the block's rows stream past it).
+STRIP_ELEMENTS = 512 * 1024
+# Elements of A (rows x K) up to which blocking pays: every column block reads all of A
+# again, which must then come from L2 (512 KiB of f32). Beyond it (BERT's second FFN
+# matmul, K = 3072) the blocked matmul measured slower than the whole one.
+A_ELEMENTS = 128 * 1024
+CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
+
+STEP = """
+    %ep{i} = transform.structured.match ops{{["linalg.generic"]}}
+        attributes{{flowc.epilogue = {i} : i64}} in %root
+        : (!transform.any_op) -> !transform.any_op
+    %mm{i} = transform.structured.match ops{{["{op}"]}}
+        attributes{{flowc.epilogue_of = {i} : i64}} in %root
+        : (!transform.any_op) -> !transform.any_op
+    %fill{i} = transform.get_producer_of_operand %mm{i}[2]
+        : (!transform.any_op) -> !transform.any_op
+    %ept{i}, %loop{i} = transform.structured.tile_using_for %ep{i} tile_sizes [{tiles}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %fn{i} = transform.structured.match ops{{["func.func"]}} in %root
+        : (!transform.any_op) -> !transform.any_op
+    transform.apply_patterns to %fn{i} {{
+      transform.apply_patterns.tensor.bubble_up_extract_slice
+    }} : !transform.any_op
+    %mmf{i}, %lm{i} = transform.structured.fuse_into_containing_op %mm{i} into %loop{i}
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %ff{i}, %lf{i} = transform.structured.fuse_into_containing_op %fill{i} into %lm{i}
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
+
+
+def column_tile(k: int, n: int, lanes: int) -> int | None:
+    """Width of the column blocks for a K x N B: the widest divisor of N that is a multiple
+    of two vectors with a K x width strip of at most STRIP_ELEMENTS; None when N itself
+    fits (one block: nothing to gain) or no such divisor exists."""
+    if k * n <= STRIP_ELEMENTS:
+        return None
+    step = 2 * lanes
+    widest = STRIP_ELEMENTS // k // step * step
+    for width in range(widest, 0, -step):
+        if n % width == 0:
+            return width
+    return None
+
+
+def _only_user(value: ir.Value) -> ir.Operation | None:
+    users = [u.owner for u in value.uses]
+    return users[0] if len(users) == 1 else None
+
+
+def _epilogue_of(mm: ir.Operation) -> ir.Operation | None:
+    """The elementwise generic that alone consumes `mm`'s C (through at most one
+    expand_shape that keeps C's last dim whole), or None."""
+    user = _only_user(mm.results[0])
+    value = mm.results[0]
+    if user is not None and user.name == "tensor.expand_shape":
+        groups = ir.ArrayAttr(user.attributes["reassociation"])
+        if len(ir.ArrayAttr(groups[len(groups) - 1])) != 1:
+            return None
+        value, user = user.results[0], _only_user(user.results[0])
+    if user is None or user.name != "linalg.generic" or len(user.results) != 1:
+        return None
+    if any("parallel" not in str(t) for t in ir.ArrayAttr(user.attributes["iterator_types"])):
+        return None
+    maps = ir.ArrayAttr(user.attributes["indexing_maps"])
+    operands = list(user.operands)
+    position = next(i for i, o in enumerate(operands) if o == value)
+    identity = ir.AffineMap.get_identity(len(ir.RankedTensorType(value.type).shape))
+    if position >= len(operands) - 1 or ir.AffineMapAttr(maps[position]).value != identity:
+        return None
+    return user
+
+
+def fuse(module: ir.Module, target: Target, what: str) -> ir.Module:
+    """See the module docstring."""
+    from flowc.codegen.cpu_pipeline import apply_script, run_passes  # (imports this module)
+
+    steps = []
+    i64 = ir.IntegerType.get_signless(64)
+    for mm in _contractions(module):
+        out = ir.RankedTensorType(mm.results[0].type)
+        width = {"f32": 32, "f64": 64}.get(str(out.element_type))
+        init = mm.operands[2].owner
+        epilogue = _epilogue_of(mm)
+        if width is None or epilogue is None or getattr(init, "name", "") != "linalg.fill":
+            continue
+        k = ir.RankedTensorType(mm.operands[0].type).shape[-1]
+        n = out.shape[-1]
+        tile = column_tile(k, n, target.vector_bits // width)
+        if tile is None or math.prod(out.shape[:-1]) * k > A_ELEMENTS:
+            continue
+        i = len(steps)
+        epilogue.attributes["flowc.epilogue"] = ir.IntegerAttr.get(i64, i)
+        mm.attributes["flowc.epilogue_of"] = ir.IntegerAttr.get(i64, i)
+        rank = len(ir.RankedTensorType(epilogue.results[0].type).shape)
+        steps.append(STEP.format(i=i, op=mm.name,
+                                 tiles=", ".join(["0"] * (rank - 1) + [str(tile)])))
+    if not steps:
+        return module
+    before = str(module)
+    try:
+        apply_script(module, "\n".join(steps), what)
+    except FlowcError:
+        return ir.Module.parse(before)
+    run_passes(module, "canonicalize,cse", what)  # the unfused originals are dead now
+    return module
+
+
+def _contractions(module: ir.Module) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in CONTRACTIONS:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    return found
+
