@@ -91,12 +91,10 @@ def op_body(op: str, inputs: list, attrs: dict | None = None, consts: tuple = ()
 
 
 def check_op(op: str, inputs: list, attrs: dict | None = None, consts: tuple = (),
-             kind: str | None = None, n: int | None = None, *, rtol: float | None = None,
-             atol: float | None = None) -> None:
+             kind: str | None = None, n: int | None = None) -> None:
     """Compile `op` on `inputs`, run it, and compare every output with the interpreter,
     within flowc.testing.tolerance's `kind` (default: the op's, `op_kind`) for `n` terms
-    (default: the largest operand's size, a bound on any sum's length). `rtol`/`atol`
-    override the table for a case it does not fit (say why next to the call)."""
+    (default: the largest operand's size, a bound on any sum's length)."""
     body = op_body(op, inputs, attrs, consts)
     feeds = [a for k, a in enumerate(inputs) if a is not None and
              (k not in consts or np.asarray(a).size > 16)]
@@ -105,9 +103,4 @@ def check_op(op: str, inputs: list, attrs: dict | None = None, consts: tuple = (
     kind = kind or op_kind(op)
     n = n or max([np.asarray(a).size for a in inputs if a is not None] + [1])
     for (name, _), y in zip(body.outputs, got, strict=True):
-        if rtol is not None or atol is not None:
-            np.testing.assert_allclose(y.astype(np.float64), expected[name].astype(np.float64),
-                                       rtol=rtol or 0.0, atol=atol or 0.0, equal_nan=True,
-                                       err_msg=f"{op} output {name}")
-            continue
         assert_close(y, expected[name], kind, n, err_msg=f"{op} output {name}")
