@@ -143,8 +143,6 @@ def run_artifact(args: argparse.Namespace) -> int:
 
         manifest, events = profiled_runs(args.file, args.runs, args.seed, args.threads)
         write_trace(args.profile, manifest, events)
-        print(f"trace: wrote {args.profile} ({sum(len(e) for e in events)} events: kernel "
-              f"calls and transfers, {args.runs} runs)")
         return 0
     model = load(args.file, threads=args.threads)
     feeds: dict[str, Any] = load_inputs(args.input)
