@@ -39,6 +39,7 @@ from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
 from flowc.codegen import parallel, vmath
+from flowc.codegen.mlir_walk import ops_named
 from flowc.codegen.strategy import STRATEGIES, epilogue
 from flowc.codegen.strategy.common import FINISH_VECTORS
 from flowc.codegen.target import Target
@@ -101,7 +102,7 @@ def schedule(module: ir.Module, target: Target) -> str:
     each op that `strategy.STRATEGIES` has one for (each such op is tagged `flowc.sched = i`
     so the script can name it), then vector clean-ups and bufferization."""
     parts = []
-    ops = [op for name in STRATEGIES for op in _ops_named(module.operation, name)]
+    ops = [op for name in STRATEGIES for op in ops_named(module.operation, name)]
     for i, op in enumerate(ops):
         script = STRATEGIES[op.name](op, target, i)
         if script:
@@ -154,7 +155,7 @@ def free_temporaries(module: ir.Module) -> None:
     for fn in module.body.operations:
         if fn.operation.name != "func.func":  # (a FuncOp view's `.name` is its symbol)
             continue
-        allocs = _ops_named(fn.operation, "memref.alloc")
+        allocs = ops_named(fn.operation, "memref.alloc")
         if not allocs:
             continue
         entry = fn.regions[0].blocks[0]
@@ -166,18 +167,6 @@ def free_temporaries(module: ir.Module) -> None:
         with ir.InsertionPoint(ret):
             for alloc in allocs:
                 memref.DeallocOp(alloc.result)
-
-
-def _ops_named(root: ir.Operation, name: str) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == name:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return found
 
 
 def check_llvm_only(module: ir.Module, what: str) -> None:
@@ -200,7 +189,7 @@ def check_bare_pointer_signature(module: ir.Module, sym: str, n_buffers: int,
     """The lowered kernel takes exactly one pointer per buffer (the C contract); a memref
     the bare-pointer convention refused would have become a descriptor of several
     arguments, and a caller passing pointers would crash the kernel."""
-    for op in _ops_named(module.operation, "llvm.func"):
+    for op in ops_named(module.operation, "llvm.func"):
         if ir.StringAttr(op.attributes["sym_name"]).value != sym:
             continue
         n_args = len(op.regions[0].blocks[0].arguments)

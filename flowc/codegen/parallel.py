@@ -33,6 +33,7 @@ import math
 from mlir import ir
 
 from flowc.codegen import cpu_pipeline  # (which calls lower_parallel: import the module)
+from flowc.codegen.mlir_walk import inside, ops_named
 
 # Below this many scalar operations (a few microseconds of one core's vector work) a loop
 # runs serially: waking a second core and joining it costs about a microsecond even when
@@ -61,7 +62,7 @@ def lower_parallel(module: ir.Module, what: str) -> None:
     split_big_ops(module, what)
     serialize_small_loops(module, what)
     cpu_pipeline.run_passes(module, "func.func(scf-forall-to-parallel),convert-scf-to-openmp", what)
-    for loop in _ops_named(module.operation, "omp.wsloop"):
+    for loop in ops_named(module.operation, "omp.wsloop"):
         _schedule(loop)
 
 
@@ -91,8 +92,8 @@ def split_big_ops(module: ir.Module, what: str) -> None:
 
 def serialize_small_loops(module: ir.Module, what: str) -> None:
     """Step 2: outermost foralls below the work threshold become scf.for loops."""
-    small = [op for op in _ops_named(module.operation, "scf.forall")
-             if not _inside(op, "scf.forall") and work(op) < MIN_PARALLEL_WORK]
+    small = [op for op in ops_named(module.operation, "scf.forall")
+             if not inside(op, "scf.forall") and work(op) < MIN_PARALLEL_WORK]
     if not small:
         return
     lines = []
@@ -281,15 +282,6 @@ def _generalize_script(count: int) -> str:
         "!transform.any_op" for i in range(count))
 
 
-def _inside(op: ir.Operation, name: str) -> bool:
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        if parent.name == name:
-            return True
-        parent = parent.parent
-    return False
-
-
 def _schedule(loop: ir.Operation) -> None:
     """A dynamic schedule (the runtime hands out chunks of each thread's static share, then
     the chunks others have not started: `__kmpc_dispatch_*`), and `nowait` when the wsloop
@@ -304,13 +296,3 @@ def _schedule(loop: ir.Operation) -> None:
         loop.attributes["nowait"] = ir.UnitAttr.get()
 
 
-def _ops_named(root: ir.Operation, name: str) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == name:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return found
