@@ -14,7 +14,7 @@
    artifact (Python loader, and its C entry alone), onnxruntime and numpy sgemm on the
    model's GEMM shapes (bench/perf_measure.py); with `--profile`, the kernels by time.
 4. Peak resident memory of running each model, flowc and onnxruntime each in its own
-   process (perf_measure.peak_memory).
+   process (perf_measure.peak_memory), `--memory-repeats` processes each (median).
 5. Writes the report (bench/perf_report.py) to bench/results/perf.md and perf.json.
 
 A compile failure or an output that does not match onnxruntime is printed as an ERROR and
@@ -141,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-runs", type=int, default=30, help="timed rounds at least (30)")
     parser.add_argument("--min-time", type=float, default=2.0,
                         help="seconds of timed rounds at least, per model and thread count (2)")
-    parser.add_argument("--memory-runs", type=int, default=5)
+    parser.add_argument("--memory-runs", type=int, default=5, help="runs per memory process")
+    parser.add_argument("--memory-repeats", type=int, default=3,
+                        help="memory processes per model and engine (the median is reported)")
     parser.add_argument("--profile", action="store_true",
                         help="also compile with --profile and list the kernels by time")
     parser.add_argument("--profile-runs", type=int, default=20)
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="report file (the JSON goes next to it, .json)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.min_runs, args.min_time, args.memory_runs = 3, 0.0, 2
+        args.min_runs, args.min_time, args.memory_runs, args.memory_repeats = 3, 0.0, 2, 1
         args.profile_runs = min(args.profile_runs, 3)
 
     import perf_report
@@ -186,9 +188,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"differs from onnxruntime's (max abs err {row['max_abs_err']:.3g}, "
                      f"max rel err {row['max_rel_err']:.3g})")
         log("peak memory ...")
-        memory = [{"model": c["name"], **{engine: run_child(
+        memory = [{"model": c["name"], **{engine: [run_child(
             ["--memory-child", engine, json.dumps(c), str(args.memory_runs)], thread_env(1))
-            for engine in ("flowc", "ort")}} for c in cases]
+            for _ in range(args.memory_repeats)] for engine in ("flowc", "ort")}}
+            for c in cases]
     info["load_average_end"] = os.getloadavg()
     result = {**info, "args": vars(args), "compile": compiles, "timing": rows,
               "memory": memory, "errors": errors}

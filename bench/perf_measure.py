@@ -8,11 +8,13 @@ loads the artifact with `threads`, opens an onnxruntime session with intra_op_nu
 = threads (sequential, one inter-op thread), checks the outputs against onnxruntime, then
 times, interleaved in rounds (kernels_common.time_interleaved): the artifact through the
 Python loader, its C entry alone with the inputs bound, onnxruntime, and numpy `matmul` on
-each of the model's GEMM shapes in turn (the "sgemm" reference).
+each of the model's GEMM shapes, one call per shape (the "sgemm" reference: the sum of the
+shapes' medians).
 
-`peak_memory(engine, path, runs)` (its own process per model and engine) loads numpy and
-only the one engine, makes the inputs, reads the peak resident set (VmHWM), then loads the
-model, runs it `runs` times and reads it again.
+`peak_memory(engine, case, runs)` (in a process of its own per model and engine) imports
+only the one engine (onnxruntime, or flowc's runtime loader), makes the inputs, reads the
+peak resident set (VmHWM), then loads the model, runs it `runs` times on one thread and
+reads it again. `profile_case` lists the kernels of the `--profile` artifact by time.
 """
 
 from __future__ import annotations
@@ -56,24 +58,29 @@ def compare(got: list[Any], want: list[Any], atol: float, rtol: float) -> dict[s
             "match": abs_err <= atol + rtol * scale}
 
 
-def sgemm_reference(shapes: list[dict[str, Any]]):
-    """A function running numpy matmul (OpenBLAS sgemm) on each GEMM shape, on seeded
+def sgemm_calls(shapes: list[dict[str, Any]]) -> list[Any]:
+    """One function per GEMM shape, running numpy matmul (OpenBLAS sgemm) on seeded
     operands allocated once."""
     import numpy as np
 
     rng = np.random.default_rng(1)
-    operands = []
+    calls = []
     for s in shapes:
         lead = (s["batch"],) if s["batch"] > 1 else ()
         a = rng.standard_normal((*lead, s["m"], s["k"])).astype(np.float32)
         b = rng.standard_normal((*lead, s["k"], s["n"])).astype(np.float32)
-        operands.append((a, b, np.empty((*lead, s["m"], s["n"]), np.float32)))
+        out = np.empty((*lead, s["m"], s["n"]), np.float32)
+        calls.append(lambda a=a, b=b, out=out: np.matmul(a, b, out=out))
+    return calls
 
-    def run() -> None:
-        for a, b, out in operands:
-            np.matmul(a, b, out=out)
 
-    return run
+def sgemm_summary(per_shape: list[list[float]]) -> dict[str, Any]:
+    """The sgemm time of a set of shapes: the sum of each shape's median (and quartiles),
+    so that a preemption on the loaded machine costs one shape one round, not the sum."""
+    parts = [summary(t) for t in per_shape]
+    total = {k: sum(p[k] for p in parts) for k in ("median_ms", "q25_ms", "q75_ms")}
+    return {**total, "runs": min((p["runs"] for p in parts), default=0),
+            "per_shape_ms": [p["median_ms"] for p in parts]}
 
 
 def measure_case(case: dict[str, Any], threads: int, min_runs: int, min_time: float
@@ -106,10 +113,11 @@ def measure_case(case: dict[str, Any], threads: int, min_runs: int, min_time: fl
             "flowc": run_loader,
             "flowc_c": lambda: art._run(art._ctx),
             "ort": lambda: session.run(None, feeds),
-            "sgemm": sgemm_reference(case["gemms"]),
+            **{f"sgemm{i}": f for i, f in enumerate(sgemm_calls(case["gemms"]))},
         }, min_runs, min_time, warmup=3)
     finally:
         art.close()
+    row["sgemm"] = sgemm_summary([times.pop(f"sgemm{i}") for i in range(len(case["gemms"]))])
     row.update({name: summary(t) for name, t in times.items()})
     row["ort_over_flowc"] = statistics.median(
         o / f for o, f in zip(times["ort"], times["flowc"], strict=True))
@@ -117,28 +125,33 @@ def measure_case(case: dict[str, Any], threads: int, min_runs: int, min_time: fl
 
 
 def profile_case(case: dict[str, Any], threads: int, runs: int) -> list[dict[str, Any]]:
-    """The kernels of the profiled artifact by total time: symbol, nodes, calls per run,
-    mean ms per run, share of the kernels' time, GFLOP/s of its GEMM nodes and, beside it,
-    numpy sgemm's median time for those shapes (ms)."""
+    """The kernels of the profiled artifact, the most time first: symbol, nodes, calls per
+    run, median ms per run (over `runs` runs after a warm-up: robust to the preemptions of
+    a loaded machine), share of the kernels' summed medians, GFLOP/s of its GEMM nodes
+    and, beside it, numpy sgemm's time for those shapes (ms)."""
     import kernels_common as kc
 
     from flowc.cli_profile import profiled_runs
     from flowc.runtime.profile import top_kernels
 
     manifest, events = profiled_runs(case["profiled"], runs + 1, threads=threads)
-    rows = top_kernels(manifest, events[1:])  # the first run is the warm-up
-    total = sum(r[3] for r in rows) or 1.0
+    per_run = [{name: (nodes, calls, ns) for name, nodes, calls, ns in top_kernels(manifest, [e])}
+               for e in events[1:]]  # the first run is the warm-up
+    names = {name: info[:2] for run in per_run for name, info in run.items()}
+    median_ns = {name: statistics.median(run.get(name, (0, 0, 0.0))[2] for run in per_run)
+                 for name in names}
+    total = sum(median_ns.values()) or 1.0
     out = []
-    for symbol, nodes, calls, ns in rows:
+    for name in sorted(names, key=lambda n: -median_ns[n]):
+        nodes, calls = names[name]
         mine = [g for g in case["gemms"] if set(g["names"]) & set(nodes)]
-        ms = ns / runs / 1e6
-        entry = {"kernel": symbol, "nodes": nodes, "calls_per_run": calls / runs, "ms": ms,
-                 "share": ns / total}
-        if mine:
-            flops = sum(g["flops"] for g in mine)
-            sgemm = kc.time_interleaved({"s": sgemm_reference(mine)}, 5, 0.2, warmup=1)["s"]
-            entry.update({"gflops": flops / ms / 1e6,
-                          "sgemm_ms": statistics.median(sgemm) * 1e3})
+        ms = median_ns[name] / 1e6
+        entry = {"kernel": name, "nodes": nodes, "calls_per_run": calls, "ms": ms,
+                 "share": median_ns[name] / total}
+        if mine and ms > 0:
+            times = kc.time_interleaved(dict(enumerate(sgemm_calls(mine))), 5, 0.2)
+            entry.update({"gflops": sum(g["flops"] for g in mine) / ms / 1e6,
+                          "sgemm_ms": sgemm_summary(list(times.values()))["median_ms"]})
         out.append(entry)
     return out
 

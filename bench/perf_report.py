@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import subprocess
 import time
 from importlib import metadata
@@ -123,15 +124,22 @@ def compile_table(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def added_mib(runs: list[dict[str, int]]) -> float:
+    """Median over the memory processes of the peak above the baseline, MiB."""
+    return statistics.median(r["peak_kib"] - r["baseline_kib"] for r in runs) / 1024
+
+
 def memory_table(rows: list[dict[str, Any]]) -> list[str]:
-    out = ["| model | flowc peak MiB (above baseline) | onnxruntime peak MiB (above baseline) "
-           "| flowc / ort | baselines MiB: flowc, ort |",
+    out = ["| model | flowc MiB above baseline: median (all) | onnxruntime MiB above baseline: "
+           "median (all) | flowc / ort | baselines MiB: flowc, ort |",
            "| --- | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        f, o = (r[e]["peak_kib"] - r[e]["baseline_kib"] for e in ("flowc", "ort"))
-        out.append(f"| {r['model']} | {f / 1024:.1f} | {o / 1024:.1f} | {f / max(o, 1):.2f} | "
-                   f"{r['flowc']['baseline_kib'] / 1024:.0f}, "
-                   f"{r['ort']['baseline_kib'] / 1024:.0f} |")
+        f, o = added_mib(r["flowc"]), added_mib(r["ort"])
+        every = {e: ", ".join(f"{(x['peak_kib'] - x['baseline_kib']) / 1024:.1f}" for x in r[e])
+                 for e in ("flowc", "ort")}
+        out.append(f"| {r['model']} | {f:.1f} ({every['flowc']}) | {o:.1f} ({every['ort']}) | "
+                   f"{f / max(o, 1e-3):.2f} | {r['flowc'][0]['baseline_kib'] / 1024:.0f}, "
+                   f"{r['ort'][0]['baseline_kib'] / 1024:.0f} |")
     return out
 
 
@@ -160,11 +168,8 @@ def goals(result: dict[str, Any]) -> list[str]:
                  if c["cold"]["wall_s"] >= GOAL_COLD_S]
     slow_warm = [f"{c['model']} ({c['warm']['wall_s']:.1f} s)" for c in comp
                  if c["warm"]["wall_s"] >= GOAL_WARM_S]
-    mem = [f"{m['model']} ({(m['flowc']['peak_kib'] - m['flowc']['baseline_kib']) / 1024:.0f}"
-           f" vs {(m['ort']['peak_kib'] - m['ort']['baseline_kib']) / 1024:.0f} MiB)"
-           for m in result["memory"]
-           if m["flowc"]["peak_kib"] - m["flowc"]["baseline_kib"]
-           > m["ort"]["peak_kib"] - m["ort"]["baseline_kib"]]
+    mem = [f"{m['model']} ({added_mib(m['flowc']):.1f} vs {added_mib(m['ort']):.1f} MiB)"
+           for m in result["memory"] if added_mib(m["flowc"]) > added_mib(m["ort"])]
     broken = [c["model"] for c in result["compile"] if c not in comp] + [
         f"{r['model']}@{r['threads']}" for r in failed]
     mismatched = [f"{r['model']}@{r['threads']}" for r in rows if not r["match"]]
@@ -218,11 +223,14 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         "allocation, ctypes), its C entry alone with the inputs bound (flowc C), "
         "onnxruntime (`InferenceSession.run`, CPU provider, intra_op_num_threads = threads, "
         "sequential, default graph optimizations) and numpy `matmul` (OpenBLAS sgemm) on "
-        "each of the model's Gemm/MatMul/Conv nodes as GEMM shapes (a conv per group: out "
-        "channels x in channels*kh*kw x output pixels; im2col not included). Medians with "
-        "the interquartile range; ort/flowc is the median of the per-round ratios (above 1: "
-        "flowc faster). GFLOP/s counts the model's GEMM FLOPs only; % of sgemm = sgemm "
-        "time / flowc time, so every other op of the model counts against flowc.",
+        "each of the model's Gemm/MatMul/Conv nodes as GEMM shapes, one call per shape (a "
+        "conv per group: out channels x in channels*kh*kw x output pixels; im2col not "
+        "included; a depthwise conv is a batch of 1-row products, which numpy runs far "
+        "below sgemm speed). Medians with the interquartile range; sgemm ms is the sum "
+        "of the shapes' medians (and quartiles); ort/flowc is the median of the per-round "
+        "ratios (above 1: flowc faster). GFLOP/s counts the model's GEMM FLOPs only; "
+        "% of sgemm = sgemm time / flowc time, so every other op of the model counts "
+        "against flowc.",
         "- flowc threads: `flowc.load(dir, threads=N)`; OpenBLAS and onnxruntime: "
         "OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set before numpy loads, "
         "intra_op_num_threads.",
@@ -242,16 +250,18 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         f"baseline; then create the session / load the artifact, run {args['memory_runs']} "
         "times and read VmHWM again. The table gives the peak minus the baseline: what "
         "loading and running the model added at its highest (weights, arenas, code, "
-        "outputs).", "",
+        f"outputs, kernels' own temporaries); median of {args['memory_repeats']} processes "
+        "per model and engine, every process's figure in brackets.", "",
         *memory_table(result["memory"]), "",
         "## Goals of issue [7]", "", *goals(result), "",
     ]
     if any("profile" in r for r in result["timing"]):
         lines += ["## Where the time goes", "",
                   f"Top kernels of each model by time (artifact compiled with `flowc compile "
-                  f"--profile`, {args['profile_runs']} runs after one warm-up, the runtime's "
-                  "own timer around each kernel call); share: of all kernels' time. GFLOP/s "
-                  "and sgemm ms: of the kernel's GEMM nodes, sgemm on the same shapes alone.",
+                  f"--profile`, the runtime's own timer around each kernel call): median ms "
+                  f"per run over {args['profile_runs']} runs after one warm-up; share: of the "
+                  "kernels' summed medians. GFLOP/s and sgemm ms: of the kernel's GEMM nodes, "
+                  "sgemm on the same shapes alone (sum of per-shape medians).",
                   "", *profile_section(result["timing"]), ""]
     if result["errors"]:
         lines += ["## Errors", "", *[f"- {e}" for e in result["errors"]], ""]

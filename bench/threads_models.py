@@ -8,7 +8,8 @@ process: the zoo models (batch sizes of bench/models.py) and two chains of small
   baseline, split over the threads here.
 
 Each artifact is compiled twice: by this tree, and by the baseline's sources (a `git archive`
-of `--baseline`, run in a child process with that tree first on PYTHONPATH); both are loaded
+of `--baseline`, run in a child process with that tree first on PYTHONPATH, from a
+directory holding no other flowc); both are loaded
 with this tree's loader. Rounds alternate baseline/this tree and 1/2 threads; each
 measurement is the median of `--runs` calls of the C entry (inputs bound, no Python
 overhead); the table shows medians over rounds and the load average (on a loaded machine
@@ -127,13 +128,14 @@ def main() -> int:
             path = tmp / f"{name}.onnx"
             onnx.save(model, path)
             subprocess.run([sys.executable, "-c", COMPILE, str(path), str(tmp / f"{name}_base"),
-                            str(batch), pipeline], env=env, check=True)
+                            str(batch), pipeline], env=env, cwd=tmp, check=True)
             flowc.compile(path, tmp / f"{name}_new", batch=batch, pipeline=pipeline, cache=False)
             feeds = zoo.sample_input(model, batch=batch, seed=0)
             arts = {(w, t): flowc.load(tmp / f"{name}_{w}", threads=t)
                     for w in ("base", "new") for t in THREADS}
-            for art in arts.values():
-                art.run(**feeds)  # binds the inputs; later calls run the C entry alone
+            # run() binds the context to feeds and to the arrays it returns (kept alive
+            # here): later calls run the C entry alone on those buffers
+            bound = [art.run(**feeds) for art in arts.values()]
             sessions = {}
             for t in THREADS:
                 options = ort.SessionOptions()
@@ -150,6 +152,7 @@ def main() -> int:
                     times[("ort", t)].append(ort_ms(sessions[t], feeds, args.runs))
             for art in arts.values():
                 art.close()
+            del bound
             med = {k: statistics.median(v) for k, v in times.items()}
             for t in THREADS:
                 table.append((name, batch, t, med[("base", t)], med[("new", t)],

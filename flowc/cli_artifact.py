@@ -101,6 +101,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
           f"ABI {m['abi_version']}, graph {m['graph_hash']}")
     print(f"target: {target.get('triple')} cpu={target.get('cpu')} "
           f"features={','.join(target.get('features', [])) or '-'}")
+    if target.get("gpu_archs"):
+        print(f"gpu: {', '.join(target.get('gpu_devices', [])) or 'every kernel'}; archs "
+              f"{', '.join(target['gpu_archs'])}; cubins {', '.join(target['cubins']) or 'none'}"
+              f"; ptx {target.get('ptx')}")
     for kind in ("inputs", "outputs"):
         for t in m[kind]:
             print(f"{kind[:-1]} {_describe(t)}")
@@ -139,8 +143,6 @@ def run_artifact(args: argparse.Namespace) -> int:
 
         manifest, events = profiled_runs(args.file, args.runs, args.seed, args.threads)
         write_trace(args.profile, manifest, events)
-        print(f"trace: wrote {args.profile} ({sum(len(e) for e in events)} events: kernel "
-              f"calls and transfers, {args.runs} runs)")
         return 0
     model = load(args.file, threads=args.threads)
     feeds: dict[str, Any] = load_inputs(args.input)
@@ -228,7 +230,8 @@ def add_commands(sub: Any) -> None:
     comp.add_argument("--target", metavar="TARGET",
                       help="target (default: this host; nvptx: the whole graph on an NVIDIA GPU)")
     comp.add_argument("--gpu-arch", metavar="SM", action="append", default=[],
-                      help="with --target nvptx: a GPU architecture to build a cubin for "
+                      help="with --target nvptx or nodes on gpu:0 (--devices cpu:0,gpu:0): "
+                           "a GPU architecture to build a cubin for "
                            "(repeatable; default sm_80 and sm_90)")
     comp.add_argument("--name", metavar="NAME", help="symbol prefix (default: graph name)")
     comp.add_argument("--batch", type=int, default=1,

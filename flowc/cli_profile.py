@@ -4,8 +4,9 @@ artifact compiled with `flowc compile --profile`.
 Contract: `profiled_runs(dir, runs, seed, threads)` loads the artifact (an error naming the
 folder when it was compiled without --profile), runs it `runs` times on seeded random
 inputs and returns (manifest, one event array per run). `write_trace` writes Chrome
-trace-event JSON (Perfetto and chrome://tracing open it). `cmd_profile` prints the top
-kernels by total time with the graph nodes each runs.
+trace-event JSON (Perfetto, chrome://tracing and `flowc view` open it) and prints a line
+saying so. `cmd_profile` prints the top kernels (and transfers) by total time with the
+graph nodes each runs.
 """
 
 from __future__ import annotations
@@ -40,9 +41,12 @@ def profiled_runs(path: str, runs: int, seed: int = 0, threads: int | None = Non
 
 
 def write_trace(path: str, manifest: dict[str, Any], events: list[np.ndarray]) -> None:
+    """Write the runs' events to `path` as trace-event JSON and say so on stdout."""
     from flowc.runtime.profile import chrome_trace
 
     write_text(path, json.dumps(chrome_trace(manifest, events)) + "\n")
+    print(f"trace: wrote {path} ({sum(len(e) for e in events)} events: kernel calls and "
+          f"transfers, {len(events)} runs)")
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -62,7 +66,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
               f"{ns / total:>6.1%}  {', '.join(nodes)}")
     if args.trace:
         write_trace(args.trace, manifest, events)
-        print(f"trace: wrote {args.trace}")
     return 0
 
 

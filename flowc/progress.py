@@ -4,7 +4,7 @@ Contract: `Progress(stream=sys.stderr, level="normal", bar=None)` receives event
 pass manager (`pass_started(index, total, name)`, `pass_done(record)` with a
 `passes.manager.PassRecord`), from the kernel compiler (`kernels_started(total)`,
 `kernel_started(symbol)`, `kernel_done(symbol, seconds, cached)`) and from the driver
-(`stage(name)`: "link", ...), and turns them into output on `stream`:
+(`stage(name)`: "linking", ...), and turns them into output on `stream`:
 - `level="normal"`: a one-line progress bar (passes run, kernels compiled, cache hits)
   redrawn in place with `\\r` while `bar` is on, and nothing else. `bar=None` turns it on
   exactly when `stream` is a terminal (`isatty()`) and `$TERM` is not `dumb`; so a compile
@@ -29,7 +29,7 @@ import time
 from typing import Any, TextIO
 
 LEVELS = ("quiet", "normal", "verbose")
-BAR_WIDTH = 20
+BAR_WIDTH = 16
 
 
 class Progress:
@@ -130,11 +130,12 @@ class Progress:
     def text(self) -> str:
         """The bar's text now (without the leading `\\r`)."""
         parts = []
-        if self.passes[1]:
-            parts.append(f"passes {_bar(*self.passes)} {self.passes[0]}/{self.passes[1]}")
+        if self.passes[1]:  # a bar for the phase in progress, a count for the one done
+            bar = "" if self.kernels[1] else f"{_bar(*self.passes)} "
+            parts.append(f"passes {bar}{self.passes[0]}/{self.passes[1]}")
         if self.kernels[1]:
             parts.append(f"kernels {_bar(*self.kernels)} {self.kernels[0]}/{self.kernels[1]}"
-                         f" ({self.cached} cached)")
+                         f", {self.cached} cached")
         if self.current:
             parts.append(self.current)
         return "flowc: " + " | ".join(parts)

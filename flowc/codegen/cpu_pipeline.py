@@ -27,8 +27,8 @@ with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps
 5. `check_llvm_only` refuses, with the ops named, a module still holding ops other than
    the LLVM and OpenMP dialects' (translating one would abort the process). Parallel
    loops become OpenMP regions whose translation calls `__kmpc_fork_call`,
-   `__kmpc_global_thread_num`, `__kmpc_for_static_init_*`, `__kmpc_for_static_fini` and
-   `__kmpc_barrier`, which the artifact's runtime provides under its prefix.
+   `__kmpc_global_thread_num` and `__kmpc_dispatch_init_*`/`_next_*` (see parallel.py),
+   which the artifact's runtime provides under its prefix.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from mlir.dialects import llvm as llvm_dialect
 from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
-from flowc.codegen import contractions, parallel, vmath
+from flowc.codegen import parallel, vmath
+from flowc.codegen.mlir_walk import ops_named
 from flowc.codegen.strategy import STRATEGIES, epilogue
 from flowc.codegen.strategy.common import FINISH_VECTORS
 from flowc.codegen.target import Target
@@ -103,7 +104,7 @@ def schedule(module: ir.Module, target: Target) -> str:
     each op that `strategy.STRATEGIES` has one for (each such op is tagged `flowc.sched = i`
     so the script can name it), then vector clean-ups and bufferization."""
     parts = []
-    ops = [op for name in STRATEGIES for op in _ops_named(module.operation, name)]
+    ops = [op for name in STRATEGIES for op in ops_named(module.operation, name)]
     for i, op in enumerate(ops):
         script = STRATEGIES[op.name](op, target, i)
         if script:
@@ -130,8 +131,6 @@ def lower(module: ir.Module, target: Target, what: str,
     fail on some shape, the kernel is lowered without them (plain loops) rather than not
     at all; the dumped schedule then starts with a `// fallback:` line saying why."""
     run_passes(module, PREPARE, what)
-    if contractions.restore(module):  # matmuls PREPARE's reshape propagation generalized
-        run_passes(module, "canonicalize,cse", what)
     vmath.approximate(module)
     module = epilogue.fuse(module, target, what)  # matmul epilogues into its column blocks
     prepared = str(module)
@@ -161,7 +160,7 @@ def free_temporaries(module: ir.Module) -> None:
         if fn.operation.name != "func.func":  # (a FuncOp view's `.name` is its symbol)
             continue
         blocks: dict[ir.Block, list[ir.Operation]] = {}
-        for alloc in _ops_named(fn.operation, "memref.alloc"):
+        for alloc in ops_named(fn.operation, "memref.alloc"):
             blocks.setdefault(_parallel_body(alloc) or fn.regions[0].blocks[0], []).append(alloc)
         for block, allocs in blocks.items():
             first = block.operations[0]
@@ -181,18 +180,6 @@ def _parallel_body(op: ir.Operation) -> ir.Block | None:
             return parent.regions[0].blocks[0]
         parent = parent.parent
     return None
-
-
-def _ops_named(root: ir.Operation, name: str) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == name:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return found
 
 
 def check_llvm_only(module: ir.Module, what: str) -> None:
@@ -215,7 +202,7 @@ def check_bare_pointer_signature(module: ir.Module, sym: str, n_buffers: int,
     """The lowered kernel takes exactly one pointer per buffer (the C contract); a memref
     the bare-pointer convention refused would have become a descriptor of several
     arguments, and a caller passing pointers would crash the kernel."""
-    for op in _ops_named(module.operation, "llvm.func"):
+    for op in ops_named(module.operation, "llvm.func"):
         if ir.StringAttr(op.attributes["sym_name"]).value != sym:
             continue
         n_args = len(op.regions[0].blocks[0].arguments)

@@ -5,17 +5,23 @@ Contract:
   `linalg.matmul` on f32 whose A, B and C are whole kernel arguments (inputs, outputs or
   scratch) and whose M, N are multiples of `BM`/`BN` and K of `BK` is replaced by a call to
   a private marker function `__flowc_tiled_matmul_*` (which no loop lowering touches); the
-  gpu pipeline then makes that call one stage of its own.
+  gpu pipeline then makes that call one stage of its own. When the op just before it is a
+  `linalg.fill` of C with +0.0 (how the matmul rule starts C), the fill is dropped and the
+  marker says so (`__flowc_tiled_matmul_zero_*`): the stage then stores its tiles instead of
+  adding them to C, saving a launch, a write and a read of C.
 - `stage_text(name, arg_types, call) -> (text, grid, block)`: the `gpu.func` of such a
   stage (same arguments as every stage of the kernel) and its launch shape.
 The kernel: one block of `THREADS` threads per `BM` x `BN` tile of C; per step of `BK`,
 the block copies an A and a B tile to workgroup (shared) memory (coalesced: consecutive
 threads read consecutive elements), `gpu.barrier`, then each thread accumulates a
 `TM` x `TN` register tile from shared memory; a second barrier before the next copy; at the
-end each thread adds its tile into C (the linalg semantics: C was filled before).
+end each thread adds its tile into C (the linalg semantics: C was filled before), or
+stores it when the zero fill was dropped.
 """
 
 from __future__ import annotations
+
+import math
 
 from mlir import ir
 from mlir.dialects import func
@@ -30,12 +36,17 @@ def claim(module: ir.Module, fn: ir.Operation) -> int:
     """Replace the eligible matmuls of `fn` by marker calls; how many were replaced."""
     entry = fn.regions[0].blocks[0]
     count = 0
+    previous = None
     for op in list(entry.operations):
-        op = op.operation
+        op, before = op.operation, previous
+        previous = op
         if op.name != "linalg.matmul" or not _eligible(op):
             continue
         types = [v.type for v in op.operands]
         name = f"{MARKER}{count}"
+        if before is not None and _zero_fill_of(before, op.operands[2]):
+            before.erase()
+            name = f"{MARKER}zero_{count}"
         with ir.InsertionPoint.at_block_begin(module.body):
             func.FuncOp(name, ir.FunctionType.get(types, []), visibility="private")
         with ir.InsertionPoint(op), op.location:
@@ -61,6 +72,18 @@ def _eligible(op: ir.Operation) -> bool:
     return m % BM == 0 and n % BN == 0 and k % BK == 0
 
 
+def _zero_fill_of(op: ir.Operation, c: ir.Value) -> bool:
+    """Whether `op` is a `linalg.fill` of exactly `c` with the f32 constant +0.0."""
+    if op.name != "linalg.fill" or len(op.operands) != 2 or op.operands[1] != c:
+        return False
+    owner = op.operands[0].owner
+    owner = getattr(owner, "operation", owner)  # an OpView, or a Block for an argument
+    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+        return False
+    value = ir.FloatAttr(owner.attributes["value"]).value
+    return value == 0.0 and math.copysign(1.0, value) > 0
+
+
 def _is_argument(v: ir.Value) -> bool:
     try:
         ir.BlockArgument(v)
@@ -84,10 +107,15 @@ def stage_text(name: str, arg_types: list[ir.Type], call: ir.Operation
                ) -> tuple[str, int, int]:
     """The tiled kernel `name` over the kernel's arguments; (text, grid, block)."""
     a, b, c = (ir.BlockArgument(v).arg_number for v in call.operands)
+    zero = ir.FlatSymbolRefAttr(call.attributes["callee"]).value.startswith(f"{MARKER}zero_")
     (m, k), (_, n) = (ir.MemRefType(call.operands[i].type).shape for i in (0, 1))
     ta, tb, tc = (str(arg_types[i]) for i in (a, b, c))
     args = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(arg_types))
     ws = "#gpu.address_space<workgroup>"
+    store = (f"      memref.store %s, %arg{c}[%gi, %gj] : {tc}" if zero else
+             f"      %old = memref.load %arg{c}[%gi, %gj] : {tc}\n"
+             f"      %new = arith.addf %old, %s : f32\n"
+             f"      memref.store %new, %arg{c}[%gi, %gj] : {tc}")
     text = f"""
 gpu.func @{name}({args}) workgroup(%as: memref<{BM}x{BK}xf32, {ws}>,
     %bs: memref<{BK}x{BN}xf32, {ws}>) kernel {{
@@ -159,10 +187,8 @@ gpu.func @{name}({args}) workgroup(%as: memref<{BM}x{BK}xf32, {ws}>,
     scf.for %j = %c0 to %cTN step %c1 {{
       %gj0 = arith.addi %col0, %q0 : index
       %gj = arith.addi %gj0, %j : index
-      %old = memref.load %arg{c}[%gi, %gj] : {tc}
       %s = memref.load %acc[%i, %j] : memref<{TM}x{TN}xf32>
-      %new = arith.addf %old, %s : f32
-      memref.store %new, %arg{c}[%gi, %gj] : {tc}
+{store}
     }}
   }}
   gpu.return

@@ -34,6 +34,7 @@ from mlir.dialects import arith, gpu, scf
 from mlir.dialects import llvm as llvm_dialect
 
 from flowc.codegen import cpu_pipeline, gpu_matmul
+from flowc.codegen.mlir_walk import inside, ops_named
 from flowc.ir.errors import FlowcError
 
 Dump = Callable[[str, str], None]
@@ -119,8 +120,8 @@ def _scratch_arguments(fn: ir.Operation) -> list[int]:
     Allocations inside a parallel loop stay (per-iteration device heap buffers)."""
     entry = fn.regions[0].blocks[0]
     sizes = []
-    for alloc in cpu_pipeline._ops_named(fn, "memref.alloc"):
-        if _inside(alloc, "scf.parallel") or _inside(alloc, "scf.forall"):
+    for alloc in ops_named(fn, "memref.alloc"):
+        if inside(alloc, "scf.parallel") or inside(alloc, "scf.forall"):
             continue
         t = ir.MemRefType(alloc.result.type)
         if not t.has_static_shape or (ir.AffineMapAttr(t.layout).value
@@ -149,15 +150,6 @@ def _bytes(t: ir.MemRefType) -> int:
     et = t.element_type
     width = ir.IntegerType(et).width if isinstance(et, ir.IntegerType) else ir.FloatType(et).width
     return max(n * max(width, 8) // 8, 1)
-
-
-def _inside(op: ir.Operation, name: str) -> bool:
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        if parent.name == name:
-            return True
-        parent = parent.parent
-    return False
 
 
 def _is_pure(op: ir.Operation) -> bool:

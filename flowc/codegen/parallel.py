@@ -13,11 +13,12 @@ Contract: `lower_parallel(module, what)` takes a kernel module after bufferizati
 2. Serialize: each outermost `scf.forall` whose estimated work is below
    `MIN_PARALLEL_WORK` becomes `scf.for` loops, so that a tiny kernel never pays a fork.
 3. The remaining foralls become `omp.parallel` regions holding one `omp.wsloop`
-   (upstream `scf-forall-to-parallel`, `convert-scf-to-openmp`), each wsloop marked
-   `nowait`: the region ends right after it, and the runtime's join (pool_run returning)
-   already waits for every slot, so the barrier a worksharing loop ends with would be a
-   second synchronization for nothing (and the runtime can let the caller run slots no
-   worker has started only in regions without barriers).
+   (upstream `scf-forall-to-parallel`, `convert-scf-to-openmp`). Each wsloop gets a
+   dynamic schedule (`__kmpc_dispatch_init/next`: the runtime gives each thread chunks of
+   its static share, then lets it take chunks of shares not started, so a descheduled
+   thread delays a loop by one chunk at most) and `nowait`: the region ends right after
+   it, and the runtime's join (pool_run returning) already waits for every slot, so the
+   barrier a worksharing loop ends with would be a second synchronization for nothing.
 
 The work estimate (`work`) counts scalar operations: each arith/math/vector op or memory
 access weighs the elements it produces or moves (a vector<16xf32> FMA weighs 16), multiplied
@@ -32,6 +33,7 @@ import math
 from mlir import ir
 
 from flowc.codegen import cpu_pipeline  # (which calls lower_parallel: import the module)
+from flowc.codegen.mlir_walk import inside, ops_named
 
 # Below this many scalar operations (a few microseconds of one core's vector work) a loop
 # runs serially: waking a second core and joining it costs about a microsecond even when
@@ -60,8 +62,8 @@ def lower_parallel(module: ir.Module, what: str) -> None:
     split_big_ops(module, what)
     serialize_small_loops(module, what)
     cpu_pipeline.run_passes(module, "func.func(scf-forall-to-parallel),convert-scf-to-openmp", what)
-    for loop in _ops_named(module.operation, "omp.wsloop"):
-        _mark_nowait(loop)
+    for loop in ops_named(module.operation, "omp.wsloop"):
+        _schedule(loop)
 
 
 def split_big_ops(module: ir.Module, what: str) -> None:
@@ -90,8 +92,8 @@ def split_big_ops(module: ir.Module, what: str) -> None:
 
 def serialize_small_loops(module: ir.Module, what: str) -> None:
     """Step 2: outermost foralls below the work threshold become scf.for loops."""
-    small = [op for op in _ops_named(module.operation, "scf.forall")
-             if not _inside(op, "scf.forall") and work(op) < MIN_PARALLEL_WORK]
+    small = [op for op in ops_named(module.operation, "scf.forall")
+             if not inside(op, "scf.forall") and work(op) < MIN_PARALLEL_WORK]
     if not small:
         return
     lines = []
@@ -280,18 +282,12 @@ def _generalize_script(count: int) -> str:
         "!transform.any_op" for i in range(count))
 
 
-def _inside(op: ir.Operation, name: str) -> bool:
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        if parent.name == name:
-            return True
-        parent = parent.parent
-    return False
-
-
-def _mark_nowait(loop: ir.Operation) -> None:
-    """`nowait` on a wsloop that is the last op of its omp.parallel region (nothing after
-    it could read another thread's iterations before the join)."""
+def _schedule(loop: ir.Operation) -> None:
+    """A dynamic schedule (the runtime hands out chunks of each thread's static share, then
+    the chunks others have not started: `__kmpc_dispatch_*`), and `nowait` when the wsloop
+    is the last op of its omp.parallel region (nothing after it could read another thread's
+    iterations before the join)."""
+    loop.attributes["schedule_kind"] = ir.Attribute.parse("#omp<schedulekind dynamic>")
     parent = loop.parent
     if parent.name != "omp.parallel":
         return
@@ -300,13 +296,3 @@ def _mark_nowait(loop: ir.Operation) -> None:
         loop.attributes["nowait"] = ir.UnitAttr.get()
 
 
-def _ops_named(root: ir.Operation, name: str) -> list[ir.Operation]:
-    found: list[ir.Operation] = []
-
-    def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name == name:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    root.walk(visit)
-    return found

@@ -39,7 +39,7 @@ class Functions:
             return None
         try:
             return onnx.defs.get_schema(node.op_type, opset, "")
-        except onnx.defs.SchemaError:
+        except (onnx.defs.SchemaError, TypeError):  # TypeError: an op_type not valid UTF-8
             return None
 
     def fixed_body(self, node: onnx.NodeProto, opset: int) -> Sequence[onnx.NodeProto]:

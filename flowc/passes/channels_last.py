@@ -161,7 +161,7 @@ class _Converter:
     def stand_in(self, node: Node, op: str, inputs: list[Value], attrs) -> Value:
         new = self.rw.make(op, inputs, dict(attrs), node)
         count("nodes-channels-last")
-        return new.replace(name=node.name).out()
+        return new.replace(name=node.name, merged=node.merged).out()  # keeps its sources
 
 
 @register

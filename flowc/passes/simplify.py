@@ -7,6 +7,8 @@ floating-point rounding where BatchNorm is folded into weights), and
   `cast`, `expand` that do not change their operand's type;
 - transpose(transpose(x)) is one transpose (or none), reshape(reshape(x)) one reshape;
 - add(matmul(a, b), c) with 2-D a, b and c broadcasting to the result is gemm(a, b, c);
+- a gemm operand marked transposed (transA/transB) that is a constant read only there is
+  stored transposed instead, and the flag cleared;
 - batch_normalization after a conv or gemm with constant weights is folded into them
   (inference: the weights are scaled per output channel, the shift joins the bias);
 - decomposed LayerNorm, GELU (erf and tanh forms) and softmax become `layer_normalization`,
@@ -42,6 +44,7 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "transpose": [("transpose-simplified", p.transpose)],
     "cast": [("cast-removed", p.cast)],
     "expand": [("expand-removed", p.expand)],
+    "gemm": [("gemm-constant-transposed", p.gemm_transposed_constant)],
     "batch_normalization": [("batch-norm-into-conv", p.batch_norm_into_conv),
                             ("batch-norm-into-gemm", p.batch_norm_into_gemm)],
 }

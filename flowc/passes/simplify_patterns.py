@@ -1,5 +1,6 @@
 """Algebraic patterns of `simplify`: identities, transpose and reshape chains, MatMul+Add
-to Gemm, BatchNorm folded into the Conv or Gemm before it.
+to Gemm, Gemm's transposed constant operands stored transposed, BatchNorm folded into the
+Conv or Gemm before it.
 
 Each pattern is `fn(node, rw) -> stand-in | values | None` (see `flowc.passes.rewrite`).
 Shared rules: a pattern looks through a producer only when that producer has no control
@@ -139,6 +140,23 @@ def matmul_add_to_gemm(node: Node, rw: Rewriter) -> Result:
             continue
         return rw.replace(node, "gemm", [*mm.inputs, bias])
     return None
+
+
+def gemm_transposed_constant(node: Node, rw: Rewriter) -> Result:
+    """gemm(a, B, c) {transB = 1} with a constant B that nothing else reads: the same gemm
+    of B's transpose, stored contiguously, with transB = 0 (the transpose is done once,
+    at compile time, instead of in the kernel on every run). Likewise transA = 1 with a
+    constant A."""
+    inputs, attrs = list(node.inputs), node.attrs
+    for i, flag in ((0, "transA"), (1, "transB")):
+        data = rw.const(inputs[i]) if attrs.get(flag, 0) else None
+        if data is None or rw.uses(inputs[i]) != 1:
+            continue
+        inputs[i] = rw.constant(np.ascontiguousarray(data.T), node)
+        attrs = attrs.replace(**{flag: 0})
+    if attrs is node.attrs:
+        return None
+    return rw.replace(node, "gemm", inputs, attrs)
 
 
 # ---- BatchNorm folded into Conv / Gemm ------------------------------------------------

@@ -14,10 +14,11 @@
  * for a partition its transfers (a recv waits for the channel's host buffer and copies it
  * in with cuMemcpyHtoDAsync; a send copies out with cuMemcpyDtoHAsync, records the
  * channel's event and marks the channel full at once: the host recv waits on the event,
- * cuda_wait_channel), copies the outputs out and synchronizes the stream. The staging
- * buffers of its channels are page-locked (cuMemHostRegister) when the rendezvous is
- * made, so those copies are asynchronous (a buffer the driver will not lock stays
- * pageable: the copy is then synchronous, still correct).
+ * cuda_wait_channel), copies the outputs out and synchronizes the stream. The context's
+ * own input/output buffers are page-locked (cuMemHostRegister) at create, the staging
+ * buffers of its channels when the rendezvous is made, so those copies are asynchronous
+ * (a buffer the driver will not lock, or a caller's own buffer, stays pageable: the copy
+ * is then synchronous, still correct).
  * Every failure is a status (FLOWC_ERR_DEVICE, or FLOWC_ERR_NOMEM for device memory) with
  * a message naming the model (and the partition: "NAME: partition gpu:0: ..."): "no CUDA
  * driver", "no CUDA device", "unsupported GPU architecture", "out of device memory", or
@@ -91,6 +92,7 @@ struct flowc_gpu_ctx {
   CUfunction *functions;
   CUevent *events;  /* per channel: the event a send of this program records, or NULL */
   void **pinned;    /* per channel: its staging buffer, when page-locked (cuda_pin_channels) */
+  void *pinned_io;  /* the context's own input/output buffers, when page-locked */
   CUdeviceptr base; /* one block: arena | weights span | scratch | inputs | outputs */
   size_t weights_at, scratch_at, in_at, out_at;
   char who[128];    /* "NAME" or "NAME: partition gpu:0", heading every message */
@@ -283,6 +285,10 @@ static int allocate(flowc_ctx *ctx, struct flowc_gpu_ctx *gc) {
           (r = api->EventCreate(&gc->events[g->steps[k].index], CU_EVENT_DISABLE_TIMING)))
         return cu_fail(gc, r, "cuEventCreate");
   }
+  size_t io = 0; /* page-lock the context's own input/output buffers (best effort) */
+  for (int i = 0; i < m->num_inputs; i++) io += round_up(m->inputs[i].bytes);
+  for (int j = 0; j < m->num_outputs; j++) io += round_up(m->outputs[j].bytes);
+  if (io && api->MemHostRegister(ctx->owned, io, 0) == 0) gc->pinned_io = ctx->owned;
   if (g->weights_bytes &&
       (r = api->MemcpyHtoDAsync(gc->base + gc->weights_at, ctx->weights + g->weights_offset,
                                 g->weights_bytes, gc->stream)))
@@ -465,6 +471,7 @@ void FLOWC_RT(cuda_destroy)(flowc_ctx *ctx) {
     if (gc->events[k]) api->EventDestroy(gc->events[k]);
   for (int k = 0; gc->pinned && k < ctx->model->num_channels; k++)
     if (gc->pinned[k]) api->MemHostUnregister(gc->pinned[k]);
+  if (gc->pinned_io) api->MemHostUnregister(gc->pinned_io);
   if (gc->stream) api->StreamDestroy(gc->stream);
   if (gc->base) api->MemFree(gc->base);
   if (gc->module) api->ModuleUnload(gc->module);

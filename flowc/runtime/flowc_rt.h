@@ -56,11 +56,13 @@ typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *
                                const char *weights);
 
 /* ---- partitions (partition.c): a graph split over devices by the partition pass ----
- * Each partition (one per device) has its own entry function, run on its own thread, and
- * its own region of the context's arena. Partitions exchange tensors through the context's
- * rendezvous: channel k (one send/recv pair, known at compile time) has a staging buffer;
- * rt_send copies into it and marks it full, rt_recv waits until it is full and copies out.
- * Channels are reset at the start of every run. */
+ * Each partition (one per device) has its own entry function (a CPU device) or GPU program
+ * (a gpu:N device, run by cuda.c), run on its own thread, and its own region of the
+ * context's arena (a GPU partition's region lives on the device). Partitions exchange
+ * tensors through the context's rendezvous: channel k (one send/recv pair, known at
+ * compile time) has a staging buffer; rt_send copies into it and marks it full, rt_recv
+ * waits until it is full and copies out (a GPU partition copies to and from the device
+ * instead). Channels are reset at the start of every run. */
 typedef struct flowc_rendezvous flowc_rendezvous;
 typedef void (*flowc_part_fn)(void *const *inputs, void *const *outputs, char *arena,
                               const char *weights, flowc_rendezvous *rv);

@@ -1,6 +1,6 @@
-/* The OpenMP entry points that parallel flowc kernels call (`__kmpc_fork_call` and four
- * more), run serially on the calling thread. Artifacts never use this file: their runtime
- * (pool.c) serves these entry points with its thread pool, under the artifact's prefix. It
+/* The OpenMP entry points that parallel flowc kernels call (`__kmpc_fork_call`,
+ * `__kmpc_dispatch_init/next_*` and a few more), run serially on the calling thread.
+ * Artifacts never use this file: their runtime (pool.c) serves these entry points with its thread pool, under the artifact's prefix. It
  * is for linking bare kernel objects from `flowc.codegen.kernels.compile_kernels` on their
  * own: the kernel tests and the kernel benchmarks. */
 #include <stdarg.h>
@@ -26,4 +26,21 @@ STATIC_INIT(4u, uint32_t)
 STATIC_INIT(8, int64_t)
 STATIC_INIT(8u, uint64_t)
 void __kmpc_for_static_fini(void *loc, int32_t gtid) {}
+/* Dynamic loops: the whole range, once. */
+static __thread struct { int64_t lower, upper, incr; int served; } dyn;
+#define DISPATCH(SUFFIX, T) \
+  void __kmpc_dispatch_init_##SUFFIX(void *loc, int32_t gtid, int32_t sched, T lower, \
+      T upper, T incr, T chunk) { \
+    dyn.lower = (int64_t)lower; dyn.upper = (int64_t)upper; dyn.incr = (int64_t)incr; \
+    dyn.served = 0; } \
+  int32_t __kmpc_dispatch_next_##SUFFIX(void *loc, int32_t gtid, int32_t *last, T *lower, \
+      T *upper, T *stride) { \
+    if (dyn.served) return 0; \
+    dyn.served = 1; *lower = (T)dyn.lower; *upper = (T)dyn.upper; *stride = (T)dyn.incr; \
+    *last = 1; \
+    return dyn.incr > 0 ? dyn.lower <= dyn.upper : dyn.lower >= dyn.upper; }
+DISPATCH(4, int32_t)
+DISPATCH(4u, uint32_t)
+DISPATCH(8, int64_t)
+DISPATCH(8u, uint64_t)
 void __kmpc_barrier(void *loc, int32_t gtid) {}

@@ -203,6 +203,7 @@ static int sync_pools(flowc_ctx *ctx) {
   }
   rv->pool_threads = 1;
   for (int p = 1; ctx->threads > 1 && p < ctx->model->num_partitions; p++) {
+    if (ctx->model->partitions[p].gpu) continue; /* runs no CPU kernel */
     char why[256];
     rv->pools[p] = FLOWC_RT(pool_create)(ctx->threads, why, sizeof why);
     if (!rv->pools[p]) {

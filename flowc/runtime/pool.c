@@ -9,6 +9,10 @@
  * holds, so a region that calls `__kmpc_barrier` (which every slot must reach, OpenMP's
  * rule) is still correct: no slot can pass a barrier before all n were claimed.
  *
+ * Within a slot, a dynamic worksharing loop (`__kmpc_dispatch_*`: flowc's kernels use
+ * them) hands out the slot's static share in chunks and then the chunks other slots have
+ * not claimed, so a worker descheduled in the middle of a loop holds it up by one chunk.
+ *
  * Hot path without locks or system calls: a region is a few stores and one atomic
  * increment per slot. Workers wait for the next generation after their last slot, the
  * caller for the count of finished slots: spinning, then yielding, then asleep on a futex
@@ -39,6 +43,14 @@ typedef struct {
   int tid;
 } worker_arg;
 
+/* Dynamic loops (`__kmpc_dispatch_*`, what flowc's worksharing loops use): each slot's
+ * static share is cut into CHUNKS chunks; a slot claims its own chunks in order, then
+ * those other slots have not claimed, so a slow or descheduled thread holds up at most one
+ * chunk. Per region, the first DISPATCH_LOOPS dynamic loops are shared that way; later
+ * ones (never generated: a region holds one loop) fall back to static shares. */
+#define CHUNKS 4
+#define DISPATCH_LOOPS 4
+
 #define SLOT_BITS 16 /* claim word: generation << SLOT_BITS | next unclaimed slot */
 #define SLOT_MASK ((1u << SLOT_BITS) - 1)
 
@@ -59,6 +71,8 @@ struct flowc_pool {
   uint32_t bar_sleepers;             /* atomic */
   _Alignas(64) int n;
   uint64_t generation; /* the caller's count of regions */
+  uint32_t *chunks;    /* atomic: [loop k][slot s] chunks of s's share claimed (see dispatch) */
+  uint32_t loops_used; /* atomic: dynamic loops the last region started (chunks to reset) */
   pthread_t *threads;
   worker_arg *args;
 };
@@ -148,6 +162,15 @@ static __thread flowc_pool *region_pool;  /* the pool of the region this thread 
 static __thread int current_tid;          /* this thread's slot in the running region */
 static __thread int region_n = 1;         /* the slots of the running region */
 static __thread int in_region;            /* inside pool_run: nested regions run serially */
+static __thread int loops_started;        /* dynamic loops this slot started in its region */
+typedef struct {
+  int64_t lower, incr; /* the first iteration's value and the step (as the loop's T) */
+  uint64_t trips;      /* iterations */
+  uint32_t *claims;    /* the loop's per-slot claim counters; NULL: one static share */
+  int victim, tried;   /* the slot whose chunks are claimed next, slots tried */
+  int served;          /* the static share was handed out */
+} dynamic_loop;
+static __thread dynamic_loop dyn; /* this slot's dynamic loop (dispatch_init, _next) */
 
 static void run_slot(flowc_pool *pool, flowc_task_fn fn, void *arg, int slot, int n) {
   flowc_pool *outer_pool = region_pool;
@@ -156,7 +179,12 @@ static void run_slot(flowc_pool *pool, flowc_task_fn fn, void *arg, int slot, in
   current_tid = slot;
   region_n = n;
   in_region = 1;
+  int outer_loops = loops_started;
+  dynamic_loop outer_dyn = dyn;
+  loops_started = 0;
   fn(arg, slot, n);
+  loops_started = outer_loops;
+  dyn = outer_dyn;
   region_pool = outer_pool;
   current_tid = outer_tid;
   region_n = outer_n;
@@ -204,9 +232,10 @@ flowc_pool *FLOWC_RT(pool_create)(int n, char *error, size_t error_bytes) {
     memset(pool, 0, sizeof *pool);
     pool->threads = calloc((size_t)n, sizeof(pthread_t));
     pool->args = calloc((size_t)n, sizeof(worker_arg));
+    pool->chunks = calloc((size_t)n * DISPATCH_LOOPS, sizeof(uint32_t));
   }
-  if (!pool || !pool->threads || !pool->args) {
-    if (pool) free(pool->threads), free(pool->args);
+  if (!pool || !pool->threads || !pool->args || !pool->chunks) {
+    if (pool) free(pool->threads), free(pool->args), free(pool->chunks);
     free(pool);
     snprintf(error, error_bytes, "out of memory creating a pool of %d threads", n);
     return NULL;
@@ -233,6 +262,7 @@ void FLOWC_RT(pool_destroy)(flowc_pool *pool) {
   for (int t = 1; t < pool->n; t++) pthread_join(pool->threads[t], NULL);
   free(pool->args);
   free(pool->threads);
+  free(pool->chunks);
   free(pool);
 }
 
@@ -246,6 +276,9 @@ void FLOWC_RT(pool_run)(flowc_pool *pool, flowc_task_fn fn, void *arg) {
   __atomic_store_n(&pool->fn, fn, __ATOMIC_RELAXED);
   __atomic_store_n(&pool->arg, arg, __ATOMIC_RELAXED);
   __atomic_store_n(&pool->done, 0, __ATOMIC_RELAXED);
+  uint32_t used = __atomic_load_n(&pool->loops_used, __ATOMIC_RELAXED);
+  for (uint32_t i = 0; i < used * n; i++) __atomic_store_n(&pool->chunks[i], 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&pool->loops_used, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&pool->claim, g << SLOT_BITS | 1, __ATOMIC_RELEASE); /* slot 0: ours */
   STORE_SC(pool->wake, (uint32_t)g);
   wake_all(&pool->wake, &pool->sleepers);
@@ -353,6 +386,85 @@ void FLOWC_RT(__kmpc_for_static_fini)(ident_t *loc, int32_t gtid) {
   (void)loc;
   (void)gtid;
 }
+
+/* Slot t's static share of `trips` iterations over n slots: [*first, *first + count). */
+static uint64_t share(uint64_t trips, int n, int t, uint64_t *first) {
+  uint64_t per = trips / (uint64_t)n, extra = trips % (uint64_t)n, u = (uint64_t)t;
+  *first = u * per + (u < extra ? u : extra);
+  return per + (u < extra);
+}
+
+static void dispatch_init(int64_t lower, int64_t upper, int64_t incr) {
+  uint64_t span = incr > 0 ? (uint64_t)upper - (uint64_t)lower : (uint64_t)lower - (uint64_t)upper;
+  int empty = incr > 0 ? upper < lower : upper > lower;
+  uint64_t step = incr > 0 ? (uint64_t)incr : 0 - (uint64_t)incr;
+  flowc_pool *pool = region_pool;
+  int k = loops_started++, n = region_n;
+  dyn.lower = lower;
+  dyn.incr = incr;
+  dyn.trips = empty || step == 0 ? 0 : span / step + 1;
+  dyn.claims = NULL;
+  dyn.served = 0;
+  dyn.victim = current_tid;
+  dyn.tried = 0;
+  if (!pool || n == 1 || k >= DISPATCH_LOOPS) return;
+  dyn.claims = pool->chunks + (size_t)k * (size_t)n;
+  uint32_t used = __atomic_load_n(&pool->loops_used, __ATOMIC_RELAXED);
+  while (used < (uint32_t)k + 1 &&
+         !__atomic_compare_exchange_n(&pool->loops_used, &used, (uint32_t)k + 1, 1,
+                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
+
+/* The next block [*first, *last] of iteration numbers (0-based) for this slot, or 0: its
+ * own share's chunks first, then the unclaimed chunks of the next slots' shares. */
+static int dispatch_next(uint64_t *first, uint64_t *last) {
+  int n = region_n;
+  uint64_t start, count;
+  if (!dyn.claims) { /* serial, or a static share */
+    if (dyn.served) return 0;
+    dyn.served = 1;
+    count = share(dyn.trips, n, current_tid, &start);
+    *first = start;
+    *last = start + count - 1;
+    return count > 0;
+  }
+  while (dyn.tried < n) {
+    count = share(dyn.trips, n, dyn.victim, &start);
+    uint64_t chunk = count / CHUNKS + (count % CHUNKS != 0);
+    uint32_t c = __atomic_fetch_add(&dyn.claims[dyn.victim], 1, __ATOMIC_RELAXED);
+    if (c < CHUNKS && c * chunk < count) {
+      *first = start + c * chunk;
+      *last = start + (c * chunk + chunk < count ? c * chunk + chunk : count) - 1;
+      return 1;
+    }
+    dyn.victim = (dyn.victim + 1) % n;
+    dyn.tried++;
+  }
+  return 0;
+}
+
+#define DISPATCH(suffix, T)                                                                   \
+  void FLOWC_RT(__kmpc_dispatch_init_##suffix)(ident_t * loc, int32_t gtid, int32_t sched,    \
+                                               T lower, T upper, T incr, T chunk) {           \
+    (void)loc; (void)gtid; (void)sched; (void)chunk;                                          \
+    dispatch_init((int64_t)lower, (int64_t)upper, (int64_t)incr);                             \
+  }                                                                                           \
+  int32_t FLOWC_RT(__kmpc_dispatch_next_##suffix)(ident_t * loc, int32_t gtid, int32_t *last, \
+                                                  T *lower, T *upper, T *stride) {            \
+    (void)loc; (void)gtid;                                                                    \
+    uint64_t first, final;                                                                    \
+    if (!dispatch_next(&first, &final)) return 0;                                             \
+    *lower = (T)(dyn.lower + (int64_t)first * dyn.incr);                                      \
+    *upper = (T)(dyn.lower + (int64_t)final * dyn.incr);                                      \
+    *stride = (T)dyn.incr;                                                                    \
+    *last = final == dyn.trips - 1;                                                           \
+    return 1;                                                                                 \
+  }
+DISPATCH(4, int32_t)
+DISPATCH(4u, uint32_t)
+DISPATCH(8, int64_t)
+DISPATCH(8u, uint64_t)
 
 /* Every slot of the region waits here until all n have arrived (each slot runs on its own
  * thread: see the top of the file); the last to arrive bumps the barrier's generation. */

@@ -181,7 +181,7 @@ static int unusable(flowc_ctx *ctx) {
   if (ctx->owned && ctx->arena && (ctx->weights || !m->weights_bytes)) return FLOWC_OK;
   if (strstr(ctx->error, "is unusable")) return FLOWC_ERR_ARGUMENT; /* said already */
   char why[FLOWC_ERROR_BYTES / 2];
-  snprintf(why, sizeof why, "%s", ctx->error[0] ? ctx->error : "unknown");
+  snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, ctx->error[0] ? ctx->error : "unknown");
   return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: this context is unusable, its creation failed (%s)",
               m->name, why);
 }

@@ -7,12 +7,12 @@ returns one `<svg class="flowc-memory">` element: per arena value a
 holding a `<title>` (shown on hover: the value, its op, size, offset, live steps and, when
 it took over an operand's buffer, which) and a `<rect>` spanning its live steps across and
 its bytes down, filled by op (a legend lists the ops), labelled with the value's name
-where the box has room; step numbers along the top axis,
-offsets down the left one; for a graph on several devices a dashed line where each
-device's region begins (after the first), labelled with the device. Bytes are drawn to
-scale, with at least `MIN_H` pixels per buffer. `load_layout(path)` reads `memory.json`, a
-FlowcError naming the file when it is not a memory report. This file imports no compiler
-part: it reads the report as plain data.
+where the box has room, outlined dashed when it took over an operand's buffer (in place);
+step numbers along the top axis, offsets down the left one; for a graph on several
+devices a dashed line where each device's region begins (after the first), labelled with
+the device. Bytes are drawn to scale, with at least `MIN_H` pixels per buffer.
+`load_layout(path)` reads `memory.json`, a FlowcError naming the file when it is not a
+memory report. This file imports no compiler part: it reads the report as plain data.
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ def memory_svg(layout: dict[str, Any]) -> str:
         h = max(MIN_H, b["bytes"] * scale)
         last = "end" if b["last"] == len(steps) else b["last"]
         took = f", written in place over {b['in_place_of']}" if b.get("in_place_of") else ""
+        dash = ' stroke-dasharray="3,2"' if took else ""
         data = " ".join(f'data-{k}="{_q(b[k])}"' for k in KEYS)
         label = ""
         if w >= 40 and h >= 14:  # room for the tensor's name (cut to the box's width)
@@ -115,7 +116,7 @@ def memory_svg(layout: dict[str, Any]) -> str:
                    f'{b["bytes"]} bytes at offset {b["offset"]}, live steps {b["first"]}-'
                    f'{last}{_q(took)}</title><rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" '
                    f'height="{h:.1f}" fill="{colours[b["op"]]}" stroke="#333" '
-                   f'stroke-width="0.6"/>{label}</g>')
+                   f'stroke-width="0.6"{dash}/>{label}</g>')
     for i, (op, colour) in enumerate(colours.items()):
         x = LEFT + (i % 4) * (PLOT_W / 4)
         y = TOP + PLOT_H + BOTTOM - 8 + 18 * (i // 4)

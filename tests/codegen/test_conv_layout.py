@@ -156,3 +156,22 @@ def test_conv_epilogue_in_place_and_vectorized(x, w, attrs):
     feeds = {"x": f(*x), "w": f(*w), "b": f(w[-1]), "r": f(*x[:3], w[-1])}
     got = run_body(g, [feeds[k] for k in ("x", "w", "b", "r")])[0]
     assert_close(got, interpret(g, feeds)["y"], "matmul", w[0] * w[1] * w[2])
+
+
+@pytest.mark.parametrize("x,w,tiles", [
+    ((1, 32, 32, 32), (3, 3, 32, 32), "[1, 1, 8, 32, 1, 1, 8]"),  # 8 px x 2 vectors
+    ((1, 16, 16, 64), (3, 3, 64, 64), "[1, 1, 4, 64, 1, 1, 8]"),  # 4 px x 4 vectors
+    ((1, 14, 14, 64), (3, 3, 64, 64), "[1, 1, 7, 64, 1, 1, 8]"),  # 2 px would be 8 accs
+    ((1, 16, 16, 96), (1, 1, 96, 24), "[1, 1, 8, 8, 1, 1, 8]"),  # no 24-wide tile
+    ((1, 7, 7, 512), (3, 3, 512, 512), "[1, 1, 7, 64, 1, 1, 8]"),  # 9 MiB filter
+])
+def test_conv_register_tiles(x, w, tiles):
+    seen = {}
+    body = op_body("conv", [f(*x), f(*w)], {**CL, "pads": (w[0] // 2,) * 4})
+    compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    assert f"tile_sizes {tiles}" in seen["k.schedule.mlir"]
+    # the outer loop: over rows, or over blocks of output channels for a filter over 1 MiB
+    by_channels = np.prod(w) * 4 > 1 << 20
+    block = tiles.split(", ")[3]
+    outer = f"[0, 0, 0, {block}, 0, 0, 0]" if by_channels else "[0, 1, 0, 0, 0, 0, 0]"
+    assert f"tile_sizes {outer}" in seen["k.schedule.mlir"]

@@ -10,6 +10,7 @@ channels' sizes, and failures name the partition (and the nodes or channel)."""
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import subprocess
 import sys
@@ -30,6 +31,15 @@ from flowc.runtime.errors import RuntimeStatusError
 from flowc.runtime.loader import load
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
+
+
+@pytest.fixture(autouse=True)
+def no_hang():
+    """A deadlocked run would stall the whole suite: after 10 minutes, dump every thread's
+    stack and exit (a failure to read, not a silent stall)."""
+    faulthandler.dump_traceback_later(600, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +120,9 @@ def test_mixed_mlp_matches_interpreter_and_copies_in_order(mlp_mixed, driver, mo
     trace = work / "mlp.trace"
     use(monkeypatch, driver, kernels, trace)
     model = load(out)
-    weights_upload = trace.read_text().split("\n")[:2]
-    assert weights_upload[0].startswith("htod ") and weights_upload[1] == "sync"
+    created = trace.read_text().split("\n")[:3]  # own input/output buffers page-locked
+    assert created[0] == f"pin {2 * 64 * 4 + 128}"  # x: 512 bytes; probs: 80, rounded to 64
+    assert created[1].startswith("htod ") and created[2] == "sync"  # the weights span
     feeds = zoo.sample_input(zoo.mlp(), batch=2)
     want = interpret(import_onnx(zoo.mlp()), feeds)
     sends = {s["key"]: s["bytes"] for p in manifest["partitions"] for s in p["sends"]}
@@ -137,7 +148,7 @@ def test_mixed_mlp_matches_interpreter_and_copies_in_order(mlp_mixed, driver, mo
 def test_mixed_zoo_models_with_alternating_devices_match_interpreter(work, driver,
                                                                      monkeypatch):
     """Every other node of each zoo model on the GPU: many transfers both ways, graph inputs
-    read and outputs written by both partitions."""
+    read and outputs written by both partitions; two threads per CPU partition."""
     for name in sorted(zoo.MODELS):
         model = zoo.MODELS[name]()
         graph = import_onnx(model)
@@ -147,7 +158,7 @@ def test_mixed_zoo_models_with_alternating_devices_match_interpreter(work, drive
         use(monkeypatch, driver, kernels)
         feeds = zoo.sample_input(model, batch=2)
         want = interpret(graph, feeds)
-        got = load(out).run(**feeds)
+        got = load(out, threads=2).run(**feeds)  # CPU partitions get pools, the GPU one not
         for key, value in want.items():
             np.testing.assert_allclose(got[key], value, err_msg=f"{name} {key}", **TOL)
 
@@ -169,6 +180,17 @@ def test_control_edges_and_partition_orders(work, driver, monkeypatch, devices):
     got, want = load(out).run(**x), interpret(graph, x)
     for key, value in want.items():
         np.testing.assert_allclose(got[key], value, err_msg=key, **TOL)
+
+
+def test_weights_in_a_side_file(work, driver, monkeypatch):
+    """weights="file": the GPU partition uploads its span of the mapped side file."""
+    out, _, kernels = mixed_artifact(work, "mlp_file", zoo.mlp(), batch=2,
+                                     place=["fc2/Gemm=gpu:0"], weights="file")
+    assert (out / "mlp.weights").is_file()
+    use(monkeypatch, driver, kernels)
+    feeds = zoo.sample_input(zoo.mlp(), batch=2)
+    np.testing.assert_allclose(load(out).run(**feeds)["probs"],
+                               interpret(import_onnx(zoo.mlp()), feeds)["probs"], **TOL)
 
 
 def test_no_driver_names_the_partition(mlp_mixed, monkeypatch):
@@ -240,6 +262,9 @@ def test_cli_mixed_compile_with_a_place_pin(tmp_path):
     manifest = json.loads((tmp_path / "art" / "manifest.json").read_text())
     assert manifest["target"]["gpu_archs"] == ["sm_90"]
     assert [p["device"] for p in manifest["partitions"]] == ["cpu:0", "gpu:0"]
+    shown = subprocess.run([sys.executable, "-m", "flowc", "inspect", str(tmp_path / "art")],
+                           capture_output=True, text=True, check=True).stdout
+    assert "gpu: gpu:0; archs sm_90; cubins " in shown
 
 
 def test_target_nvptx_with_a_split_graph_is_refused(tmp_path):
@@ -279,3 +304,19 @@ def test_c_program_under_thread_sanitizer(work, driver, monkeypatch, tmp_path):
                  f"-I{RUNTIME_DIR}", "-ldl", sources=(str(work / "ctrl.dump" / "mdev_model.c"),
                                                       *runtime, *objects))
     run_c_main(tmp_path, graph)
+
+
+def test_a_graph_wholly_on_gpu0_builds_the_gpu_artifact(tmp_path, driver, monkeypatch):
+    """Every node on gpu:0 (here by the text form's `@gpu:0`) with the default target: no
+    partition, so the artifact is the --target nvptx one, and it runs."""
+    src = tmp_path / "g.flowc"
+    src.write_text('graph @g(%x: f32[4]) -> (y: f32[4]) {\n'
+                   '  %0 = neg %x : (f32[4]) -> f32[4] @gpu:0 loc("n")\n'
+                   '  return %0\n}\n')
+    manifest = flowc.compile(src, tmp_path / "a", dump_dir=tmp_path / "dump")
+    assert manifest["target"]["name"] == "nvptx" and manifest["partitions"] == []
+    lib_dir = tmp_path / "emu"
+    lib_dir.mkdir()
+    use(monkeypatch, driver, emulation_library(tmp_path / "dump", lib_dir))
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(load(tmp_path / "a").run(x=x)["y"], -x)

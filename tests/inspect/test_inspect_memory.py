@@ -77,6 +77,8 @@ def test_svg_chart_draws_each_buffer_to_scale(layout):
         assert (y == TOP) == (b["offset"] == 0)
         assert f"<title>{b['value']} ({b['op']}): 128 bytes at offset {b['offset']}" in g
     assert svg.count('class="legend-op"') == 5  # relu exp add tanh matmul
+    dashed = [re.search(r'data-value="([^"]+)"', g)[1] for g in groups if "stroke-dasharray" in g]
+    assert dashed == [b["value"] for b in layout["buffers"] if b["in_place_of"]]
 
 
 def test_compile_reports_memory_to_stdout_and_the_dump(tmp_path, capsys):

@@ -4,9 +4,9 @@ on long rows (1e6 elements), on every engine: the reference interpreter, the com
 artifact (ONNX backend `CPU:compiled`) and onnxruntime where its answer is right.
 
 The reference is the exact answer, computed in f64 from the same f32 inputs. Tolerances
-come from flowc.testing.tolerance. Known failures of the compiled softmax/layernorm
-lowering (lower/nn.py, being rewritten) are xfail, described in
-/work/notes/numerics_findings.md and docs/robustness.md ("Numerical care").
+come from flowc.testing.tolerance. The compiled softmax/layer norm (row kernels,
+lower/rows.py) sum in f64 and compute layer norm's statistics in f64, which these cases
+(found failing before, docs/robustness.md "Numerical care") hold them to.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from onnx import helper
 from flowc.testing.engines import model, run
 from flowc.testing.tolerance import assert_close
 
-FINDINGS = "see /work/notes/numerics_findings.md and docs/robustness.md (Numerical care)"
 F32_MAX = float(np.finfo(np.float32).max)
 
 # One row per magnitude; 4 columns. The exact answers are computed in f64 from these.
@@ -96,9 +95,6 @@ OUTPUTS = list(WANT)
 ORT_WRONG = {("sum", "near_overflow"), ("mean", "near_overflow"), ("l2", "large"),
              ("l2", "near_overflow"), ("l2", "tiny"), ("l2", "subnormal"),
              ("layernorm", "large"), ("layernorm", "near_overflow")}
-# The compiled layer norm (lower/nn.py) computes its statistics in f32: the variance of
-# 1e30 values overflows; the mean of the near-overflow row too.
-COMPILED_WRONG = {("layernorm", "large"), ("layernorm", "near_overflow")}
 
 
 @pytest.fixture(scope="module")
@@ -113,8 +109,6 @@ def test_numerics_magnitudes(magnitude_results, engine, output, row):
     """Each op on each magnitude row against the exact (f64) answer rounded to f32."""
     if engine == "onnxruntime" and (output, row) in ORT_WRONG:
         pytest.skip("onnxruntime's answer is wrong here (documented in docs/robustness.md)")
-    if engine == "compiled" and (output, row) in COMPILED_WRONG:
-        pytest.xfail(f"compiled layer norm: f32 statistics overflow; {FINDINGS}")
     r = list(ROWS).index(row)
     got = magnitude_results[engine][OUTPUTS.index(output)][r]
     with np.errstate(over="ignore"):   # beyond f32 (-6.4e38): rounds to -inf
@@ -241,11 +235,7 @@ def adversarial_results():
     return run(m, {"x": ADV}, engines=["interpret", "compiled"])
 
 
-@pytest.mark.parametrize("engine", [
-    "interpret",
-    pytest.param("compiled", marks=pytest.mark.xfail(
-        reason=f"compiled softmax/layernorm sum 1e6 terms sequentially in f32; {FINDINGS}",
-        strict=False))])
+@pytest.mark.parametrize("engine", ["interpret", "compiled"])
 def test_numerics_long_row_normalizers(adversarial_results, engine):
     """Softmax, log-softmax and layer norm of 1e6-element rows within the blocked
     summation bound of the exact answer."""

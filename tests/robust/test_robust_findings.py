@@ -6,6 +6,7 @@ import json
 import shutil
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 
@@ -92,3 +93,14 @@ def test_robust_scalar_bool_input_is_an_array():
     assert any(v.dtype == np.bool_ and v.shape == () for v in inputs.values())
     assert all(isinstance(v, np.ndarray) for v in inputs.values())
     assert set(run_onnxruntime(recipe, inputs)) == {f"y{i}" for i in range(len(recipe.outputs))}
+
+
+def test_robust_onnx_op_type_not_utf8():
+    """Found by the third long fuzz run (ONNX bytes): an op_type whose bytes are not valid
+    UTF-8 reaches Python as `bytes`, and onnx.defs.get_schema raised a bare TypeError. Now
+    it is an unsupported op, listed with its node."""
+    raw = _model([helper.make_node("Relu", ["x"], ["y"], name="relu")]).SerializeToString()
+    model = onnx.ModelProto()
+    model.ParseFromString(raw.replace(b"Relu", b"\x80elu"))
+    with pytest.raises(FlowcError, match=r"node 'relu': ai\.onnx\.b'\\x80elu' \(opset 18\)"):
+        import_onnx(model)

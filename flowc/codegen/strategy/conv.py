@@ -13,13 +13,15 @@ from flowc.codegen.target import Target
 # 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
 # F_TILE output channels, c blocks of C_TILE; the 1x1-window slice of the kernel window is
 # decomposed into a 1-D convolution and vectorized; the output tile stays in registers
-# across the c, kw and kh loops. Output rows are a parallel loop (the runtime's threads)
-# when the conv is worth splitting (`rows_loop`).
+# across the c, kw and kh loops. The outer loop (parallel when the conv is worth splitting:
+# `rows_loop`) runs over output rows, or over blocks of output channels when the filter is
+# larger than WEIGHTS_IN_CACHE: each block's slice of the filter then stays in cache while
+# every row uses it, instead of the whole filter streaming from memory once per row.
 CONV = """
     %{n}_op = transform.structured.match ops{{["linalg.conv_2d_nhwc_hwcf"]}}
         attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
     %{n}_tp, %{n}_par = transform.structured.{rows} %{n}_op
-        tile_sizes [0, 1, 0, 0, 0, 0, 0]
+        tile_sizes [{outer}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
     %{n}_t, %{n}_l:7 = transform.structured.tile_using_for %{n}_tp tile_sizes [{tiles}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
@@ -37,9 +39,12 @@ CONV = """
 # runtime's pool (microseconds, more when the cores are shared), which a conv of ~20 us or
 # an epilogue of ~5 us cannot win back.
 PARALLEL_FLOPS = 2_000_000
+WEIGHTS_IN_CACHE = 1 << 20  # bytes of filter (an L2's worth)
 PARALLEL_ELEMENTS = 64 * 1024
 
 ACCUMULATORS = 16  # vector registers of output tile (of 32 on AVX-512: room for operands)
+MIN_ACCUMULATORS = 12  # fewer leave the FMA units waiting on loads
+MAX_ACCUMULATORS = 28  # the most that fit beside a broadcast and the filter vectors
 C_TILE = 8
 OW_TILE_MAX = 8
 
@@ -54,6 +59,16 @@ def channel_tile(n: int, lanes: int, max_vectors: int) -> int:
             return size
         size //= 2
     return divisor(n, max_vectors * lanes)
+
+
+def pixel_tile(ow: int, vectors: int) -> int:
+    """Output pixels per register tile: the largest divisor of `ow` up to OW_TILE_MAX whose
+    tile holds at most ACCUMULATORS vectors; when that leaves fewer than MIN_ACCUMULATORS
+    (an output width like 14 or 7 with 4-vector channel tiles), up to MAX_ACCUMULATORS."""
+    ow_tile = divisor(ow, min(OW_TILE_MAX, max(1, ACCUMULATORS // vectors)))
+    if ow_tile * vectors < MIN_ACCUMULATORS:
+        ow_tile = divisor(ow, min(OW_TILE_MAX, max(1, MAX_ACCUMULATORS // vectors)))
+    return ow_tile
 
 
 def rows_loop(parallel: bool) -> str:
@@ -75,9 +90,11 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     lanes = target.vector_bits // width
     f_tile = channel_tile(f, lanes, 4)
     vectors = max(1, f_tile // lanes)
-    ow_tile = divisor(ow, min(OW_TILE_MAX, ACCUMULATORS // vectors))
+    ow_tile = pixel_tile(ow, vectors)
     tiles = [1, 1, ow_tile, f_tile, 1, 1, divisor(c, C_TILE)]
     kh, kw = ir.RankedTensorType(op.operands[1].type).shape[:2]
     flops = 2 * math.prod(out.shape) * kh * kw * c
-    return (CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles),
+    by_channels = kh * kw * c * f * width // 8 > WEIGHTS_IN_CACHE
+    outer = [0, 0, 0, f_tile, 0, 0, 0] if by_channels else [0, 1, 0, 0, 0, 0, 0]
+    return (CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles), outer=ints(outer),
                         rows=rows_loop(flops >= PARALLEL_FLOPS)) + epilogue(op, i, lanes))

@@ -1,7 +1,9 @@
 """Elementwise epilogues fused into the tiles of their matmul.
 
-A `fused` kernel "matmul + bias + GELU" reaches the CPU pipeline as a `linalg.matmul` whose
-only user (possibly through an `expand_shape`) is one elementwise `linalg.generic`. Left
+A `fused` kernel "matmul + bias + GELU" reaches the CPU pipeline as a contraction (a
+`linalg.matmul`, or the generic one elementwise fusion makes of a matmul of a rank-3
+activation) whose only user (possibly through an `expand_shape`) is one elementwise
+`linalg.generic`. Left
 alone, the matmul writes all of C and the epilogue then streams C through memory again.
 
 Contract: `fuse(module, target, what)` runs after PREPARE and before the strategies
@@ -10,7 +12,7 @@ over column blocks of C (an `scf.for`, `column_tile` picks the width) and fuses 
 and the fill of its accumulator into that loop (`transform.structured.fuse_into_containing_op`):
 each block of C is computed, then run through the epilogue while it is still in cache.
 Only where A is small enough to be read again per block from L2 (A_ELEMENTS).
-The matmul strategies then see the block-sized `linalg.matmul` inside the loop and tile it
+The matmul strategies then see the block-sized contraction inside the loop and tile it
 as usual (their parallel loops stay inside each block). Returns the module (a new one, as
 it was before, if the transform failed: fusing is an optimization, never a failure).
 """
@@ -20,7 +22,9 @@ from __future__ import annotations
 import math
 
 from mlir import ir
+from mlir.dialects import linalg
 
+from flowc.codegen.strategy.matmul import contraction
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 
@@ -31,7 +35,6 @@ STRIP_ELEMENTS = 512 * 1024
 # again, which must then come from L2 (512 KiB of f32). Beyond it (BERT's second FFN
 # matmul, K = 3072) the blocked matmul measured slower than the whole one.
 A_ELEMENTS = 128 * 1024
-CONTRACTIONS = ("linalg.matmul", "linalg.batch_matmul")
 
 STEP = """
     %ep{i} = transform.structured.match ops{{["linalg.generic"]}}
@@ -109,10 +112,11 @@ def fuse(module: ir.Module, target: Target, what: str) -> ir.Module:
         width = {"f32": 32, "f64": 64}.get(str(out.element_type))
         init = mm.operands[2].owner
         epilogue = _epilogue_of(mm)
-        if width is None or epilogue is None or getattr(init, "name", "") != "linalg.fill":
+        loops = contraction(mm)
+        if (width is None or epilogue is None or loops is None
+                or getattr(init, "name", "") != "linalg.fill"):
             continue
-        k = ir.RankedTensorType(mm.operands[0].type).shape[-1]
-        n = out.shape[-1]
+        k, n = loops.sizes[loops.k], loops.sizes[loops.n]
         tile = column_tile(k, n, target.vector_bits // width)
         if tile is None or math.prod(out.shape[:-1]) * k > A_ELEMENTS:
             continue
@@ -137,7 +141,8 @@ def _contractions(module: ir.Module) -> list[ir.Operation]:
     found: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
-        if op.name in CONTRACTIONS:
+        if op.name in ("linalg.matmul", "linalg.batch_matmul", "linalg.generic") and (
+                len(op.operands) == 3 and linalg.isa_contraction_op(op)):
             found.append(op)
         return ir.WalkResult.ADVANCE
 
