@@ -23,12 +23,10 @@ from flowc.cli_common import write_text
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.ir.parser import parse
-from flowc.view import build_view, to_dot, to_html, to_svg
-from flowc.view.html import memory_page, timeline_page
-from flowc.view.memory import load_layout, memory_svg
-from flowc.view.timeline import load_trace, one_run, timeline_svg
 
-WRITERS = {".html": to_html, ".svg": to_svg, ".dot": to_dot}
+# flowc.view (and networkx) load only when `flowc view` runs: every other command's start-up
+# skips them (bench/results/compile_time.md)
+WRITERS = (".html", ".svg", ".dot")
 _STEP = re.compile(r"(\d\d)-(.+)\.flowc\Z")
 
 
@@ -73,6 +71,8 @@ def memory_report(path: str, required: bool) -> dict | None:
     `required`)."""
     report = Path(path) / "memory.json"
     if report.is_file():
+        from flowc.view.memory import load_layout
+
         return load_layout(report)
     if required:
         raise FlowcError(f"'{path}': --memory draws a dump folder's memory report, and there "
@@ -82,10 +82,15 @@ def memory_report(path: str, required: bool) -> dict | None:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
+    from flowc.view import build_view, to_dot, to_html, to_svg
+    from flowc.view.html import memory_page, timeline_page
+    from flowc.view.memory import memory_svg
+    from flowc.view.timeline import load_trace, one_run, timeline_svg
+
     suffix = Path(args.output).suffix
     chart = "the memory chart" if args.memory else (
         "a profile's timeline" if args.file.endswith(".json") else "")
-    formats = (".html", ".svg") if chart else tuple(WRITERS)
+    formats = (".html", ".svg") if chart else WRITERS
     if suffix not in formats:
         raise FlowcError(f"'{args.output}': the output must end in {', '.join(formats)} "
                          f"(the format{' of ' + chart if chart else ''})")
@@ -101,7 +106,8 @@ def cmd_view(args: argparse.Namespace) -> int:
         view = build_view(load_view_graph(args.file, args.stage))
         folder = Path(args.file).is_dir()
         memory = memory_report(args.file, required=False) if folder else None
-        text = to_html(view, memory) if suffix == ".html" else WRITERS[suffix](view)
+        writers = {".html": lambda v: to_html(v, memory), ".svg": to_svg, ".dot": to_dot}
+        text = writers[suffix](view)
     write_text(args.output, text)
     return 0
 

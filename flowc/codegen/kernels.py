@@ -19,6 +19,9 @@ Contract (flowc/codegen/README.md, "Kernels"):
   not even emitted again. Cold or warm, the object is emitted from the kernels' bitcode,
   so it is byte for byte the same. With `dump`, nothing is read from the cache (every
   dump is written).
+- Kernels not found in the cache are built over worker processes
+  (`parallel_compile.run_all`, `$FLOWC_COMPILE_JOBS`; serially with `dump`): the same
+  bytes as a serial build.
 - `progress` (a `flowc.progress.Progress`; by default a quiet one) hears
   `kernels_started(count)`, then per kernel `kernel_started(sym)` and
   `kernel_done(sym, seconds, cached)`.
@@ -26,14 +29,13 @@ Contract (flowc/codegen/README.md, "Kernels"):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 
 import llvmlite.binding as llvm
 from mlir import ir
 from mlir.dialects import bufferization, func
 
-from flowc.codegen import cpu_pipeline
+from flowc.codegen import cpu_pipeline, parallel_compile
 from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
 from flowc.codegen.lower import NOT_KERNELS, lookup
 from flowc.codegen.lower.context import (
@@ -153,15 +155,7 @@ def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str =
         return obj
     tm = target.target_machine()
     linked = None
-    for (sym, body), key in zip(kernels, keys, strict=True):
-        start = time.perf_counter()
-        progress.kernel_started(sym)
-        bitcode = None if dump else cache.get("kernel", key)
-        hit = bitcode is not None
-        if bitcode is None:
-            bitcode = _kernel_bitcode(sym, body, target, tm, dump)
-            cache.put("kernel", key, bitcode)
-        progress.kernel_done(sym, time.perf_counter() - start, hit)
+    for bitcode in _bitcodes(kernels, keys, target, tm, dump, cache, progress):
         mod = llvm.parse_bitcode(bitcode)
         if linked is None:
             linked = mod
@@ -175,6 +169,36 @@ def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str =
     obj = tm.emit_object(linked)
     cache.put("object", object_key, obj)
     return obj
+
+
+def _bitcodes(kernels: Sequence[tuple[str, Graph]], keys: list[str], target: Target,
+              tm: llvm.TargetMachine, dump: Dump | None, cache: CompileCache,
+              progress: Progress) -> list[bytes]:
+    """Each kernel's optimized bitcode, in order: from the cache, else built and stored. With
+    `dump`, every kernel is built here in order; otherwise the misses are built over worker
+    processes (`parallel_compile.run_all`: the same bytes as a serial build)."""
+    if dump:
+        found: list[bytes | None] = [None] * len(kernels)
+    else:
+        found = [cache.get("kernel", key) for key in keys]
+    for (sym, _), bitcode in zip(kernels, found, strict=True):
+        if bitcode is not None:
+            progress.kernel_done(sym, 0.0, True)
+    missing = [i for i, bitcode in enumerate(found) if bitcode is None]
+
+    def build(j: int) -> bytes:
+        sym, body = kernels[missing[j]]
+        return _kernel_bitcode(sym, body, target, tm, dump)
+
+    def done(j: int, seconds: float) -> None:
+        progress.kernel_started(kernels[missing[j]][0])
+        progress.kernel_done(kernels[missing[j]][0], seconds, False)
+
+    built = parallel_compile.run_all(len(missing), build, done, parallel=not dump)
+    for i, bitcode in zip(missing, built, strict=True):
+        cache.put("kernel", keys[i], bitcode)
+        found[i] = bitcode
+    return [bitcode for bitcode in found if bitcode is not None]
 
 
 def kernel_key(sym: str, body: Graph, target: Target) -> str:
