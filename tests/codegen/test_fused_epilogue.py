@@ -13,6 +13,7 @@ from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
+from flowc.testing.tolerance import assert_close
 
 RNG = np.random.default_rng(23)
 F32 = np.dtype("float32")
@@ -63,7 +64,7 @@ def test_epilogue_fused_into_column_blocks(m, k, n, kind):
     feeds = {i.name: feeds[i.name] for i in graph.inputs}
     want = interpret(graph, feeds)["y"]
     got = run_body(graph, list(feeds.values()))[0]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert_close(got, want, "matmul", k)
 
 
 @pytest.mark.parametrize("m,k,n,kind,why", [

@@ -10,6 +10,7 @@ from kernel_harness import op_body
 from test_kernels_registry import CASES
 
 from flowc.ir.interpret import interpret
+from flowc.testing.tolerance import assert_close, op_kind
 
 
 @pytest.mark.parametrize("op", sorted(CASES))
@@ -19,12 +20,11 @@ def test_gpu_stages_of_registry_op_match_interpreter(op):
     feeds = [a for k, a in enumerate(inputs)
              if a is not None and (k not in consts or np.asarray(a).size > 16)]
     expected = interpret(body, {n.name: a for n, a in zip(body.inputs, feeds, strict=True)})
+    n = max([np.size(a) for a in inputs if a is not None] + [1])  # as check_op's
     for got in emulate(body, feeds):
         for (name, _), y in zip(body.outputs, got, strict=True):
             want = np.asarray(expected[name])
-            assert y.shape == want.shape and y.dtype == want.dtype
-            np.testing.assert_allclose(y.astype(np.float64), want.astype(np.float64),
-                                       rtol=1e-4, atol=1e-5, err_msg=f"{op} {name}")
+            assert_close(y, want, op_kind(op), n, err_msg=f"{op} {name}")
 
 
 def test_emulator_refuses_barriers():

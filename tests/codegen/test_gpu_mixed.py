@@ -4,9 +4,10 @@ whose send/recv pairs between the two are asynchronous copies on the partition's
 stream. The runtime runs it through the fake libcuda (gpu_fake_cuda.c) in its *lazy*
 mode, where copies and launches only happen when the stream is synchronized or an event
 recorded after them is waited on, with the GPU stages compiled for the host
-(gpu_emulate.py): outputs match the interpreter (rtol/atol 1e-4: the GPU stages'
-summation order differs from numpy's), the driver calls come in the right order with the
-channels' sizes, and failures name the partition (and the nodes or channel)."""
+(gpu_emulate.py): outputs match the interpreter (the tolerance table's "composite": whole
+models, and the GPU stages' summation order differs from numpy's), the driver calls come in
+the right order with the channels' sizes, and failures name the partition (and the nodes or
+channel)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,7 @@ from flowc.ir.errors import FlowcError
 from flowc.ir.interpret import interpret
 from flowc.runtime.errors import RuntimeStatusError
 from flowc.runtime.loader import load
-
-TOL = {"rtol": 1e-4, "atol": 1e-4}
+from flowc.testing.tolerance import assert_close
 
 
 @pytest.fixture(autouse=True)
@@ -131,7 +131,7 @@ def test_mixed_mlp_matches_interpreter_and_copies_in_order(mlp_mixed, driver, mo
     for run in range(2):  # the second run reuses the channels, events and device memory
         trace.unlink()
         got = model.run(**feeds)
-        np.testing.assert_allclose(got["probs"], want["probs"], **TOL)
+        assert_close(got["probs"], want["probs"], "composite")
         calls = trace.read_text().split("\n")[:-1]
         if run == 0:  # the first run makes the rendezvous: its GPU channels are page-locked
             assert calls[:2] == [f"pin {to_gpu}", f"pin {to_cpu}"]
@@ -160,7 +160,7 @@ def test_mixed_zoo_models_with_alternating_devices_match_interpreter(work, drive
         want = interpret(graph, feeds)
         got = load(out, threads=2).run(**feeds)  # CPU partitions get pools, the GPU one not
         for key, value in want.items():
-            np.testing.assert_allclose(got[key], value, err_msg=f"{name} {key}", **TOL)
+            assert_close(got[key], value, "composite", err_msg=f"{name} {key}")
 
 
 @pytest.mark.parametrize("devices", [("gpu:0", "cpu:0"), ("cpu:0", "gpu:0", "cpu:1")])
@@ -179,7 +179,7 @@ def test_control_edges_and_partition_orders(work, driver, monkeypatch, devices):
     x = {"x": np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)}
     got, want = load(out).run(**x), interpret(graph, x)
     for key, value in want.items():
-        np.testing.assert_allclose(got[key], value, err_msg=key, **TOL)
+        assert_close(got[key], value, "composite", err_msg=key)
 
 
 def test_weights_in_a_side_file(work, driver, monkeypatch):
@@ -189,8 +189,8 @@ def test_weights_in_a_side_file(work, driver, monkeypatch):
     assert (out / "mlp.weights").is_file()
     use(monkeypatch, driver, kernels)
     feeds = zoo.sample_input(zoo.mlp(), batch=2)
-    np.testing.assert_allclose(load(out).run(**feeds)["probs"],
-                               interpret(import_onnx(zoo.mlp()), feeds)["probs"], **TOL)
+    assert_close(load(out).run(**feeds)["probs"],
+                 interpret(import_onnx(zoo.mlp()), feeds)["probs"], "composite")
 
 
 def test_no_driver_names_the_partition(mlp_mixed, monkeypatch):
@@ -226,8 +226,8 @@ def test_a_failed_launch_fails_the_run_naming_its_nodes_without_hanging(mlp_mixe
                                                  r"mlp_k1_s0 \(nodes fc2/Gemm\)"):
         model.run(**feeds)
     monkeypatch.delenv("FAKE_CUDA_FAIL_LAUNCH")
-    np.testing.assert_allclose(model.run(**feeds)["probs"],
-                               interpret(import_onnx(zoo.mlp()), feeds)["probs"], **TOL)
+    assert_close(model.run(**feeds)["probs"],
+                 interpret(import_onnx(zoo.mlp()), feeds)["probs"], "composite")
 
 
 def matmul_chain(n: int) -> Graph:

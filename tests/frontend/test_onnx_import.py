@@ -12,6 +12,7 @@ from flowc.frontend.onnx import OnnxImportError, import_onnx
 from flowc.ir import InterpretError
 from flowc.ir.interpret import interpret
 from flowc.ir.printer import print_graph
+from flowc.testing.tolerance import assert_close
 
 RNG = np.random.default_rng(2)
 W = RNG.standard_normal((4, 3)).astype(np.float32)
@@ -40,7 +41,7 @@ def test_import_keeps_names_and_symbolic_dims():
     assert "graph @mlp(%x: f32[N,4]) -> (y: f32[N,3])" in text
     assert 'loc("fc/MatMul" at "<model>")' in text
     x = RNG.standard_normal((5, 4)).astype(np.float32)
-    np.testing.assert_allclose(interpret(g, {"x": x})["y"], np.maximum(x @ W + B, 0), rtol=1e-6)
+    assert_close(interpret(g, {"x": x})["y"], np.maximum(x @ W + B, 0), "matmul", 4)
 
 
 def test_api_and_onnx_give_the_same_ir():
@@ -61,8 +62,7 @@ def test_model_file_with_external_data(tmp_path):
     g = import_onnx(path)
     assert f'at "{path}"' in print_graph(g)
     x = RNG.standard_normal((2, 4)).astype(np.float32)
-    np.testing.assert_allclose(interpret(g, {"x": x})["y"], np.maximum(x @ big + B, 0),
-                               rtol=1e-6)
+    assert_close(interpret(g, {"x": x})["y"], np.maximum(x @ big + B, 0), "matmul", 4)
 
 
 def test_unsupported_ops_are_all_listed_at_once():
@@ -114,7 +114,7 @@ def test_old_opset_is_converted():
     model.opset_import[0].version = 11
     x = RNG.standard_normal((2, 4)).astype(np.float32)
     got = interpret(import_onnx(model), {"x": x})["y"]
-    np.testing.assert_allclose(got, np.maximum(x @ W + B, 0), rtol=1e-6)
+    assert_close(got, np.maximum(x @ W + B, 0), "matmul", 4)
 
 
 def test_old_opset_that_cannot_be_converted_names_the_node():
@@ -152,7 +152,7 @@ def test_backend_devices_and_unknown_device():
 
     x = RNG.standard_normal((2, 4)).astype(np.float32)
     y, = FlowcBackend.run_model(mlp_model(), [x], device="CPU:interpret")
-    np.testing.assert_allclose(y, np.maximum(x @ W + B, 0), rtol=1e-6)
+    assert_close(y, np.maximum(x @ W + B, 0), "matmul", 4)
     with pytest.raises(ValueError, match="flowc's ONNX backend runs on CPU, CPU:interpret, "
                        "CPU:compiled, not CUDA"):
         FlowcBackend.prepare(mlp_model(), device="CUDA")

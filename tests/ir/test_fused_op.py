@@ -10,6 +10,7 @@ from flowc.ir.interpret import interpret
 from flowc.ir.parser import parse
 from flowc.ir.printer import print_graph
 from flowc.ir.verifier import verify
+from flowc.testing.tolerance import assert_close
 
 F4 = TensorType("f32", (4,))
 TEXT = """graph @g(%x: f32[2,3], %w: f32[3,4], %b: f32[4]) -> (y: f32[2,4]) {
@@ -31,7 +32,7 @@ def test_text_round_trips_and_interprets():
     rng = np.random.default_rng(0)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3), (3, 4), (4,)))
     y = interpret(graph, {"x": x, "w": w, "b": b})["y"]
-    np.testing.assert_allclose(y, (x @ w + b) * 0.5, rtol=1e-6)
+    assert_close(y, (x @ w + b) * 0.5, "matmul", w.shape[0])
 
 
 def body_of(*ops: str, inputs: int = 1, kind_type: TensorType = F4) -> Graph:
@@ -170,8 +171,8 @@ def test_reduction_kernel_verifies():
     g.add_output("y", g.append(make_node("fused", [x], {"body": body, "kind": "reduction"})).out())
     verify(g)
     data = np.arange(8, dtype=np.float32).reshape(2, 4) / 8
-    np.testing.assert_allclose(interpret(g, {"x": data})["y"],
-                               np.exp(data).sum(axis=1, keepdims=True), rtol=1e-6)
+    assert_close(interpret(g, {"x": data})["y"], np.exp(data).sum(axis=1, keepdims=True),
+                 "reduction", data.shape[1])
 
 
 def test_reduction_result_is_the_only_output():

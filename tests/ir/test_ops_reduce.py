@@ -8,6 +8,7 @@ from oracle import onnx_reference, single_node_graph
 from flowc.ir import InferError, TensorType
 from flowc.ir.interpret import interpret
 from flowc.ir.ops import ONNX_OPS, OPS
+from flowc.testing.tolerance import assert_close, op_kind
 
 REDUCE = [("reduce_sum", "ReduceSum"), ("reduce_mean", "ReduceMean"),
           ("reduce_max", "ReduceMax"), ("reduce_min", "ReduceMin"),
@@ -47,10 +48,7 @@ def check(op, onnx_op, inputs, attrs=None, consts=(), exact_shape=True):
     assert actual.dtype == expected.dtype
     if exact_shape:
         assert tuple(node.types[0].shape) == expected.shape
-    if actual.dtype.kind == "f":
-        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
-    else:
-        np.testing.assert_array_equal(actual, expected)
+    assert_close(actual, expected, op_kind(op), max(np.size(x) for x in inputs))
     return node
 
 

@@ -1,12 +1,12 @@
 """The default pipeline on the model zoo: fewer nodes, same outputs after every pass."""
 
-import numpy as np
 import pytest
 
 from flowc.examples import zoo
 from flowc.frontend.onnx import import_onnx
 from flowc.ir.interpret import interpret
 from flowc.passes import PassManager, parse_pipeline
+from flowc.testing.tolerance import assert_close
 
 # Node counts before the default pipeline and after its rewrites (up to prune; fuse then
 # groups nodes into kernels): the MLP's matmul+add becomes a gemm;
@@ -28,7 +28,6 @@ def test_default_pipeline_shrinks_and_keeps_results(name):
         got = interpret(current, feeds)
         for out_name in want:
             # f32; folding BatchNorm into conv weights rounds differently
-            np.testing.assert_allclose(got[out_name], want[out_name], rtol=1e-5, atol=1e-5,
-                                       err_msg=f"after {p.name}")
+            assert_close(got[out_name], want[out_name], "composite", err_msg=f"after {p.name}")
     assert (len(graph.nodes), after["prune"]) == COUNTS[name]
     assert len(current.nodes) <= after["partition"]  # fusing never adds nodes
