@@ -13,15 +13,23 @@ from mlir import ir
 
 from flowc.codegen.strategy.conv import conv_strategy
 from flowc.codegen.strategy.depthwise import depthwise_strategy
+from flowc.codegen.strategy.elementwise import elementwise_strategy
 from flowc.codegen.strategy.matmul import matmul_strategy
 from flowc.codegen.target import Target
 
 Strategy = Callable[[ir.Operation, Target, int], "str | None"]
 
+
+def _generic(op: ir.Operation, target: Target, i: int) -> str | None:
+    """A contraction (a reshaped matmul, generalized) as a matmul; an elementwise op of a
+    kernel that may run in place, vectorized; else None."""
+    return matmul_strategy(op, target, i) or elementwise_strategy(op, target, i)
+
+
 STRATEGIES: dict[str, Strategy] = {
     "linalg.matmul": matmul_strategy,
     "linalg.batch_matmul": matmul_strategy,
-    "linalg.generic": matmul_strategy,  # contractions only (a reshaped matmul, generalized)
+    "linalg.generic": _generic,
     "linalg.conv_2d_nhwc_hwcf": conv_strategy,
     "linalg.depthwise_conv_2d_nhwc_hwc": depthwise_strategy,
 }
