@@ -37,21 +37,10 @@ def _builder(seed: int):
 
 def _conv_bn(b, x: str, name: str, cin: int, cout: int, k: int, stride: int = 1,
              group: int = 1, act: str | None = "Relu") -> str:
-    import numpy as np
+    """perf_models' Conv + BatchNormalization (+ activation) block, in this file's order."""
+    import perf_models
 
-    x = b.node("Conv", [x, b.weight(f"{name}.w", (cout, cin // group, k, k))], f"{name}/Conv",
-               pads=[k // 2] * 4, strides=[stride, stride], group=group)
-    x = b.node("BatchNormalization", [
-        x, b.const(f"{name}.bn.scale", (1 + 0.1 * b.rng.standard_normal(cout)).astype(np.float32)),
-        b.weight(f"{name}.bn.bias", (cout,), 0.1), b.weight(f"{name}.bn.mean", (cout,), 0.1),
-        b.const(f"{name}.bn.var", b.rng.uniform(0.5, 1.5, cout).astype(np.float32))],
-        f"{name}/BatchNormalization", epsilon=1e-5)
-    if act == "Relu":
-        x = b.node("Relu", [x], f"{name}/Relu")
-    elif act == "Relu6":
-        x = b.node("Clip", [x, b.const(f"{name}.lo", np.array(0, np.float32)),
-                            b.const(f"{name}.hi", np.array(6, np.float32))], f"{name}/Clip")
-    return x
+    return perf_models._conv_bn(b, x, cin, cout, name, k, stride, group, act)
 
 
 def _head(b, x: str, cin: int, classes: int, name: str, size: int):
