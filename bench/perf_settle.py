@@ -88,9 +88,13 @@ def child(artifacts: dict[str, str], onnx_files: dict[str, str], threads: int, r
         fns[f"flowc_{name}"] = lambda m=art, f=feeds: m.run(**f)
     spin = {name: spin_after(fn) for name, fn in fns.items()}
     kc.settle(0.2, 2.0)
+    load = kc.OtherLoad()
     inter = kc.time_interleaved(fns, rounds * 2, warmup=3)
+    other = [load.cores()]
+    load = kc.OtherLoad()
     bursts = kc.time_bursts({name: {name: fn} for name, fn in fns.items()}, rounds, burst=5)
-    return {"threads": threads, "load": os.getloadavg(), "spin": spin,
+    other.append(load.cores())
+    return {"threads": threads, "load": os.getloadavg(), "spin": spin, "other_cores": other,
             "interleaved_ms": {n: statistics.median(t) * 1e3 for n, t in inter.items()},
             "bursts_ms": {n: statistics.median(x for r in t for x in r) * 1e3
                           for n, t in bursts["times"].items()},
@@ -130,7 +134,10 @@ def render(results: list[dict[str, Any]], load0: tuple, load1: tuple) -> str:
     lines += ["", "Settle pauses (bursts): " + "; ".join(
         f"{t} thr median {r['settle_ms']['median']:.0f} ms, max {r['settle_ms']['max']:.0f} ms"
         for t, r in by_t.items()) + ". Load average in each child: " + "; ".join(
-        f"{t} thr {', '.join(f'{x:.2f}' for x in r['load'])}" for t, r in by_t.items()) + ".", ""]
+        f"{t} thr {', '.join(f'{x:.2f}' for x in r['load'])}" for t, r in by_t.items())
+        + ". Cores other processes kept busy (interleaved, bursts): " + "; ".join(
+        f"{t} thr " + ", ".join("?" if c is None else f"{c:.2f}" for c in r["other_cores"])
+        for t, r in by_t.items()) + ".", ""]
     return "\n".join(lines)
 
 
