@@ -4,10 +4,11 @@
                                           [--out FILE.md]
 
 Builds the models of bench/perf_models.py, compiles them with flowc, then at one thread
-(OPENBLAS and flowc) loads each artifact twice: with this tree's loader and with the loader
-of git revision `--base` (flowc/runtime/loader.py of that revision, imported from a
-temporary file; the C runtime and the artifact are the same). It times, in rounds of bursts
-of 5 calls (kernels_common.time_bursts; one model at a time, no other engine):
+(`flowc.load(dir, threads=1)`; no other engine runs) loads each artifact twice: with this
+tree's loader and with the loader of git revision `--base` (flowc/runtime/loader.py of that
+revision, imported from a temporary file; the C runtime and the artifact are the same). It
+times, in rounds of bursts of 5 calls (kernels_common.time_bursts; one model at a time, no
+other engine):
 
 - `base run`: the base loader's `Model.run(**feeds)` on ordinary numpy inputs;
 - `run`: this tree's `Model.run(**feeds)`, the same inputs;
@@ -18,9 +19,10 @@ of 5 calls (kernels_common.time_bursts; one model at a time, no other engine):
 
 For each: the median ms per call, and the median of (call time - the C `run` call's time
 inside it), the per-call cost outside the C run: checks, allocation, ctypes, the input
-copy. Then the page faults (ru_minflt) per call of 20 calls of `run` whose outputs are
-dropped, of `run` whose outputs are all kept (a caller collecting results), and of
-`run_into`, with their ms per call. Writes bench/results/perf_loader.md.
+copy. Then page faults (ru_minflt: pages populated by MAP_POPULATE count too) and ms per
+call, in blocks of 10 calls, 3 blocks each in turn: the base loader's and this tree's
+`run` with every output kept (a caller collecting results: fresh memory each call), `run`
+with the outputs dropped, `run_into`. Writes bench/results/perf_loader.md.
 """
 
 from __future__ import annotations
@@ -39,8 +41,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "FLOWC_NUM_THREADS"):
-    os.environ[_var] = "1"
 
 
 def base_loader(rev: str, tmp: Path) -> Any:
@@ -69,13 +69,30 @@ class Inner:
         return status
 
 
-def faults(fn: Any, calls: int = 20) -> tuple[float, float]:
-    """(page faults per call, ms per call) of `calls` calls of fn."""
-    f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1, f1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    return (f1 - f0) / calls, (t1 - t0) / calls * 1e3
+def faults(variants: dict[str, Any], calls: int = 10, repeats: int = 3
+           ) -> dict[str, tuple[float, float]]:
+    """{label: (page faults per call, ms per call)}: `repeats` times, the variants in turn,
+    each `calls` calls in a row (what a variant keeps is dropped after its block); the
+    medians over the repeats."""
+    got: dict[str, list[tuple[float, float]]] = {label: [] for label in variants}
+    for _ in range(repeats):
+        for label, make in variants.items():
+            fn = make()
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            t1 = time.perf_counter()
+            f1 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+            got[label].append(((f1 - f0) / calls, (t1 - t0) / calls * 1e3))
+            del fn
+    return {label: (statistics.median(f for f, _ in v), statistics.median(t for _, t in v))
+            for label, v in got.items()}
+
+
+def _keeping(call: Any) -> Any:
+    kept: list[Any] = []
+    return lambda: kept.append(call())
 
 
 def measure(name: str, artifact: str, base: Any, rounds: int) -> dict[str, Any]:
@@ -121,12 +138,12 @@ def measure(name: str, artifact: str, base: Any, rounds: int) -> dict[str, Any]:
             row[label] = {"ms": statistics.median(calls) * 1e3}
             if label in outside:
                 row[label]["outside_us"] = statistics.median(outside[label][-len(calls):]) * 1e6
-        kept: list[Any] = []
-        row["faults"] = {
-            "run, outputs dropped": faults(lambda: new.run(**feeds)),
-            "run, outputs kept": faults(lambda: kept.append(new.run(**feeds))),
-            "run_into": faults(lambda: new.run_into(out, **feeds)),
-        }
+        row["faults"] = faults({
+            "base run, outputs kept": lambda: _keeping(lambda: old.run(**feeds)),
+            "run, outputs kept": lambda: _keeping(lambda: new.run(**feeds)),
+            "run, outputs dropped": lambda: lambda: new.run(**feeds),
+            "run_into": lambda: lambda: new.run_into(out, **feeds),
+        })
         return row
     finally:
         new.close()
@@ -154,7 +171,7 @@ def render(rows: list[dict[str, Any]], base: str, load0: tuple, load1: tuple) ->
         other = "?" if r["other_cores"] is None else f"{r['other_cores']:.2f}"
         lines.append(f"| {r['model']} | " + " | ".join(cells) + f" | {other} |")
     kinds = list(rows[0]["faults"])
-    lines += ["", "## Page faults per call (ms per call), 20 calls in a row", "",
+    lines += ["", "## Page faults per call (ms per call), medians of 3 blocks of 10 calls", "",
               "| model | " + " | ".join(kinds) + " |", "| --- |" + " ---: |" * len(kinds)]
     for r in rows:
         lines.append(f"| {r['model']} | " + " | ".join(
@@ -162,7 +179,7 @@ def render(rows: list[dict[str, Any]], base: str, load0: tuple, load1: tuple) ->
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     import onnx
     import perf
     import perf_models
@@ -174,7 +191,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="tiny models (a smoke run)")
     parser.add_argument("--out", default=str(HERE / "results" / "perf_loader.md"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import kernels_common as kc
 
     load0 = os.getloadavg()

@@ -55,3 +55,15 @@ def test_other_load_is_a_core_count():
     time.sleep(0.05)
     cores = load.cores()
     assert cores is None or 0.0 <= cores <= 64
+
+
+def test_perf_loader_quick_run_writes_its_table(tmp_path, capsys):
+    import perf_loader
+
+    out = tmp_path / "loader.md"
+    assert perf_loader.main(["--quick", "--models", "matmul_1024", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text in capsys.readouterr().out
+    row = next(line for line in text.splitlines() if line.startswith("| matmul_1024 |"))
+    assert len(row.split("|")) == 9  # model, 5 variants, other cores
+    assert "run, outputs kept" in text and "base loader: `main`" in text
