@@ -34,9 +34,14 @@ def aligned_empty(shape: tuple[int, ...], dt: np.dtype, nbytes: int | None = Non
     """An uninitialized C-contiguous array whose data is ALIGN-byte aligned."""
     if nbytes is None:
         nbytes = math.prod(shape) * dt.itemsize
+    return _aligned(shape, dt, nbytes)[0]
+
+
+def _aligned(shape: tuple[int, ...], dt: np.dtype, nbytes: int) -> tuple[np.ndarray, int]:
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    start = -raw.__array_interface__["data"][0] % ALIGN
-    return np.ndarray(shape, dt, raw, start)
+    address = raw.__array_interface__["data"][0]
+    start = -address % ALIGN
+    return np.ndarray(shape, dt, raw, start), address + start
 
 
 class _Mapped:
@@ -67,14 +72,20 @@ class OutputBuffers:
         self.free: list[list[tuple[mmap.mmap, int]]] | None = [[] for _ in specs]
 
     def new(self) -> list[np.ndarray]:
-        out = []
+        return self.new_with_addresses()[0]
+
+    def new_with_addresses(self) -> tuple[list[np.ndarray], list[int]]:
+        """`new()`'s arrays and their data addresses (what the C runtime is given)."""
+        arrays, addresses = [], []
         for slot, (shape, dt, nbytes) in enumerate(self.specs):
-            out.append(self._mapped(slot, shape, dt, nbytes) if self.mapped[slot]
-                       else aligned_empty(shape, dt, nbytes))
-        return out
+            array, address = (self._mapped(slot, shape, dt, nbytes) if self.mapped[slot]
+                              else _aligned(shape, dt, nbytes))
+            arrays.append(array)
+            addresses.append(address)
+        return arrays, addresses
 
     def _mapped(self, slot: int, shape: tuple[int, ...], dt: np.dtype, nbytes: int
-                ) -> np.ndarray:
+                ) -> tuple[np.ndarray, int]:
         free = self.free[slot] if self.free is not None else []
         try:
             region, address = free.pop()
@@ -84,7 +95,7 @@ class OutputBuffers:
             address = probe.__array_interface__["data"][0]
             del probe  # releases the buffer export, so the mapping can close later
         base: Any = np.asarray(_Mapped(self, slot, region, address, nbytes))
-        return base.view(dt).reshape(shape)
+        return base.view(dt).reshape(shape), address
 
     def close(self) -> None:
         self.free = None

@@ -335,18 +335,21 @@ class Model:
                                     f"{list(shape)}, got {got}")
         return arrays
 
-    def _call(self, arrays: list[np.ndarray], outputs: list[np.ndarray]) -> None:
-        """Bind the buffers and run (the caller checked them)."""
+    def _call(self, arrays: list[np.ndarray], outputs: list[np.ndarray],
+              out_addresses: list[int] | None = None) -> None:
+        """Bind the buffers (outputs at `out_addresses` when given) and run; the caller
+        checked them."""
+        addresses = ([a.__array_interface__["data"][0] for a in arrays],
+                     out_addresses or [a.__array_interface__["data"][0] for a in outputs])
         with self._lock:
             if not self._ctx:
                 raise ArtifactError(f"model '{self.name}' was closed")
             ctx = self._ctx
-            for kind, buffers in ((0, arrays), (1, outputs)):
+            for kind in (0, 1):
                 setter, specs = self._binders[kind]
-                for k, array in enumerate(buffers):
+                for k, address in enumerate(addresses[kind]):
                     code, rank, dims = specs[k]
-                    status = setter(ctx, k, array.__array_interface__["data"][0], code, rank,
-                                    dims)
+                    status = setter(ctx, k, address, code, rank, dims)
                     if status:
                         self._check(status, f"{('input', 'output')[kind]} #{k}")
             status = self.profiler.run(ctx) if self.profiler else self._run(ctx)
@@ -357,8 +360,8 @@ class Model:
         """{output name: array} for the given inputs (by position or name); the arrays
         are new, the caller's own."""
         arrays = self._feeds(args, kwargs)
-        outputs = self._buffers.new()
-        self._call(arrays, outputs)
+        outputs, addresses = self._buffers.new_with_addresses()
+        self._call(arrays, outputs, addresses)
         return dict(zip(self._output_names, outputs, strict=True))
 
     def run_into(self, out: Any, /, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
