@@ -200,6 +200,18 @@ def goals(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def settle_line(rows: list[dict[str, Any]]) -> list[str]:
+    """The settle pauses per thread count (rows without them: none)."""
+    parts = []
+    for threads in sorted({r["threads"] for r in rows if "settle_ms" in r}):
+        mine = [r["settle_ms"] for r in rows if r["threads"] == threads and "settle_ms" in r]
+        median = statistics.median(m["median"] for m in mine)
+        parts.append(f"{threads} thread(s): median {median:.0f} ms, longest "
+                     f"{max(m['max'] for m in mine):.0f} ms")
+    return [f"- Settle pauses (the median over models of each model's median): "
+            f"{'; '.join(parts)}."] if parts else []
+
+
 def render(result: dict[str, Any], notes: str | None = None) -> str:
     """The markdown report; `notes`: the file name of a hand-written analysis beside it."""
     gflop = {c["model"]: c["gflop"] for c in result["compile"]}
@@ -248,6 +260,7 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         "how many cores other processes kept busy while the model was timed (/proc/stat): "
         "near 0 means a quiet machine; at 2 threads on 2 cores, anything near 1 makes the "
         "2-thread figures noise.",
+        *settle_line(result["timing"]),
         "- flowc threads: `flowc.load(dir, threads=N)`; OpenBLAS and onnxruntime: "
         "OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set before numpy loads, "
         "intra_op_num_threads.",
