@@ -1,6 +1,6 @@
 """Why bench/perf.py times engines in bursts with a settle pause at 2 threads: evidence.
 
-    .venv/bin/python bench/perf_settle.py [--threads 1 2] [--rounds 12] [--out FILE.md]
+    .venv/bin/python bench/perf_settle.py [--threads 1 2] [--rounds 6] [--blocks 4] [--out FILE.md]
 
 Builds the MLP and the 1024^3 matmul of bench/perf_models.py, compiles them with flowc,
 then, in one child process per thread count (BLAS threads set before numpy loads):
@@ -10,9 +10,10 @@ then, in one child process per thread count (BLAS threads set before numpy loads
    engine's idle workers) use in 2 ms slices, for 1 s: `spin ms` is when the last slice in
    which they used more than 10% of it ended (the median of 5 tries, each after a settle),
    `spin CPU ms` their CPU time in that second.
-2. Both timing methods on the same engines in the same process: interleaved call by call
-   (kernels_common.time_interleaved, what perf.py did before), and bursts of 5 calls per
-   engine after a settle (kernels_common.time_bursts, what perf.py does now): medians.
+2. Both timing methods on the same engines in the same process, alternating in blocks:
+   interleaved call by call (kernels_common.time_interleaved, what perf.py did before),
+   and bursts of 5 calls per engine after a settle (kernels_common.time_bursts, what
+   perf.py does now): medians over all blocks.
    At 2 threads the interleaved figures suffer from the previous engine's spinning
    workers; the burst figures should show numpy's sgemm scaling.
 
@@ -61,8 +62,8 @@ def spin_after(fn: Any, tries: int = 5, window_s: float = 1.0, slice_s: float = 
     return {"spin_ms": statistics.median(ends), "spin_cpu_ms": statistics.median(cpus)}
 
 
-def child(artifacts: dict[str, str], onnx_files: dict[str, str], threads: int, rounds: int
-          ) -> dict[str, Any]:
+def child(artifacts: dict[str, str], onnx_files: dict[str, str], threads: int, rounds: int,
+          blocks: int) -> dict[str, Any]:
     import kernels_common as kc
     import numpy as np
     import onnxruntime as ort
@@ -87,19 +88,32 @@ def child(artifacts: dict[str, str], onnx_files: dict[str, str], threads: int, r
         fns[f"ort_{name}"] = lambda s=session, f=feeds: s.run(None, f)
         fns[f"flowc_{name}"] = lambda m=art, f=feeds: m.run(**f)
     spin = {name: spin_after(fn) for name, fn in fns.items()}
-    kc.settle(0.2, 2.0)
-    load = kc.OtherLoad()
-    inter = kc.time_interleaved(fns, rounds * 2, warmup=3)
-    other = [load.cores()]
-    load = kc.OtherLoad()
-    bursts = kc.time_bursts({name: {name: fn} for name, fn in fns.items()}, rounds, burst=5)
-    other.append(load.cores())
-    return {"threads": threads, "load": os.getloadavg(), "spin": spin, "other_cores": other,
+    inter: dict[str, list[float]] = {name: [] for name in fns}
+    burst: dict[str, list[float]] = {name: [] for name in fns}
+    settles: list[float] = []
+    other = [0.0, 0.0]  # core-seconds other processes used during each method
+    spent = [0.0, 0.0]
+    for _ in range(blocks):  # the methods alternate in blocks, so load hits both alike
+        kc.settle(0.2, 2.0)
+        load, t = kc.OtherLoad(), time.perf_counter()
+        for name, times in kc.time_interleaved(fns, rounds, warmup=1).items():
+            inter[name] += times
+        spent[0] += time.perf_counter() - t
+        other[0] += (load.cores() or 0.0) * (time.perf_counter() - t)
+        load, t = kc.OtherLoad(), time.perf_counter()
+        got = kc.time_bursts({name: {name: fn} for name, fn in fns.items()},
+                             max(1, rounds // 3), burst=5, warmup=1)
+        spent[1] += time.perf_counter() - t
+        other[1] += (load.cores() or 0.0) * (time.perf_counter() - t)
+        settles += got["settle_s"]
+        for name, per_round in got["times"].items():
+            burst[name] += [x for calls in per_round for x in calls]
+    return {"threads": threads, "load": os.getloadavg(), "spin": spin,
+            "other_cores": [o / s for o, s in zip(other, spent, strict=True)],
             "interleaved_ms": {n: statistics.median(t) * 1e3 for n, t in inter.items()},
-            "bursts_ms": {n: statistics.median(x for r in t for x in r) * 1e3
-                          for n, t in bursts["times"].items()},
-            "settle_ms": {"median": statistics.median(bursts["settle_s"]) * 1e3,
-                          "max": max(bursts["settle_s"]) * 1e3}}
+            "bursts_ms": {n: statistics.median(t) * 1e3 for n, t in burst.items()},
+            "settle_ms": {"median": statistics.median(settles) * 1e3,
+                          "max": max(settles) * 1e3}}
 
 
 def render(results: list[dict[str, Any]], load0: tuple, load1: tuple) -> str:
@@ -122,6 +136,7 @@ def render(results: list[dict[str, Any]], load0: tuple, load1: tuple) -> str:
             for r in by_t.values()) + " |")
     lines += ["", "## Medians (ms) by timing method", "",
               "interleaved: one call of each engine per round, in turn (the old perf.py); "
+              "the two methods alternate in blocks (4 by default); "
               "bursts: 5 timed calls per engine after a settle (sleep until the other "
               "threads use < 10% CPU, at least 20 ms), order rotated each round (perf.py now).",
               "", "| engine | " + " | ".join(f"{t} thr interleaved | {t} thr bursts"
@@ -144,7 +159,10 @@ def render(results: list[dict[str, Any]], load0: tuple, load1: tuple) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="interleaved rounds per block (bursts: a third as many rounds "
+                             "of 5 calls)")
+    parser.add_argument("--blocks", type=int, default=4, help="blocks of each method")
     parser.add_argument("--out", default=str(HERE / "results" / "perf_settle.md"))
     args = parser.parse_args()
     import onnx
@@ -167,7 +185,7 @@ def main() -> int:
         for threads in args.threads:
             out = subprocess.run(
                 [sys.executable, __file__, "--child", json.dumps([artifacts, onnx_files]),
-                 str(threads), str(args.rounds)], env=perf.thread_env(threads),
+                 str(threads), str(args.rounds), str(args.blocks)], env=perf.thread_env(threads),
                 capture_output=True, text=True, check=False)
             if out.returncode:
                 print(out.stderr[-4000:], file=sys.stderr)
@@ -182,6 +200,6 @@ def main() -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         arts, files = json.loads(sys.argv[2])
-        print(json.dumps(child(arts, files, int(sys.argv[3]), int(sys.argv[4]))))
+        print(json.dumps(child(arts, files, *map(int, sys.argv[3:6]))))
         raise SystemExit(0)
     raise SystemExit(main())
