@@ -7,10 +7,12 @@ least `LARGE` bytes gets a private anonymous mapping of its own, pre-faulted wit
 MAP_POPULATE where the OS has it: on the machines of 2026-12-03 one page fault costs about
 6 us, so a kernel writing a fresh 4 MiB output took 6-9 ms longer, a populated one about 2
 ms (bench/results/perf_loader.md). When the caller drops such an array and every view of
-it, its mapping returns to a free list (at most `KEEP` per output) that the next `new()`
-takes first: no fault, no system call. `close()` empties the free lists (arrays still held
-keep their mappings until dropped). Smaller outputs come from numpy's allocator (malloc
-recycles those). Imports only the standard library and numpy.
+it, its mapping returns to a free list that the next `new()` takes first: no fault, no
+system call. A free list holds at most max(KEEP, RETAIN // size) mappings (a caller that
+keeps a batch of outputs, then drops them, finds them again, as with malloc's heap).
+`close()` empties the free lists (arrays still held keep their mappings until dropped).
+Smaller outputs come from numpy's allocator (malloc recycles those). Imports only the
+standard library and numpy.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import numpy as np
 from flowc.runtime.abi import ALIGN
 
 LARGE = 256 << 10  # bytes
-KEEP = 2  # free mappings kept per output
+KEEP = 2  # free mappings kept per output at least
+RETAIN = 64 << 20  # ... and more while they hold at most this many bytes
 _FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
@@ -47,7 +50,7 @@ def _aligned(shape: tuple[int, ...], dt: np.dtype, nbytes: int) -> tuple[np.ndar
 class _Mapped:
     """The base object of a large output array: its mapping, exposed to numpy through
     `__array_interface__`; on deletion (the array and its views are gone) the mapping goes
-    back to `free` unless that holds KEEP already or was closed (None)."""
+    back to its owner's free list unless that is full or closed (None)."""
 
     __slots__ = ("__array_interface__", "_owner", "_slot", "map")
 
@@ -58,16 +61,19 @@ class _Mapped:
                                     "data": (address, False)}
 
     def __del__(self) -> None:
-        free = self._owner.free
-        if free is not None and len(free[self._slot]) < KEEP:
+        owner = self._owner
+        free = owner.free
+        if free is not None and len(free[self._slot]) < owner.keep[self._slot]:
             free[self._slot].append((self.map, self.__array_interface__["data"][0]))
 
 
 class OutputBuffers:
     """The output arrays of one model (see the module contract)."""
 
-    def __init__(self, specs: list[tuple[tuple[int, ...], np.dtype, int]]):
+    def __init__(self, specs: list[tuple[tuple[int, ...], np.dtype, int]],
+                 retain: int = RETAIN):
         self.specs = specs
+        self.keep = [max(KEEP, retain // max(nbytes, 1)) for _, _, nbytes in specs]
         self.mapped = [_FLAGS != 0 and nbytes >= LARGE for _, _, nbytes in specs]
         self.free: list[list[tuple[mmap.mmap, int]]] | None = [[] for _ in specs]
 

@@ -133,18 +133,20 @@ def test_large_outputs_are_recycled_only_once_dropped(big_mlp):
     del fourth, view, third
 
 
-def test_output_buffers_keep_at_most_keep_free():
+def test_output_buffers_keep_a_bounded_number_free():
     specs = [((LARGE // 4,), np.dtype(np.float32), LARGE), ((3,), np.dtype(np.int64), 24)]
-    pool = OutputBuffers(specs)
-    arrays = [pool.new() for _ in range(KEEP + 2)]
+    pool = OutputBuffers(specs, retain=3 * LARGE)
+    assert pool.keep[0] == 3 and KEEP == 2
+    arrays = [pool.new() for _ in range(5)]
     for big, small in arrays:
         assert big.shape == (LARGE // 4,) and big.dtype == np.float32
         assert small.shape == (3,) and small.dtype == np.int64
         assert address(big) % 64 == 0 and address(small) % 64 == 0
         big[...] = 1.0
-    assert len({address(big) for big, _ in arrays}) == KEEP + 2
+    assert len({address(big) for big, _ in arrays}) == 5
     del big, small
     arrays.clear()
-    assert len(pool.free[0]) == KEEP and pool.free[1] == []
+    assert len(pool.free[0]) == 3 and pool.free[1] == []
+    assert OutputBuffers(specs, retain=0).keep[0] == KEEP
     pool.close()
     assert pool.new()[0].shape == (LARGE // 4,)  # closed: new mappings, none kept
