@@ -7,15 +7,14 @@ ctypes, checks that the library's own tables agree with the manifest, and create
 runtime context (the C runtime refuses a CPU lacking the features the kernels were built
 for). The returned `Model` runs with `run(**inputs) -> {name: array}` or
 `model(*inputs, **inputs)` (positional in manifest order) returning the outputs (one array,
-or a tuple), each call's outputs new arrays the caller owns (large ones recycled once
-dropped: buffers.py); `run_into(out, *inputs, **inputs)` writes them into the caller's
-arrays instead (`empty_outputs()` makes them), so that repeated calls allocate nothing. It
-checks input names, dtypes and shapes before calling into C (the common case, C-contiguous
-arrays of the declared dtype and shape, by a short path), releases the GIL while the model
-runs, and serializes calls on one Model (load one per thread for parallel use). Inputs not
-64-byte aligned (numpy aligns to 16) are copied by the C runtime on each call;
-`empty_inputs()` gives aligned ones. Every problem is an `ArtifactError` naming the
-artifact and what is wrong.
+or a tuple), each call's outputs new arrays the caller owns; `run_into(out, *inputs,
+**inputs)` writes them into the caller's arrays instead (`empty_outputs()` makes them), so
+that repeated calls allocate nothing. It checks input names, dtypes and shapes before
+calling into C (the common case, C-contiguous arrays of the declared dtype and shape, by a
+short path), releases the GIL while the model runs, and serializes calls on one Model
+(load one per thread for parallel use). Inputs not 64-byte aligned (numpy aligns to 16)
+are copied by the C runtime on each call; `empty_inputs()` gives aligned ones. Every
+problem is an `ArtifactError` naming the artifact and what is wrong.
 Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
 """
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from flowc.runtime.abi import (
     ABI_VERSION,
+    ALIGN,
     DTYPE_CODES,
     MANIFEST_FILE,
     MANIFEST_FORMAT,
@@ -41,7 +41,6 @@ from flowc.runtime.abi import (
     WEIGHTS_HEADER,
     numpy_dtype,
 )
-from flowc.runtime.buffers import OutputBuffers, aligned_empty
 from flowc.runtime.errors import ArtifactError, RuntimeStatusError
 from flowc.runtime.profile import Profiler
 
@@ -183,7 +182,6 @@ class Model:
         self._output_names = [name for name, _, _ in self.outputs]
         self._out_alloc = [(shape, dt, math.prod(shape) * dt.itemsize)
                            for _, dt, shape in self.outputs]
-        self._buffers = OutputBuffers(self._out_alloc)
 
     # ---- setting up -----------------------------------------------------------------
     def _fn(self, suffix: str) -> Any:
@@ -360,7 +358,11 @@ class Model:
         """{output name: array} for the given inputs (by position or name); the arrays
         are new, the caller's own."""
         arrays = self._feeds(args, kwargs)
-        outputs, addresses = self._buffers.new_with_addresses()
+        outputs, addresses = [], []
+        for shape, dt, nbytes in self._out_alloc:
+            array, address = _aligned(shape, dt, nbytes)
+            outputs.append(array)
+            addresses.append(address)
         self._call(arrays, outputs, addresses)
         return dict(zip(self._output_names, outputs, strict=True))
 
@@ -377,7 +379,8 @@ class Model:
 
     def empty_outputs(self) -> dict[str, np.ndarray]:
         """{output name: uninitialized 64-byte aligned array} for `run_into`."""
-        return dict(zip(self._output_names, self._buffers.new(), strict=True))
+        return {name: aligned_empty(shape, dt, nbytes) for name, (shape, dt, nbytes)
+                in zip(self._output_names, self._out_alloc, strict=True)}
 
     def empty_inputs(self) -> dict[str, np.ndarray]:
         """{input name: uninitialized 64-byte aligned array}: inputs filled in these are
@@ -393,8 +396,6 @@ class Model:
         if getattr(self, "_ctx", None):
             self._fn("destroy")(self._ctx)
             self._ctx = ctypes.c_void_p()
-        if getattr(self, "_buffers", None):
-            self._buffers.close()
 
     def __enter__(self) -> Model:
         return self
@@ -409,6 +410,22 @@ class Model:
         ins = ", ".join(f"{n}: {dt}{list(s)}" for n, dt, s in self.inputs)
         outs = ", ".join(f"{n}: {dt}{list(s)}" for n, dt, s in self.outputs)
         return f"<flowc.Model {self.name} ({ins}) -> ({outs}) from {self.path}>"
+
+
+def aligned_empty(shape: tuple[int, ...], dt: np.dtype, nbytes: int | None = None
+                  ) -> np.ndarray:
+    """An uninitialized C-contiguous array whose data is ALIGN-byte aligned."""
+    if nbytes is None:
+        nbytes = math.prod(shape) * dt.itemsize
+    return _aligned(shape, dt, nbytes)[0]
+
+
+def _aligned(shape: tuple[int, ...], dt: np.dtype, nbytes: int) -> tuple[np.ndarray, int]:
+    """`aligned_empty` and its data address."""
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    address = raw.__array_interface__["data"][0]
+    start = -address % ALIGN
+    return np.ndarray(shape, dt, raw, start), address + start
 
 
 def default_threads(manifest: dict[str, Any]) -> int:

@@ -1,6 +1,5 @@
 """Model.run / run_into / empty_inputs / empty_outputs: results, ownership of the output
-arrays (new each call, large ones recycled only once dropped), and clear errors for bad
-out= arrays."""
+arrays (new each call), and clear errors for bad out= arrays."""
 
 from __future__ import annotations
 
@@ -10,9 +9,7 @@ import numpy as np
 import pytest
 
 import flowc
-from flowc.examples import zoo
 from flowc.runtime import ArtifactError
-from flowc.runtime.buffers import KEEP, LARGE, OutputBuffers, aligned_empty
 
 
 def x(shape=(2, 64), seed=0):
@@ -21,16 +18,6 @@ def x(shape=(2, 64), seed=0):
 
 def address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
-
-
-@pytest.fixture(scope="module")
-def big_mlp(tmp_path_factory):
-    """The zoo MLP at batch 8192: its output (8192 x 10 f32) is over buffers.LARGE."""
-    import naive_backend
-
-    out = tmp_path_factory.mktemp("runtime_big_mlp")
-    flowc.compile(zoo.mlp(), out, batch=8192, backend=naive_backend)
-    return out
 
 
 def test_run_returns_new_arrays_each_call(built_mlp):
@@ -107,46 +94,3 @@ def test_empty_inputs_are_aligned_and_read_in_place(built_mlp):
     assert feeds["x"].dtype == np.float32 and address(feeds["x"]) % 64 == 0
     feeds["x"][...] = x()
     np.testing.assert_array_equal(model(**feeds), model(x()))
-
-
-def test_large_outputs_are_recycled_only_once_dropped(big_mlp):
-    model = flowc.load(big_mlp, threads=1)
-    inputs = x((8192, 64))
-    want = model.run_into([aligned_empty((8192, 10), np.dtype(np.float32))], inputs)["probs"]
-    assert want.nbytes >= LARGE
-    first = model(inputs)
-    kept = address(first)
-    second = model(inputs)  # `first` is alive: other memory
-    assert not np.shares_memory(first, second)
-    view = second[:3]
-    del second  # a view keeps the buffer
-    third = model(inputs)
-    assert not np.shares_memory(third, view)
-    for got in (first, view, third):
-        np.testing.assert_array_equal(got, want[:len(got)])
-    del first
-    fourth = model(inputs)  # `first`'s buffer is free again: reused
-    assert address(fourth) == kept
-    np.testing.assert_array_equal(fourth, want)
-    model.close()
-    np.testing.assert_array_equal(fourth, want)  # still the caller's after close
-    del fourth, view, third
-
-
-def test_output_buffers_keep_a_bounded_number_free():
-    specs = [((LARGE // 4,), np.dtype(np.float32), LARGE), ((3,), np.dtype(np.int64), 24)]
-    pool = OutputBuffers(specs, retain=3 * LARGE)
-    assert pool.keep[0] == 3 and KEEP == 2
-    arrays = [pool.new() for _ in range(5)]
-    for big, small in arrays:
-        assert big.shape == (LARGE // 4,) and big.dtype == np.float32
-        assert small.shape == (3,) and small.dtype == np.int64
-        assert address(big) % 64 == 0 and address(small) % 64 == 0
-        big[...] = 1.0
-    assert len({address(big) for big, _ in arrays}) == 5
-    del big, small
-    arrays.clear()
-    assert len(pool.free[0]) == 3 and pool.free[1] == []
-    assert OutputBuffers(specs, retain=0).keep[0] == KEEP
-    pool.close()
-    assert pool.new()[0].shape == (LARGE // 4,)  # closed: new mappings, none kept
