@@ -152,17 +152,21 @@ class OtherLoad:
 
 def time_bursts(engines: dict[str, dict], rounds: int, burst: int = 5, min_time: float = 0.0,
                 max_rounds: int = 200, warmup: int = 2, settle_min: float = 0.02,
-                settle_max: float = 1.0, rotate: bool = True) -> dict:
+                settle_max: float = 1.0, rotate: bool = True, ramp_s: float = 0.05) -> dict:
     """Time engines that may use several threads, one at a time.
 
     `engines`: {engine: {name: function}}. A round runs each engine in turn (the order
     rotated by one engine each round when `rotate`): first `settle` (so no other engine's
-    workers still spin), then a burst: every function of the engine `burst` times in a row,
-    each call timed. `warmup` untimed calls of every function (with a settle before each
-    engine) come first; rounds go on until there are `rounds` and `min_time` seconds of
-    rounds have passed (at most `max_rounds`).
+    workers still spin), then a ramp: the engine's first function called again and again
+    until `ramp_s` seconds have passed (idle thread pools take several calls to reach
+    their speed again: flowc's 2-thread ResNet about 10 calls, bench/results/perf_settle.md),
+    then a burst: every function of the engine `burst` times in a row, each call timed.
+    `warmup` untimed calls of every function (with a settle before each engine) come first;
+    rounds go on until there are `rounds` and `min_time` seconds of rounds have passed (at
+    most `max_rounds`).
 
     Returns {"times": {name: [[seconds of each call of the burst] for each round]},
+    "first_s": {engine: [seconds of its first call after the settle, each round]},
     "settle_s": [seconds of each settle]}."""
     order = list(engines)
     settles: list[float] = []
@@ -172,21 +176,30 @@ def time_bursts(engines: dict[str, dict], rounds: int, burst: int = 5, min_time:
             for _ in range(warmup):
                 fn()
     times: dict[str, list[list[float]]] = {n: [] for fns in engines.values() for n in fns}
+    first: dict[str, list[float]] = {engine: [] for engine in order}
     start = time.perf_counter()
     for r in range(max_rounds):
         shift = r % len(order) if rotate else 0
         for engine in order[shift:] + order[:shift]:
             settles.append(settle(settle_min, settle_max))
-            for name, fn in engines[engine].items():
+            fns = engines[engine]
+            ramp, t0 = [], time.perf_counter()
+            lead = next(iter(fns.values()))
+            while time.perf_counter() - t0 < ramp_s:
+                t = time.perf_counter()
+                lead()
+                ramp.append(time.perf_counter() - t)
+            for name, fn in fns.items():
                 calls = []
                 for _ in range(burst):
                     t = time.perf_counter()
                     fn()
                     calls.append(time.perf_counter() - t)
                 times[name].append(calls)
+            first[engine].append(ramp[0] if ramp else times[next(iter(fns))][-1][0])
         if r + 1 >= rounds and time.perf_counter() - start >= min_time:
             break
-    return {"times": times, "settle_s": settles}
+    return {"times": times, "first_s": first, "settle_s": settles}
 
 
 def time_pair(ours, theirs, repeats: int) -> tuple[float, float, float]:

@@ -132,7 +132,7 @@ def measure(name: str, artifact: str, base: Any, rounds: int) -> dict[str, Any]:
             "C": lambda: raw_c(new._ctx),
         }
         timed = kc.time_bursts({k: {k: f} for k, f in engines.items()}, rounds, burst=5,
-                               settle_min=0.0, settle_max=0.2)
+                               settle_min=0.0, settle_max=0.2, ramp_s=0.0)
         row: dict[str, Any] = {"model": name}
         for label, per_round in timed["times"].items():
             calls = [t for burst in per_round for t in burst]

@@ -12,10 +12,12 @@ on each of the model's GEMM shapes (the "sgemm" reference: the sum of the shapes
 In a round each engine in turn (the order rotated each round) waits until no other
 thread of the process uses CPU (kernels_common.settle: OpenBLAS's idle workers spin about
 0.1 s after a call and onnxruntime's about 45 ms, measured by bench/perf_settle.py; timed
-call by call they took the second core from the next engine), then runs `burst` calls in a
-row, each timed. Medians and quartiles are over all timed calls; ort/flowc is the median
-over rounds of the ratio of the two bursts' medians. `other_load_cores`: the cores other
-processes kept busy meanwhile (a shared machine).
+call by call they took the second core from the next engine), runs for 50 ms untimed
+(its thread pool, idle since its last burst, gets up to speed: `first_call_ms` keeps the
+first of those calls), then runs `burst` calls in a row, each timed. Medians and
+quartiles are over all timed calls; ort/flowc is the median over rounds of the ratio of
+the two bursts' medians. `other_load_cores`: the cores other processes kept busy
+meanwhile (a shared machine).
 
 `peak_memory(engine, case, runs)` (in a process of its own per model and engine) imports
 only the one engine (onnxruntime, or flowc's runtime loader), makes the inputs, reads the
@@ -29,6 +31,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+RAMP_RUNS = 10  # profiled runs not counted: a new pool takes about 10 to get up to speed
 ATOL, RTOL = 1e-5, 1e-4  # defaults: flowc's output within ATOL + RTOL * max|ort| of ort's
 
 
@@ -137,6 +140,8 @@ def measure_case(case: dict[str, Any], threads: int, rounds: int, burst: int, mi
     row.update({name: summary(t) for name, t in flat.items()})
     row["ort_over_flowc"] = burst_ratio(bursts["ort"], bursts["flowc"])
     row["ort_over_flowc_c"] = burst_ratio(bursts["ort"], bursts["flowc_c"])
+    row["first_call_ms"] = {engine: statistics.median(t) * 1e3
+                            for engine, t in timed["first_s"].items()}
     row["settle_ms"] = {"median": statistics.median(timed["settle_s"]) * 1e3,
                         "max": max(timed["settle_s"]) * 1e3}
     return row
@@ -144,18 +149,18 @@ def measure_case(case: dict[str, Any], threads: int, rounds: int, burst: int, mi
 
 def profile_case(case: dict[str, Any], threads: int, runs: int) -> list[dict[str, Any]]:
     """The kernels of the profiled artifact, the most time first: symbol, nodes, calls per
-    run, median ms per run (over `runs` runs after a warm-up: robust to the preemptions of
-    a loaded machine), share of the kernels' summed medians, GFLOP/s of its GEMM nodes
-    and, beside it, numpy sgemm's time for those shapes (ms)."""
+    run, median ms per run (over `runs` runs after RAMP_RUNS warm-up runs: robust to the
+    preemptions of a loaded machine), share of the kernels' summed medians, GFLOP/s of its
+    GEMM nodes and, beside it, numpy sgemm's time for those shapes (ms)."""
     import kernels_common as kc
 
     from flowc.cli_profile import profiled_runs
     from flowc.runtime.profile import top_kernels
 
     kc.settle(0.05, 1.0)  # no other engine's idle workers spinning during the runs
-    manifest, events = profiled_runs(case["profiled"], runs + 1, threads=threads)
+    manifest, events = profiled_runs(case["profiled"], runs + RAMP_RUNS, threads=threads)
     per_run = [{name: (nodes, calls, ns) for name, nodes, calls, ns in top_kernels(manifest, [e])}
-               for e in events[1:]]  # the first run is the warm-up
+               for e in events[RAMP_RUNS:]]  # the first runs: warm-up (a new thread pool)
     names = {name: info[:2] for run in per_run for name, info in run.items()}
     median_ns = {name: statistics.median(run.get(name, (0, 0, 0.0))[2] for run in per_run)
                  for name in names}

@@ -111,6 +111,19 @@ def latency_table(rows: list[dict[str, Any]], gflop: dict[str, float]) -> list[s
     return out
 
 
+def first_call_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The first call of each engine after its idle settle, next to its timed median."""
+    out = ["| model | threads | flowc first call ms | flowc ms | onnxruntime first call ms | "
+           "onnxruntime ms |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if "first_call_ms" in r:
+            first = r["first_call_ms"]
+            out.append(f"| {r['model']} | {r['threads']} | {first['flowc']:.3f} | "
+                       f"{r['flowc']['median_ms']:.3f} | {first['ort']:.3f} | "
+                       f"{r['ort']['median_ms']:.3f} |")
+    return out
+
+
 def compile_table(rows: list[dict[str, Any]]) -> list[str]:
     out = ["| model | GEMM GFLOP | weights MiB | cold s: command / compile call | "
            "warm s: command / compile call | warm cache | warm == cold |",
@@ -249,10 +262,11 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         "20 ms, then until a 5 ms slice in which they used under 10% of a core; at most 1 "
         "s: OpenBLAS's idle workers spin about 0.1 s after a call and onnxruntime's about "
         "45 ms, bench/results/perf_settle.md; timed call by call, they took the second core "
-        "from whichever engine ran next), then makes a burst of "
+        "from whichever engine ran next), then runs for 50 ms untimed (a thread pool idle "
+        "since its last burst takes several calls to get up to speed; the first of those "
+        "calls is in the table 'First call after idle'), then makes a burst of "
         f"{args['burst']} calls in a row (each sgemm shape {args['burst']} calls), each "
-        "timed. So each burst's first call wakes the engine's sleeping workers, and later "
-        "calls find them spinning. Medians with the interquartile range over all timed "
+        "timed. Medians with the interquartile range over all timed "
         "calls; sgemm ms is the sum of the shapes' medians (and quartiles); ort/flowc is "
         "the median over rounds of the ratio of the two bursts' medians (above 1: flowc "
         "faster). GFLOP/s counts the model's GEMM FLOPs only; % of sgemm = sgemm time / "
@@ -266,6 +280,10 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         "intra_op_num_threads.",
         "",
         "## Latency", "", *latency_table(result["timing"], gflop), "",
+        "## First call after idle", "",
+        "Each engine's first call after the settle of each round (its workers asleep), "
+        "median over the rounds, next to the timed median of the table above.", "",
+        *first_call_table(result["timing"]), "",
         "## Compile time", "",
         "Each model compiled by a fresh `python bench/perf.py --compile-child` process "
         "(`flowc.compile`, what `flowc compile` runs) with FLOWC_CACHE_DIR an empty "
@@ -289,7 +307,7 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         lines += ["## Where the time goes", "",
                   f"Top kernels of each model by time (artifact compiled with `flowc compile "
                   f"--profile`, the runtime's own timer around each kernel call): median ms "
-                  f"per run over {args['profile_runs']} runs after one warm-up; share: of the "
+                  f"per run over {args['profile_runs']} runs after 10 warm-up runs; share: of the "
                   "kernels' summed medians. GFLOP/s and sgemm ms: of the kernel's GEMM nodes, "
                   "sgemm on the same shapes alone (sum of per-shape medians).",
                   "", *profile_section(result["timing"]), ""]

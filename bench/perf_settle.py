@@ -2,15 +2,17 @@
 
     .venv/bin/python bench/perf_settle.py [--threads 1 2] [--rounds 6] [--blocks 4] [--out FILE.md]
 
-Builds the MLP and the 1024^3 matmul of bench/perf_models.py, compiles them with flowc,
-then, in one child process per thread count (BLAS threads set before numpy loads):
+Builds the MLP, the ResNet-style CNN and the 1024^3 matmul of bench/perf_models.py,
+compiles them with flowc, then, in one child process per thread count (BLAS threads set
+before numpy loads):
 
-1. Spin after a call: for each engine (numpy sgemm 1024^3, onnxruntime and flowc on both
-   models), after a burst of 5 calls, the CPU time the process's other threads (the
+1. Spin after a call: for each engine (numpy sgemm 1024^3, onnxruntime and flowc on each
+   model), after a burst of 5 calls, the CPU time the process's other threads (the
    engine's idle workers) use in 2 ms slices, for 1 s: `spin ms` is when the last slice in
    which they used more than 10% of it ended (the median of 5 tries, each after a settle),
    `spin CPU ms` their CPU time in that second.
-2. Both timing methods on the same engines in the same process, alternating in blocks:
+2. Ramp after idle: each engine's calls 1..12 in a row after a settle (median of 6 tries).
+3. Both timing methods on the same engines in the same process, alternating in blocks:
    interleaved call by call (kernels_common.time_interleaved, what perf.py did before),
    and bursts of 5 calls per engine after a settle (kernels_common.time_bursts, what
    perf.py does now): medians over all blocks.
@@ -62,6 +64,23 @@ def spin_after(fn: Any, tries: int = 5, window_s: float = 1.0, slice_s: float = 
     return {"spin_ms": statistics.median(ends), "spin_cpu_ms": statistics.median(cpus)}
 
 
+def ramp_after_idle(fn: Any, calls: int = 12, tries: int = 6) -> list[float]:
+    """Median ms of call 1, 2, ... `calls` in a row after a settle (all threads idle),
+    over `tries` tries."""
+    import kernels_common as kc
+
+    runs = []
+    for _ in range(tries):
+        kc.settle(0.05, 2.0)
+        times = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        runs.append(times)
+    return [statistics.median(r[i] for r in runs) for i in range(calls)]
+
+
 def child(artifacts: dict[str, str], onnx_files: dict[str, str], threads: int, rounds: int,
           blocks: int) -> dict[str, Any]:
     import kernels_common as kc
@@ -88,6 +107,7 @@ def child(artifacts: dict[str, str], onnx_files: dict[str, str], threads: int, r
         fns[f"ort_{name}"] = lambda s=session, f=feeds: s.run(None, f)
         fns[f"flowc_{name}"] = lambda m=art, f=feeds: m.run(**f)
     spin = {name: spin_after(fn) for name, fn in fns.items()}
+    ramp = {name: ramp_after_idle(fn) for name, fn in fns.items()}
     inter: dict[str, list[float]] = {name: [] for name in fns}
     burst: dict[str, list[float]] = {name: [] for name in fns}
     settles: list[float] = []
@@ -108,7 +128,7 @@ def child(artifacts: dict[str, str], onnx_files: dict[str, str], threads: int, r
         settles += got["settle_s"]
         for name, per_round in got["times"].items():
             burst[name] += [x for calls in per_round for x in calls]
-    return {"threads": threads, "load": os.getloadavg(), "spin": spin,
+    return {"threads": threads, "load": os.getloadavg(), "spin": spin, "ramp": ramp,
             "other_cores": [o / s for o, s in zip(other, spent, strict=True)],
             "interleaved_ms": {n: statistics.median(t) * 1e3 for n, t in inter.items()},
             "bursts_ms": {n: statistics.median(t) * 1e3 for n, t in burst.items()},
@@ -134,11 +154,20 @@ def render(results: list[dict[str, Any]], load0: tuple, load1: tuple) -> str:
         lines.append(f"| {n} | " + " | ".join(
             f"{r['spin'][n]['spin_ms']:.1f} / {r['spin'][n]['spin_cpu_ms']:.1f}"
             for r in by_t.values()) + " |")
+    lines += ["", "## Ramp after idle", "",
+              "Median ms of each of 12 calls in a row after a settle (every thread idle), "
+              "over 6 tries: how many calls an engine's thread pool takes to get up to speed "
+              "(why time_bursts runs each engine 50 ms untimed before its timed burst).", "",
+              "| engine | threads | calls 1, 2, ... 12 (ms) |", "| --- | ---: | --- |"]
+    for t, r in by_t.items():
+        for n in names:
+            lines.append(f"| {n} | {t} | " + " ".join(f"{x:.2f}" for x in r["ramp"][n]) + " |")
     lines += ["", "## Medians (ms) by timing method", "",
               "interleaved: one call of each engine per round, in turn (the old perf.py); "
               "the two methods alternate in blocks (4 by default); "
               "bursts: 5 timed calls per engine after a settle (sleep until the other "
-              "threads use < 10% CPU, at least 20 ms), order rotated each round (perf.py now).",
+              "threads use < 10% CPU, at least 20 ms) and 50 ms of untimed calls, order "
+              "rotated each round (perf.py now).",
               "", "| engine | " + " | ".join(f"{t} thr interleaved | {t} thr bursts"
                                           for t in by_t) + " |",
               "| --- |" + " ---: | ---: |" * len(by_t)]
@@ -173,7 +202,8 @@ def main() -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="flowc-settle-") as tmp:
         onnx_files, artifacts = {}, {}
-        for name, build in (("mlp", perf_models.mlp), ("matmul_1024", perf_models.matmul)):
+        for name, build in (("mlp", perf_models.mlp), ("resnet", perf_models.resnet),
+                            ("matmul_1024", perf_models.matmul)):
             onnx_files[name] = str(Path(tmp) / f"{name}.onnx")
             onnx.save(build(), onnx_files[name])
             artifacts[name] = str(Path(tmp) / name)

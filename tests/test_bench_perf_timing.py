@@ -40,7 +40,7 @@ def test_time_bursts_rounds_bursts_and_rotation():
     engines = {e: {f"{e}{k}": (lambda e=e, k=k: calls.append(f"{e}{k}")) for k in range(2)}
                for e in ("a", "b", "c")}
     out = kc.time_bursts(engines, rounds=3, burst=2, warmup=1, settle_min=0.0,
-                         settle_max=0.05)
+                         settle_max=0.05, ramp_s=0.0)
     assert set(out["times"]) == {"a0", "a1", "b0", "b1", "c0", "c1"}
     assert all(len(r) == 3 and all(len(c) == 2 for c in r) for r in out["times"].values())
     timed = calls[6:]  # after one warm-up call of each function
@@ -48,6 +48,25 @@ def test_time_bursts_rounds_bursts_and_rotation():
     assert firsts == ["a0", "b0", "c0"]  # each round starts with the next engine
     assert timed[:4] == ["a0", "a0", "a1", "a1"]
     assert len(out["settle_s"]) == 3 + 3 * 3
+    # no ramp: the first call after the settle is the burst's first
+    assert out["first_s"]["a"] == [r[0] for r in out["times"]["a0"]]
+
+
+def test_time_bursts_ramp_calls_the_first_function_until_ramp_s():
+    calls = []
+
+    def slow(name: str) -> None:
+        calls.append(name)
+        time.sleep(0.004)
+
+    engines = {"a": {"a0": lambda: slow("a0"), "a1": lambda: slow("a1")}}
+    out = kc.time_bursts(engines, rounds=2, burst=1, warmup=0, settle_min=0.0,
+                         settle_max=0.05, ramp_s=0.02)
+    per_round = len(calls) // 2
+    assert per_round >= 2 + 4  # the ramp: 20 ms of 4 ms calls, then a0 and a1 once
+    assert calls[:per_round - 2] == ["a0"] * (per_round - 2)
+    assert len(out["first_s"]["a"]) == 2 and all(t >= 0.004 for t in out["first_s"]["a"])
+    assert [len(r) for r in out["times"]["a1"]] == [1, 1]
 
 
 def test_other_load_is_a_core_count():
