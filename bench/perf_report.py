@@ -210,7 +210,20 @@ def goals(result: dict[str, Any]) -> list[str]:
              slow_warm),
         line("peak resident memory while running no higher than onnxruntime's", mem),
         line("outputs match onnxruntime", mismatched),
+        *busy_line(rows),
     ]
+
+
+BUSY_CORES = 0.25  # other processes' cores above which a row's figures are suspect
+
+
+def busy_line(rows: list[dict[str, Any]]) -> list[str]:
+    """A warning naming the rows timed while other processes kept the machine busy."""
+    busy = [f"{r['model']}@{r['threads']} ({r['other_load_cores']:.2f})" for r in rows
+            if (r.get("other_load_cores") or 0.0) > BUSY_CORES]
+    return [f"- Timed while other processes kept more than {BUSY_CORES} of a core busy "
+            f"(their latency figures, at 2 threads above all, are not those of a quiet "
+            f"machine): {', '.join(busy)}"] if busy else []
 
 
 def settle_line(rows: list[dict[str, Any]]) -> list[str]:

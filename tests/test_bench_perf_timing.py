@@ -86,3 +86,14 @@ def test_perf_loader_quick_run_writes_its_table(tmp_path, capsys):
     row = next(line for line in text.splitlines() if line.startswith("| matmul_1024 |"))
     assert len(row.split("|")) == 9  # model, 5 variants, other cores
     assert "run, outputs kept" in text and "base loader: `main`" in text
+
+
+def test_report_names_rows_timed_on_a_busy_machine():
+    import perf_report
+
+    rows = [{"model": "mlp", "threads": 1, "other_load_cores": 0.02},
+            {"model": "resnet", "threads": 2, "other_load_cores": 0.9},
+            {"model": "bert", "threads": 2, "other_load_cores": None}]
+    (line,) = perf_report.busy_line(rows)
+    assert line.endswith("quiet machine): resnet@2 (0.90)")
+    assert perf_report.busy_line(rows[:1]) == []
