@@ -13,19 +13,17 @@ from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
-from flowc.ir.ops.nn import pack_panels
 from flowc.testing.tolerance import assert_close
 
 RNG = np.random.default_rng(23)
 F32 = np.dtype("float32")
 
 
-def body(m: int, k: int, n: int, kind: str, packed: bool = False) -> Graph:
-    """A matmul (B [K, N], or `packed` as column panels [N / 32, K, 32]) and its epilogue."""
+def body(m: int, k: int, n: int, kind: str) -> Graph:
     g = Graph()
     a = g.add_input("a", TensorType(F32, (1, m, k)))
-    b = g.add_input("b", TensorType(F32, (n // 32, k, 32) if packed else (k, n)))
-    y = g.append(make_node("packed_matmul" if packed else "matmul", [a, b])).out()
+    b = g.add_input("b", TensorType(F32, (k, n)))
+    y = g.append(make_node("matmul", [a, b])).out()
     if kind in ("bias_gelu", "twice"):
         c = g.add_input("c", TensorType(F32, (n,)))
         y = g.append(make_node("gelu", [g.append(make_node("add", [y, c])).out()])).out()
@@ -55,17 +53,12 @@ def _loop_holds_matmul_and_epilogue(text: str) -> bool:
     return "reduction" in body and body.count("linalg.generic") + body.count("linalg.matmul") >= 2
 
 
-@pytest.mark.parametrize("m,k,n,kind,packed", [
-    (64, 256, 2560, "bias_gelu", False), (32, 512, 1536, "residual", False),
-    (64, 256, 2560, "bias_gelu", True), (128, 768, 3072, "bias_gelu", True),
-    (32, 512, 1536, "residual", True)])
-def test_epilogue_fused_into_column_blocks(m, k, n, kind, packed):
-    """Column blocks of C, or for packed_matmul blocks of whole panels."""
-    graph = body(m, k, n, kind, packed)
+@pytest.mark.parametrize("m,k,n,kind", [(64, 256, 2560, "bias_gelu"), (32, 512, 1536, "residual")])
+def test_epilogue_fused_into_column_blocks(m, k, n, kind):
+    graph = body(m, k, n, kind)
     assert _loop_holds_matmul_and_epilogue(fused_module(graph))
-    b = (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     feeds = {"a": RNG.standard_normal((1, m, k)).astype(np.float32),
-             "b": pack_panels(b, 32) if packed else b,
+             "b": (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32),
              "c": RNG.standard_normal(n).astype(np.float32),
              "r": RNG.standard_normal((1, m, n)).astype(np.float32)}
     feeds = {i.name: feeds[i.name] for i in graph.inputs}
@@ -80,9 +73,8 @@ def test_epilogue_fused_into_column_blocks(m, k, n, kind, packed):
     (256, 1024, 1024, "bias_gelu", "A too large to re-read per block"),
     (64, 256, 512, "bias_gelu", "C is one block already"),
 ])
-@pytest.mark.parametrize("packed", [False, True])
-def test_epilogue_left_alone(m, k, n, kind, why, packed):
-    assert not _loop_holds_matmul_and_epilogue(fused_module(body(m, k, n, kind, packed))), why
+def test_epilogue_left_alone(m, k, n, kind, why):
+    assert not _loop_holds_matmul_and_epilogue(fused_module(body(m, k, n, kind))), why
 
 
 def test_column_tile():

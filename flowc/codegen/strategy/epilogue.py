@@ -8,8 +8,7 @@ alone, the matmul writes all of C and the epilogue then streams C through memory
 
 Contract: `fuse(module, target, what)` runs after PREPARE and before the strategies
 (`cpu_pipeline.schedule`). For each such pair whose C is wide enough, it tiles the epilogue
-over column blocks of C (an `scf.for`, `column_tile` picks the width; for packed_matmul's
-contraction, C [..., panels, NR], blocks of whole panels) and fuses the matmul
+over column blocks of C (an `scf.for`, `column_tile` picks the width) and fuses the matmul
 and the fill of its accumulator into that loop (`transform.structured.fuse_into_containing_op`):
 each block of C is computed, then run through the epilogue while it is still in cache.
 Only where A is small enough to be read again per block from L2 (A_ELEMENTS).
@@ -25,7 +24,7 @@ import math
 from mlir import ir
 from mlir.dialects import linalg
 
-from flowc.codegen.strategy.matmul import Contraction, contraction
+from flowc.codegen.strategy.matmul import contraction
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 
@@ -117,14 +116,16 @@ def fuse(module: ir.Module, target: Target, what: str) -> ir.Module:
         if (width is None or epilogue is None or loops is None
                 or getattr(init, "name", "") != "linalg.fill"):
             continue
-        direct = any(o == mm.results[0] for o in epilogue.operands)  # no expand_shape
-        tiles = _block_tiles(loops, out, epilogue, direct, target.vector_bits // width)
-        if tiles is None:
+        k, n = loops.sizes[loops.k], loops.sizes[loops.n]
+        tile = column_tile(k, n, target.vector_bits // width)
+        if tile is None or math.prod(out.shape[:-1]) * k > A_ELEMENTS:
             continue
         i = len(steps)
         epilogue.attributes["flowc.epilogue"] = ir.IntegerAttr.get(i64, i)
         mm.attributes["flowc.epilogue_of"] = ir.IntegerAttr.get(i64, i)
-        steps.append(STEP.format(i=i, op=mm.name, tiles=", ".join(map(str, tiles))))
+        rank = len(ir.RankedTensorType(epilogue.results[0].type).shape)
+        steps.append(STEP.format(i=i, op=mm.name,
+                                 tiles=", ".join(["0"] * (rank - 1) + [str(tile)])))
     if not steps:
         return module
     before = str(module)
@@ -134,29 +135,6 @@ def fuse(module: ir.Module, target: Target, what: str) -> ir.Module:
         return ir.Module.parse(before)
     run_passes(module, "canonicalize,cse", what)  # the unfused originals are dead now
     return module
-
-
-def _block_tiles(loops: Contraction, out: ir.RankedTensorType, epilogue: ir.Operation,
-                 direct: bool, lanes: int) -> list[int] | None:
-    """The epilogue's tile sizes for column blocks of C (`column_tile` wide), or None when
-    blocking does not pay. C's columns are its last dim, or, for a contraction over column
-    panels of B (C [..., panels, NR], read by the epilogue `direct`ly), whole panels: the
-    blocks tile the panel dim."""
-    k, n = loops.sizes[loops.k], loops.sizes[loops.n]
-    rank = len(ir.RankedTensorType(epilogue.results[0].type).shape)
-    if not loops.panels:
-        tile = column_tile(k, n, lanes)
-        if tile is None or math.prod(out.shape[:-1]) * k > A_ELEMENTS:
-            return None
-        return [0] * (rank - 1) + [tile]
-    blocks = loops.sizes[loops.panels[-1]]
-    if not direct or len(loops.panels) != 1 or loops.out[-2:] != (loops.panels[0], loops.n):
-        return None
-    tile = column_tile(k, n * blocks, lanes)
-    if (tile is None or tile % n or blocks % (tile // n)
-            or math.prod(out.shape[:-2]) * k > A_ELEMENTS):
-        return None
-    return [0] * (rank - 2) + [tile // n, 0]
 
 
 def _contractions(module: ir.Module) -> list[ir.Operation]:

@@ -131,7 +131,6 @@ class Contraction:
     k: int
     out: tuple[int, ...]  # the loop of each dim of the result
     layout: bool
-    panels: tuple[int, ...] = ()  # B's column-panel loops (packed_matmul), among `outer`
 
 
 def contraction(op: ir.Operation) -> Contraction | None:
@@ -160,7 +159,7 @@ def contraction(op: ir.Operation) -> Contraction | None:
     panels = [d for d in ns if d != n]  # B in column panels: one tile per panel
     return Contraction(tuple(sizes[d] for d in range(len(sizes))),
                        (*batch, *panels, *ms[:-1]), ms[-1], n, k, tuple(maps[2]),
-                       op.name in CONTRACTIONS and not explicit, tuple(panels))
+                       op.name in CONTRACTIONS and not explicit)
 
 
 def _loops_of(maps: list[ir.AffineMap]) -> list[list[int]] | None:
