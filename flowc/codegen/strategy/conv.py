@@ -39,10 +39,12 @@ CONV = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
 """
 
-# Work below which a loop stays serial: each parallel loop is a fork and join of the
-# runtime's pool (microseconds, more when the cores are shared), which a conv of ~20 us or
-# an epilogue of ~5 us cannot win back.
-PARALLEL_FLOPS = 2_000_000
+# Work below which a conv's rows stay serial (~5 us of one core): a fork and join of the
+# runtime's pool costs ~0.2 us while its workers spin between a model's kernels
+# (bench/results/threads_forkjoin.md), and its dynamic chunks let the caller take the work
+# of a worker that is late or descheduled; ResNet's 1 MFLOP 1x1 shortcut convs (10-20 us)
+# ran serially at 2 threads under the former 2 MFLOP.
+PARALLEL_FLOPS = 512_000
 WEIGHTS_IN_CACHE = 1 << 20  # bytes of filter (an L2's worth)
 PARALLEL_ELEMENTS = 64 * 1024
 
