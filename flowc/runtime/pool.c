@@ -81,9 +81,13 @@ struct flowc_pool {
  * (microseconds). So a waiter spins (pause) for SPIN_NS, then yields its core between
  * checks (so that on a loaded machine the thread it waits for, or another process, can
  * run) until YIELD_NS, then sleeps. Kernels of a model follow each other within
- * microseconds; a pause between runs of the model lets the workers sleep. */
-#define SPIN_NS 20000
-#define YIELD_NS 200000
+ * microseconds, and back-to-back runs within a few tens (the caller's own work between
+ * them); a pause between runs lets the workers sleep. SPIN_NS covers both gaps: a worker
+ * that yields when another process wants its core loses that core for a scheduler slice
+ * (milliseconds), and with it every parallel loop of the next run (ResNet at 2 threads ran
+ * at its 1-thread speed beside one busy process with a 20 us spin). */
+#define SPIN_NS 300000
+#define YIELD_NS 1000000
 
 #define LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
 #define LOAD_SC(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
