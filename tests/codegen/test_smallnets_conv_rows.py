@@ -166,3 +166,18 @@ def test_padded_input_fills_only_its_border(x, w, attrs):
     assert fills and not [line for line in fills if padded in line]
     assert seen["k.llvm.mlir"].count("llvm.call @aligned_alloc") == 1
     check(body, w[0] * w[1] * w[2])
+
+
+@pytest.mark.parametrize("x,w,regions", [
+    ((1, 64, 64, 16), (3, 3, 16, 16), 2),  # 64K-element pad copy: split (vectorized)
+    ((1, 30, 30, 40), (3, 3, 40, 8), 2),  # 36K elements, innermost dim 40
+    ((1, 16, 16, 16), (3, 3, 16, 16), 1),  # 4K elements: serial, the conv's rows only
+])
+def test_pad_copy_is_parallel_from_min_parallel_copy(x, w, regions):
+    """The copy of a padded conv's input (bufferization's linalg.copy) is its own parallel
+    loop from parallel.MIN_PARALLEL_COPY elements (it ran serially beside the conv's rows
+    below MIN_PARALLEL_WORK), copying whole vectors: no scalar element loop."""
+    body = conv_body(x, w, {"pads": (1, 1, 1, 1)}, "relu")
+    llvm = compiled(body)["k.llvm.mlir"]
+    assert llvm.count("omp.parallel") == regions
+    check(body, 9 * w[2])
