@@ -9,7 +9,8 @@ explain_placement=None)`
 3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass (with
    `devices` (`cpu:0,gpu:0`), the `place` pass joins it before partition/fuse, with the
    `place` NODE=DEV constraints, `device_profiles` and `device_supports`; its report goes
-   to `explain_placement(text)` and DUMP_DIR/placement.txt), then
+   to `explain_placement(text)` and DUMP_DIR/placement.txt; for a GPU target without
+   `pack-weights`, whose panels the GPU's tiled matmul does not read), then
    re-infers every type and requires it static (`bind.require_static`: folding may have
    turned computed shapes into constants), so every kernel has static shapes;
 4. builds the program (`program.build_program`: kernels, weights, arena plan);
@@ -203,14 +204,16 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     if devices:
         passes = placement_passes(passes, devices, place, device_profiles, explain_placement,
                                   dump)
+    backend = backend or default_backend()
+    resolved = backend.get_target(target or "host")
+    if getattr(resolved, "is_gpu", False):  # the GPU's tiled matmul reads B row-major
+        passes = [p for p in passes if p.name != "pack-weights"]
     graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
                         dump_dir=dump, progress=progress).run(graph)
     graph = require_static(graph, format_sizes(sizes))
     prefix = c_identifier(name or graph.name)
     program = build_program(graph, prefix)
     report_memory(program, dump, explain_memory)
-    backend = backend or default_backend()
-    resolved = backend.get_target(target or "host")
     if profile and (getattr(resolved, "is_gpu", False) or _runs_on_gpu(program)):
         raise FlowcError("--profile times kernels of CPU models only; this one runs "
                          "(wholly or in part) on a GPU")

@@ -1,7 +1,7 @@
 """Graph-to-graph passes, their registry, pipelines, and the pass manager.
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
-`fuse`, `partition`, `schedule`, `place`, `channels-last`).
+`fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -9,6 +9,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     constant_fold,
     cse,
     fuse,
+    pack_weights,
     partition,
     place,
     prune,

@@ -6,7 +6,7 @@ body may hold), placed where the group's root was. Groups are formed from the en
 graph backwards: each not-yet-grouped elementwise or reduction node is a root, and it
 absorbs producers
 - elementwise ops (into an elementwise root, or into a reduction root as its prologue);
-- one `matmul`/`gemm` or `conv` into an elementwise root whose result has the same shape
+- one `matmul`/`gemm`/`packed_matmul` or `conv` into an elementwise root of the same shape
   (an epilogue); the anchor's own operands become the kernel's inputs (no prologue);
 - small constants (at most MAX_INLINE_CONSTANT elements, no control dependencies), which
   are copied into the body; the outer constant is dropped when nothing else uses it.

@@ -33,6 +33,7 @@ PIPELINES: dict[str, list[tuple[str, str]]] = {
         ("prune", "drop nodes the rewrites, or the frontend, left unused; keep stateful ones"),
         ("channels-last", "2-D conv chains in NHWC, filters transposed once (after BN folding)"),
         ("partition", "send/recv on every edge between devices (nothing on one device)"),
+        ("pack-weights", "constant matmul weights in column panels, read in one stream (CPU)"),
         ("fuse", "group what is left into kernels (fused nodes) for codegen"),
         ("schedule", "last: order the kernels to keep peak memory low (codegen runs this order)"),
     ],

@@ -95,6 +95,7 @@ def _per_input_element(k: float) -> Callable[[Node], float]:
 
 FLOPS: dict[str, Callable[[Node], float]] = {
     "matmul": _matmul,
+    "packed_matmul": _matmul,
     "gemm": _gemm,
     "conv": _conv,
     "conv_transpose": _conv_transpose,

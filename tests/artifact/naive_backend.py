@@ -22,7 +22,8 @@ UNARY = {"relu": "x > 0.f ? x : 0.f", "neg": "-x", "exp": "expf(x)", "tanh": "ta
          "sigmoid": "1.f / (1.f + expf(-x))", "sqrt": "sqrtf(x)", "abs": "fabsf(x)"}
 BINARY = {"add": "a + b", "sub": "a - b", "mul": "a * b", "div": "a / b",
           "max": "a > b ? a : b", "min": "a < b ? a : b"}
-SUPPORTED = {*UNARY, *BINARY, "matmul", "gemm", "softmax", "transpose", "constant"}
+SUPPORTED = {*UNARY, *BINARY, "matmul", "gemm", "packed_matmul", "softmax", "transpose",
+             "constant"}
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,14 @@ def _node_c(node: Node, ref: dict[Value, str], out: str) -> list[str]:
                 f"for (long c = 0; c < {cols}; c++) {{ float s = 0.f; long ij = r * {cols} + c;"
                 f" (void)ij; for (long p = 0; p < {k}; p++) s += {ai} * {bi};"
                 f" {out}[bt * {m * cols} + ij] = {alpha!r}f * s{bias}; }}"]
+    if node.op == "packed_matmul":  # B as column panels [N / NR, K, NR]
+        k, (_, _, nr) = shapes[0][-1], shapes[1]
+        rows, cols = n // t.shape[-1], t.shape[-1]
+        return [f"for (long r = 0; r < {rows}; r++) for (long c = 0; c < {cols}; c++) {{"
+                f" float s = 0.f; for (long p = 0; p < {k}; p++)"
+                f" s += {ins[0]}[r * {k} + p]"
+                f" * {ins[1]}[(c / {nr}) * {k * nr} + p * {nr} + c % {nr}];"
+                f" {out}[r * {cols} + c] = s; }}"]
     if node.op == "softmax":
         axis = node.attrs.get("axis", -1) % len(t.shape)
         inner = int(np.prod(t.shape[axis + 1:], dtype=np.int64))

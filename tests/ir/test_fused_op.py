@@ -135,7 +135,7 @@ def test_non_elementwise_op_in_an_elementwise_body():
 
 def test_epilogue_needs_exactly_one_anchor():
     fails(fused_graph(body_of("relu"), kind="matmul_epilogue"),
-          "a matmul_epilogue body holds exactly one of gemm, matmul, found 0")
+          "a matmul_epilogue body holds exactly one of gemm, matmul, packed_matmul, found 0")
 
 
 def test_epilogue_anchor_reads_only_inputs():

@@ -30,4 +30,4 @@ def test_default_pipeline_shrinks_and_keeps_results(name):
             # f32; folding BatchNorm into conv weights rounds differently
             assert_close(got[out_name], want[out_name], "composite", err_msg=f"after {p.name}")
     assert (len(graph.nodes), after["prune"]) == COUNTS[name]
-    assert len(current.nodes) <= after["partition"]  # fusing never adds nodes
+    assert len(current.nodes) <= after["pack-weights"]  # fusing never adds nodes

@@ -16,6 +16,7 @@ from flowc.codegen.lower import register
 from flowc.codegen.lower import scalar as s
 from flowc.codegen.lower.context import (
     RuleCtx,
+    affine_map,
     broadcast_map,
     broadcast_to,
     elem_type,
@@ -91,6 +92,26 @@ def _matmul(ctx: RuleCtx, a, b) -> list:
     dt = ctx.out.dtype
     y = matmul_nd(a, b, dt, list(ctx.out.shape))
     return [convert_tensor(y, acc_dtype(dt), dt)]
+
+
+@register("packed_matmul")
+def _packed_matmul(ctx: RuleCtx, a, panels) -> list:
+    """a [..., M, K] (leading dims folded into M) times panels [N / NR, K, NR]: one
+    contraction generic over (m, panel, column in panel, k) into C [M, N / NR, NR], which
+    is C [M, N] in memory (the CPU strategy tiles panels in parallel, rows, then k)."""
+    dt = ctx.out.dtype
+    acc = acc_dtype(dt)
+    blocks, k, width = value_shape(panels)
+    lead = value_shape(a)[:-1]
+    rows = int(np.prod(lead))
+    init = fill(scalar_const(acc, 0), empty(([rows, blocks, width], elem_type(acc))))
+
+    def body(x, y, out):
+        return [s.add(acc, out, s.mul(acc, s.convert(x, dt, acc), s.convert(y, dt, acc)))]
+
+    y = generic([reshape(a, [rows, k]), panels], [affine_map(4, [0, 3]), affine_map(4, [1, 3, 2])],
+                [init], [affine_map(4, [0, 1, 2])], "pppr", body)[0]
+    return [convert_tensor(reshape(y, [*lead, blocks * width]), acc, dt)]
 
 
 def transpose2(v: ir.Value) -> ir.Value:

@@ -118,8 +118,9 @@ ROW_PANELS = 16  # MB: panels of MR rows per row block
 
 @dataclass(frozen=True)
 class Contraction:
-    """A linalg contraction's loops: their static sizes, the parallel outer ones (batch dims
-    and all m dims but the innermost, tiled by 1), and the row (innermost m), column (n) and
+    """A linalg contraction's loops: their static sizes, the parallel outer ones (batch dims,
+    n dims but the innermost (B's column panels) and m dims but the innermost, tiled by 1),
+    and the row (innermost m), column (innermost n) and
     reduction (k) loop; `layout` says A, B and C are plain row-major [..., M, K] @ [..., K, N]
     (the packed strategy's assumption)."""
 
@@ -134,26 +135,30 @@ class Contraction:
 
 def contraction(op: ir.Operation) -> Contraction | None:
     """`op` as a Contraction: a linalg contraction (named matmul or batch matmul, or a
-    generic one, as elementwise fusion leaves a matmul whose result is reshaped) with one n
-    and one k loop, n the innermost dim of B and C; else None."""
+    generic one, as elementwise fusion leaves a matmul whose result is reshaped, or
+    `packed_matmul`'s over column panels of B) with one k loop and an n loop innermost in
+    B and C (further n loops, the panels, are outer loops); else None."""
     if not linalg.isa_contraction_op(op):
         return None
     found = linalg.infer_contraction_dimensions(op)
     batch, ms, ns, ks = (list(d) for d in (found.batch, found.m, found.n, found.k))
-    if len(ns) != 1 or len(ks) != 1 or not ms:
+    if not ns or len(ks) != 1 or not ms:
         return None
     explicit = "indexing_maps" in op.attributes
     maps = (_loops_of([ir.AffineMapAttr(a).value
                        for a in ir.ArrayAttr(op.attributes["indexing_maps"])])
             if explicit else CONTRACTIONS.get(op.name))
-    n, k = ns[0], ks[0]
-    if maps is None or len(maps) != 3 or maps[1][-1] != n or maps[2][-1] != n:
+    if maps is None or len(maps) != 3:
+        return None
+    n, k = maps[2][-1], ks[0]
+    if n not in ns or maps[1][-1] != n:
         return None
     sizes = {}
     for value, loops in zip(op.operands, maps, strict=True):
         sizes.update(zip(loops, ir.RankedTensorType(value.type).shape, strict=True))
+    panels = [d for d in ns if d != n]  # B in column panels: one tile per panel
     return Contraction(tuple(sizes[d] for d in range(len(sizes))),
-                       (*batch, *ms[:-1]), ms[-1], n, k, tuple(maps[2]),
+                       (*batch, *panels, *ms[:-1]), ms[-1], n, k, tuple(maps[2]),
                        op.name in CONTRACTIONS and not explicit)
 
 

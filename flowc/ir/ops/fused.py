@@ -10,8 +10,8 @@ kernel body may be:
   elements (graph-level weights arrive as operands);
 - shaped as its `kind` says:
   `elementwise`     only ELEMENTWISE ops (and constants);
-  `matmul_epilogue` one `matmul` or `gemm` reading only body inputs and constants, the rest
-                    ELEMENTWISE ops;
+  `matmul_epilogue` one `matmul`, `gemm` or `packed_matmul` reading only body inputs and
+                    constants, the rest ELEMENTWISE ops;
   `conv_epilogue`   the same around one `conv`;
   `reduction`       one reduction (`reduce_*`) whose result is the body's only output, fed
                     by ELEMENTWISE ops (its `axes` operand, if any, a constant).
@@ -42,7 +42,7 @@ MAX_INLINE_CONSTANT = 16  # elements; larger constants are operands of the fused
 # kind -> the ops that anchor it (None: no anchor)
 ANCHORS: dict[str, frozenset[str] | None] = {
     "elementwise": None,
-    "matmul_epilogue": frozenset({"matmul", "gemm"}),
+    "matmul_epilogue": frozenset({"matmul", "gemm", "packed_matmul"}),
     "conv_epilogue": frozenset({"conv"}),
     "reduction": frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
                             "reduce_prod"}),

@@ -40,6 +40,46 @@ define("matmul", ("a", "b"), _matmul_infer, _matmul_kernel, onnx="MatMul",
        doc="numpy.matmul semantics: batched, broadcasting, rank-1 operands promoted.")
 
 
+def _packed_matmul_infer(ctx: InferContext) -> TensorType:
+    dt = same_dtype(ctx)
+    a, panels = ctx.tensor(0), ctx.tensor(1)
+    if a.rank < 2:
+        ctx.fail(f"a must have rank >= 2, found {a}")
+    if panels.rank != 3:
+        ctx.fail(f"b_panels must have rank 3 ([N / NR, K, NR]), found {panels}")
+    k1, (blocks, k2, width) = a.shape[-1], panels.shape
+    if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
+        ctx.fail(f"contracting dims differ: a {a} has K={k1}, b_panels {panels} has K={k2}")
+    n = blocks * width if isinstance(blocks, int) and isinstance(width, int) else None
+    return TensorType(dt, (*a.shape[:-1], n))
+
+
+def unpack_panels(panels: np.ndarray) -> np.ndarray:
+    """The [K, N] matrix that column panels [N / NR, K, NR] hold (panel j: columns
+    j * NR to (j + 1) * NR - 1)."""
+    blocks, k, width = panels.shape
+    return panels.transpose(1, 0, 2).reshape(k, blocks * width)
+
+
+def pack_panels(b: np.ndarray, width: int) -> np.ndarray:
+    """`b` [K, N] as column panels [N / width, K, width] (N a multiple of width), each
+    panel's K rows contiguous: the inverse of `unpack_panels`."""
+    k, n = b.shape
+    return np.ascontiguousarray(b.reshape(k, n // width, width).transpose(1, 0, 2))
+
+
+def _packed_matmul_kernel(ctx: KernelContext, a: np.ndarray, panels: np.ndarray
+                          ) -> np.ndarray:
+    return np.asarray(np.matmul(a, unpack_panels(panels))).astype(ctx.types[0].dtype.np,
+                                                                   copy=False)
+
+
+define("packed_matmul", ("a", "b_panels"), _packed_matmul_infer, _packed_matmul_kernel,
+       doc="a [..., M, K] @ B [K, N], B given as column panels b_panels [N / NR, K, NR] "
+           "(panel j holds columns j*NR to j*NR + NR - 1, its K rows contiguous): the layout "
+           "`pack-weights` gives a constant B so that the kernel reads it in one stream.")
+
+
 def _acc(dt: np.dtype) -> np.dtype:
     """The dtype kernels compute in: f64 for f64, else f32 (bf16/f16 lose too much)."""
     return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)

@@ -1,0 +1,111 @@
+"""`pack-weights`: store the constant B of a matmul in column panels, at compile time.
+
+A matmul kernel computes C in register tiles of NR columns; reading its tile's K x NR strip
+of a row-major B [K, N] takes K short runs a row apart (N elements): one cache line pair
+and, when N * 4 bytes is a page, one TLB entry per k. In panels, the strip is one
+contiguous run, read in a single stream. Weights are constant, so the layout costs nothing
+at run time (onnxruntime packs its weights when a session starts; flowc when it compiles).
+
+Requires: a well-formed graph; best after `simplify` (a gemm's transB on a constant
+already folded) and `partition` (devices known), before `fuse`. Guarantees: the result
+computes the same outputs up to the order of float sums (none changes here: the kernel
+sums over k in the same order). Rewrites, for float (f32, f64) nodes that are not on a
+GPU (whose tiled matmul reads B row-major) and have no control dependencies:
+- `matmul a, B` with `a` of rank >= 2 and B a rank-2 constant [K, N] becomes
+  `packed_matmul a, P`;
+- `gemm A, B[, C]` with transA = 0, alpha = 1, a constant B (transB: B^T is packed) and
+  beta = 1 or a constant C (beta * C folded) becomes `packed_matmul A, P` (plus `add` of C);
+where P is B as panels [N / NR, K, NR] (`flowc.ir.ops.nn.pack_panels`), NR =
+`panel_bytes` / the element size (128 bytes: 32 f32, two AVX-512 vectors, the register
+tile's width). Only when N is a multiple of NR larger than NR (one panel is B itself) and
+K <= `max_k` (beyond it the kernel's K x NR strip no longer stays in L2 across the row
+tiles that reuse it). One P per constant and layout, shared by its users. Statistics:
+`weights-packed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from flowc.ir.devices import DeviceSpec
+from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.ops.nn import pack_panels
+from flowc.passes.registry import register
+from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
+
+FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+@register
+@dataclass(frozen=True)
+class PackWeights:
+    """Lay constant matmul weights out in column panels (see the module docstring)."""
+
+    name: ClassVar[str] = "pack-weights"
+    panel_bytes: int = 128
+    max_k: int = 4096
+
+    def run(self, graph: Graph) -> Graph:
+        graph = in_bodies(graph, self.run)
+        packed: dict[tuple[Value, bool, float], Value] = {}
+
+        def panels(value: Value, transposed: bool, scale: float, like: Node,
+                   rw: Rewriter) -> Value | None:
+            """`value` (a constant, transposed first if asked, times `scale`) as panels;
+            None if it is not a constant this pass packs."""
+            key = (value, transposed, scale)
+            if key in packed:
+                return packed[key]
+            data = rw.const(value)
+            if data is None or data.ndim != 2 or data.dtype not in FLOATS:
+                return None
+            b = data.T if transposed else data
+            k, n = b.shape
+            width = self.panel_bytes // data.dtype.itemsize
+            if n % width or n <= width or k > self.max_k:
+                return None
+            if scale != 1.0:
+                b = (b * scale).astype(data.dtype)
+            packed[key] = rw.constant(pack_panels(b, width), like)
+            return packed[key]
+
+        def matmul(node: Node, rw: Rewriter) -> Node | None:
+            a, b = node.inputs
+            if not _eligible(node) or a.type.rank < 2:
+                return None
+            p = panels(b, False, 1.0, node, rw)
+            return None if p is None else rw.replace(node, "packed_matmul", [a, p])
+
+        def gemm(node: Node, rw: Rewriter) -> Node | list[Value] | None:
+            attrs = node.attrs
+            if not _eligible(node) or attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0:
+                return None
+            a, b, c = (*node.inputs, None)[:3]
+            beta = attrs.get("beta", 1.0)
+            if c is not None and beta != 1.0:
+                data = rw.const(c)
+                if data is None:
+                    return None
+                c = rw.constant((data * beta).astype(data.dtype), node)
+            p = panels(b, bool(attrs.get("transB", 0)), 1.0, node, rw)
+            if p is None:
+                return None
+            if c is None:
+                return rw.replace(node, "packed_matmul", [a, p])
+            # the product keeps the gemm's name and sources; the bias add is a helper
+            product = rw.make("packed_matmul", [a, p], {}, node).replace(
+                name=node.name, merged=node.merged)
+            return [rw.make("add", [product.out(), c], {}, node).out()]
+
+        return apply_patterns(graph, {"matmul": [("weights-packed", matmul)],
+                                      "gemm": [("weights-packed", gemm)]})
+
+
+def _eligible(node: Node) -> bool:
+    t = node.types[0] if len(node.types) == 1 else None
+    on_gpu = node.device is not None and DeviceSpec.parse(node.device).type == "gpu"
+    return (not node.ctrl and not on_gpu and t is not None and hasattr(t, "dtype")
+            and t.dtype.np in FLOATS)

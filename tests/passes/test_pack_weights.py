@@ -1,0 +1,87 @@
+"""`pack-weights`: which matmuls and gemms get their constant B in column panels, that the
+results stay the interpreter's, and packed_matmul's type errors."""
+
+import numpy as np
+import pytest
+
+from flowc.ir import Graph, InferError, Tensor, TensorType
+from flowc.ir.build import make_node
+from flowc.ir.interpret import interpret
+from flowc.passes import PassManager, parse_pipeline
+
+RNG = np.random.default_rng(5)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def dense_graph(op: str, a_shape, b: np.ndarray, c: np.ndarray | None, attrs: dict) -> Graph:
+    g = Graph("dense")
+    a = g.add_input("a", TensorType(str(np.dtype(b.dtype)).replace("float", "f"), a_shape))
+    w = g.append(make_node("constant", [], {"value": Tensor(b)})).out()
+    inputs = [a, w]
+    if c is not None:
+        inputs.append(g.append(make_node("constant", [], {"value": Tensor(c)})).out())
+    g.add_output("y", g.append(make_node(op, inputs, attrs)).out())
+    return g
+
+
+def packed(graph: Graph, pipeline: str = "pack-weights") -> tuple[Graph, int]:
+    manager = PassManager(parse_pipeline(pipeline))
+    out = manager.run(graph)
+    return out, manager.records[-1].stats.get("weights-packed", 0)
+
+
+@pytest.mark.parametrize("op,a_shape,b_shape,c_shape,attrs,dtype,want", [
+    ("matmul", (5, 40), (40, 64), None, {}, np.float32, 1),
+    ("matmul", (2, 7, 40), (40, 96), None, {}, np.float32, 1),
+    ("matmul", (5, 40), (40, 32), None, {}, np.float32, 0),  # one panel: B itself
+    ("matmul", (5, 40), (40, 48), None, {}, np.float32, 0),  # N not whole panels
+    ("matmul", (5, 40), (40, 32), None, {}, np.float64, 1),  # f64: panels of 16
+    ("matmul", (40,), (40, 64), None, {}, np.float32, 0),  # rank-1 activation
+    ("matmul", (5, 40), (40, 64), None, {}, np.int32, 0),
+    ("gemm", (5, 40), (64, 40), (64,), {"transB": 1}, np.float32, 1),
+    ("gemm", (5, 40), (40, 64), (5, 64), {"beta": 0.5}, np.float32, 1),
+    ("gemm", (5, 40), (40, 64), None, {}, np.float32, 1),
+    ("gemm", (40, 5), (40, 64), None, {"transA": 1}, np.float32, 0),
+    ("gemm", (5, 40), (40, 64), (64,), {"alpha": 2.0}, np.float32, 0),
+])
+def test_which_nodes_are_packed_and_results_stay(op, a_shape, b_shape, c_shape, attrs, dtype,
+                                                  want):
+    b = rand(*b_shape, dtype=dtype) if dtype != np.int32 else RNG.integers(-3, 3, b_shape,
+                                                                           dtype=np.int32)
+    c = rand(*c_shape, dtype=dtype) if c_shape else None
+    graph = dense_graph(op, a_shape, b, c, attrs)
+    after, count = packed(graph)
+    assert count == want
+    assert any(n.op == "packed_matmul" for n in after.nodes) == bool(want)
+    x = rand(*a_shape, dtype=dtype) if dtype != np.int32 else RNG.integers(-3, 3, a_shape,
+                                                                           dtype=np.int32)
+    got, expected = interpret(after, {"a": x})["y"], interpret(graph, {"a": x})["y"]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_options_bound_the_panels_and_k():
+    graph = dense_graph("matmul", (5, 40), rand(40, 64), None, {})
+    assert packed(graph, "pack-weights{panel_bytes=256}")[1] == 0  # N = 64 is one panel
+    assert packed(graph, "pack-weights{max_k=32}")[1] == 0
+    after, count = packed(graph, "pack-weights{panel_bytes=64}")
+    assert count == 1
+    assert [n.types[0].shape for n in after.nodes if n.op == "constant"] == [(4, 40, 16)]
+
+
+@pytest.mark.parametrize("a_shape,p_shape,message", [
+    ((5,), (2, 5, 4), "a must have rank >= 2, found f32[5]"),
+    ((3, 5), (5, 8), "b_panels must have rank 3 ([N / NR, K, NR]), found f32[5,8]"),
+    ((3, 5), (2, 6, 4), "contracting dims differ: a f32[3,5] has K=5, b_panels f32[2,6,4] "
+                        "has K=6"),
+])
+def test_packed_matmul_type_errors_name_the_operands(a_shape, p_shape, message):
+    g = Graph("bad")
+    a = g.add_input("a", TensorType("f32", a_shape))
+    p = g.add_input("p", TensorType("f32", p_shape))
+    with pytest.raises(InferError) as info:
+        g.append(make_node("packed_matmul", [a, p], name="dense/packed"))
+    assert message in str(info.value)
+    assert "packed_matmul" in str(info.value)
