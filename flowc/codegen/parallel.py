@@ -9,9 +9,12 @@ Contract: `lower_parallel(module, what)` takes a kernel module after bufferizati
    `MIN_PARALLEL_WORK` and which has a parallel loop of two or more iterations is tiled into
    an `scf.forall` over its outermost such loop, in at most `MAX_TILES` equal tiles (the
    named ops of `GENERALIZABLE` are generalized first; ops whose indexing maps tiling cannot
-   take are left alone). Ops inside loops are left alone (a strategy placed them).
+   take are left alone). Ops inside loops are left alone (a strategy placed them). A copy
+   (`linalg.copy`, generalized or not) is split from `MIN_PARALLEL_COPY` elements, its
+   forall annotated `flowc.par_copy` and its tile vectorized (`_copy_script`).
 2. Serialize: each outermost `scf.forall` whose estimated work is below
-   `MIN_PARALLEL_WORK` becomes `scf.for` loops, so that a tiny kernel never pays a fork.
+   `MIN_PARALLEL_WORK` (`MIN_PARALLEL_COPY` for a `flowc.par_copy` one) becomes `scf.for`
+   loops, so that a tiny kernel never pays a fork.
 3. The remaining foralls become `omp.parallel` regions holding one `omp.wsloop`
    (upstream `scf-forall-to-parallel`, `convert-scf-to-openmp`). Each wsloop gets a
    dynamic schedule (`__kmpc_dispatch_init/next`: the runtime gives each thread chunks of
@@ -39,6 +42,12 @@ from flowc.codegen.mlir_walk import inside, ops_named
 # runs serially: waking a second core and joining it costs about a microsecond even when
 # it spins, more when it sleeps.
 MIN_PARALLEL_WORK = 1 << 17
+# Elements from which a top-level `linalg.copy` (bufferization's copies: a padded conv input
+# takes one of its whole input) is split: a copy is one load and store per element, so
+# MIN_PARALLEL_WORK left ResNet's 64x64x16 pad copies (5-10 us) serial at 2 threads, where
+# a fork and join costs ~0.2 us.
+MIN_PARALLEL_COPY = 1 << 15
+COPY_VECTOR = 64  # elements per vectorized step of a split copy (4 AVX-512 f32 vectors)
 MAX_TILES = 64  # tiles of a split op: enough for any thread count's static blocks
 UNKNOWN_TRIPS = 16
 
@@ -67,15 +76,19 @@ def lower_parallel(module: ir.Module, what: str) -> None:
 
 
 def split_big_ops(module: ir.Module, what: str) -> None:
-    """Step 1: tile big top-level linalg ops into foralls over a parallel loop."""
+    """Step 1: tile big top-level linalg ops into foralls over a parallel loop (a copy's
+    forall is annotated `flowc.par_copy`: `serialize_small_loops` measures it against
+    MIN_PARALLEL_COPY)."""
     named = [op for op in _top_level_linalg(module) if op.name.startswith(GENERALIZABLE)
-             and work(op) >= MIN_PARALLEL_WORK]
+             and work(op) >= _min_work(op)]
     if named:
         _tag(named, "flowc.par_gen")
         cpu_pipeline.apply_script(module, _generalize_script(len(named)), what)
     scripts = []
     for op in _top_level_linalg(module):
-        tiles = _tile_sizes(op) if work(op) >= MIN_PARALLEL_WORK else None
+        copy = _is_copy(op)
+        big = work(op) >= _min_work(op)
+        tiles = _tile_sizes(op) if big else None
         if tiles is None:
             continue
         i = len(scripts)
@@ -85,15 +98,48 @@ def split_big_ops(module: ir.Module, what: str) -> None:
             f"{{flowc.par = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op\n"
             f"%p{i}_t, %p{i}_f = transform.structured.tile_using_forall %p{i} tile_sizes "
             f"[{', '.join(map(str, tiles))}] : (!transform.any_op) -> (!transform.any_op, "
-            "!transform.any_op)")
+            "!transform.any_op)" + (_copy_script(i, len(tiles), _loop_ranges(op)[-1])
+                                    if copy else ""))
     if scripts:
         cpu_pipeline.apply_script(module, "\n".join(scripts), what)
+
+
+def _is_copy(op: ir.Operation) -> bool:
+    """A `linalg.copy`, or what generalizing one makes: a generic of one input and one
+    output, identity maps, whose body yields its input."""
+    if op.name == "linalg.copy":
+        return True
+    if op.name != "linalg.generic" or len(op.operands) != 2 or "indexing_maps" not in op.attributes:
+        return False
+    maps = [ir.AffineMapAttr(m).value for m in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    body = op.regions[0].blocks[0]
+    ops = list(body.operations)
+    return (all(m == ir.AffineMap.get_identity(m.n_dims) for m in maps) and len(ops) == 1
+            and len(ops[0].operands) == 1 and ops[0].operands[0] == body.arguments[0])
+
+
+def _copy_script(i: int, rank: int, last: int) -> str:
+    """A split copy's forall annotated `flowc.par_copy`, its tile vectorized in runs of the
+    largest divisor of the innermost dim up to COPY_VECTOR elements: inside the OpenMP
+    region its buffers lose `noalias`, and LLVM's loop copied element by element."""
+    inner = next(d for d in range(min(COPY_VECTOR, last), 0, -1) if last % d == 0)
+    ones = ", ".join(["1"] * (rank - 1) + [str(inner)])
+    handles = ", ".join(["!transform.any_op"] * (rank + 1))
+    return (f"\ntransform.annotate %p{i}_f \"flowc.par_copy\" : !transform.any_op\n"
+            f"%p{i}_v, %p{i}_l:{rank} = transform.structured.tile_using_for %p{i}_t tile_sizes "
+            f"[{ones}] : (!transform.any_op) -> ({handles})\n"
+            f"transform.structured.vectorize %p{i}_v : !transform.any_op")
+
+
+def _min_work(op: ir.Operation) -> int:
+    return MIN_PARALLEL_COPY if _is_copy(op) else MIN_PARALLEL_WORK
 
 
 def serialize_small_loops(module: ir.Module, what: str) -> None:
     """Step 2: outermost foralls below the work threshold become scf.for loops."""
     small = [op for op in ops_named(module.operation, "scf.forall")
-             if not inside(op, "scf.forall") and work(op) < MIN_PARALLEL_WORK]
+             if not inside(op, "scf.forall") and work(op) < (
+                 MIN_PARALLEL_COPY if "flowc.par_copy" in op.attributes else MIN_PARALLEL_WORK)]
     if not small:
         return
     lines = []

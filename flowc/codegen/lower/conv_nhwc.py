@@ -8,7 +8,8 @@ No transposes: the layout is the one the CPU strategies want. An f32/f64 2-D con
   reshapes it would not survive the pipeline's elementwise fusion, which folds the
   reshapes into it and leaves a generic no strategy tiles);
 each accumulating onto the bias (broadcast over the output) rather than onto zeros. The
-input is padded by a fill and an insert_slice (no per-element selects); a padded depthwise
+input is padded by an insert_slice into an empty tensor and fills of the border strips only
+(no per-element selects, no fill of the interior that the copy overwrites); a padded depthwise
 conv is split by output region instead (`regions`): the interior, whose windows read no
 padding, convolves a slice of x in place, and only the thin border strips pad their own
 small input slices. (Depthwise convs are memory-bound: the padded copy of the input cost
@@ -46,16 +47,27 @@ from flowc.ir.types import DType
 def pad_channels_last(x: ir.Value, begin: Sequence[int], end: Sequence[int],
                       value: ir.Value) -> ir.Value:
     """x [N, *S, C] with `begin`/`end` (>= 0) elements of `value` around each spatial dim:
-    a filled tensor with x inserted in its interior."""
+    x inserted into an empty tensor, then only the border filled, strip by strip (spatial
+    dim d's strips span the dims before d in full, the later ones over x's extent), so the
+    interior is written once, not filled and then overwritten."""
     if not any(begin) and not any(end):
         return x
     shape = value_shape(x)
-    out_shape = [shape[0], *(n + b + e for n, b, e in zip(shape[1:-1], begin, end,
-                                                          strict=True)), shape[-1]]
+    padded = [n + b + e for n, b, e in zip(shape[1:-1], begin, end, strict=True)]
+    out_shape = [shape[0], *padded, shape[-1]]
     et = ir.RankedTensorType(x.type).element_type
-    base = fill(value, empty((out_shape, et)))
-    offsets = [0, *begin, 0]
-    return tensor.insert_slice(x, base, [], [], [], offsets, shape, [1] * len(shape))
+    rank = len(shape)
+    y = tensor.insert_slice(x, empty((out_shape, et)), [], [], [], [0, *begin, 0], shape,
+                            [1] * rank)
+    for d in range(rank - 2):
+        for start, size in ((0, begin[d]), (begin[d] + shape[d + 1], end[d])):
+            if not size:
+                continue
+            offsets = [0, *[0] * d, start, *begin[d + 1:], 0]
+            sizes = [shape[0], *padded[:d], size, *shape[d + 2:]]
+            strip = fill(value, slice_of(y, offsets, sizes))  # in place: no temporary
+            y = tensor.insert_slice(strip, y, [], [], [], offsets, sizes, [1] * rank)
+    return y
 
 
 def slice_of(v: ir.Value, offsets: Sequence[int], sizes: Sequence[int]) -> ir.Value:

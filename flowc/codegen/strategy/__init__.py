@@ -15,6 +15,7 @@ from flowc.codegen.strategy.conv import conv_strategy
 from flowc.codegen.strategy.depthwise import depthwise_strategy
 from flowc.codegen.strategy.elementwise import elementwise_strategy
 from flowc.codegen.strategy.matmul import matmul_strategy
+from flowc.codegen.strategy.transpose import transpose_strategy
 from flowc.codegen.target import Target
 
 Strategy = Callable[[ir.Operation, Target, int], "str | None"]
@@ -22,8 +23,9 @@ Strategy = Callable[[ir.Operation, Target, int], "str | None"]
 
 def _generic(op: ir.Operation, target: Target, i: int) -> str | None:
     """A contraction (a reshaped matmul, generalized) as a matmul; an elementwise op of a
-    kernel that may run in place, vectorized; else None."""
-    return matmul_strategy(op, target, i) or elementwise_strategy(op, target, i)
+    kernel that may run in place, vectorized; a transpose in register tiles; else None."""
+    return (matmul_strategy(op, target, i) or elementwise_strategy(op, target, i)
+            or transpose_strategy(op, target, i))
 
 
 STRATEGIES: dict[str, Strategy] = {

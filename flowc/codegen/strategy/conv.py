@@ -7,7 +7,7 @@ import math
 from mlir import ir
 
 from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
-from flowc.codegen.strategy.conv_epilogue import epilogue
+from flowc.codegen.strategy.conv_epilogue import epilogue, fused_rows
 from flowc.codegen.target import Target
 
 # 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
@@ -17,12 +17,16 @@ from flowc.codegen.target import Target
 # `rows_loop`) runs over output rows, or over blocks of output channels when the filter is
 # larger than WEIGHTS_IN_CACHE: each block's slice of the filter then stays in cache while
 # every row uses it, instead of the whole filter streaming from memory once per row.
-CONV = """
+# With rows as the outer loop, conv_epilogue.fused_rows computes the conv's initial value
+# and its epilogue in that same loop (OUTER is then its script instead).
+OUTER = """
     %{n}_op = transform.structured.match ops{{["linalg.conv_2d_nhwc_hwcf"]}}
         attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
     %{n}_tp, %{n}_par = transform.structured.{rows} %{n}_op
         tile_sizes [{outer}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
+CONV = """
     %{n}_t, %{n}_l:7 = transform.structured.tile_using_for %{n}_tp tile_sizes [{tiles}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
            !transform.any_op, !transform.any_op, !transform.any_op, !transform.any_op,
@@ -35,10 +39,12 @@ CONV = """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
 """
 
-# Work below which a loop stays serial: each parallel loop is a fork and join of the
-# runtime's pool (microseconds, more when the cores are shared), which a conv of ~20 us or
-# an epilogue of ~5 us cannot win back.
-PARALLEL_FLOPS = 2_000_000
+# Work below which a conv's rows stay serial (~5 us of one core): a fork and join of the
+# runtime's pool costs ~0.2 us while its workers spin between a model's kernels
+# (bench/results/threads_forkjoin.md), and its dynamic chunks let the caller take the work
+# of a worker that is late or descheduled; ResNet's 1 MFLOP 1x1 shortcut convs (10-20 us)
+# ran serially at 2 threads under the former 2 MFLOP.
+PARALLEL_FLOPS = 512_000
 WEIGHTS_IN_CACHE = 1 << 20  # bytes of filter (an L2's worth)
 PARALLEL_ELEMENTS = 64 * 1024
 
@@ -77,10 +83,11 @@ def rows_loop(parallel: bool) -> str:
 
 
 def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
-    """The CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the dims (so
-    every tile is static), or None. The register tile is ACCUMULATORS vectors: up to 4
-    vectors of output channels times as many output pixels as fit. An elementwise epilogue
-    is written in place and gets its own script (conv_epilogue.py)."""
+    """The OUTER and CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the
+    dims (so every tile is static), or None. The register tile is ACCUMULATORS vectors: up
+    to 4 vectors of output channels times as many output pixels as fit. An elementwise
+    epilogue is written in place, in the conv's row loop when rows are the outer loop, else
+    in its own (conv_epilogue.py)."""
     out = ir.RankedTensorType(op.results[0].type)
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
     if width is None:
@@ -95,6 +102,11 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     kh, kw = ir.RankedTensorType(op.operands[1].type).shape[:2]
     flops = 2 * math.prod(out.shape) * kh * kw * c
     by_channels = kh * kw * c * f * width // 8 > WEIGHTS_IN_CACHE
+    n, parallel = f"cv{i}", flops >= PARALLEL_FLOPS
+    inner = CONV.format(n=n, tiles=ints(tiles))
+    fused = fused_rows(op, i, lanes, n) if parallel and not by_channels else None
+    if fused is not None:
+        return fused[0] + inner + fused[1]
     outer = [0, 0, 0, f_tile, 0, 0, 0] if by_channels else [0, 1, 0, 0, 0, 0, 0]
-    return (CONV.format(n=f"cv{i}", i=i, tiles=ints(tiles), outer=ints(outer),
-                        rows=rows_loop(flops >= PARALLEL_FLOPS)) + epilogue(op, i, lanes))
+    return (OUTER.format(n=n, i=i, outer=ints(outer), rows=rows_loop(parallel)) + inner
+            + epilogue(op, i, lanes))

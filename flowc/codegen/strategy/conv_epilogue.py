@@ -19,6 +19,19 @@ conv and the epilogue all write the kernel's output buffer), tags the epilogue
 `flowc.conv_epilogue = i` and returns its script: output rows in a loop (parallel from
 PARALLEL_ELEMENTS: below, a fork and join of the pool costs more than it saves), tiles of
 EPILOGUE_ELEMENTS vectorized whole.
+
+`fused_rows(conv, i, lanes)` does better where it can (a conv whose result is its own, not
+a region-split chain): one loop over output rows computes, per row, the conv's initial
+value (the bias broadcast or zero fill that produces the conv's `outs`), the conv, and the
+epilogue written over it, each row's tile still in cache for the next step
+(`transform.structured.fuse_into_containing_op` of the conv and its initial value into the
+epilogue's row loop, or of the initial value into the conv's when it has no epilogue). One
+fork per conv instead of up to three, and the bias broadcast, serial below the pool's
+threshold on its own, shares the conv's parallel loop. For parallel row loops only
+(`transform.structured.fuse_into_containing_op` cannot fuse a producer that is an
+`scf.for`'s destination). Its script leaves the row-tiled conv
+in the handle `%{n}_tp` for the conv strategy's register tiling, then tiles the epilogue
+(`EPILOGUE_TILES`).
 """
 
 from __future__ import annotations
@@ -41,7 +54,61 @@ EPILOGUE = """
     transform.structured.vectorize %{n}_epv : !transform.any_op
 """
 
+# Epilogue row loop (a parallel one: fusing a producer that is the loop's destination works
+# for scf.forall only), conv and its initial value fused into it (fused_rows); `{conv}`: the
+# conv op's name; handles `%{n}_tp` (the row-sized conv) and `%{n}_rows` (the row loop).
+ROWS_EPILOGUE = """
+    %{n}_op0 = transform.structured.match ops{{["{conv}"]}}
+        attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
+    %{n}_init = transform.get_producer_of_operand %{n}_op0[2]
+        : (!transform.any_op) -> !transform.any_op
+    %{n}_ep0 = transform.structured.match ops{{["linalg.generic"]}}
+        attributes{{flowc.conv_epilogue = {i} : i64}} in %root
+        : (!transform.any_op) -> !transform.any_op
+    %{n}_ept0, %{n}_rows0 = transform.structured.tile_using_forall %{n}_ep0
+        tile_sizes [0, 1, 0, 0] : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_tp, %{n}_rows1 = transform.structured.fuse_into_containing_op %{n}_op0 into %{n}_rows0
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_initt, %{n}_rows = transform.structured.fuse_into_containing_op %{n}_init
+        into %{n}_rows1 : (!transform.any_op, !transform.any_op)
+        -> (!transform.any_op, !transform.any_op)
+"""
+# The conv's own row loop with its initial value fused into it (a conv without epilogue).
+ROWS_CONV = """
+    %{n}_op0 = transform.structured.match ops{{["{conv}"]}}
+        attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
+    %{n}_init = transform.get_producer_of_operand %{n}_op0[2]
+        : (!transform.any_op) -> !transform.any_op
+    %{n}_tp, %{n}_rows0 = transform.structured.tile_using_forall %{n}_op0
+        tile_sizes [0, 1, 0, 0, 0, 0, 0]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+    %{n}_initt, %{n}_rows = transform.structured.fuse_into_containing_op %{n}_init
+        into %{n}_rows0 : (!transform.any_op, !transform.any_op)
+        -> (!transform.any_op, !transform.any_op)
+"""
+# The row-sized initial value in vectorized tiles (left to LLVM, a row of 32 channels or
+# fewer was vectorized across pixels, with scatters).
+INIT_TILES = """
+    %{n}_inv, %{n}_inl:4 = transform.structured.tile_using_for %{n}_initt tile_sizes [{tiles}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
+           !transform.any_op, !transform.any_op)
+    transform.structured.vectorize %{n}_inv : !transform.any_op
+"""
+# The row-sized epilogue (matched again: fusing rebuilt the loop), the same way.
+EPILOGUE_TILES = """
+    %{n}_ept = transform.structured.match ops{{["linalg.generic"]}}
+        attributes{{flowc.conv_epilogue = {i} : i64}} in %root
+        : (!transform.any_op) -> !transform.any_op
+    %{n}_epv, %{n}_epl:4 = transform.structured.tile_using_for %{n}_ept tile_sizes [{tiles}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op,
+           !transform.any_op, !transform.any_op)
+    transform.structured.vectorize %{n}_epv : !transform.any_op
+"""
+
 PARALLEL_ELEMENTS = 64 * 1024  # elements from which the rows are a parallel loop
+# Output row elements up to which fused_rows applies (16 KiB of f32, an L1's share). Wider
+# rows (MobileNet's 56 x 192 expand) measured slower fused than in separate passes.
+ROW_ELEMENTS = 4096
 EPILOGUE_ELEMENTS = 256  # elements of one vectorized epilogue tile (16 AVX-512 f32 vectors)
 
 
@@ -82,6 +149,50 @@ def _epilogue_of(value: ir.Value) -> tuple[ir.Operation, int] | None:
     return op, reads[0]
 
 
+def _rewrite_in_place(op: ir.Operation, read: int, value: ir.Value, i: int) -> None:
+    """Make `value` the epilogue's destination, read through its block argument (see the
+    module docstring), and tag the epilogue `flowc.conv_epilogue = i`."""
+    out = len(op.operands) - 1
+    args = op.regions[0].blocks[0].arguments
+    args[read].replace_all_uses_with(args[out])
+    op.operands[out] = value
+    op.attributes["flowc.conv_epilogue"] = ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(64), i)
+
+
+def _tiles(shape: list[int], lanes: int) -> str:
+    """Vectorized tile sizes of an [N, H, W, C] epilogue: whole vectors of channels, up to
+    EPILOGUE_ELEMENTS elements."""
+    _, _, ow, c = shape
+    c_tile = divisor(c, max(lanes, EPILOGUE_ELEMENTS))
+    return ints([1, 1, divisor(ow, max(1, EPILOGUE_ELEMENTS // c_tile)), c_tile])
+
+
+def fused_rows(conv: ir.Operation, i: int, lanes: int, n: str) -> tuple[str, str] | None:
+    """(the script of the row loop, leaving the handles `%{n}_tp` and `%{n}_rows`; the script
+    tiling the initial value and the epilogue, if any, after the conv's tiles) for the conv tagged
+    `flowc.sched = i` (see `fused_rows` in the module docstring); None for a conv whose
+    result is not its own (a region-split chain) or whose initial value has no producer op
+    to fuse."""
+    value = conv.results[0]
+    shape = ir.RankedTensorType(value.type).shape
+    if _result_of(conv) != value or len(shape) != 4 or shape[2] * shape[3] > ROW_ELEMENTS:
+        return None
+    init = conv.operands[2].owner
+    if not isinstance(init, ir.OpView | ir.Operation) or init.name not in (
+            "linalg.generic", "linalg.fill"):
+        return None
+    tiles = _tiles(shape, lanes)
+    after = INIT_TILES.format(n=n, tiles=tiles)
+    found = _epilogue_of(value)
+    if found is None:
+        return ROWS_CONV.format(n=n, i=i, conv=conv.name), after
+    op, read = found
+    _rewrite_in_place(op, read, value, i)
+    return (ROWS_EPILOGUE.format(n=n, i=i, conv=conv.name),
+            after + EPILOGUE_TILES.format(n=n, i=i, tiles=tiles))
+
+
 def epilogue(conv: ir.Operation, i: int, lanes: int) -> str:
     """The EPILOGUE script for the conv's epilogue (rewritten in place and tagged), or ""
     when the conv's result has none (see the module docstring)."""
@@ -91,17 +202,9 @@ def epilogue(conv: ir.Operation, i: int, lanes: int) -> str:
     if found is None or len(shape) != 4:
         return ""
     op, read = found
-    out = len(op.operands) - 1
     # the body reads the conv's value through the destination's block argument: the input
     # operand is then not read at all (bufferization asks the payload), so each tile reads
     # and writes only its own slice of one buffer
-    args = op.regions[0].blocks[0].arguments
-    args[read].replace_all_uses_with(args[out])
-    op.operands[out] = value
-    op.attributes["flowc.conv_epilogue"] = ir.IntegerAttr.get(
-        ir.IntegerType.get_signless(64), i)
-    _, _, ow, c = shape
-    c_tile = divisor(c, max(lanes, EPILOGUE_ELEMENTS))
-    tiles = [1, 1, divisor(ow, max(1, EPILOGUE_ELEMENTS // c_tile)), c_tile]
+    _rewrite_in_place(op, read, value, i)
     rows = "tile_using_forall" if math.prod(shape) >= PARALLEL_ELEMENTS else "tile_using_for"
-    return EPILOGUE.format(n=f"ep{i}", i=i, tiles=ints(tiles), rows=rows)
+    return EPILOGUE.format(n=f"ep{i}", i=i, tiles=_tiles(shape, lanes), rows=rows)

@@ -6,7 +6,7 @@ import math
 
 from mlir import ir
 
-from flowc.codegen.strategy.common import divisor, ints
+from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
 from flowc.codegen.strategy.conv import PARALLEL_ELEMENTS, channel_tile, rows_loop
 from flowc.codegen.strategy.conv_epilogue import epilogue
 from flowc.codegen.target import Target
@@ -17,7 +17,9 @@ from flowc.codegen.target import Target
 # pixels by C_VECTORS vectors of channels, the kh loop inside them (the tile hoisted out of
 # it: it stays in registers) and the whole kw window unrolled by the vectorizer, which turns
 # the 1-D depthwise conv left by `decompose` into broadcast-free multiply-adds along the
-# channels.
+# channels. The hoisting needs the transfers' in_bounds folded first (the VECTOR_CONTRACTS
+# patterns do it): without them the tile was stored back after every kh step, and LLVM
+# cannot drop those stores inside an OpenMP region (its pointers lose `noalias` there).
 DEPTHWISE = """
     %{n}_op = transform.structured.match ops{{["linalg.depthwise_conv_2d_nhwc_hwc"]}}
         attributes{{flowc.sched = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op
@@ -29,6 +31,7 @@ DEPTHWISE = """
            !transform.any_op, !transform.any_op, !transform.any_op)
     %{n}_d = transform.structured.decompose %{n}_t : (!transform.any_op) -> !transform.any_op
     transform.structured.vectorize %{n}_d : !transform.any_op
+""" + VECTOR_CONTRACTS + """
     transform.loop.hoist_loop_invariant_subsets %{n}_l#4 : !transform.any_op
 """
 
