@@ -158,8 +158,9 @@ def time_bursts(engines: dict[str, dict], rounds: int, burst: int = 5, min_time:
     `engines`: {engine: {name: function}}. A round runs each engine in turn (the order
     rotated by one engine each round when `rotate`): first `settle` (so no other engine's
     workers still spin), then a ramp: the engine's first function called again and again
-    until `ramp_s` seconds have passed (idle thread pools take several calls to reach
-    their speed again: flowc's 2-thread ResNet about 10 calls, bench/results/perf_settle.md),
+    until `ramp_s` seconds have passed (idle thread pools take a few calls to reach their
+    speed again: bench/results/perf_settle.md's ramp table; flowc's, before its workers
+    were pinned to CPUs, about 10 calls),
     then a burst: every function of the engine `burst` times in a row, each call timed.
     `warmup` untimed calls of every function (with a settle before each engine) come first;
     rounds go on until there are `rounds` and `min_time` seconds of rounds have passed (at
