@@ -86,7 +86,8 @@ def main() -> None:
             rounds[k].append(statistics.median(burst))
             time.sleep(args.pause)
     load1 = os.getloadavg()
-    lines = [f"## {Path(args.model).stem}, {args.threads} thread(s), {time.strftime('%H:%M')} "
+    now = time.strftime('%H:%M', time.gmtime())
+    lines = [f"## {Path(args.model).stem}, {args.threads} thread(s), {now} "
              f"UTC, load {load0[0]:.2f} -> {load1[0]:.2f}; {args.rounds} rounds of "
              f"{args.burst} calls, {args.pause} s pauses"]
     for k, v in times.items():
