@@ -1,7 +1,8 @@
 """flowc vs onnxruntime vs numpy on the benchmark models of issue [7], one command.
 
     .venv/bin/python bench/perf.py [--quick] [--threads 1 2] [--models mlp resnet ...]
-                                   [--min-runs 30] [--min-time 2] [--profile] [--out FILE.md]
+                                   [--rounds 10] [--burst 5] [--min-time 2] [--profile]
+                                   [--out FILE.md]
 
 1. Builds the models of bench/perf_models.py (fixed seeds) and saves them as .onnx files,
    so that flowc and onnxruntime read the same file.
@@ -10,9 +11,10 @@
    command (Python start and imports included) and of the `flowc.compile` call alone. With
    `--profile`, also a third compile with `--profile`.
 3. For each thread count, in one child process (BLAS threads set before numpy loads):
-   checks every artifact's outputs against onnxruntime, then times interleaved the
-   artifact (Python loader, and its C entry alone), onnxruntime and numpy sgemm on the
-   model's GEMM shapes (bench/perf_measure.py); with `--profile`, the kernels by time.
+   checks every artifact's outputs against onnxruntime, then times the artifact (Python
+   loader, and its C entry alone), onnxruntime and numpy sgemm on the model's GEMM shapes
+   in rounds of bursts, one engine at a time after the others' idle threads stopped
+   spinning (bench/perf_measure.py); with `--profile`, the kernels by time.
 4. Peak resident memory of running each model, flowc and onnxruntime each in its own
    process (perf_measure.peak_memory), `--memory-repeats` processes each (median).
 5. Writes the report (bench/perf_report.py) to bench/results/perf.md and perf.json.
@@ -138,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--models", nargs="+", choices=list(perf_models.MODELS),
                         default=list(perf_models.MODELS))
-    parser.add_argument("--min-runs", type=int, default=30, help="timed rounds at least (30)")
+    parser.add_argument("--rounds", type=int, default=10, help="timed rounds at least (10)")
+    parser.add_argument("--burst", type=int, default=5,
+                        help="timed calls in a row per engine and round (5)")
     parser.add_argument("--min-time", type=float, default=2.0,
                         help="seconds of timed rounds at least, per model and thread count (2)")
     parser.add_argument("--memory-runs", type=int, default=5, help="runs per memory process")
@@ -154,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="report file (the JSON goes next to it, .json)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.min_runs, args.min_time, args.memory_runs, args.memory_repeats = 3, 0.0, 2, 1
+        args.rounds, args.burst, args.min_time = 2, 2, 0.0
+        args.memory_runs, args.memory_repeats = 2, 1
         args.profile_runs = min(args.profile_runs, 3)
 
     import perf_report
@@ -177,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         for threads in args.threads:
             log(f"timing at {threads} thread(s) ...")
             rows += run_child(["--measure-child", json.dumps(cases), str(threads),
-                               str(args.min_runs), str(args.min_time),
+                               str(args.rounds), str(args.burst), str(args.min_time),
                                str(args.profile_runs if args.profile else 0)],
                               thread_env(threads))
         for row in rows:
@@ -215,7 +220,7 @@ def child(argv: list[str]) -> Any:
         return compile_child(rest[0], rest[1], "--profile" in rest)
     if kind == "--measure-child":
         return perf_measure.measure(json.loads(rest[0]), int(rest[1]), int(rest[2]),
-                                    float(rest[3]), int(rest[4]))
+                                    int(rest[3]), float(rest[4]), int(rest[5]))
     return perf_measure.peak_memory(rest[0], json.loads(rest[1]), int(rest[2]))
 
 

@@ -6,10 +6,18 @@ OMP_NUM_THREADS / MKL_NUM_THREADS were set before numpy loaded (perf.py starts o
 thread count). For each case (a model's .onnx file, its flowc artifact, its GEMM shapes) it
 loads the artifact with `threads`, opens an onnxruntime session with intra_op_num_threads
 = threads (sequential, one inter-op thread), checks the outputs against onnxruntime, then
-times, interleaved in rounds (kernels_common.time_interleaved): the artifact through the
-Python loader, its C entry alone with the inputs bound, onnxruntime, and numpy `matmul` on
-each of the model's GEMM shapes, one call per shape (the "sgemm" reference: the sum of the
-shapes' medians).
+times four engines in rounds of bursts (kernels_common.time_bursts): the artifact through
+the Python loader, its C entry alone with the inputs bound, onnxruntime, and numpy `matmul`
+on each of the model's GEMM shapes (the "sgemm" reference: the sum of the shapes' medians).
+In a round each engine in turn (the order rotated each round) waits until no other
+thread of the process uses CPU (kernels_common.settle: OpenBLAS's idle workers spin about
+0.1 s after a call and onnxruntime's about 45 ms, measured by bench/perf_settle.py; timed
+call by call they took the second core from the next engine), runs for 50 ms untimed
+(its thread pool, idle since its last burst, gets up to speed: `first_call_ms` keeps the
+first of those calls), then runs `burst` calls in a row, each timed. Medians and
+quartiles are over all timed calls; ort/flowc is the median over rounds of the ratio of
+the two bursts' medians. `other_load_cores`: the cores other processes kept busy
+meanwhile (a shared machine).
 
 `peak_memory(engine, case, runs)` (in a process of its own per model and engine) imports
 only the one engine (onnxruntime, or flowc's runtime loader), makes the inputs, reads the
@@ -23,6 +31,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+RAMP_RUNS = 10  # profiled runs not counted: a new pool takes about 10 to get up to speed
 ATOL, RTOL = 1e-5, 1e-4  # defaults: flowc's output within ATOL + RTOL * max|ort| of ort's
 
 
@@ -83,7 +92,13 @@ def sgemm_summary(per_shape: list[list[float]]) -> dict[str, Any]:
             "per_shape_ms": [p["median_ms"] for p in parts]}
 
 
-def measure_case(case: dict[str, Any], threads: int, min_runs: int, min_time: float
+def burst_ratio(num: list[list[float]], den: list[list[float]]) -> float:
+    """Median over rounds of median(num's burst) / median(den's burst)."""
+    return statistics.median(statistics.median(n) / statistics.median(d)
+                             for n, d in zip(num, den, strict=True))
+
+
+def measure_case(case: dict[str, Any], threads: int, rounds: int, burst: int, min_time: float
                  ) -> dict[str, Any]:
     import kernels_common as kc
     import onnxruntime as ort
@@ -106,37 +121,46 @@ def measure_case(case: dict[str, Any], threads: int, min_runs: int, min_time: fl
 
         def run_loader() -> None:
             # the context stays bound to `feeds` and these outputs until the next call, so
-            # they must stay alive for the C entry's run that follows
+            # they must stay alive for the C entry's runs
             bound["outputs"] = art.run(**feeds)
 
-        times = kc.time_interleaved({
-            "flowc": run_loader,
-            "flowc_c": lambda: art._run(art._ctx),
-            "ort": lambda: session.run(None, feeds),
-            **{f"sgemm{i}": f for i, f in enumerate(sgemm_calls(case["gemms"]))},
-        }, min_runs, min_time, warmup=3)
+        load = kc.OtherLoad()
+        timed = kc.time_bursts({
+            "flowc": {"flowc": run_loader},
+            "flowc_c": {"flowc_c": lambda: art._run(art._ctx)},
+            "ort": {"ort": lambda: session.run(None, feeds)},
+            "sgemm": {f"sgemm{i}": f for i, f in enumerate(sgemm_calls(case["gemms"]))},
+        }, rounds, burst, min_time)
+        row["other_load_cores"] = load.cores()
     finally:
         art.close()
-    row["sgemm"] = sgemm_summary([times.pop(f"sgemm{i}") for i in range(len(case["gemms"]))])
-    row.update({name: summary(t) for name, t in times.items()})
-    row["ort_over_flowc"] = statistics.median(
-        o / f for o, f in zip(times["ort"], times["flowc"], strict=True))
+    bursts = timed["times"]
+    flat = {name: [t for calls in per_round for t in calls] for name, per_round in bursts.items()}
+    row["sgemm"] = sgemm_summary([flat.pop(f"sgemm{i}") for i in range(len(case["gemms"]))])
+    row.update({name: summary(t) for name, t in flat.items()})
+    row["ort_over_flowc"] = burst_ratio(bursts["ort"], bursts["flowc"])
+    row["ort_over_flowc_c"] = burst_ratio(bursts["ort"], bursts["flowc_c"])
+    row["first_call_ms"] = {engine: statistics.median(t) * 1e3
+                            for engine, t in timed["first_s"].items()}
+    row["settle_ms"] = {"median": statistics.median(timed["settle_s"]) * 1e3,
+                        "max": max(timed["settle_s"]) * 1e3}
     return row
 
 
 def profile_case(case: dict[str, Any], threads: int, runs: int) -> list[dict[str, Any]]:
     """The kernels of the profiled artifact, the most time first: symbol, nodes, calls per
-    run, median ms per run (over `runs` runs after a warm-up: robust to the preemptions of
-    a loaded machine), share of the kernels' summed medians, GFLOP/s of its GEMM nodes
-    and, beside it, numpy sgemm's time for those shapes (ms)."""
+    run, median ms per run (over `runs` runs after RAMP_RUNS warm-up runs: robust to the
+    preemptions of a loaded machine), share of the kernels' summed medians, GFLOP/s of its
+    GEMM nodes and, beside it, numpy sgemm's time for those shapes (ms)."""
     import kernels_common as kc
 
     from flowc.cli_profile import profiled_runs
     from flowc.runtime.profile import top_kernels
 
-    manifest, events = profiled_runs(case["profiled"], runs + 1, threads=threads)
+    kc.settle(0.05, 1.0)  # no other engine's idle workers spinning during the runs
+    manifest, events = profiled_runs(case["profiled"], runs + RAMP_RUNS, threads=threads)
     per_run = [{name: (nodes, calls, ns) for name, nodes, calls, ns in top_kernels(manifest, [e])}
-               for e in events[1:]]  # the first run is the warm-up
+               for e in events[RAMP_RUNS:]]  # the first runs: warm-up (a new thread pool)
     names = {name: info[:2] for run in per_run for name, info in run.items()}
     median_ns = {name: statistics.median(run.get(name, (0, 0, 0.0))[2] for run in per_run)
                  for name in names}
@@ -149,20 +173,21 @@ def profile_case(case: dict[str, Any], threads: int, runs: int) -> list[dict[str
         entry = {"kernel": name, "nodes": nodes, "calls_per_run": calls, "ms": ms,
                  "share": median_ns[name] / total}
         if mine and ms > 0:
-            times = kc.time_interleaved(dict(enumerate(sgemm_calls(mine))), 5, 0.2)
+            times = kc.time_bursts({"sgemm": dict(enumerate(sgemm_calls(mine)))}, 3, 5)
+            per_shape = [[t for calls in c for t in calls] for c in times["times"].values()]
             entry.update({"gflops": sum(g["flops"] for g in mine) / ms / 1e6,
-                          "sgemm_ms": sgemm_summary(list(times.values()))["median_ms"]})
+                          "sgemm_ms": sgemm_summary(per_shape)["median_ms"]})
         out.append(entry)
     return out
 
 
-def measure(cases: list[dict[str, Any]], threads: int, min_runs: int, min_time: float,
-            profile_runs: int) -> list[dict[str, Any]]:
+def measure(cases: list[dict[str, Any]], threads: int, rounds: int, burst: int,
+            min_time: float, profile_runs: int) -> list[dict[str, Any]]:
     """One row per case; a case that fails to load or run is a row with its `error`."""
     rows = []
     for case in cases:
         try:
-            row = measure_case(case, threads, min_runs, min_time)
+            row = measure_case(case, threads, rounds, burst, min_time)
             if profile_runs and case.get("profiled"):
                 row["profile"] = profile_case(case, threads, profile_runs)
         except Exception as exc:  # reported in the table; the command exits with 1

@@ -80,6 +80,11 @@ def _ms(s: dict[str, float]) -> str:
     return f"{s['median_ms']:.3f} ({s['q25_ms']:.3f}-{s['q75_ms']:.3f})"
 
 
+def _cores(row: dict[str, Any]) -> str:
+    cores = row.get("other_load_cores")
+    return "?" if cores is None else f"{cores:.2f}"
+
+
 def _verdict(ok: bool) -> str:
     return "**met**" if ok else "**not met**"
 
@@ -87,12 +92,13 @@ def _verdict(ok: bool) -> str:
 def latency_table(rows: list[dict[str, Any]], gflop: dict[str, float]) -> list[str]:
     out = ["| model | threads | flowc ms (IQR) | flowc C ms | onnxruntime ms (IQR) | "
            "ort/flowc | sgemm ms | flowc GFLOP/s | ort GFLOP/s | sgemm GFLOP/s | "
-           "% of sgemm | max abs / rel err vs ort |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "% of sgemm | max abs / rel err vs ort | other cores |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+           "| ---: |"]
     for r in rows:
         if "error" in r:
             out.append(f"| {r['model']} | {r['threads']} | ERROR: {r['error'][:300]} "
-                       "| | | | | | | | | |")
+                       "| | | | | | | | | | |")
             continue
         f, o, s, g = r["flowc"], r["ort"], r["sgemm"], gflop[r["model"]]
         mismatch = "" if r["match"] else " **MISMATCH**"
@@ -101,7 +107,20 @@ def latency_table(rows: list[dict[str, Any]], gflop: dict[str, float]) -> list[s
             f"{_ms(o)} | {r['ort_over_flowc']:.2f} | {s['median_ms']:.3f} | "
             f"{g / f['median_ms'] * 1e3:.1f} | {g / o['median_ms'] * 1e3:.1f} | "
             f"{g / s['median_ms'] * 1e3:.1f} | {100 * s['median_ms'] / f['median_ms']:.0f}% | "
-            f"{r['max_abs_err']:.1e} / {r['max_rel_err']:.1e}{mismatch} |")
+            f"{r['max_abs_err']:.1e} / {r['max_rel_err']:.1e}{mismatch} | {_cores(r)} |")
+    return out
+
+
+def first_call_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The first call of each engine after its idle settle, next to its timed median."""
+    out = ["| model | threads | flowc first call ms | flowc ms | onnxruntime first call ms | "
+           "onnxruntime ms |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if "first_call_ms" in r:
+            first = r["first_call_ms"]
+            out.append(f"| {r['model']} | {r['threads']} | {first['flowc']:.3f} | "
+                       f"{r['flowc']['median_ms']:.3f} | {first['ort']:.3f} | "
+                       f"{r['ort']['median_ms']:.3f} |")
     return out
 
 
@@ -194,6 +213,18 @@ def goals(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def settle_line(rows: list[dict[str, Any]]) -> list[str]:
+    """The settle pauses per thread count (rows without them: none)."""
+    parts = []
+    for threads in sorted({r["threads"] for r in rows if "settle_ms" in r}):
+        mine = [r["settle_ms"] for r in rows if r["threads"] == threads and "settle_ms" in r]
+        median = statistics.median(m["median"] for m in mine)
+        parts.append(f"{threads} thread(s): median {median:.0f} ms, longest "
+                     f"{max(m['max'] for m in mine):.0f} ms")
+    return [f"- Settle pauses (the median over models of each model's median): "
+            f"{'; '.join(parts)}."] if parts else []
+
+
 def render(result: dict[str, Any], notes: str | None = None) -> str:
     """The markdown report; `notes`: the file name of a hand-written analysis beside it."""
     gflop = {c["model"]: c["gflop"] for c in result["compile"]}
@@ -217,25 +248,42 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         "times, and 2-thread figures under load are noise.",
         f"- Python {result['python']}; " + ", ".join(f"{k} {x}" for k, x in v.items())
         + f"; numpy's BLAS: {result['blas']}.",
-        f"- Timing: per thread count one process; in it, per model, {args['min_runs']}+ "
-        f"rounds and {args['min_time']:g}+ s after 3 warm-up rounds, each round calling in "
-        "turn: the flowc artifact through the Python loader (`Model.run`: checks, output "
+        f"- Timing: per thread count one process; in it, per model, {args['rounds']}+ "
+        f"rounds and {args['min_time']:g}+ s of rounds after 2 untimed warm-up calls of each "
+        "engine. A round runs four engines one at a time, the order rotated by one each "
+        "round: the flowc artifact through the Python loader (`Model.run`: checks, output "
         "allocation, ctypes), its C entry alone with the inputs bound (flowc C), "
         "onnxruntime (`InferenceSession.run`, CPU provider, intra_op_num_threads = threads, "
         "sequential, default graph optimizations) and numpy `matmul` (OpenBLAS sgemm) on "
-        "each of the model's Gemm/MatMul/Conv nodes as GEMM shapes, one call per shape (a "
-        "conv per group: out channels x in channels*kh*kw x output pixels; im2col not "
-        "included; a depthwise conv is a batch of 1-row products, which numpy runs far "
-        "below sgemm speed). Medians with the interquartile range; sgemm ms is the sum "
-        "of the shapes' medians (and quartiles); ort/flowc is the median of the per-round "
-        "ratios (above 1: flowc faster). GFLOP/s counts the model's GEMM FLOPs only; "
-        "% of sgemm = sgemm time / flowc time, so every other op of the model counts "
-        "against flowc.",
+        "each of the model's Gemm/MatMul/Conv nodes as GEMM shapes (a conv per group: out "
+        "channels x in channels*kh*kw x output pixels; im2col not included; a depthwise "
+        "conv is a batch of 1-row products, which numpy runs far below sgemm speed). Each "
+        "engine first waits until the process's other threads are idle (sleeps at least "
+        "20 ms, then until a 5 ms slice in which they used under 10% of a core; at most 1 "
+        "s: OpenBLAS's idle workers spin about 0.1 s after a call and onnxruntime's about "
+        "45 ms, bench/results/perf_settle.md; timed call by call, they took the second core "
+        "from whichever engine ran next), then runs for 50 ms untimed (a thread pool idle "
+        "since its last burst takes several calls to get up to speed; the first of those "
+        "calls is in the table 'First call after idle'), then makes a burst of "
+        f"{args['burst']} calls in a row (each sgemm shape {args['burst']} calls), each "
+        "timed. Medians with the interquartile range over all timed "
+        "calls; sgemm ms is the sum of the shapes' medians (and quartiles); ort/flowc is "
+        "the median over rounds of the ratio of the two bursts' medians (above 1: flowc "
+        "faster). GFLOP/s counts the model's GEMM FLOPs only; % of sgemm = sgemm time / "
+        "flowc time, so every other op of the model counts against flowc. other cores: "
+        "how many cores other processes kept busy while the model was timed (/proc/stat): "
+        "near 0 means a quiet machine; at 2 threads on 2 cores, anything near 1 makes the "
+        "2-thread figures noise.",
+        *settle_line(result["timing"]),
         "- flowc threads: `flowc.load(dir, threads=N)`; OpenBLAS and onnxruntime: "
         "OPENBLAS_NUM_THREADS / OMP_NUM_THREADS set before numpy loads, "
         "intra_op_num_threads.",
         "",
         "## Latency", "", *latency_table(result["timing"], gflop), "",
+        "## First call after idle", "",
+        "Each engine's first call after the settle of each round (its workers asleep), "
+        "median over the rounds, next to the timed median of the table above.", "",
+        *first_call_table(result["timing"]), "",
         "## Compile time", "",
         "Each model compiled by a fresh `python bench/perf.py --compile-child` process "
         "(`flowc.compile`, what `flowc compile` runs) with FLOWC_CACHE_DIR an empty "
@@ -259,7 +307,7 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         lines += ["## Where the time goes", "",
                   f"Top kernels of each model by time (artifact compiled with `flowc compile "
                   f"--profile`, the runtime's own timer around each kernel call): median ms "
-                  f"per run over {args['profile_runs']} runs after one warm-up; share: of the "
+                  f"per run over {args['profile_runs']} runs after 10 warm-up runs; share: of the "
                   "kernels' summed medians. GFLOP/s and sgemm ms: of the kernel's GEMM nodes, "
                   "sgemm on the same shapes alone (sum of per-shape medians).",
                   "", *profile_section(result["timing"]), ""]

@@ -14,7 +14,8 @@ GPU (whose tiled matmul reads B row-major) and have no control dependencies:
 - `matmul a, B` with `a` of rank >= 2 and B a rank-2 constant [K, N] becomes
   `packed_matmul a, P`;
 - `gemm A, B[, C]` with transA = 0, alpha = 1, a constant B (transB: B^T is packed) and
-  beta = 1 or a constant C (beta * C folded) becomes `packed_matmul A, P` (plus `add` of C);
+  beta = 1 or a constant C (beta * C folded) becomes `packed_matmul A, P` (named as the
+  gemm) plus, with a C, an `add` of C named `GEMM/bias` (unless taken);
 where P is B as panels [N / NR, K, NR] (`flowc.ir.ops.nn.pack_panels`), NR =
 `panel_bytes` / the element size (128 bytes: 32 f32, two AVX-512 vectors, the register
 tile's width). Only when N is a multiple of NR larger than NR (one panel is B itself) and
@@ -51,6 +52,7 @@ class PackWeights:
     def run(self, graph: Graph) -> Graph:
         graph = in_bodies(graph, self.run)
         packed: dict[tuple[Value, bool, float], Value] = {}
+        names = {n.name for n in graph.nodes}
 
         def panels(value: Value, transposed: bool, scale: float, like: Node,
                    rw: Rewriter) -> Value | None:
@@ -95,10 +97,14 @@ class PackWeights:
                 return None
             if c is None:
                 return rw.replace(node, "packed_matmul", [a, p])
-            # the product keeps the gemm's name and sources; the bias add is a helper
+            # the product keeps the gemm's name and sources; the bias add is NAME/bias
             product = rw.make("packed_matmul", [a, p], {}, node).replace(
                 name=node.name, merged=node.merged)
-            return [rw.make("add", [product.out(), c], {}, node).out()]
+            bias = rw.make("add", [product.out(), c], {}, node)
+            name = f"{node.name}/bias"
+            if node.name and name not in names:
+                bias = bias.replace(name=name)
+            return [bias.out()]
 
         return apply_patterns(graph, {"matmul": [("weights-packed", matmul)],
                                       "gemm": [("weights-packed", gemm)]})

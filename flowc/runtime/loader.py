@@ -7,9 +7,14 @@ ctypes, checks that the library's own tables agree with the manifest, and create
 runtime context (the C runtime refuses a CPU lacking the features the kernels were built
 for). The returned `Model` runs with `run(**inputs) -> {name: array}` or
 `model(*inputs, **inputs)` (positional in manifest order) returning the outputs (one array,
-or a tuple); it checks input names, dtypes and shapes before calling into C, releases the
-GIL while the model runs, and serializes calls on one Model (load one per thread for
-parallel use). Every problem is an `ArtifactError` naming the artifact and what is wrong.
+or a tuple), each call's outputs new arrays the caller owns; `run_into(out, *inputs,
+**inputs)` writes them into the caller's arrays instead (`empty_outputs()` makes them), so
+that repeated calls allocate nothing. It checks input names, dtypes and shapes before
+calling into C (the common case, C-contiguous arrays of the declared dtype and shape, by a
+short path), releases the GIL while the model runs, and serializes calls on one Model
+(load one per thread for parallel use). Inputs not 64-byte aligned (numpy aligns to 16)
+are copied by the C runtime on each call; `empty_inputs()` gives aligned ones. Every
+problem is an `ArtifactError` naming the artifact and what is wrong.
 Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
 """
 
@@ -172,6 +177,9 @@ class Model:
                                (ctypes.c_int64 * max(len(t["shape"]), 1))(*t["shape"]))
                               for t in self.manifest[f"{kind}s"]]
                        for kind in ("input", "output")}
+        self._binders = [(self._setters[kind], self._specs[kind]) for kind in ("input", "output")]
+        self._input_names = [name for name, _, _ in self.inputs]
+        self._output_names = [name for name, _, _ in self.outputs]
         self._out_alloc = [(shape, dt, math.prod(shape) * dt.itemsize)
                            for _, dt, shape in self.outputs]
 
@@ -238,7 +246,31 @@ class Model:
 
     # ---- running --------------------------------------------------------------------
     def _feeds(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
-        names = [name for name, _, _ in self.inputs]
+        fast = self._fast_feeds(args, kwargs)
+        return fast if fast is not None else self._checked_feeds(args, kwargs)
+
+    def _fast_feeds(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray] | None:
+        """The inputs when every one is given once, by position or by name, as a
+        C-contiguous ndarray of the declared dtype and shape (the common case, checked
+        with few operations: a call follows a model run that evicted the interpreter's
+        caches); None otherwise (then `_checked_feeds` converts or explains)."""
+        n = len(self.inputs)
+        if kwargs:
+            if args or len(kwargs) != n:
+                return None
+            values = [kwargs.get(name) for name in self._input_names]
+        elif len(args) == n:
+            values = args
+        else:
+            return None
+        for value, (_, dt, shape) in zip(values, self.inputs, strict=True):
+            if type(value) is not np.ndarray or value.dtype != dt or value.shape != shape \
+                    or not value.flags.c_contiguous:
+                return None
+        return list(values)
+
+    def _checked_feeds(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
+        names = self._input_names
         if len(args) > len(names):
             raise ArtifactError(f"model '{self.name}' takes {len(names)} inputs "
                                 f"({', '.join(names)}), got {len(args)} positional")
@@ -267,24 +299,93 @@ class Model:
             arrays.append(np.ascontiguousarray(array))
         return arrays
 
-    def run(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
-        """{output name: array} for the given inputs (by position or name)."""
-        arrays = self._feeds(args, kwargs)
-        outputs = [aligned_empty(shape, dt, nbytes) for shape, dt, nbytes in self._out_alloc]
+    def _checked_outputs(self, out: Any) -> list[np.ndarray]:
+        """The arrays `run_into` writes: `out` is {output name: array} naming every output,
+        or a sequence in manifest order; each a writeable C-contiguous ndarray of the
+        output's dtype and shape."""
+        names = [name for name, _, _ in self.outputs]
+        if isinstance(out, dict):
+            unknown = [k for k in out if k not in names]
+            missing = [n for n in names if n not in out]
+            if unknown or missing:
+                raise ArtifactError(f"model '{self.name}': out= must name its outputs "
+                                    f"({', '.join(names)}); "
+                                    + (f"unknown: {', '.join(map(str, unknown))}" if unknown
+                                       else f"missing: {', '.join(missing)}"))
+            arrays = [out[n] for n in names]
+        elif isinstance(out, (list, tuple)):
+            if len(out) != len(names):
+                raise ArtifactError(f"model '{self.name}' has {len(names)} outputs "
+                                    f"({', '.join(names)}), out= gives {len(out)}")
+            arrays = list(out)
+        else:
+            raise ArtifactError(f"model '{self.name}': out= must be a dict or a list of "
+                                f"arrays, got {type(out).__name__}")
+        for array, (name, dt, shape) in zip(arrays, self.outputs, strict=True):
+            if not isinstance(array, np.ndarray) or array.dtype != dt or array.shape != shape \
+                    or not array.flags.c_contiguous or not array.flags.writeable:
+                got = (f"{array.dtype}{list(array.shape)}"
+                       f"{'' if array.flags.c_contiguous else ', not C-contiguous'}"
+                       f"{'' if array.flags.writeable else ', read-only'}"
+                       if isinstance(array, np.ndarray) else type(array).__name__)
+                raise ArtifactError(f"model '{self.name}': out array for output '{name}' must "
+                                    f"be a writeable C-contiguous {dt} array of shape "
+                                    f"{list(shape)}, got {got}")
+        return arrays
+
+    def _call(self, arrays: list[np.ndarray], outputs: list[np.ndarray],
+              out_addresses: list[int] | None = None) -> None:
+        """Bind the buffers (outputs at `out_addresses` when given) and run; the caller
+        checked them."""
+        addresses = ([a.__array_interface__["data"][0] for a in arrays],
+                     out_addresses or [a.__array_interface__["data"][0] for a in outputs])
         with self._lock:
             if not self._ctx:
                 raise ArtifactError(f"model '{self.name}' was closed")
-            for kind, buffers in (("input", arrays), ("output", outputs)):
-                setter = self._setters[kind]
-                for k, (array, (code, rank, dims)) in enumerate(zip(buffers, self._specs[kind],
-                                                                    strict=True)):
-                    data = array.__array_interface__["data"][0]
-                    status = setter(self._ctx, k, data, code, rank, dims)
+            ctx = self._ctx
+            for kind in (0, 1):
+                setter, specs = self._binders[kind]
+                for k, address in enumerate(addresses[kind]):
+                    code, rank, dims = specs[k]
+                    status = setter(ctx, k, address, code, rank, dims)
                     if status:
-                        self._check(status, f"{kind} #{k}")
-            run = self.profiler.run if self.profiler else self._run
-            self._check(run(self._ctx), "run")
-        return {name: array for (name, _, _), array in zip(self.outputs, outputs, strict=True)}
+                        self._check(status, f"{('input', 'output')[kind]} #{k}")
+            status = self.profiler.run(ctx) if self.profiler else self._run(ctx)
+            if status:
+                self._check(status, "run")
+
+    def run(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+        """{output name: array} for the given inputs (by position or name); the arrays
+        are new, the caller's own."""
+        arrays = self._feeds(args, kwargs)
+        outputs, addresses = [], []
+        for shape, dt, nbytes in self._out_alloc:
+            array, address = _aligned(shape, dt, nbytes)
+            outputs.append(array)
+            addresses.append(address)
+        self._call(arrays, outputs, addresses)
+        return dict(zip(self._output_names, outputs, strict=True))
+
+    def run_into(self, out: Any, /, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+        """Like `run`, but writes the outputs into the caller's arrays `out` (a dict
+        {output name: array} or a list in output order; see `empty_outputs`) instead of
+        new ones, and returns them by name: calls that reuse `out` allocate nothing, and
+        each call overwrites what the previous one wrote there. Arrays that are not
+        64-byte aligned are written through a copy."""
+        arrays = self._feeds(args, kwargs)
+        outputs = self._checked_outputs(out)
+        self._call(arrays, outputs)
+        return dict(zip(self._output_names, outputs, strict=True))
+
+    def empty_outputs(self) -> dict[str, np.ndarray]:
+        """{output name: uninitialized 64-byte aligned array} for `run_into`."""
+        return {name: aligned_empty(shape, dt, nbytes) for name, (shape, dt, nbytes)
+                in zip(self._output_names, self._out_alloc, strict=True)}
+
+    def empty_inputs(self) -> dict[str, np.ndarray]:
+        """{input name: uninitialized 64-byte aligned array}: inputs filled in these are
+        read in place; other arrays (numpy aligns to 16 bytes) are copied on each call."""
+        return {name: aligned_empty(shape, dt) for name, dt, shape in self.inputs}
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         results = tuple(self.run(*args, **kwargs).values())
@@ -316,9 +417,15 @@ def aligned_empty(shape: tuple[int, ...], dt: np.dtype, nbytes: int | None = Non
     """An uninitialized C-contiguous array whose data is ALIGN-byte aligned."""
     if nbytes is None:
         nbytes = math.prod(shape) * dt.itemsize
+    return _aligned(shape, dt, nbytes)[0]
+
+
+def _aligned(shape: tuple[int, ...], dt: np.dtype, nbytes: int) -> tuple[np.ndarray, int]:
+    """`aligned_empty` and its data address."""
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    start = -raw.__array_interface__["data"][0] % ALIGN
-    return np.ndarray(shape, dt, raw, start)
+    address = raw.__array_interface__["data"][0]
+    start = -address % ALIGN
+    return np.ndarray(shape, dt, raw, start), address + start
 
 
 def default_threads(manifest: dict[str, Any]) -> int:
