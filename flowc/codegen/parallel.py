@@ -98,7 +98,7 @@ def split_big_ops(module: ir.Module, what: str) -> None:
             f"{{flowc.par = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op\n"
             f"%p{i}_t, %p{i}_f = transform.structured.tile_using_forall %p{i} tile_sizes "
             f"[{', '.join(map(str, tiles))}] : (!transform.any_op) -> (!transform.any_op, "
-            "!transform.any_op)" + (_copy_script(i, len(tiles), _loop_ranges(op)[-1])
+            "!transform.any_op)" + (_copy_script(i, len(tiles), _inner_extent(op, tiles))
                                     if copy else ""))
     if scripts:
         cpu_pipeline.apply_script(module, "\n".join(scripts), what)
@@ -120,8 +120,9 @@ def _is_copy(op: ir.Operation) -> bool:
 
 def _copy_script(i: int, rank: int, last: int) -> str:
     """A split copy's forall annotated `flowc.par_copy`, its tile vectorized in runs of the
-    largest divisor of the innermost dim up to COPY_VECTOR elements: inside the OpenMP
-    region its buffers lose `noalias`, and LLVM's loop copied element by element."""
+    largest divisor of `last` (the tile's innermost extent) up to COPY_VECTOR elements:
+    inside the OpenMP region its buffers lose `noalias`, and LLVM's loop copied element by
+    element."""
     inner = next(d for d in range(min(COPY_VECTOR, last), 0, -1) if last % d == 0)
     ones = ", ".join(["1"] * (rank - 1) + [str(inner)])
     handles = ", ".join(["!transform.any_op"] * (rank + 1))
@@ -129,6 +130,12 @@ def _copy_script(i: int, rank: int, last: int) -> str:
             f"%p{i}_v, %p{i}_l:{rank} = transform.structured.tile_using_for %p{i}_t tile_sizes "
             f"[{ones}] : (!transform.any_op) -> ({handles})\n"
             f"transform.structured.vectorize %p{i}_v : !transform.any_op")
+
+
+def _inner_extent(op: ir.Operation, tiles: list[int]) -> int:
+    """The innermost dim's extent in one tile of the split (the whole dim unless the split
+    loop is that dim)."""
+    return tiles[-1] or _loop_ranges(op)[-1]
 
 
 def _min_work(op: ir.Operation) -> int:
