@@ -10,8 +10,9 @@ Contract: `lower_parallel(module, what)` takes a kernel module after bufferizati
    an `scf.forall` over its outermost such loop, in at most `MAX_TILES` equal tiles (the
    named ops of `GENERALIZABLE` are generalized first; ops whose indexing maps tiling cannot
    take are left alone). Ops inside loops are left alone (a strategy placed them). A copy
-   (`linalg.copy`, generalized or not) is split from `MIN_PARALLEL_COPY` elements, its
-   forall annotated `flowc.par_copy` and its tile vectorized (`_copy_script`).
+   (`linalg.copy`, generalized or not) is split from `MIN_PARALLEL_COPY` elements when
+   its tiles' innermost extent takes steps of `MIN_COPY_STEP` or more, its forall
+   annotated `flowc.par_copy` and its tile vectorized (`_copy_script`).
 2. Serialize: each outermost `scf.forall` whose estimated work is below
    `MIN_PARALLEL_WORK` (`MIN_PARALLEL_COPY` for a `flowc.par_copy` one) becomes `scf.for`
    loops, so that a tiny kernel never pays a fork.
