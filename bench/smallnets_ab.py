@@ -64,8 +64,9 @@ def main() -> None:
         assert err <= 1e-5 + 1e-4 * scale, f"{name} does not match onnxruntime"
         keep[name] = art
 
-        def run_py(art=art) -> None:
-            keep["_out"] = art.run(**feeds)  # the bound outputs stay alive for the C call
+        def run_py(art=art, name=name) -> None:
+            # the context stays bound to these outputs: they must outlive its C-entry calls
+            keep[name + "/outputs"] = art.run(**feeds)
 
         fns[name] = run_py
         fns[name + "_c"] = lambda art=art: art._run(art._ctx)
