@@ -64,8 +64,9 @@ def main() -> None:
         assert err <= 1e-5 + 1e-4 * scale, f"{name} does not match onnxruntime"
         keep[name] = art
 
-        def run_py(art=art) -> None:
-            keep["_out"] = art.run(**feeds)  # the bound outputs stay alive for the C call
+        def run_py(art=art, name=name) -> None:
+            # the context stays bound to these outputs: they must outlive its C-entry calls
+            keep[name + "/outputs"] = art.run(**feeds)
 
         fns[name] = run_py
         fns[name + "_c"] = lambda art=art: art._run(art._ctx)
@@ -86,7 +87,8 @@ def main() -> None:
             rounds[k].append(statistics.median(burst))
             time.sleep(args.pause)
     load1 = os.getloadavg()
-    lines = [f"## {Path(args.model).stem}, {args.threads} thread(s), {time.strftime('%H:%M')} "
+    now = time.strftime('%H:%M', time.gmtime())
+    lines = [f"## {Path(args.model).stem}, {args.threads} thread(s), {now} "
              f"UTC, load {load0[0]:.2f} -> {load1[0]:.2f}; {args.rounds} rounds of "
              f"{args.burst} calls, {args.pause} s pauses"]
     for k, v in times.items():

@@ -4,7 +4,7 @@ one process, and the runtime's own kernel timer gives every kernel call's time; 
 kernel (matched by position in the manifest: the artifacts must be of the same graph) the
 median microseconds of each artifact, and the sum.
 
-    .venv/bin/python bench/smallnets_kernels.py A=DIR B=DIR [--threads 1] [--rounds 40]
+    .venv/bin/python bench/smallnets_kernels.py A=DIR B=DIR [--threads 1] [--rounds 40] [--out F]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--burst", type=int, default=5)
     ap.add_argument("--pause", type=float, default=0.05)
+    ap.add_argument("--out", help="append the table to this file")
     args = ap.parse_args()
 
     import flowc
@@ -57,13 +58,21 @@ def main() -> None:
                 totals[name].append(sum(per.values()))
             time.sleep(args.pause)
     load1 = os.getloadavg()
-    print(f"{args.threads} thread(s), load {load0[0]:.2f} -> {load1[0]:.2f}; median us per "
-          "run of each kernel (all its calls in a run summed)")
-    print("kernel".ljust(16) + "".join(n.rjust(10) for n in arts))
+    now = time.strftime('%H:%M', time.gmtime())
+    lines = [f"{first.name}, {args.threads} thread(s), {now} UTC, load "
+             f"{load0[0]:.2f} -> {load1[0]:.2f}; median us per run of each kernel (all its "
+             "calls in a run summed)", "",
+             "| kernel | " + " | ".join(arts) + " |", "| --- |" + " ---: |" * len(arts)]
     for k in sorted(times[next(iter(arts))]):
         row = [statistics.median(times[n].get(k, [0.0])) for n in arts]
-        print(kernels[k].ljust(16) + "".join(f"{v:10.1f}" for v in row))
-    print("sum".ljust(16) + "".join(f"{statistics.median(totals[n]):10.1f}" for n in arts))
+        lines.append(f"| {kernels[k]} | " + " | ".join(f"{v:.1f}" for v in row) + " |")
+    lines.append("| sum | " + " | ".join(f"{statistics.median(totals[n]):.1f}" for n in arts)
+                 + " |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "a") as fh:
+            fh.write(text + "\n\n")
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ Contract: `lower_parallel(module, what)` takes a kernel module after bufferizati
    an `scf.forall` over its outermost such loop, in at most `MAX_TILES` equal tiles (the
    named ops of `GENERALIZABLE` are generalized first; ops whose indexing maps tiling cannot
    take are left alone). Ops inside loops are left alone (a strategy placed them). A copy
-   (`linalg.copy`, generalized or not) is split from `MIN_PARALLEL_COPY` elements, its
-   forall annotated `flowc.par_copy` and its tile vectorized (`_copy_script`).
+   (`linalg.copy`, generalized or not) is split from `MIN_PARALLEL_COPY` elements when
+   its tiles' innermost extent takes steps of `MIN_COPY_STEP` or more, its forall
+   annotated `flowc.par_copy` and its tile vectorized (`_copy_script`).
 2. Serialize: each outermost `scf.forall` whose estimated work is below
    `MIN_PARALLEL_WORK` (`MIN_PARALLEL_COPY` for a `flowc.par_copy` one) becomes `scf.for`
    loops, so that a tiny kernel never pays a fork.
@@ -48,6 +49,10 @@ MIN_PARALLEL_WORK = 1 << 17
 # a fork and join costs ~0.2 us.
 MIN_PARALLEL_COPY = 1 << 15
 COPY_VECTOR = 64  # elements per vectorized step of a split copy (4 AVX-512 f32 vectors)
+# A copy split only because of MIN_PARALLEL_COPY must take steps of at least this many
+# elements (an odd innermost extent, 40009, would be copied one element at a time: left
+# serial, LLVM makes it a memcpy).
+MIN_COPY_STEP = 8
 MAX_TILES = 64  # tiles of a split op: enough for any thread count's static blocks
 UNKNOWN_TRIPS = 16
 
@@ -89,8 +94,9 @@ def split_big_ops(module: ir.Module, what: str) -> None:
         copy = _is_copy(op)
         big = work(op) >= _min_work(op)
         tiles = _tile_sizes(op) if big else None
-        if tiles is None:
-            continue
+        if tiles is None or (copy and work(op) < MIN_PARALLEL_WORK and _copy_step(
+                _inner_extent(op, tiles)) < MIN_COPY_STEP):
+            continue  # (a copy that only the lower threshold splits needs whole vectors)
         i = len(scripts)
         op.attributes["flowc.par"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
         scripts.append(
@@ -98,7 +104,7 @@ def split_big_ops(module: ir.Module, what: str) -> None:
             f"{{flowc.par = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op\n"
             f"%p{i}_t, %p{i}_f = transform.structured.tile_using_forall %p{i} tile_sizes "
             f"[{', '.join(map(str, tiles))}] : (!transform.any_op) -> (!transform.any_op, "
-            "!transform.any_op)" + (_copy_script(i, len(tiles), _loop_ranges(op)[-1])
+            "!transform.any_op)" + (_copy_script(i, len(tiles), _inner_extent(op, tiles))
                                     if copy else ""))
     if scripts:
         cpu_pipeline.apply_script(module, "\n".join(scripts), what)
@@ -120,15 +126,28 @@ def _is_copy(op: ir.Operation) -> bool:
 
 def _copy_script(i: int, rank: int, last: int) -> str:
     """A split copy's forall annotated `flowc.par_copy`, its tile vectorized in runs of the
-    largest divisor of the innermost dim up to COPY_VECTOR elements: inside the OpenMP
-    region its buffers lose `noalias`, and LLVM's loop copied element by element."""
-    inner = next(d for d in range(min(COPY_VECTOR, last), 0, -1) if last % d == 0)
+    largest divisor of `last` (the tile's innermost extent) up to COPY_VECTOR elements:
+    inside the OpenMP region its buffers lose `noalias`, and LLVM's loop copied element by
+    element."""
+    inner = _copy_step(last)
     ones = ", ".join(["1"] * (rank - 1) + [str(inner)])
     handles = ", ".join(["!transform.any_op"] * (rank + 1))
     return (f"\ntransform.annotate %p{i}_f \"flowc.par_copy\" : !transform.any_op\n"
             f"%p{i}_v, %p{i}_l:{rank} = transform.structured.tile_using_for %p{i}_t tile_sizes "
             f"[{ones}] : (!transform.any_op) -> ({handles})\n"
             f"transform.structured.vectorize %p{i}_v : !transform.any_op")
+
+
+def _copy_step(last: int) -> int:
+    """Elements per vectorized step of a split copy whose tiles' innermost extent is `last`:
+    its largest divisor up to COPY_VECTOR."""
+    return next(d for d in range(min(COPY_VECTOR, last), 0, -1) if last % d == 0)
+
+
+def _inner_extent(op: ir.Operation, tiles: list[int]) -> int:
+    """The innermost dim's extent in one tile of the split (the whole dim unless the split
+    loop is that dim)."""
+    return tiles[-1] or _loop_ranges(op)[-1]
 
 
 def _min_work(op: ir.Operation) -> int:

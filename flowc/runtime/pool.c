@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 #ifdef __linux__
+#include <dirent.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -225,30 +226,65 @@ static void *worker(void *p) {
   }
 }
 
-/* Workers on CPUs of their own: worker t (1..n-1) is pinned to the t-th CPU after the one
- * creating the pool, in the process's allowed set, when the set has at least n CPUs (else
- * nothing is pinned). Unpinned, a worker woken from its futex after an idle pause was
- * placed on the waking caller's CPU and shared it for many runs until the scheduler moved
- * it (ResNet at 2 threads: 1.2 ms just after a 150 ms pause, 0.6 ms once spread out);
- * the caller is never pinned, so the scheduler moves it off a worker's CPU at once. */
-static void pin_worker(pthread_t thread, int t, int n) {
+/* Workers on CPUs of their own: each worker t (1..n-1) is pinned to the allowed CPU, other
+ * than the creating thread's, that the fewest threads of this process are pinned to (ties:
+ * the first after the creating thread's CPU), when the process's allowed set has at least
+ * n CPUs; else nothing is pinned. The counts come from the OS (each thread's affinity, read
+ * through /proc/self/task when a pool is created), so the pools of several models (each
+ * artifact has its own copy of this runtime) or partitions take different CPUs while free
+ * ones remain. Unpinned, a worker woken from its futex after an idle pause was placed on
+ * the waking caller's CPU and shared it for many runs until the scheduler moved it (ResNet
+ * at 2 threads: 1.2 ms just after a 150 ms pause, 0.6 ms once spread out); the caller is
+ * never pinned, so the scheduler moves it off a worker's CPU at once. FLOWC_PIN_THREADS=0
+ * (read when a pool is created) leaves every worker unpinned. Best effort throughout: two
+ * pools created at the same moment may pick the same CPUs; a refused call pins nothing. */
 #ifdef __linux__
+static void count_pinned(int *per_cpu) {
+  DIR *dir = opendir("/proc/self/task");
+  if (!dir) return;
+  for (struct dirent *entry; (entry = readdir(dir)) != NULL;) {
+    int tid = atoi(entry->d_name);
+    cpu_set_t set;
+    if (tid <= 0 || sched_getaffinity(tid, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1)
+      continue;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+      if (CPU_ISSET(c, &set)) {
+        per_cpu[c]++;
+        break;
+      }
+  }
+  closedir(dir);
+}
+#endif
+
+static void pin_workers(flowc_pool *pool) {
+#ifdef __linux__
+  const char *wanted = getenv("FLOWC_PIN_THREADS");
   cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < n) return;
+  if ((wanted && strcmp(wanted, "0") == 0) ||
+      sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < pool->n)
+    return;
+  int per_cpu[CPU_SETSIZE] = {0};
+  count_pinned(per_cpu);
   int here = sched_getcpu(), cpus[CPU_SETSIZE], count = 0, start = 0;
   for (int c = 0; c < CPU_SETSIZE; c++)
     if (CPU_ISSET(c, &allowed)) {
       if (c == here) start = count;
       cpus[count++] = c;
     }
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpus[(start + t) % count], &one);
-  pthread_setaffinity_np(thread, sizeof one, &one); /* best effort: unpinned on failure */
+  for (int t = 1; t < pool->n; t++) {
+    int best = -1;
+    for (int i = 1; i < count; i++) { /* the CPUs after the creator's, in order */
+      int c = cpus[(start + i) % count];
+      if (best < 0 || per_cpu[c] < per_cpu[best]) best = c;
+    }
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(best, &one);
+    if (pthread_setaffinity_np(pool->threads[t], sizeof one, &one) == 0) per_cpu[best]++;
+  }
 #else
-  (void)thread;
-  (void)t;
-  (void)n;
+  (void)pool;
 #endif
 }
 
@@ -282,8 +318,8 @@ flowc_pool *FLOWC_RT(pool_create)(int n, char *error, size_t error_bytes) {
       snprintf(error, error_bytes, "cannot start thread %d of %d: %s", t, n, strerror(rc));
       return NULL;
     }
-    pin_worker(pool->threads[t], t, n);
   }
+  pin_workers(pool);
   return pool;
 }
 

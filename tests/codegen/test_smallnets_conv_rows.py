@@ -181,3 +181,34 @@ def test_pad_copy_is_parallel_from_min_parallel_copy(x, w, regions):
     llvm = compiled(body)["k.llvm.mlir"]
     assert llvm.count("omp.parallel") == regions
     check(body, 9 * w[2])
+
+
+@pytest.mark.parametrize("shape,axis", [
+    ((40000,), 0),  # the split loop is the innermost dim: 625-element tiles
+    ((1, 40000), 1),
+    ((3, 20000), 0),
+])
+def test_split_copies_of_any_shape(shape, axis):
+    """Copies that parallel.py splits (MIN_PARALLEL_COPY: a concat's inserts) where its tiles
+    cut the innermost dim: the vectorized step divides the tile; results as numpy's."""
+    g = Graph("copy")
+    x = g.add_input("x", TensorType("f32", shape))
+    z = g.add_input("z", TensorType("f32", shape))
+    g.add_output("y", g.append(make_node("concat", [x, z], {"axis": axis})).out())
+    assert compiled(g)["k.llvm.mlir"].count("omp.parallel") == 2
+    xv, zv = f(*shape), f(*shape)
+    np.testing.assert_array_equal(run_body(g, [xv, zv])[0], np.concatenate([xv, zv], axis))
+
+
+def test_copy_with_an_odd_innermost_dim_stays_serial():
+    """Under MIN_PARALLEL_WORK, a copy whose tiles' innermost extent has no divisor of
+    MIN_COPY_STEP or more (40009 is prime) is not split: it would copy one element per
+    step; serial, LLVM makes it a memcpy."""
+    shape = (2, 40009)
+    g = Graph("copy")
+    x = g.add_input("x", TensorType("f32", shape))
+    z = g.add_input("z", TensorType("f32", shape))
+    g.add_output("y", g.append(make_node("concat", [x, z], {"axis": 0})).out())
+    assert "omp.parallel" not in compiled(g)["k.llvm.mlir"]
+    xv, zv = f(*shape), f(*shape)
+    np.testing.assert_array_equal(run_body(g, [xv, zv])[0], np.concatenate([xv, zv], 0))

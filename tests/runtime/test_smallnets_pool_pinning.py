@@ -1,5 +1,6 @@
 """The runtime pool pins each worker to a CPU of its own when the process may use at least
-as many CPUs as the pool has threads (pool.c `pin_worker`), and pins nothing otherwise."""
+as many CPUs as the pool has threads (pool.c `pin_workers`), spreading several pools over
+different CPUs, and pins nothing otherwise or with FLOWC_PIN_THREADS=0."""
 
 from __future__ import annotations
 
@@ -62,3 +63,30 @@ def test_more_threads_than_cpus_pins_nothing(artifact):
         model(x=np.ones((4, 8), np.float32))
     assert len(new) == len(ALLOWED)
     assert all(cpus == ALLOWED for cpus in new.values())
+
+
+@pytest.mark.skipif(len(ALLOWED) < 2 or not Path("/proc/self/task").exists(),
+                    reason="needs Linux and 2 CPUs")
+def test_flowc_pin_threads_0_pins_nothing(artifact, monkeypatch):
+    monkeypatch.setenv("FLOWC_PIN_THREADS", "0")  # read by the pool when it is created
+    before = set(_threads())
+    with flowc.load(artifact, threads=len(ALLOWED)) as model:
+        new = {t: cpus for t, cpus in _threads().items() if t not in before}
+        model(x=np.ones((4, 8), np.float32))
+    assert len(new) == len(ALLOWED) - 1
+    assert all(cpus == ALLOWED for cpus in new.values())
+
+
+@pytest.mark.skipif(len(ALLOWED) < 3 or not Path("/proc/self/task").exists(),
+                    reason="needs Linux and 3 CPUs")
+def test_two_pools_take_different_cpus(artifact):
+    """Two models of 2 threads each: their workers go to two different CPUs (each pool
+    counts the threads other pools pinned, through the OS), not both to the CPU after the
+    creating thread's."""
+    before = set(_threads())
+    with flowc.load(artifact, threads=2) as first, flowc.load(artifact, threads=2) as second:
+        new = {t: cpus for t, cpus in _threads().items() if t not in before}
+        first(x=np.ones((4, 8), np.float32))
+        second(x=np.ones((4, 8), np.float32))
+    pinned = [cpus[0] for cpus in new.values() if len(cpus) == 1]
+    assert len(pinned) == 2 and pinned[0] != pinned[1]
