@@ -5,9 +5,11 @@ Each shape is compiled with `flowc.compile` into a one-node artifact and run thr
 runtime (`NAME_run` on buffers bound once), so its parallel loops use the runtime's thread
 pool: `--threads T` sets both flowc's and OpenBLAS's threads. Runs are interleaved (flowc,
 [baseline,] numpy, round after round) so machine load hits all alike; a sample is the mean of
-enough back-to-back calls to last about 2 ms. At one thread a sample is the calling thread's
-CPU time (`time.thread_time`: both run on it, and time spent descheduled by other load is not
-counted); at more, wall time. Medians and bests (the fastest sample) are both reported.
+enough back-to-back calls to last about 2 ms (at more than one thread, taken after the other
+engines' idle workers stopped spinning: `kernels_common.settle`). At one thread a sample is
+the calling thread's CPU time (`time.thread_time`: both run on it, and time spent descheduled
+by other load is not counted); at more, wall time. Medians and bests (the fastest sample) are
+both reported.
 
     .venv/bin/python bench/kernels_matmul.py [--threads 1] [--repeats 15] [--quick]
     # before/after in one process: compile the artifacts with another checkout, then compare
@@ -102,12 +104,21 @@ def calls_per_sample(fn) -> int:
 
 
 def time_interleaved(fns: dict, repeats: int) -> dict[str, list[float]]:
-    """Per function, `repeats` samples (seconds per call), taken round-robin."""
+    """Per function, `repeats` samples (seconds per call), taken round-robin. With several
+    threads, each sample starts after `kc.settle` and 50 ms of untimed calls: OpenBLAS's
+    idle workers spin ~0.1 s after a call and would take a core from the flowc sample that
+    follows, and an idle pool takes a few calls to get up to speed again
+    (bench/results/perf_settle.md)."""
     counts = {name: calls_per_sample(fn) for name, fn in fns.items()}
     samples = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             n = counts[name]
+            if ARGS.threads > 1:
+                kc.settle(0.02, 1.0)
+                ramp = time.perf_counter()
+                while time.perf_counter() - ramp < 0.05:  # idle pools back up to speed
+                    fn()
             t = CLOCK()
             for _ in range(n):
                 fn()
