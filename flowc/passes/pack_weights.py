@@ -51,14 +51,13 @@ class PackWeights:
 
     def run(self, graph: Graph) -> Graph:
         graph = in_bodies(graph, self.run)
-        packed: dict[tuple[Value, bool, float], Value] = {}
+        packed: dict[tuple[Value, bool], Value] = {}
         names = {n.name for n in graph.nodes}
 
-        def panels(value: Value, transposed: bool, scale: float, like: Node,
-                   rw: Rewriter) -> Value | None:
-            """`value` (a constant, transposed first if asked, times `scale`) as panels;
-            None if it is not a constant this pass packs."""
-            key = (value, transposed, scale)
+        def panels(value: Value, transposed: bool, like: Node, rw: Rewriter) -> Value | None:
+            """`value` (a constant, transposed first if asked) as panels; None if it is not
+            a constant this pass packs."""
+            key = (value, transposed)
             if key in packed:
                 return packed[key]
             data = rw.const(value)
@@ -69,8 +68,6 @@ class PackWeights:
             width = self.panel_bytes // data.dtype.itemsize
             if n % width or n <= width or k > self.max_k:
                 return None
-            if scale != 1.0:
-                b = (b * scale).astype(data.dtype)
             packed[key] = rw.constant(pack_panels(b, width), like)
             return packed[key]
 
@@ -78,7 +75,7 @@ class PackWeights:
             a, b = node.inputs
             if not _eligible(node) or a.type.rank < 2:
                 return None
-            p = panels(b, False, 1.0, node, rw)
+            p = panels(b, False, node, rw)
             return None if p is None else rw.replace(node, "packed_matmul", [a, p])
 
         def gemm(node: Node, rw: Rewriter) -> Node | list[Value] | None:
@@ -92,7 +89,7 @@ class PackWeights:
                 if data is None:
                     return None
                 c = rw.constant((data * beta).astype(data.dtype), node)
-            p = panels(b, bool(attrs.get("transB", 0)), 1.0, node, rw)
+            p = panels(b, bool(attrs.get("transB", 0)), node, rw)
             if p is None:
                 return None
             if c is None:
