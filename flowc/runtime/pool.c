@@ -12,6 +12,11 @@
  * Within a slot, a dynamic worksharing loop (`__kmpc_dispatch_*`: flowc's kernels use
  * them) hands out the slot's static share in chunks and then the chunks other slots have
  * not claimed, so a worker descheduled in the middle of a loop holds it up by one chunk.
+ * Each slot's chunk counter has a cache line of its own and carries the region's
+ * generation (nothing to reset between regions), so a slot claiming its own chunks touches
+ * no line another thread writes: on this VM a line moving between the two vCPUs costs
+ * 30 ns or 160-460 ns depending on where the host placed them (bench/results/
+ * smallnets_threads.md), and a region used to move ten or more.
  *
  * Hot path without locks or system calls: a region is a few stores and one atomic
  * increment per slot. Workers wait for the next generation after their last slot, the
@@ -45,12 +50,20 @@ typedef struct {
 } worker_arg;
 
 /* Dynamic loops (`__kmpc_dispatch_*`, what flowc's worksharing loops use): each slot's
- * static share is cut into CHUNKS chunks; a slot claims its own chunks in order, then
- * those other slots have not claimed, so a slow or descheduled thread holds up at most one
- * chunk. Per region, the first DISPATCH_LOOPS dynamic loops are shared that way; later
- * ones (never generated: a region holds one loop) fall back to static shares. */
+ * static share is cut into CHUNKS chunks of halving sizes (chunk_start); a slot claims its
+ * own chunks in order, then those other slots have not claimed, so a slow or descheduled
+ * thread holds up at most one chunk (at most half its share). Per region, the first DISPATCH_LOOPS dynamic loops are shared that way; later
+ * ones (never generated: a region holds one loop) fall back to static shares. A claim
+ * counter (one per loop and slot, on its own cache line) holds the region's generation
+ * << CLAIM_BITS | the chunks of that slot's share claimed in that region; a counter of an
+ * older generation counts as 0. */
 #define CHUNKS 4
 #define DISPATCH_LOOPS 4
+#define CLAIM_BITS 8 /* CHUNKS < 1 << CLAIM_BITS; the generation keeps 56 bits */
+
+typedef struct {
+  _Alignas(64) uint64_t word; /* atomic */
+} chunk_claim;
 
 #define SLOT_BITS 16 /* claim word: generation << SLOT_BITS | next unclaimed slot */
 #define SLOT_MASK ((1u << SLOT_BITS) - 1)
@@ -72,8 +85,7 @@ struct flowc_pool {
   uint32_t bar_sleepers;             /* atomic */
   _Alignas(64) int n;
   uint64_t generation; /* the caller's count of regions */
-  uint32_t *chunks;    /* atomic: [loop k][slot s] chunks of s's share claimed (see dispatch) */
-  uint32_t loops_used; /* atomic: dynamic loops the last region started (chunks to reset) */
+  chunk_claim *chunks; /* [loop k][slot s]: s's chunks claimed in loop k (see dispatch) */
   pthread_t *threads;
   worker_arg *args;
 };
@@ -165,22 +177,26 @@ static void wake_all(uint32_t *word, uint32_t *sleepers) {
 static __thread flowc_pool *current_pool; /* the pool of this thread's run */
 static __thread flowc_pool *region_pool;  /* the pool of the region this thread is in */
 static __thread int current_tid;          /* this thread's slot in the running region */
+static __thread uint64_t region_gen;      /* the running region's generation */
 static __thread int region_n = 1;         /* the slots of the running region */
 static __thread int in_region;            /* inside pool_run: nested regions run serially */
 static __thread int loops_started;        /* dynamic loops this slot started in its region */
 typedef struct {
   int64_t lower, incr; /* the first iteration's value and the step (as the loop's T) */
   uint64_t trips;      /* iterations */
-  uint32_t *claims;    /* the loop's per-slot claim counters; NULL: one static share */
+  chunk_claim *claims; /* the loop's per-slot claim counters; NULL: one static share */
   int victim, tried;   /* the slot whose chunks are claimed next, slots tried */
   int served;          /* the static share was handed out */
 } dynamic_loop;
 static __thread dynamic_loop dyn; /* this slot's dynamic loop (dispatch_init, _next) */
 
-static void run_slot(flowc_pool *pool, flowc_task_fn fn, void *arg, int slot, int n) {
+static void run_slot(flowc_pool *pool, uint64_t gen, flowc_task_fn fn, void *arg, int slot,
+                     int n) {
   flowc_pool *outer_pool = region_pool;
   int outer_tid = current_tid, outer_n = region_n, outer_in = in_region;
+  uint64_t outer_gen = region_gen;
   region_pool = pool;
+  region_gen = gen;
   current_tid = slot;
   region_n = n;
   in_region = 1;
@@ -191,6 +207,7 @@ static void run_slot(flowc_pool *pool, flowc_task_fn fn, void *arg, int slot, in
   loops_started = outer_loops;
   dyn = outer_dyn;
   region_pool = outer_pool;
+  region_gen = outer_gen;
   current_tid = outer_tid;
   region_n = outer_n;
   in_region = outer_in;
@@ -208,7 +225,7 @@ static void run_unclaimed(flowc_pool *pool) {
      * done, so fn and arg are this region's. */
     flowc_task_fn fn = __atomic_load_n(&pool->fn, __ATOMIC_RELAXED);
     void *arg = __atomic_load_n(&pool->arg, __ATOMIC_RELAXED);
-    run_slot(pool, fn, arg, (int)(c & SLOT_MASK), (int)n);
+    run_slot(pool, c >> SLOT_BITS, fn, arg, (int)(c & SLOT_MASK), (int)n);
     if (__atomic_add_fetch(&pool->done, 1, __ATOMIC_SEQ_CST) == n && LOAD_SC(pool->caller_sleeps))
       futex_wake(&pool->done, 1);
     c = __atomic_load_n(&pool->claim, __ATOMIC_ACQUIRE);
@@ -299,7 +316,10 @@ flowc_pool *FLOWC_RT(pool_create)(int n, char *error, size_t error_bytes) {
     memset(pool, 0, sizeof *pool);
     pool->threads = calloc((size_t)n, sizeof(pthread_t));
     pool->args = calloc((size_t)n, sizeof(worker_arg));
-    pool->chunks = calloc((size_t)n * DISPATCH_LOOPS, sizeof(uint32_t));
+    if (posix_memalign((void **)&pool->chunks, 64, (size_t)n * DISPATCH_LOOPS * sizeof(chunk_claim)))
+      pool->chunks = NULL;
+    else
+      memset(pool->chunks, 0, (size_t)n * DISPATCH_LOOPS * sizeof(chunk_claim));
   }
   if (!pool || !pool->threads || !pool->args || !pool->chunks) {
     if (pool) free(pool->threads), free(pool->args), free(pool->chunks);
@@ -336,7 +356,7 @@ void FLOWC_RT(pool_destroy)(flowc_pool *pool) {
 
 void FLOWC_RT(pool_run)(flowc_pool *pool, flowc_task_fn fn, void *arg) {
   if (!pool || pool->n == 1 || in_region) {
-    run_slot(NULL, fn, arg, 0, 1);
+    run_slot(NULL, 0, fn, arg, 0, 1);
     return;
   }
   uint32_t n = (uint32_t)pool->n;
@@ -344,13 +364,10 @@ void FLOWC_RT(pool_run)(flowc_pool *pool, flowc_task_fn fn, void *arg) {
   __atomic_store_n(&pool->fn, fn, __ATOMIC_RELAXED);
   __atomic_store_n(&pool->arg, arg, __ATOMIC_RELAXED);
   __atomic_store_n(&pool->done, 0, __ATOMIC_RELAXED);
-  uint32_t used = __atomic_load_n(&pool->loops_used, __ATOMIC_RELAXED);
-  for (uint32_t i = 0; i < used * n; i++) __atomic_store_n(&pool->chunks[i], 0, __ATOMIC_RELAXED);
-  __atomic_store_n(&pool->loops_used, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&pool->claim, g << SLOT_BITS | 1, __ATOMIC_RELEASE); /* slot 0: ours */
   STORE_SC(pool->wake, (uint32_t)g);
   wake_all(&pool->wake, &pool->sleepers);
-  run_slot(pool, fn, arg, 0, (int)n);
+  run_slot(pool, g, fn, arg, 0, (int)n);
   __atomic_add_fetch(&pool->done, 1, __ATOMIC_SEQ_CST);
   run_unclaimed(pool);
   /* wait for the slots that workers hold */
@@ -477,11 +494,29 @@ static void dispatch_init(int64_t lower, int64_t upper, int64_t incr) {
   dyn.tried = 0;
   if (!pool || n == 1 || k >= DISPATCH_LOOPS) return;
   dyn.claims = pool->chunks + (size_t)k * (size_t)n;
-  uint32_t used = __atomic_load_n(&pool->loops_used, __ATOMIC_RELAXED);
-  while (used < (uint32_t)k + 1 &&
-         !__atomic_compare_exchange_n(&pool->loops_used, &used, (uint32_t)k + 1, 1,
-                                      __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+}
+
+/* Claim the next chunk of the share that `claim` counts, in this region's loop: its number
+ * (0-based), or CHUNKS when all are claimed. */
+static uint32_t claim_chunk(chunk_claim *claim) {
+  uint64_t w = __atomic_load_n(&claim->word, __ATOMIC_RELAXED);
+  for (;;) {
+    uint32_t got = w >> CLAIM_BITS == region_gen ? (uint32_t)(w & ((1u << CLAIM_BITS) - 1)) : 0;
+    if (got >= CHUNKS) return CHUNKS;
+    if (__atomic_compare_exchange_n(&claim->word, &w, region_gen << CLAIM_BITS | (got + 1), 1,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+      return got;
   }
+}
+
+/* Where chunk c (0..CHUNKS) of a share of `count` iterations starts: chunks halve in size
+ * (1/2, 1/4, ... of the share, the last two equal), so a slot runs most of its share in
+ * one piece and another slot can take only the tail of a late one: with equal chunks the
+ * taken pieces were larger and scattered, and each row a slot writes outside its own share
+ * moves cache lines to the other CPU in the next kernel (ResNet at 2 threads, in-process
+ * A/B: 1-1.5% faster than equal quarters, as fast as whole static shares). */
+static uint64_t chunk_start(uint64_t count, uint32_t c) {
+  return c >= CHUNKS ? count : count - (count >> c);
 }
 
 /* The next block [*first, *last] of iteration numbers (0-based) for this slot, or 0: its
@@ -499,11 +534,11 @@ static int dispatch_next(uint64_t *first, uint64_t *last) {
   }
   while (dyn.tried < n) {
     count = share(dyn.trips, n, dyn.victim, &start);
-    uint64_t chunk = count / CHUNKS + (count % CHUNKS != 0);
-    uint32_t c = __atomic_fetch_add(&dyn.claims[dyn.victim], 1, __ATOMIC_RELAXED);
-    if (c < CHUNKS && c * chunk < count) {
-      *first = start + c * chunk;
-      *last = start + (c * chunk + chunk < count ? c * chunk + chunk : count) - 1;
+    uint32_t c = claim_chunk(&dyn.claims[dyn.victim]);
+    uint64_t lo = chunk_start(count, c), hi = chunk_start(count, c + 1);
+    if (lo < hi) {
+      *first = start + lo;
+      *last = start + hi - 1;
       return 1;
     }
     dyn.victim = (dyn.victim + 1) % n;
