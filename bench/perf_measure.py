@@ -145,16 +145,36 @@ def measure_case(case: dict[str, Any], threads: int, rounds: int, burst: int, mi
         row["other_load_cores"] = load.cores()
     finally:
         art.close()
-    bursts = timed["times"]
+    row["raw"] = timed
+    return row
+
+
+def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row from the rows of one case measured in one or more processes (each
+    with its `raw` bursts): medians, quartiles and the sgemm sum over every timed call;
+    ort/flowc the median over all rounds of all processes, and per process
+    (`ort_over_flowc_by_process`); the largest error and other-load figure; no `raw`."""
+    if any("error" in r for r in rows):
+        return next(r for r in rows if "error" in r)
+    raws = [r["raw"] for r in rows]
+    bursts = {name: [b for raw in raws for b in raw["times"][name]] for name in raws[0]["times"]}
     flat = {name: [t for calls in per_round for t in calls] for name, per_round in bursts.items()}
-    row["sgemm"] = sgemm_summary([flat.pop(f"sgemm{i}") for i in range(len(case["gemms"]))])
+    gemms = len([name for name in flat if name.startswith("sgemm")])
+    row = {key: value for key, value in rows[0].items() if key != "raw"}
+    worst = max(rows, key=lambda r: r["max_abs_err"])
+    row.update({key: worst[key] for key in ("max_abs_err", "max_rel_err")})
+    row["match"] = all(r["match"] for r in rows)
+    row["other_load_cores"] = max(r["other_load_cores"] for r in rows)
+    row["sgemm"] = sgemm_summary([flat.pop(f"sgemm{i}") for i in range(gemms)])
     row.update({name: summary(t) for name, t in flat.items()})
     row["ort_over_flowc"] = burst_ratio(bursts["ort"], bursts["flowc"])
     row["ort_over_flowc_c"] = burst_ratio(bursts["ort"], bursts["flowc_c"])
-    row["first_call_ms"] = {engine: statistics.median(t) * 1e3
-                            for engine, t in timed["first_s"].items()}
-    row["settle_ms"] = {"median": statistics.median(timed["settle_s"]) * 1e3,
-                        "max": max(timed["settle_s"]) * 1e3}
+    row["ort_over_flowc_by_process"] = [burst_ratio(raw["times"]["ort"], raw["times"]["flowc"])
+                                        for raw in raws]
+    row["first_call_ms"] = {engine: statistics.median(
+        t for raw in raws for t in raw["first_s"][engine]) * 1e3 for engine in raws[0]["first_s"]}
+    settles = [t for raw in raws for t in raw["settle_s"]]
+    row["settle_ms"] = {"median": statistics.median(settles) * 1e3, "max": max(settles) * 1e3}
     return row
 
 
