@@ -514,7 +514,8 @@ static uint32_t claim_chunk(chunk_claim *claim) {
  * one piece and another slot can take only the tail of a late one: with equal chunks the
  * taken pieces were larger and scattered, and each row a slot writes outside its own share
  * moves cache lines to the other CPU in the next kernel (ResNet at 2 threads, in-process
- * A/B: 1-1.5% faster than equal quarters, as fast as whole static shares). */
+ * A/B: 1-2% faster than equal quarters, 4% while the VM's vCPUs shared no cache; as fast
+ * as whole static shares: bench/results/smallnets_threads.notes.md). */
 static uint64_t chunk_start(uint64_t count, uint32_t c) {
   return c >= CHUNKS ? count : count - (count >> c);
 }
