@@ -235,7 +235,7 @@ def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
 
 def _kernel_llvm_ir(sym: str, body: Graph, target: Target, dump: Dump | None) -> str:
     what = f"kernel {sym}"
-    with ir.Context(), ir.Location.unknown():
+    with parallel_compile.mlir_context(), ir.Location.unknown():
         module = build_module(sym, body, target)
         if dump:  # with locations: each op names the graph node it came from
             dump(f"{sym}.input.mlir", module.operation.get_asm(enable_debug_info=True))
