@@ -1,7 +1,8 @@
 """flowc vs onnxruntime vs numpy on the benchmark models of issue [7], one command.
 
     .venv/bin/python bench/perf.py [--quick] [--threads 1 2] [--models mlp resnet ...]
-                                   [--rounds 10] [--burst 5] [--min-time 2] [--profile]
+                                   [--processes 3] [--rounds 10] [--burst 5] [--min-time 2]
+                                   [--profile]
                                    [--out FILE.md]
 
 1. Builds the models of bench/perf_models.py (fixed seeds) and saves them as .onnx files,
@@ -10,11 +11,13 @@
    temporary folder (cold), then again with that cache filled (warm): wall time of the
    command (Python start and imports included) and of the `flowc.compile` call alone. With
    `--profile`, also a third compile with `--profile`.
-3. For each thread count, in one child process (BLAS threads set before numpy loads):
-   checks every artifact's outputs against onnxruntime, then times the artifact (Python
-   loader, and its C entry alone), onnxruntime and numpy sgemm on the model's GEMM shapes
-   in rounds of bursts, one engine at a time after the others' idle threads stopped
-   spinning (bench/perf_measure.py); with `--profile`, the kernels by time.
+3. For each thread count, in each of `--processes` child processes in turn (BLAS threads
+   set before numpy loads): checks every artifact's outputs against onnxruntime, then times
+   the artifact (Python loader, and its C entry alone), onnxruntime and numpy sgemm on the
+   model's GEMM shapes in rounds of bursts, one engine at a time after the others' idle
+   threads stopped spinning (bench/perf_measure.py); with `--profile`, the first process
+   also lists the kernels by time. The rows of a model's processes are pooled
+   (perf_measure.combine); the table also shows each process's ratio.
 4. Peak resident memory of running each model, flowc and onnxruntime each in its own
    process (perf_measure.peak_memory), `--memory-repeats` processes each (median).
 5. Writes the report (bench/perf_report.py) to bench/results/perf.md and perf.json.
@@ -141,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", choices=list(perf_models.MODELS),
                         default=list(perf_models.MODELS))
     parser.add_argument("--rounds", type=int, default=10, help="timed rounds at least (10)")
+    parser.add_argument("--processes", type=int, default=3,
+                        help="timing processes per thread count (3): a process can land in "
+                             "a slow state for its whole life (which vCPUs, memory placement)")
     parser.add_argument("--burst", type=int, default=5,
                         help="timed calls in a row per engine and round (5)")
     parser.add_argument("--min-time", type=float, default=2.0,
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.burst, args.min_time = 2, 2, 0.0
-        args.memory_runs, args.memory_repeats = 2, 1
+        args.memory_runs, args.memory_repeats, args.processes = 2, 1, 1
         args.profile_runs = min(args.profile_runs, 3)
 
     import perf_report
@@ -180,11 +186,16 @@ def main(argv: list[str] | None = None) -> int:
                                       (args.atol, args.rtol))
         rows = []
         for threads in args.threads:
-            log(f"timing at {threads} thread(s) ...")
-            rows += run_child(["--measure-child", json.dumps(cases), str(threads),
-                               str(args.rounds), str(args.burst), str(args.min_time),
-                               str(args.profile_runs if args.profile else 0)],
-                              thread_env(threads))
+            per_process = []
+            for k in range(args.processes):
+                log(f"timing at {threads} thread(s), process {k + 1} of {args.processes} ...")
+                per_process.append(run_child(
+                    ["--measure-child", json.dumps(cases), str(threads), str(args.rounds),
+                     str(args.burst), str(args.min_time),
+                     str(args.profile_runs if args.profile and k == 0 else 0)],
+                    thread_env(threads)))
+            rows += [perf_measure.combine(list(case_rows))
+                     for case_rows in zip(*per_process, strict=True)]
         for row in rows:
             if "error" in row:
                 note(f"ERROR: {row['model']} at {row['threads']} thread(s): {row['error']}")

@@ -15,7 +15,8 @@ other engine):
 - `run aligned`: `Model.run` on 64-byte aligned inputs (`empty_inputs()`: read in place;
   numpy's own arrays are 16-byte aligned, so the C runtime copies them on each call);
 - `run_into`: `Model.run_into(out, **aligned feeds)`, outputs preallocated;
-- `C`: the C entry alone (`NAME_run` with the buffers bound by the previous call).
+- `C`: the C entry alone (`NAME_run` on the context's own buffers, the inputs copied there
+  once: perf_measure.c_entry).
 
 For each: the median ms per call, and the median of (call time - the C `run` call's time
 inside it), the per-call cost outside the C run: checks, allocation, ctypes, the input
@@ -57,15 +58,16 @@ def base_loader(rev: str, tmp: Path) -> Any:
 
 
 class Inner:
-    """Wraps a Model's C `run` function, recording the seconds of its last call."""
+    """Wraps a Model's C function that runs the model (`attr`: `_run_with` for this tree's
+    loader, `_run` for older ones), recording the seconds of its last call."""
 
-    def __init__(self, model: Any):
-        self.fn, self.last = model._run, 0.0
-        model._run = self
+    def __init__(self, model: Any, attr: str):
+        self.fn, self.last = getattr(model, attr), 0.0
+        setattr(model, attr, self)
 
-    def __call__(self, ctx: Any) -> int:
+    def __call__(self, *args: Any) -> int:
         t = time.perf_counter()
-        status = self.fn(ctx)
+        status = self.fn(*args)
         self.last = time.perf_counter() - t
         return status
 
@@ -98,7 +100,7 @@ def _keeping(call: Any) -> Any:
 
 def measure(name: str, artifact: str, base: Any, rounds: int) -> dict[str, Any]:
     import kernels_common as kc
-    from perf_measure import inputs
+    from perf_measure import c_entry, inputs
 
     import flowc
 
@@ -109,8 +111,8 @@ def measure(name: str, artifact: str, base: Any, rounds: int) -> dict[str, Any]:
         for key, value in feeds.items():
             aligned[key][...] = value
         out = new.empty_outputs()
-        inner = {"new": Inner(new), "old": Inner(old)}
-        raw_c = inner["new"].fn
+        inner = {"new": Inner(new, "_run_with" if hasattr(new, "_run_with") else "_run"),
+                 "old": Inner(old, "_run_with" if hasattr(old, "_run_with") else "_run")}
         keep: dict[str, Any] = {}
         outside: dict[str, list[float]] = {}
 
@@ -128,8 +130,7 @@ def measure(name: str, artifact: str, base: Any, rounds: int) -> dict[str, Any]:
             "run": variant("run", "new", lambda: new.run(**feeds)),
             "run aligned": variant("run aligned", "new", lambda: new.run(**aligned)),
             "run_into": variant("run_into", "new", lambda: new.run_into(out, **aligned)),
-            # the C entry runs on the buffers bound by the previous call of `new`
-            "C": lambda: raw_c(new._ctx),
+            "C": c_entry(new, feeds),
         }
         timed = kc.time_bursts({k: {k: f} for k, f in engines.items()}, rounds, burst=5,
                                settle_min=0.0, settle_max=0.2, ramp_s=0.0)

@@ -27,7 +27,9 @@ reads it again. `profile_case` lists the kernels of the `--profile` artifact by 
 
 from __future__ import annotations
 
+import ctypes
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,22 @@ def compare(got: list[Any], want: list[Any], atol: float, rtol: float) -> dict[s
     scale = max(float(np.max(np.abs(w))) for w in want)
     return {"max_abs_err": abs_err, "max_rel_err": abs_err / scale,
             "match": abs_err <= atol + rtol * scale}
+
+
+def c_entry(model: Any, feeds: dict[str, Any]) -> Callable[[], int]:
+    """The artifact's C entry alone (`NAME_run`, no Python around it but the ctypes call)
+    on `feeds`: they are copied once into the context's own input buffers, which a plain
+    run reads (a `Model.run` call binds its arrays for that run only); its outputs go to
+    the context's own output buffers."""
+    import numpy as np
+
+    own_input = model._fn("input")
+    own_input.restype, own_input.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]
+    for k, (name, _, _) in enumerate(model.inputs):
+        array = np.ascontiguousarray(feeds[name])
+        ctypes.memmove(own_input(model._ctx, k), array.ctypes.data, array.nbytes)
+    run, ctx = model._run, model._ctx
+    return lambda: run(ctx)
 
 
 def sgemm_calls(shapes: list[dict[str, Any]]) -> list[Any]:
@@ -117,33 +135,46 @@ def measure_case(case: dict[str, Any], threads: int, rounds: int, burst: int, mi
         got = list(art.run(**feeds).values())
         row = {"model": case["name"], "threads": threads,
                **compare(got, want, case["atol"], case["rtol"])}
-        bound = {}
-
-        def run_loader() -> None:
-            # the context stays bound to `feeds` and these outputs until the next call, so
-            # they must stay alive for the C entry's runs
-            bound["outputs"] = art.run(**feeds)
-
         load = kc.OtherLoad()
         timed = kc.time_bursts({
-            "flowc": {"flowc": run_loader},
-            "flowc_c": {"flowc_c": lambda: art._run(art._ctx)},
+            "flowc": {"flowc": lambda: art.run(**feeds)},
+            "flowc_c": {"flowc_c": c_entry(art, feeds)},
             "ort": {"ort": lambda: session.run(None, feeds)},
             "sgemm": {f"sgemm{i}": f for i, f in enumerate(sgemm_calls(case["gemms"]))},
         }, rounds, burst, min_time)
         row["other_load_cores"] = load.cores()
     finally:
         art.close()
-    bursts = timed["times"]
+    row["raw"] = timed
+    return row
+
+
+def combine(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One table row from the rows of one case measured in one or more processes (each
+    with its `raw` bursts): medians, quartiles and the sgemm sum over every timed call;
+    ort/flowc the median over all rounds of all processes, and per process
+    (`ort_over_flowc_by_process`); the largest error and other-load figure; no `raw`."""
+    if any("error" in r for r in rows):
+        return next(r for r in rows if "error" in r)
+    raws = [r["raw"] for r in rows]
+    bursts = {name: [b for raw in raws for b in raw["times"][name]] for name in raws[0]["times"]}
     flat = {name: [t for calls in per_round for t in calls] for name, per_round in bursts.items()}
-    row["sgemm"] = sgemm_summary([flat.pop(f"sgemm{i}") for i in range(len(case["gemms"]))])
+    gemms = len([name for name in flat if name.startswith("sgemm")])
+    row = {key: value for key, value in rows[0].items() if key != "raw"}
+    worst = max(rows, key=lambda r: r["max_abs_err"])
+    row.update({key: worst[key] for key in ("max_abs_err", "max_rel_err")})
+    row["match"] = all(r["match"] for r in rows)
+    row["other_load_cores"] = max(r["other_load_cores"] for r in rows)
+    row["sgemm"] = sgemm_summary([flat.pop(f"sgemm{i}") for i in range(gemms)])
     row.update({name: summary(t) for name, t in flat.items()})
     row["ort_over_flowc"] = burst_ratio(bursts["ort"], bursts["flowc"])
     row["ort_over_flowc_c"] = burst_ratio(bursts["ort"], bursts["flowc_c"])
-    row["first_call_ms"] = {engine: statistics.median(t) * 1e3
-                            for engine, t in timed["first_s"].items()}
-    row["settle_ms"] = {"median": statistics.median(timed["settle_s"]) * 1e3,
-                        "max": max(timed["settle_s"]) * 1e3}
+    row["ort_over_flowc_by_process"] = [burst_ratio(raw["times"]["ort"], raw["times"]["flowc"])
+                                        for raw in raws]
+    row["first_call_ms"] = {engine: statistics.median(
+        t for raw in raws for t in raw["first_s"][engine]) * 1e3 for engine in raws[0]["first_s"]}
+    settles = [t for raw in raws for t in raw["settle_s"]]
+    row["settle_ms"] = {"median": statistics.median(settles) * 1e3, "max": max(settles) * 1e3}
     return row
 
 

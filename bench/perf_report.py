@@ -91,20 +91,22 @@ def _verdict(ok: bool) -> str:
 
 def latency_table(rows: list[dict[str, Any]], gflop: dict[str, float]) -> list[str]:
     out = ["| model | threads | flowc ms (IQR) | flowc C ms | onnxruntime ms (IQR) | "
-           "ort/flowc | sgemm ms | flowc GFLOP/s | ort GFLOP/s | sgemm GFLOP/s | "
-           "% of sgemm | max abs / rel err vs ort | other cores |",
+           "ort/flowc | ort/flowc per process | sgemm ms | flowc GFLOP/s | ort GFLOP/s | "
+           "sgemm GFLOP/s | % of sgemm | max abs / rel err vs ort | other cores |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-           "| ---: |"]
+           "| ---: | ---: |"]
     for r in rows:
         if "error" in r:
             out.append(f"| {r['model']} | {r['threads']} | ERROR: {r['error'][:300]} "
-                       "| | | | | | | | | | |")
+                       "| | | | | | | | | | | |")
             continue
         f, o, s, g = r["flowc"], r["ort"], r["sgemm"], gflop[r["model"]]
         mismatch = "" if r["match"] else " **MISMATCH**"
         out.append(
             f"| {r['model']} | {r['threads']} | {_ms(f)} | {r['flowc_c']['median_ms']:.3f} | "
-            f"{_ms(o)} | {r['ort_over_flowc']:.2f} | {s['median_ms']:.3f} | "
+            f"{_ms(o)} | {r['ort_over_flowc']:.2f} | "
+            f"{', '.join(f'{x:.2f}' for x in r.get('ort_over_flowc_by_process', []))} | "
+            f"{s['median_ms']:.3f} | "
             f"{g / f['median_ms'] * 1e3:.1f} | {g / o['median_ms'] * 1e3:.1f} | "
             f"{g / s['median_ms'] * 1e3:.1f} | {100 * s['median_ms'] / f['median_ms']:.0f}% | "
             f"{r['max_abs_err']:.1e} / {r['max_rel_err']:.1e}{mismatch} | {_cores(r)} |")
@@ -261,12 +263,15 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         "times, and 2-thread figures under load are noise.",
         f"- Python {result['python']}; " + ", ".join(f"{k} {x}" for k, x in v.items())
         + f"; numpy's BLAS: {result['blas']}.",
-        f"- Timing: per thread count one process; in it, per model, {args['rounds']}+ "
+        f"- Timing: per thread count {args.get('processes', 1)} process(es), one after "
+        f"the other; in each, per model, {args['rounds']}+ "
         f"rounds and {args['min_time']:g}+ s of rounds after 2 untimed warm-up calls of each "
-        "engine. A round runs four engines one at a time, the order rotated by one each "
-        "round: the flowc artifact through the Python loader (`Model.run`: checks, output "
-        "allocation, ctypes, and the C runtime's copy of any input not 64-byte aligned: "
-        "numpy aligns to 16 bytes), its C entry alone with the inputs bound (flowc C), "
+        "engine (a process can keep a slow state for its whole life: which vCPUs its "
+        "threads share, where its memory lies; the processes' figures are pooled). A "
+        "round runs four engines one at a time, the order rotated by one each round: the "
+        "flowc artifact through the Python loader (`Model.run`: checks, output allocation, "
+        "one ctypes call, and the C runtime's copy of any input not 64-byte aligned: numpy "
+        "aligns to 16 bytes), its C entry alone on the context's own buffers (flowc C), "
         "onnxruntime (`InferenceSession.run`, CPU provider, intra_op_num_threads = threads, "
         "sequential, default graph optimizations) and numpy `matmul` (OpenBLAS sgemm) on "
         "each of the model's Gemm/MatMul/Conv nodes as GEMM shapes (a conv per group: out "
@@ -283,9 +288,10 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         f"{args['burst']} calls in a row (each sgemm shape {args['burst']} calls), each "
         "timed. Medians with the interquartile range over all timed "
         "calls; sgemm ms is the sum of the shapes' medians (and quartiles); ort/flowc is "
-        "the median over rounds of the ratio of the two bursts' medians (above 1: flowc "
-        "faster). GFLOP/s counts the model's GEMM FLOPs only; % of sgemm = sgemm time / "
-        "flowc time, so every other op of the model counts against flowc. other cores: "
+        "the median over the rounds of all processes of the ratio of the two bursts' "
+        "medians (above 1: flowc faster), and per process beside it. GFLOP/s counts the "
+        "model's GEMM FLOPs only; % of sgemm = sgemm time / flowc time, so every other op "
+        "of the model counts against flowc. other cores: "
         "how many cores other processes kept busy while the model was timed (/proc/stat): "
         "near 0 means a quiet machine; at 2 threads on 2 cores, anything near 1 makes the "
         "2-thread figures noise.",

@@ -93,6 +93,9 @@ def _api(info: ModelInfo) -> list[str]:
         f"{api} const char *{n}_error(const {n}_ctx *ctx) {{",
         f"  return {n}_rt_error((const flowc_ctx *)ctx);\n}}",
         f"{api} int {n}_run({n}_ctx *ctx) {{ return {n}_rt_run({ctx}); }}",
+        f"{api} int {n}_run_with({n}_ctx *ctx, const void *const *inputs, "
+        "void *const *outputs) {",
+        f"  return {n}_rt_run_with({ctx}, inputs, outputs);\n}}",
         f"{api} int {n}_set_threads({n}_ctx *ctx, int threads) {{",
         f"  return {n}_rt_set_threads({ctx}, threads);\n}}",
         f"{api} int {n}_set_arena({n}_ctx *ctx, void *arena, size_t bytes) {{",

@@ -106,8 +106,9 @@ def render_header(info: ModelInfo) -> str:
     return f"""/* {n}.h: a model compiled by flowc (artifact ABI {ABI_VERSION}).
  *
  * Use: {n}_create, fill the inputs (typed accessors, or {n}_set_input), {n}_run, read the
- * outputs, {n}_destroy. Functions returning int return FLOWC_OK (0) or a status code; then
- * {n}_error(ctx) is a non-empty message. A context is not thread-safe: use one per thread.
+ * outputs (or, on buffers of your own, {n}_run_with in one call), {n}_destroy. Functions
+ * returning int return FLOWC_OK (0) or a status code; then {n}_error(ctx) is a non-empty
+ * message. A context is not thread-safe: use one per thread.
  * {weights}
  * Tensors are dense row-major; shapes are fixed at compile time:
 {tables}
@@ -145,6 +146,11 @@ void {n}_destroy({n}_ctx *ctx);
 const char *{n}_error(const {n}_ctx *ctx);
 /* Runs the model on the current inputs. */
 int {n}_run({n}_ctx *ctx);
+/* One run on the caller's buffers, in one call: inputs[i] and outputs[j] point at
+ * input i and output j in the model's dtypes and shapes (not checked: see the tables).
+ * As with set_input/set_output, 64-byte aligned buffers are used in place, others copied;
+ * afterwards the context uses its own buffers again (it keeps no pointer to these). */
+int {n}_run_with({n}_ctx *ctx, const void *const *inputs, void *const *outputs);
 /* Threads used by {n}_run (1 by default). */
 int {n}_set_threads({n}_ctx *ctx, int threads);
 /* Uses a caller-owned arena (64-byte aligned, {n}_arena_bytes() bytes); NULL: own one. */

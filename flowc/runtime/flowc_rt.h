@@ -186,6 +186,8 @@ FLOWC_HIDDEN const void *FLOWC_RT(rt_output)(const flowc_ctx *ctx, int index);
 FLOWC_HIDDEN int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads);
 FLOWC_HIDDEN int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes);
 FLOWC_HIDDEN int FLOWC_RT(rt_run)(flowc_ctx *ctx);
+FLOWC_HIDDEN int FLOWC_RT(rt_run_with)(flowc_ctx *ctx, const void *const *inputs,
+                                       void *const *outputs);
 FLOWC_HIDDEN const char *FLOWC_RT(rt_dtype_name)(int dtype);
 
 /* Partitions (partition.c): run every partition of ctx->model, partition 0 on the calling

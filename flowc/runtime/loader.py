@@ -178,6 +178,9 @@ class Model:
                               for t in self.manifest[f"{kind}s"]]
                        for kind in ("input", "output")}
         self._binders = [(self._setters[kind], self._specs[kind]) for kind in ("input", "output")]
+        self._run_with = self._fn("run_with")
+        self._pointers = ((ctypes.c_void_p * max(len(self.inputs), 1))(),
+                          (ctypes.c_void_p * max(len(self.outputs), 1))())
         self._input_names = [name for name, _, _ in self.inputs]
         self._output_names = [name for name, _, _ in self.outputs]
         self._out_alloc = [(shape, dt, math.prod(shape) * dt.itemsize)
@@ -192,6 +195,7 @@ class Model:
         signatures = {
             "create_with_weights": (i, [ctypes.POINTER(vp), cp]), "destroy": (None, [vp]),
             "error": (cp, [vp]), "run": (i, [vp]), "set_threads": (i, [vp, i]),
+            "run_with": (i, [vp, ctypes.POINTER(vp), ctypes.POINTER(vp)]),
             "abi_version": (i, []), "graph_hash": (cp, []), "arena_bytes": (sz, []),
             "num_inputs": (i, []), "num_outputs": (i, []),
             "set_input": (i, [vp, i, vp, i, i, _I64P]),
@@ -333,26 +337,34 @@ class Model:
                                     f"{list(shape)}, got {got}")
         return arrays
 
-    def _call(self, arrays: list[np.ndarray], outputs: list[np.ndarray],
-              out_addresses: list[int] | None = None) -> None:
-        """Bind the buffers (outputs at `out_addresses` when given) and run; the caller
-        checked them."""
-        addresses = ([a.__array_interface__["data"][0] for a in arrays],
-                     out_addresses or [a.__array_interface__["data"][0] for a in outputs])
+    def _call(self, arrays: list[np.ndarray], out_addresses: list[int]) -> None:
+        """One run on `arrays` (the checked inputs) writing to the outputs at
+        `out_addresses`: all buffers bound and run in one C call (`NAME_run_with`, after
+        which the context holds no pointer to them; a profiled artifact binds them one by
+        one, then runs through its kernel timer)."""
+        ins, outs = self._pointers
         with self._lock:
             if not self._ctx:
                 raise ArtifactError(f"model '{self.name}' was closed")
-            ctx = self._ctx
-            for kind in (0, 1):
-                setter, specs = self._binders[kind]
-                for k, address in enumerate(addresses[kind]):
-                    code, rank, dims = specs[k]
-                    status = setter(ctx, k, address, code, rank, dims)
-                    if status:
-                        self._check(status, f"{('input', 'output')[kind]} #{k}")
-            status = self.profiler.run(ctx) if self.profiler else self._run(ctx)
+            for k, array in enumerate(arrays):
+                ins[k] = array.ctypes.data
+            for k, address in enumerate(out_addresses):
+                outs[k] = address
+            if self.profiler:
+                status = self._run_profiled(ins, outs)
+            else:
+                status = self._run_with(self._ctx, ins, outs)
             if status:
                 self._check(status, "run")
+
+    def _run_profiled(self, ins: Any, outs: Any) -> int:
+        for kind, pointers in enumerate((ins, outs)):
+            setter, specs = self._binders[kind]
+            for k, (code, rank, dims) in enumerate(specs):
+                status = setter(self._ctx, k, pointers[k], code, rank, dims)
+                if status:
+                    self._check(status, f"{('input', 'output')[kind]} #{k}")
+        return self.profiler.run(self._ctx)
 
     def run(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
         """{output name: array} for the given inputs (by position or name); the arrays
@@ -363,7 +375,7 @@ class Model:
             array, address = _aligned(shape, dt, nbytes)
             outputs.append(array)
             addresses.append(address)
-        self._call(arrays, outputs, addresses)
+        self._call(arrays, addresses)
         return dict(zip(self._output_names, outputs, strict=True))
 
     def run_into(self, out: Any, /, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
@@ -374,7 +386,7 @@ class Model:
         64-byte aligned are written through a copy."""
         arrays = self._feeds(args, kwargs)
         outputs = self._checked_outputs(out)
-        self._call(arrays, outputs)
+        self._call(arrays, [array.ctypes.data for array in outputs])
         return dict(zip(self._output_names, outputs, strict=True))
 
     def empty_outputs(self) -> dict[str, np.ndarray]:
@@ -423,7 +435,7 @@ def aligned_empty(shape: tuple[int, ...], dt: np.dtype, nbytes: int | None = Non
 def _aligned(shape: tuple[int, ...], dt: np.dtype, nbytes: int) -> tuple[np.ndarray, int]:
     """`aligned_empty` and its data address."""
     raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    address = raw.__array_interface__["data"][0]
+    address = raw.ctypes.data
     start = -address % ALIGN
     return np.ndarray(shape, dt, raw, start), address + start
 

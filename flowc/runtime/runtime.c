@@ -37,9 +37,34 @@ int FLOWC_RT(rt_fail)(flowc_ctx *ctx, int status, const char *fmt, ...) {
 
 static size_t round_up(size_t n) { return (n + FLOWC_ALIGN - 1) / FLOWC_ALIGN * FLOWC_ALIGN; }
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* A FLOWC_ALIGN-aligned buffer; one of a huge page or more is huge-page aligned and asks
+ * for transparent huge pages (where THP is in `madvise` mode, the default, memory gets
+ * them only when asked): a few TLB entries cover an arena, not one per 4 KiB page. */
 static void *alloc_aligned(size_t bytes) {
   void *p = NULL;
+  if (bytes >= HUGE_PAGE) {
+    size_t whole = (bytes + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    if (posix_memalign(&p, HUGE_PAGE, whole) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, whole, MADV_HUGEPAGE); /* advice only: without THP, small pages */
+#endif
+    return p;
+  }
   return posix_memalign(&p, FLOWC_ALIGN, bytes ? bytes : FLOWC_ALIGN) == 0 ? p : NULL;
+}
+
+/* Points ctx back at its own buffers (as after rt_input/rt_output of every tensor). */
+static void bind_own(flowc_ctx *ctx) {
+  const flowc_model *m = ctx->model;
+  char *p = ctx->owned;
+  for (int i = 0; i < m->num_inputs; p += round_up(m->inputs[i].bytes), i++)
+    ctx->inputs[i] = p;
+  for (int i = 0; i < m->num_outputs; p += round_up(m->outputs[i].bytes), i++) {
+    ctx->outputs[i] = p;
+    ctx->out_copy[i] = NULL;
+  }
 }
 
 static void format_shape(char *buf, size_t size, int rank, const int64_t *shape) {
@@ -121,13 +146,8 @@ static int setup(flowc_ctx *ctx, const char *weights_file) {
   if (!ctx->owned || !ctx->arena)
     return fail(ctx, FLOWC_ERR_NOMEM, "%s: out of memory allocating %zu + %zu bytes", m->name,
                 owned, m->arena_bytes);
-  char *p = ctx->owned;
-  for (int i = 0; i < m->num_inputs; i++, p += round_up(m->inputs[i - 1].bytes)) {
-    memset(p, 0, m->inputs[i].bytes);
-    ctx->inputs[i] = p;
-  }
-  for (int i = 0; i < m->num_outputs; i++, p += round_up(m->outputs[i - 1].bytes))
-    ctx->outputs[i] = p;
+  bind_own(ctx);
+  for (int i = 0; i < m->num_inputs; i++) memset(ctx->inputs[i], 0, m->inputs[i].bytes);
   ctx->threads = 1;
   if (m->weights || m->weights_bytes == 0) {
     ctx->weights = (const char *)m->weights;
@@ -270,6 +290,41 @@ const void *FLOWC_RT(rt_output)(const flowc_ctx *ctx, int i) {
   ((flowc_ctx *)ctx)->outputs[i] = p;
   ((flowc_ctx *)ctx)->out_copy[i] = NULL;
   return p;
+}
+
+/* One run on the caller's buffers: inputs[i] and outputs[j] hold the model's tensors (the
+ * caller vouches for their dtypes and sizes; no check of either). Aligned buffers are used
+ * in place, others through the context's own (copied in before, out after), exactly as
+ * set_input/set_output bind them; afterwards the context uses its own buffers again, so it
+ * keeps no pointer to the caller's memory. */
+int FLOWC_RT(rt_run_with)(flowc_ctx *ctx, const void *const *inputs, void *const *outputs) {
+  int bad = unusable(ctx);
+  if (bad) return bad;
+  const flowc_model *m = ctx->model;
+  for (int i = 0; i < m->num_inputs; i++)
+    if (!inputs || !inputs[i])
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: run_with: input %d '%s': data is NULL",
+                  m->name, i, m->inputs[i].name);
+  for (int i = 0; i < m->num_outputs; i++)
+    if (!outputs || !outputs[i])
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: run_with: output %d '%s': data is NULL",
+                  m->name, i, m->outputs[i].name);
+  bind_own(ctx);
+  for (int i = 0; i < m->num_inputs; i++) {
+    if (((uintptr_t)inputs[i] % FLOWC_ALIGN) == 0)
+      ctx->inputs[i] = (void *)inputs[i];
+    else
+      memcpy(ctx->inputs[i], inputs[i], m->inputs[i].bytes);
+  }
+  for (int i = 0; i < m->num_outputs; i++) {
+    if (((uintptr_t)outputs[i] % FLOWC_ALIGN) == 0)
+      ctx->outputs[i] = outputs[i];
+    else
+      ctx->out_copy[i] = outputs[i];
+  }
+  int status = FLOWC_RT(rt_run)(ctx);
+  bind_own(ctx);
+  return status;
 }
 
 int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads) {

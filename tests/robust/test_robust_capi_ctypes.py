@@ -41,6 +41,11 @@ EXPECTED = {   # case: (status, a fragment of the message)
     "set_arena_misaligned": (1, "the arena must be 64-byte aligned"),
     "set_threads_zero": (1, "thread count must be 1..1024, got 0"),
     "run_after_misuse": (0, ""),
+    "run_with_broken": (1, "is unusable"),
+    "run_with_null_inputs": (1, "w: run_with: input 0 'x': data is NULL"),
+    "run_with_null_output": (1, "w: run_with: output 0 'y': data is NULL"),
+    "run_with": (0, ""),
+    "run_after_run_with": (0, ""),
 }
 RAISES = ("run_no_arguments", "set_input_too_few", "set_threads_wrong_type")
 
@@ -67,3 +72,5 @@ def test_robust_capi_misuse_through_ctypes(artifact):
             (case, seen[case])
     assert seen["output_broken_index"] == "pointer=None"
     assert seen["input_null"] == "pointer=None"
+    # run_with wrote the caller's (unaligned) output; the next plain run did not
+    assert seen["run_with_result"] == "wrote=True left_alone=True"

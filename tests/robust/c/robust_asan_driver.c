@@ -6,7 +6,8 @@
  * failure paths (bad index, wrong dtype code, wrong rank, wrong dims, NULL data, NULL ctx
  * error, bad thread count, too-small arena), each needing a non-empty message; API misuse
  * (NULL contexts and pointers, absurd ranks, dtype codes and indices, misaligned caller
- * buffers, which must give the aligned result exactly: `misuse`); and four
+ * buffers, through set_input/set_output and through run_with, which must give the aligned
+ * result exactly: `misuse`); and four
  * threads each running its own context, whose results must equal the single-thread ones.
  * Prints "ok RUNS" on success; any sanitizer report makes the process fail. */
 #include <pthread.h>
@@ -102,7 +103,21 @@ static int misuse(const float *ref) {
       fprintf(stderr, "misaligned buffers (+%d): result differs\n", shift);
       bad = 1;
     }
+    /* the same buffers in one run_with call */
+    memset(ys, 0, k * sizeof(float));
+    const void *ins[1] = {xs};
+    void *outs[1] = {ys};
+    bad |= check(m_run_with(ctx, ins, outs), ctx, "misaligned run_with", 0);
+    if (memcmp(ys, ref, k * sizeof(float))) {
+      fprintf(stderr, "misaligned run_with (+%d): result differs\n", shift);
+      bad = 1;
+    }
   }
+  const void *no_inputs[1] = {NULL};
+  void *outs_y[1] = {raw_y};
+  bad |= check(m_run_with(ctx, no_inputs, outs_y), ctx, "run_with NULL input", 1);
+  bad |= check(m_run_with(ctx, NULL, NULL), ctx, "run_with NULL tables", 1);
+  bad |= m_run_with(NULL, no_inputs, outs_y) != FLOWC_ERR_ARGUMENT;
   bad |= check(m_set_arena(ctx, NULL, 0), ctx, "arena back to owned", 0);
   bad |= check(m_run(ctx), ctx, "run after misuse", 0);
   m_destroy(ctx);

@@ -25,6 +25,7 @@ SIGNATURES = {
     "set_input": (i, [vp, i, vp, i, i, i64p]), "set_output": (i, [vp, i, vp, i, i, i64p]),
     "input": (vp, [vp, i]), "output": (vp, [vp, i]), "input_dtype": (i, [i]),
     "input_rank": (i, [i]), "input_shape": (i64p, [i]), "arena_bytes": (sz, []),
+    "run_with": (i, [vp, ctypes.POINTER(vp), ctypes.POINTER(vp)]), "output_bytes": (sz, [i]),
 }
 api = {}
 for suffix, (restype, argtypes) in SIGNATURES.items():
@@ -60,6 +61,7 @@ report("set_input_broken", api["set_input"](broken, 0, data, dtype, rank, shape)
 report("set_output_broken", api["set_output"](broken, 0, data, dtype, rank, shape), broken)
 report("set_threads_broken", api["set_threads"](broken, 2), broken)
 report("set_arena_broken", api["set_arena"](broken, None, 0), broken)
+report("run_with_broken", api["run_with"](broken, None, None), broken)
 print(f"output_broken_index pointer={api['output'](broken, 1)}", flush=True)
 api["destroy"](broken)
 
@@ -86,5 +88,20 @@ raises("run_no_arguments", lambda: api["run"]())
 raises("set_input_too_few", lambda: api["set_input"](ctx, 0, data))
 raises("set_threads_wrong_type", lambda: api["set_threads"](ctx, "two"))
 report("run_after_misuse", api["run"](ctx), ctx)
+
+# run_with: NULL pointer tables and entries; then a run on the caller's buffers (the
+# output 4 bytes off 64-byte alignment, so written through the context's own buffer),
+# after which the context keeps no pointer to them: a plain run leaves them alone
+out = np.zeros(api["output_bytes"](0) // 4 + 16, np.float32)
+view = out[(-out.ctypes.data % 64) // 4 + 1:][:api["output_bytes"](0) // 4]
+ins, outs = (vp * 1)(x.ctypes.data), (vp * 1)(view.ctypes.data)
+report("run_with_null_inputs", api["run_with"](ctx, None, outs), ctx)
+report("run_with_null_output", api["run_with"](ctx, ins, (vp * 1)(None)), ctx)
+report("run_with", api["run_with"](ctx, ins, outs), ctx)
+written = view.copy()
+view[...] = -1.0
+report("run_after_run_with", api["run"](ctx), ctx)
+print(f"run_with_result wrote={bool(np.any(written != 0.0))} "
+      f"left_alone={bool(np.all(view == -1.0))}", flush=True)
 api["destroy"](ctx)
 print("done", flush=True)
