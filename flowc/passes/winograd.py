@@ -7,20 +7,21 @@ channels, and the input and output transforms are adds and a few multiplies per 
 The filter's transform U = G g G^T depends only on the filter, so for a constant filter it
 is done here, once (flowc/ir/ops/winograd.py). Measured on the ResNet's convs (1 thread,
 bench/results/kernels_winograd.md): 16 -> 16 channels at 64x64, 32 -> 32 at 32x32 and
-64 -> 64 at 16x16 took 0.45, 0.37 and 0.33 of the direct conv's time; F(2x2, 3x3) took
-0.6-0.7 (its transforms are cheaper but its GEMMs do 16 / 36 * 4 = 1.8x more work).
+64 -> 64 at 16x16 took 0.44, 0.36 and 0.33 of the direct conv's time; F(2x2, 3x3) took
+0.53-0.65 (its transforms are cheaper, but its products do 4 multiplies per output
+against 2.25). The whole ResNet: ort/flowc 0.97 -> 1.77 at 1 thread.
 
 Requires: `channels-last` ran (it makes the `conv {channels_last = true}` this pass reads);
 best before `fuse` (which then fuses the epilogue: `winograd_conv` anchors one like `conv`).
 Guarantees: the same outputs up to rounding (F(4x4, 3x3) loses about 3 bits on f32 sums:
-bench/results/kernels_winograd.md states the error measured on the ResNet). Rewrites
+bench/results/kernels_winograd.notes.md states the error measured on the ResNet). Rewrites
 `conv {channels_last = true}` nodes that are f32 (f64 and other dtypes keep the exact
 direct path), 2-D, ungrouped, 3x3 with strides and dilations 1, a constant filter, static
 shapes, no control dependencies, not on a GPU, and at least `min_channels` input and output
-channels and `min_size` output rows and columns (the measured threshold below which the
-direct conv is as fast: a 3-channel stem spends its time in the transforms, a tiny image in
-the tiles it pads). `tile` is m (4, or 2 for F(2x2, 3x3)). One U per filter and tile,
-shared by its users. Statistics: `convs-winograd`.
+channels and `min_size` output rows and columns (measured: a 3-channel stem-like conv took
+1.05x the direct conv's time, 8 -> 8 channels 0.58x, a 4x4 image 0.78x). `tile` is m (4,
+or 2 for F(2x2, 3x3)). One U per filter and tile, shared by its users. Statistics:
+`convs-winograd`.
 """
 
 from __future__ import annotations
