@@ -11,7 +11,9 @@ calling thread (the OpenMP entry points served serially), interleaved call by ca
 process (kernels_common.time_interleaved): 1 thread only. Model: per thread count, the two
 artifacts through their C entry (inputs bound once) and onnxruntime, each timed in bursts
 after a settle pause (kernels_common.time_bursts, as bench/perf.py), in one process; the
-outputs are checked against onnxruntime first (max abs / rel error stated).
+outputs are checked against onnxruntime first (max abs / rel error stated). Per kernel at
+each thread count: both artifacts compiled with `--profile`, the runtime's timer around each
+kernel call, the two alternating in blocks of runs.
 """
 
 from __future__ import annotations
@@ -150,6 +152,48 @@ def model(threads: list[int], rounds: int) -> list[str]:
     return lines
 
 
+def profile(threads: list[int], rounds: int) -> list[str]:
+    """Per-kernel medians (the runtime's timer, `flowc compile --profile`) of the ResNet's
+    conv kernels compiled both ways, at each thread count: the two artifacts alternate in
+    blocks of 10 runs (after 10 warm-up runs each), `rounds` blocks each."""
+    import kernels_common as kc
+    import perf_models
+
+    import flowc
+    from flowc.cli_profile import profiled_runs
+    from flowc.passes.pipeline import PIPELINES
+    from flowc.runtime.profile import top_kernels
+
+    onnx_model = perf_models.resnet()
+    steps = [name for name, _ in PIPELINES["default"]]
+    dirs = {}
+    for label, pipeline in (("direct", ",".join(s for s in steps if s != "winograd")),
+                            ("winograd", ",".join(steps))):
+        dirs[label] = tempfile.mkdtemp(prefix=f"flowc-wino-prof-{label}-")
+        flowc.compile(onnx_model, dirs[label], pipeline=pipeline, name="resnet", profile=True)
+    lines = ["| threads | kernel (its conv) | direct ms | winograd ms | winograd / direct |",
+             "| ---: | --- | ---: | ---: | ---: |"]
+    for n in threads:
+        per: dict[str, dict[str, list[float]]] = {"direct": {}, "winograd": {}}
+        for label in per:
+            profiled_runs(dirs[label], 10, threads=n)
+        for _ in range(rounds):
+            for label, found in per.items():
+                kc.settle(0.05, 1.0)
+                manifest, events = profiled_runs(dirs[label], 10, threads=n)
+                for run in events:
+                    for _, nodes, _, ns in top_kernels(manifest, [run]):
+                        conv = next((x for x in nodes if x.endswith("/Conv")), None)
+                        if conv is not None:
+                            found.setdefault(conv, []).append(ns / 1e6)
+        for conv in sorted(per["winograd"]):
+            a = statistics.median(per["direct"][conv])
+            b = statistics.median(per["winograd"][conv])
+            lines.append(f"| {n} | {conv} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+        print("\n".join(lines[-len(per["winograd"]):]), flush=True)
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -163,6 +207,7 @@ def main() -> None:
     load = os.getloadavg()
     kernel_lines = kernels(QUICK if args.quick else LAYERS, rounds)
     model_lines = model(args.threads, rounds)
+    profile_lines = profile(args.threads, 3 if args.quick else 10)
     text = "\n".join([
         "# Winograd F(m x m, 3 x 3) against flowc's direct conv", "",
         f"Written by `bench/kernels_winograd.py` on {start} (load average at the start "
@@ -175,7 +220,12 @@ def main() -> None:
         "## The ResNet (bench/perf_models.py), C entry, bursts after settle pauses", "",
         "winograd / direct below 1: Winograd faster; ort / X above 1: X faster than "
         "onnxruntime. Errors: the artifact's output against onnxruntime's.", "",
-        *model_lines, ""])
+        *model_lines, "",
+        "## The ResNet's conv kernels (runtime profile, both artifacts alternating)", "",
+        "Median ms per run of each conv's kernel (its fused BN bias, residual add and relu "
+        "included), as `flowc profile` times them; the strided and 1x1 convs are the same "
+        "kernel both ways.", "",
+        *profile_lines, ""])
     Path(args.out).write_text(text)
     print(f"written to {args.out}")
 
