@@ -20,8 +20,10 @@ where P is B as panels [N / NR, K, NR] (`flowc.ir.ops.nn.pack_panels`), NR =
 `panel_bytes` / the element size (128 bytes: 32 f32, two AVX-512 vectors, the register
 tile's width). Only when N is a multiple of NR larger than NR (one panel is B itself) and
 K <= `max_k` (beyond it the kernel's K x NR strip no longer stays in L2 across the row
-tiles that reuse it). One P per constant and layout, shared by its users. Statistics:
-`weights-packed`.
+tiles that reuse it). One P per constant and layout, shared by its users. A constant
+that anything else also reads (another op, a graph output, or a matmul as its A) is left
+as it is: packing it would store it twice (a tied embedding table, gathered and multiplied
+by, would double its memory). Statistics: `weights-packed`.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class PackWeights:
 
     def run(self, graph: Graph) -> Graph:
         graph = in_bodies(graph, self.run)
+        shared = _read_otherwise(graph)
         packed: dict[tuple[Value, bool], Value] = {}
         names = {n.name for n in graph.nodes}
 
@@ -60,6 +63,8 @@ class PackWeights:
             key = (value, transposed)
             if key in packed:
                 return packed[key]
+            if value.node in shared:
+                return None
             data = rw.const(value)
             if data is None or data.ndim != 2 or data.dtype not in FLOATS:
                 return None
@@ -105,6 +110,17 @@ class PackWeights:
 
         return apply_patterns(graph, {"matmul": [("weights-packed", matmul)],
                                       "gemm": [("weights-packed", gemm)]})
+
+
+def _read_otherwise(graph: Graph) -> set[Node]:
+    """The nodes some user reads other than as the B (input 1) of a matmul or gemm, or
+    that the graph outputs."""
+    found = {v.node for _, v in graph.outputs}
+    for node in graph.nodes:
+        found.update(v.node for k, v in enumerate(node.inputs) if v is not None
+                     and (k != 1 or node.op not in ("matmul", "gemm")))
+        found.update(node.ctrl)
+    return found
 
 
 def _eligible(node: Node) -> bool:

@@ -62,6 +62,35 @@ def test_which_nodes_are_packed_and_results_stay(op, a_shape, b_shape, c_shape, 
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("other_use", ["add", "output", "as_a"])
+def test_a_weight_read_otherwise_is_not_stored_twice(other_use):
+    # packing B for the matmul would keep B too, for its other reader
+    g = Graph("shared")
+    a = g.add_input("a", TensorType("f32", (64, 64)))
+    w = g.append(make_node("constant", [], {"value": Tensor(rand(64, 64))})).out()
+    g.add_output("y", g.append(make_node("matmul", [a, w])).out())
+    if other_use == "add":
+        g.add_output("z", g.append(make_node("add", [a, w])).out())
+    elif other_use == "output":
+        g.add_output("z", w)
+    else:
+        g.add_output("z", g.append(make_node("matmul", [w, a])).out())
+    after, count = packed(g)
+    assert count == 0 and not any(n.op == "packed_matmul" for n in after.nodes)
+
+
+def test_a_weight_two_matmuls_read_is_packed_once():
+    g = Graph("shared")
+    a = g.add_input("a", TensorType("f32", (5, 64)))
+    w = g.append(make_node("constant", [], {"value": Tensor(rand(64, 64))})).out()
+    for name in ("y", "z"):
+        g.add_output(name, g.append(make_node("matmul", [a, w])).out())
+    after, count = packed(g)
+    assert count == 2
+    after = PassManager(parse_pipeline("prune")).run(after)
+    assert [n.types[0].shape for n in after.nodes if n.op == "constant"] == [(2, 64, 32)]
+
+
 def test_options_bound_the_panels_and_k():
     graph = dense_graph("matmul", (5, 40), rand(40, 64), None, {})
     assert packed(graph, "pack-weights{panel_bytes=256}")[1] == 0  # N = 64 is one panel
