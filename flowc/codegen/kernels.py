@@ -295,9 +295,11 @@ def _arg_type(t: TensorType) -> ir.MemRefType:
 
 
 def _writes_in_place(value: ir.Value) -> bool:
-    """Whether `value` is made by a linalg op (which can write into the output buffer)."""
+    """Whether `value` is made by a linalg op or an scf.forall (a winograd_conv's loop), which
+    can write into the output buffer."""
     owner = value.owner
-    return isinstance(owner, ir.OpView | ir.Operation) and owner.name.startswith("linalg.")
+    return isinstance(owner, ir.OpView | ir.Operation) and (owner.name.startswith("linalg.")
+                                                            or owner.name == "scf.forall")
 
 
 def _copy(t: TensorType, value: ir.Value) -> ir.Value:
