@@ -10,7 +10,8 @@ explain_placement=None)`
    `devices` (`cpu:0,gpu:0`), the `place` pass joins it before partition/fuse, with the
    `place` NODE=DEV constraints, `device_profiles` and `device_supports`; its report goes
    to `explain_placement(text)` and DUMP_DIR/placement.txt; for a GPU target without
-   `pack-weights`, whose panels the GPU's tiled matmul does not read), then
+   `pack-weights` and `winograd`, whose panels and transformed filters the GPU's kernels
+   do not read), then
    re-infers every type and requires it static (`bind.require_static`: folding may have
    turned computed shapes into constants), so every kernel has static shapes;
 4. builds the program (`program.build_program`: kernels, weights, arena plan);
@@ -206,8 +207,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
                                   dump)
     backend = backend or default_backend()
     resolved = backend.get_target(target or "host")
-    if getattr(resolved, "is_gpu", False):  # the GPU's tiled matmul reads B row-major
-        passes = [p for p in passes if p.name != "pack-weights"]
+    if getattr(resolved, "is_gpu", False):  # the GPU's kernels read B row-major, W as HWCF
+        passes = [p for p in passes if p.name not in ("pack-weights", "winograd")]
     graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
                         dump_dir=dump, progress=progress).run(graph)
     graph = require_static(graph, format_sizes(sizes))

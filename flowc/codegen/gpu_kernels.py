@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mlir import ir
 
-from flowc.codegen import gpu_pipeline, gpu_target
+from flowc.codegen import gpu_pipeline, gpu_target, parallel_compile
 from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
 from flowc.codegen.kernels import _check_body, build_module, check_supported
 from flowc.codegen.target import Target
@@ -81,7 +81,7 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
         if cached is not None:
             lowered.append(_kernel_from_json(cached))
             continue
-        with ir.Context(), ir.Location.unknown():
+        with parallel_compile.mlir_context(), ir.Location.unknown():
             module = build_module(sym, body, target)
             if dump:
                 dump(f"{sym}.input.mlir", str(module))

@@ -235,7 +235,7 @@ def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
 
 def _kernel_llvm_ir(sym: str, body: Graph, target: Target, dump: Dump | None) -> str:
     what = f"kernel {sym}"
-    with ir.Context(), ir.Location.unknown():
+    with parallel_compile.mlir_context(), ir.Location.unknown():
         module = build_module(sym, body, target)
         if dump:  # with locations: each op names the graph node it came from
             dump(f"{sym}.input.mlir", module.operation.get_asm(enable_debug_info=True))
@@ -295,9 +295,11 @@ def _arg_type(t: TensorType) -> ir.MemRefType:
 
 
 def _writes_in_place(value: ir.Value) -> bool:
-    """Whether `value` is made by a linalg op (which can write into the output buffer)."""
+    """Whether `value` is made by a linalg op or an scf.forall (a winograd_conv's loop), which
+    can write into the output buffer."""
     owner = value.owner
-    return isinstance(owner, ir.OpView | ir.Operation) and owner.name.startswith("linalg.")
+    return isinstance(owner, ir.OpView | ir.Operation) and (owner.name.startswith("linalg.")
+                                                            or owner.name == "scf.forall")
 
 
 def _copy(t: TensorType, value: ir.Value) -> ir.Value:

@@ -16,6 +16,12 @@ Contract:
   (the mean seconds of those built so far times the items left) is estimated under
   `MIN_POOL_SECONDS`, and only the rest goes to the pool. Set, it pools every item.
 - `on_done(i, seconds)` is called in the parent, in index order, as results arrive.
+- `mlir_context()`: the MLIR context every kernel compile uses (parent and workers alike),
+  with multithreading off. A context's thread pool alive in the parent when it forks (an
+  earlier kernel's context not yet collected) is copied into the child without its
+  threads, and the child hung destroying it, joining threads that do not exist there
+  (seen twice under load: a worker stuck in the pool's join). Each module holds one
+  kernel function, so the pool parallelized nothing.
 - `parallel=False` (kernels.py with a dump: the dump callback writes files in order) runs
   every item here, in order.
 """
@@ -29,11 +35,20 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
+from mlir import ir
+
 from flowc.ir.errors import FlowcError
 
 Build = Callable[[int], bytes]
 _BUILD: Build | None = None  # the parent's `build`, inherited by forked workers
 MIN_POOL_SECONDS = 0.5  # estimated serial seconds below which a pool costs more than it saves
+
+
+def mlir_context() -> ir.Context:
+    """A new MLIR context without a thread pool (see the contract)."""
+    context = ir.Context()
+    context.enable_multithreading(False)
+    return context
 
 
 def workers() -> int:

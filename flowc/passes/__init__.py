@@ -1,7 +1,8 @@
 """Graph-to-graph passes, their registry, pipelines, and the pass manager.
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
-`fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`).
+`fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
+`winograd`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -15,6 +16,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     prune,
     schedule,
     simplify,
+    winograd,
 )
 from flowc.passes.base import Pass
 from flowc.passes.manager import PassManager

@@ -34,6 +34,7 @@ PIPELINES: dict[str, list[tuple[str, str]]] = {
         ("channels-last", "2-D conv chains in NHWC, filters transposed once (after BN folding)"),
         ("partition", "send/recv on every edge between devices (nothing on one device)"),
         ("pack-weights", "constant matmul weights in column panels, read in one stream (CPU)"),
+        ("winograd", "stride-1 3x3 f32 convs as Winograd F(4x4,3x3), filters done once (CPU)"),
         ("fuse", "group what is left into kernels (fused nodes) for codegen"),
         ("schedule", "last: order the kernels to keep peak memory low (codegen runs this order)"),
     ],

@@ -95,7 +95,8 @@ TRANSCENDENTAL_OPS = frozenset({
 REDUCTION_OPS = frozenset({
     "reduce_sum", "reduce_mean", "reduce_prod", "softmax", "log_softmax",
     "layer_normalization", "batch_normalization", "average_pool", "global_average_pool"})
-MATMUL_OPS = frozenset({"matmul", "gemm", "packed_matmul", "conv", "conv_transpose", "fused"})
+MATMUL_OPS = frozenset({"matmul", "gemm", "packed_matmul", "conv", "conv_transpose", "fused",
+                        "winograd_conv"})
 EXACT_OPS = frozenset({
     "relu", "neg", "abs", "sign", "floor", "ceil", "max", "min", "clip", "where", "cast",
     "reduce_max", "reduce_min", "arg_max", "arg_min", "max_pool", "global_max_pool"})

@@ -7,7 +7,7 @@ DEVICE_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17bec
 TRANSFER_COLOUR = "#d62728"
 OP_FILLS = {"input": "#fff3c4", "constant": "#eeeeee", "variable": "#f8d9c0",
             "send": "#ffd6d6", "recv": "#ffd6d6", "matmul": "#d7e8fb", "gemm": "#d7e8fb",
-            "packed_matmul": "#d7e8fb",
+            "packed_matmul": "#d7e8fb", "winograd_conv": "#d7e8fb",
             "conv": "#d7e8fb"}
 DEFAULT_FILL = "#ffffff"
 

@@ -123,3 +123,11 @@ def test_cli_start_up_skips_the_graph_viewer():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_kernel_contexts_have_no_thread_pool():
+    """A context with a thread pool alive when the compiler forks its workers left a child
+    joining threads that do not exist in it (a hang): kernel compiles use contexts with
+    multithreading off."""
+    context = parallel_compile.mlir_context()
+    assert context.get_num_threads() == 1

@@ -29,7 +29,7 @@ NOT_KERNELS: dict[str, str] = {
 }
 
 _FAMILIES = ("elementwise", "matmul", "reduce", "shape", "nn", "conv", "pool",
-             "control")
+             "control", "winograd")
 
 
 def register(*ops: str, arch: str | None = None) -> Callable[[Rule], Rule]:

@@ -16,6 +16,7 @@ from flowc.codegen.strategy.depthwise import depthwise_strategy
 from flowc.codegen.strategy.elementwise import elementwise_strategy
 from flowc.codegen.strategy.matmul import matmul_strategy
 from flowc.codegen.strategy.transpose import transpose_strategy
+from flowc.codegen.strategy.winograd import fuse_epilogue
 from flowc.codegen.target import Target
 
 Strategy = Callable[[ir.Operation, Target, int], "str | None"]
@@ -23,7 +24,10 @@ Strategy = Callable[[ir.Operation, Target, int], "str | None"]
 
 def _generic(op: ir.Operation, target: Target, i: int) -> str | None:
     """A contraction (a reshaped matmul, generalized) as a matmul; an elementwise op of a
-    kernel that may run in place, vectorized; a transpose in register tiles; else None."""
+    kernel that may run in place, vectorized; a transpose in register tiles; else None. A
+    winograd_conv's epilogue is moved into the conv's loop first (and gets no script)."""
+    if fuse_epilogue(op, target):
+        return None
     return (matmul_strategy(op, target, i) or elementwise_strategy(op, target, i)
             or transpose_strategy(op, target, i))
 

@@ -12,6 +12,7 @@ from flowc.ir.ops import (  # noqa: F401  (register ops)
     nn,
     reduce,
     shape,
+    winograd,
 )
 from flowc.ir.ops.registry import (
     COMMUTATIVE,

@@ -12,7 +12,7 @@ kernel body may be:
   `elementwise`     only ELEMENTWISE ops (and constants);
   `matmul_epilogue` one `matmul`, `gemm` or `packed_matmul` reading only body inputs and
                     constants, the rest ELEMENTWISE ops;
-  `conv_epilogue`   the same around one `conv`;
+  `conv_epilogue`   the same around one `conv` or `winograd_conv`;
   `reduction`       one reduction (`reduce_*`) whose result is the body's only output, fed
                     by ELEMENTWISE ops (its `axes` operand, if any, a constant).
 The reference kernel runs the body on the interpreter.
@@ -43,7 +43,7 @@ MAX_INLINE_CONSTANT = 16  # elements; larger constants are operands of the fused
 ANCHORS: dict[str, frozenset[str] | None] = {
     "elementwise": None,
     "matmul_epilogue": frozenset({"matmul", "gemm", "packed_matmul"}),
-    "conv_epilogue": frozenset({"conv"}),
+    "conv_epilogue": frozenset({"conv", "winograd_conv"}),
     "reduction": frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
                             "reduce_prod"}),
 }
