@@ -57,7 +57,7 @@ typedef struct {
  * counter (one per loop and slot, on its own cache line) holds the region's generation
  * << CLAIM_BITS | the chunks of that slot's share claimed in that region; a counter of an
  * older generation counts as 0. */
-#define CHUNKS 4
+#define CHUNKS 6
 #define DISPATCH_LOOPS 4
 #define CLAIM_BITS 8 /* CHUNKS < 1 << CLAIM_BITS; the generation keeps 56 bits */
 
@@ -510,12 +510,12 @@ static uint32_t claim_chunk(chunk_claim *claim) {
 }
 
 /* Where chunk c (0..CHUNKS) of a share of `count` iterations starts: chunks halve in size
- * (1/2, 1/4, ... of the share, the last two equal), so a slot runs most of its share in
- * one piece and another slot can take only the tail of a late one: with equal chunks the
- * taken pieces were larger and scattered, and each row a slot writes outside its own share
- * moves cache lines to the other CPU in the next kernel (ResNet at 2 threads, in-process
- * A/B: 1-2% faster than equal quarters, 4% while the VM's vCPUs shared no cache; as fast
- * as whole static shares: bench/results/smallnets_threads.notes.md). */
+ * (1/2, 1/4, ... 1/32 of the share, the last two equal), so a slot runs most of its share
+ * in one piece and another slot can take only small pieces of a late one's tail: with equal
+ * quarters the taken pieces were larger and scattered (each row a slot writes outside its
+ * own share moves cache lines to the other CPU in the next kernel) and the join waited up to
+ * a quarter share for the last one (ResNet and MobileNet at 2 threads, in-process A/B: 1-6%
+ * faster than equal quarters: bench/results/smallnets_threads.notes.md). */
 static uint64_t chunk_start(uint64_t count, uint32_t c) {
   return c >= CHUNKS ? count : count - (count >> c);
 }
