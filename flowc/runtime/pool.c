@@ -14,9 +14,9 @@
  * not claimed, so a worker descheduled in the middle of a loop holds it up by one chunk.
  * Each slot's chunk counter has a cache line of its own and carries the region's
  * generation (nothing to reset between regions), so a slot claiming its own chunks touches
- * no line another thread writes: on this VM a line moving between the two vCPUs costs
- * 30 ns or 160-460 ns depending on where the host placed them (bench/results/
- * smallnets_threads.md), and a region used to move ten or more.
+ * no line another thread writes (on the 2-vCPU VM a line moving between the vCPUs costs
+ * ~30 ns or 160-460 ns, depending on where the host placed them:
+ * bench/results/smallnets_threads.notes.md).
  *
  * Hot path without locks or system calls: a region is a few stores and one atomic
  * increment per slot. Workers wait for the next generation after their last slot, the
@@ -52,8 +52,9 @@ typedef struct {
 /* Dynamic loops (`__kmpc_dispatch_*`, what flowc's worksharing loops use): each slot's
  * static share is cut into CHUNKS chunks of halving sizes (chunk_start); a slot claims its
  * own chunks in order, then those other slots have not claimed, so a slow or descheduled
- * thread holds up at most one chunk (at most half its share). Per region, the first DISPATCH_LOOPS dynamic loops are shared that way; later
- * ones (never generated: a region holds one loop) fall back to static shares. A claim
+ * thread holds up at most one chunk (at most half its share). Per region, the first
+ * DISPATCH_LOOPS dynamic loops are shared that way; later ones (never generated: a region
+ * holds one loop) fall back to static shares. A claim
  * counter (one per loop and slot, on its own cache line) holds the region's generation
  * << CLAIM_BITS | the chunks of that slot's share claimed in that region; a counter of an
  * older generation counts as 0. */
@@ -316,10 +317,11 @@ flowc_pool *FLOWC_RT(pool_create)(int n, char *error, size_t error_bytes) {
     memset(pool, 0, sizeof *pool);
     pool->threads = calloc((size_t)n, sizeof(pthread_t));
     pool->args = calloc((size_t)n, sizeof(worker_arg));
-    if (posix_memalign((void **)&pool->chunks, 64, (size_t)n * DISPATCH_LOOPS * sizeof(chunk_claim)))
+    size_t claims = (size_t)n * DISPATCH_LOOPS * sizeof(chunk_claim);
+    if (posix_memalign((void **)&pool->chunks, 64, claims) != 0)
       pool->chunks = NULL;
     else
-      memset(pool->chunks, 0, (size_t)n * DISPATCH_LOOPS * sizeof(chunk_claim));
+      memset(pool->chunks, 0, claims);
   }
   if (!pool || !pool->threads || !pool->args || !pool->chunks) {
     if (pool) free(pool->threads), free(pool->args), free(pool->chunks);
