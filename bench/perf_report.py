@@ -253,7 +253,7 @@ def render(result: dict[str, Any], notes: str | None = None) -> str:
         f"{result['date']} at flowc `{result['flowc_commit']}`.", "",
         *(["**Quick run: tiny models and few runs; the figures mean nothing.**", ""]
           if result["quick"] else []),
-        *([f"Why the goals not met are not met, from the profile: [{notes}]({notes}) "
+        *([f"Where the time goes and what is left, read from the profile: [{notes}]({notes}) "
            "(written by hand; it names the run it analyses).", ""] if notes else []),
         f"- Machine: {result['cpu']}; {result['nproc']} cores usable (of "
         f"{result['cpu_count']}); flags {' '.join(result['cpu_flags']) or 'none of note'}; "
