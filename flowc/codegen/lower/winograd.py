@@ -25,6 +25,7 @@ Other targets (a GPU): the same algorithm as three linalg contractions over all 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from mlir import ir
@@ -65,17 +66,45 @@ def vector_length(channels: int, lanes: int) -> int:
     return vl
 
 
+@dataclass(frozen=True)
+class Tiles:
+    """A winograd_conv's geometry: tile m, pads [top, left, bottom, right], batch N, input
+    channels C, patch side A = m + 2, output channels M, output OH x OW in TH x TW tiles."""
+
+    tile: int
+    pads: list[int]
+    n: int
+    c: int
+    a: int
+    m: int
+    oh: int
+    ow: int
+    th: int
+    tw: int
+
+    @classmethod
+    def of(cls, ctx: RuleCtx, x: ir.Value, u: ir.Value) -> Tiles:
+        tile = ctx.attrs["tile"]
+        n, _, _, c = value_shape(x)
+        _, oh, ow, _ = ctx.out.shape
+        return cls(tile, list(ctx.attrs["pads"]), n, c, value_shape(u)[0], value_shape(u)[3],
+                   oh, ow, -(-oh // tile), -(-ow // tile))
+
+    def crop(self, y: ir.Value) -> ir.Value:
+        """y [N, TH * m, TW * m, M] (whole tiles) cut back to the output's [N, OH, OW, M]."""
+        if (self.th * self.tile, self.tw * self.tile) == (self.oh, self.ow):
+            return y
+        return slice_of(y, [0, 0, 0, 0], [self.n, self.oh, self.ow, self.m])
+
+
 @register("winograd_conv", arch="x86_64")
 @register("winograd_conv", arch="aarch64")
 def _winograd_conv(ctx: RuleCtx, x, u, b=None) -> list:
     dt = ctx.out.dtype
     if dt.name not in ("f32", "f64"):
         raise ctx.error(f"winograd_conv is lowered for f32 and f64 only, found {dt}")
-    tile, pads = ctx.attrs["tile"], list(ctx.attrs["pads"])
-    n, _, _, c = value_shape(x)
-    a, m = value_shape(u)[0], value_shape(u)[3]
-    _, oh, ow, _ = ctx.out.shape
-    th, tw = -(-oh // tile), -(-ow // tile)
+    g = Tiles.of(ctx, x, u)
+    tile, pads, n, c, a, m, th, tw = g.tile, g.pads, g.n, g.c, g.a, g.m, g.th, g.tw
     et = elem_type(dt)
     lanes = ctx.target.vector_bits // dt.bits
     bt, _, at = matrices(tile)
@@ -95,10 +124,7 @@ def _winograd_conv(ctx: RuleCtx, x, u, b=None) -> list:
             dyn, static = _mixed(offsets)
             tensor.parallel_insert_slice(part, loop.inner_iter_args[0], dyn, [], [], static,
                                          sizes, [1] * 4)
-    y = loop.results[0]
-    if (th * tile, tw * tile) != (oh, ow):
-        y = slice_of(y, [0, 0, 0, 0], [n, oh, ow, m])
-    return [y]
+    return [g.crop(loop.results[0])]
 
 
 @register("winograd_conv")
@@ -107,11 +133,9 @@ def _winograd_conv_linalg(ctx: RuleCtx, x, u, b=None) -> list:
     generics to threads): V = B^T d B over all tiles (the matrices as constant operands),
     the products, then A^T M A into the output seen as [N, TH, m, TW, m, M]."""
     dt = ctx.out.dtype
-    tile, pads = ctx.attrs["tile"], list(ctx.attrs["pads"])
-    n, h, w, c = value_shape(x)
-    a, m = value_shape(u)[0], value_shape(u)[3]
-    _, oh, ow, _ = ctx.out.shape
-    th, tw = -(-oh // tile), -(-ow // tile)
+    g = Tiles.of(ctx, x, u)
+    tile, pads, n, c, a, m, th, tw = g.tile, g.pads, g.n, g.c, g.a, g.m, g.th, g.tw
+    _, h, w, _ = value_shape(x)
     et = elem_type(dt)
     zero = scalar_const(dt, 0)
     xp = pad_channels_last(x, pads[:2], [th * tile + 2 - h - pads[0], tw * tile + 2 - w - pads[1]],
@@ -145,9 +169,7 @@ def _winograd_conv_linalg(ctx: RuleCtx, x, u, b=None) -> list:
                 [expr_map(8, [d[2], d[6]]), expr_map(8, [d[4], d[7]]),
                  expr_map(8, [d[6], d[7], d[0], d[1], d[3], d[5]])],
                 [init], [expr_map(8, d[:6])], "pppppprr", mac)[0]
-    y = reshape(y, [n, th * tile, tw * tile, m])
-    if (th * tile, tw * tile) != (oh, ow):
-        y = slice_of(y, [0, 0, 0, 0], [n, oh, ow, m])
+    y = g.crop(reshape(y, [n, th * tile, tw * tile, m]))
     return [y]
 
 
