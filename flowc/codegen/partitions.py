@@ -17,7 +17,7 @@ Contract (what `program.build_program` does with a graph the `partition` pass sp
   through other devices): the scheduler may reorder each device's steps, this keeps it
   honest;
 - `partition_manifest(program)` is the manifest's `partitions` entry;
-- `is_gpu_device(name)`, `gpu_devices(program)`: which devices run on a GPU;
+- `gpu_devices(program)` (with `ir.devices.is_gpu_device(name)`): which devices run on a GPU;
   `host_kernels(program)` / `gpu_kernels_of(program)`: the kernels some call runs on a
   host (CPU) device / on a GPU device (a kernel may be in both: it is compiled for each).
 The entry functions themselves are rendered by `partition_entry.py`.
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flowc.ir.devices import DeviceSpec
+from flowc.ir.devices import DeviceSpec, is_gpu_device
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node
 from flowc.ir.ops.core import rendezvous_key
@@ -85,10 +85,6 @@ def check_devices(graph: Graph) -> None:
                 raise FlowcError(f"node {node.label()} on {node.device} uses "
                                  f"{pred.label()} on {pred.device} without a send/recv: run "
                                  "the partition pass before building the program")
-
-
-def is_gpu_device(name: str | None) -> bool:
-    return name is not None and DeviceSpec.parse(name).type == "gpu"
 
 
 def gpu_devices(program) -> list[str]:

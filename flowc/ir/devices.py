@@ -68,3 +68,8 @@ class DeviceSpec:
         prefix = "" if self.job is None else f"/job:{self.job}"
         prefix += "" if self.task is None else f"/task:{self.task}"
         return prefix + (f"/{local}" if local else "")
+
+
+def is_gpu_device(name: str | None) -> bool:
+    """Whether the device named `name` (a node's placement; None: not placed) is a GPU."""
+    return name is not None and DeviceSpec.parse(name).type == "gpu"

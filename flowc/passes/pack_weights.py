@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from flowc.ir.devices import DeviceSpec
+from flowc.ir.devices import is_gpu_device
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops.nn import pack_panels
 from flowc.passes.registry import register
@@ -125,6 +125,5 @@ def _read_otherwise(graph: Graph) -> set[Node]:
 
 def _eligible(node: Node) -> bool:
     t = node.types[0] if len(node.types) == 1 else None
-    on_gpu = node.device is not None and DeviceSpec.parse(node.device).type == "gpu"
-    return (not node.ctrl and not on_gpu and t is not None and hasattr(t, "dtype")
-            and t.dtype.np in FLOATS)
+    return (not node.ctrl and not is_gpu_device(node.device) and t is not None
+            and hasattr(t, "dtype") and t.dtype.np in FLOATS)

@@ -31,7 +31,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from flowc.ir.devices import DeviceSpec
+from flowc.ir.devices import is_gpu_device
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import get_op
 from flowc.ir.ops.winograd import winograd_filter
@@ -71,7 +71,7 @@ class Winograd:
 
     def _pads(self, node: Node) -> tuple[int, ...] | None:
         """The node's [top, left, bottom, right] pads if it is a conv this pass rewrites."""
-        if node.ctrl or len(node.types) != 1 or not _on_cpu(node):
+        if node.ctrl or len(node.types) != 1 or is_gpu_device(node.device):
             return None
         attrs = get_op("conv").resolve_attrs(node.attrs)
         x, w, y = node.inputs[0].type, node.inputs[1].type, node.types[0]
@@ -92,6 +92,3 @@ class Winograd:
         # ONNX orders pads [top, left, bottom, right] (begins, then ends): the same here
         return pads
 
-
-def _on_cpu(node: Node) -> bool:
-    return node.device is None or DeviceSpec.parse(node.device).type != "gpu"
