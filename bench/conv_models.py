@@ -135,8 +135,8 @@ def median_iqr(xs: list[float]) -> tuple[float, float]:
 
 
 def measure(args) -> list[str]:
+    import kernels_common as kc
     import numpy as np
-    import onnxruntime as ort
 
     import flowc
     from flowc.examples.zoo import sample_input
@@ -145,11 +145,7 @@ def measure(args) -> list[str]:
     for name in args.models:
         model = build(name)
         feeds = sample_input(model, batch=1, seed=0)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = args.threads
-        opts.inter_op_num_threads = 1
-        sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                    providers=["CPUExecutionProvider"])
+        sess = kc.ort_session(model, args.threads)
         with tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
             flowc.compile(model, Path(tmp) / name, batch=1)

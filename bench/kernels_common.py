@@ -77,6 +77,23 @@ def aligned(array):
     return out
 
 
+def ort_session(model, threads: int):
+    """An onnxruntime CPU session of `model` (an onnx.ModelProto, its serialized bytes, or
+    a file path) running its ops one after another on `threads` intra-op threads: the
+    onnxruntime every benchmark compares with."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if hasattr(model, "SerializeToString"):
+        model = model.SerializeToString()
+    elif isinstance(model, Path):
+        model = str(model)
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+
+
 def time_interleaved(fns: dict, min_runs: int, min_time: float = 0.0, max_runs: int = 1000,
                      warmup: int = 1) -> dict[str, list[float]]:
     """{name: seconds of each round}: every round calls each of `fns` once, in order, so

@@ -20,7 +20,6 @@ import kernels_common as kc  # sets the BLAS thread count before numpy is import
 ARGS = kc.parse_args(__doc__)
 
 import numpy as np  # noqa: E402
-import onnxruntime as ort  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from flowc.codegen.kernels import single_node_body  # noqa: E402
@@ -50,10 +49,7 @@ def ort_conv(w: np.ndarray, x_shape, stride: int, pad: int, group: int):
         "x", TensorProto.FLOAT, list(x_shape))], [helper.make_tensor_value_info(
             "y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = ARGS.threads
-    sess = ort.InferenceSession(model.SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
+    sess = kc.ort_session(model, ARGS.threads)
     return lambda x: sess.run(None, {"x": x})[0]
 
 

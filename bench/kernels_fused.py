@@ -103,7 +103,7 @@ def _block_ms(fn, calls: int) -> float:
 
 def compare(builds: dict[str, Path], rounds: int, min_block_s: float,
             only: list[str] | None = None) -> list[dict]:
-    import onnxruntime as ort
+    import kernels_common as kc
 
     import flowc
 
@@ -115,11 +115,7 @@ def compare(builds: dict[str, Path], rounds: int, min_block_s: float,
             continue
         model = onnx.load(onnx_path)
         feeds = _feeds(model)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        session = ort.InferenceSession(model.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
+        session = kc.ort_session(model, 1)
         want = session.run(None, feeds)
         variants = {"onnxruntime": lambda s=session, f=feeds: s.run(None, f)}
         keep = []

@@ -95,7 +95,6 @@ def kernels(layers, rounds: int) -> list[str]:
 
 def model(threads: list[int], rounds: int) -> list[str]:
     import kernels_common as kc
-    import onnxruntime as ort
     import perf_measure
     import perf_models
 
@@ -115,11 +114,7 @@ def model(threads: list[int], rounds: int) -> list[str]:
              "(direct; winograd) | other cores | load before -> after |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |"]
     for n in threads:
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = n
-        opts.inter_op_num_threads = 1
-        sess = ort.InferenceSession(onnx_model.SerializeToString(), opts,
-                                    providers=["CPUExecutionProvider"])
+        sess = kc.ort_session(onnx_model, n)
         want = sess.run(None, feeds)
         engines, errs, keep = {"ort": {"ort": lambda s=sess: s.run(None, feeds)}}, [], []
         for label in ("direct", "winograd"):

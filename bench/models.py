@@ -54,8 +54,8 @@ def matmul_onnx():
 
 def measure(threads: int, min_time: float) -> list[dict]:
     """Rows for one thread count (runs in a child whose BLAS thread count is set)."""
+    import kernels_common as kc
     import numpy as np
-    import onnxruntime as ort
 
     import flowc
     from flowc.examples import zoo
@@ -86,11 +86,7 @@ def measure(threads: int, min_time: float) -> list[dict]:
                 continue
             compile_s = time.perf_counter() - t0
             art = flowc.load(tmp, threads=threads)
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            session = ort.InferenceSession(model.SerializeToString(), options,
-                                           providers=["CPUExecutionProvider"])
+            session = kc.ort_session(model, threads)
             want = session.run(None, feeds)
             flowc_ms = median_ms(lambda a=art, f=feeds: a.run(**f), min_time)
             bound = art.run(**feeds)  # also leaves the context bound to feeds and `bound`

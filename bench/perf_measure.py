@@ -119,16 +119,11 @@ def burst_ratio(num: list[list[float]], den: list[list[float]]) -> float:
 def measure_case(case: dict[str, Any], threads: int, rounds: int, burst: int, min_time: float
                  ) -> dict[str, Any]:
     import kernels_common as kc
-    import onnxruntime as ort
 
     import flowc
 
     feeds = inputs(case["inputs"])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    session = ort.InferenceSession(case["onnx"], options, providers=["CPUExecutionProvider"])
+    session = kc.ort_session(case["onnx"], threads)
     art = flowc.load(case["artifact"], threads=threads)
     try:
         want = session.run(None, feeds)

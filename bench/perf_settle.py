@@ -85,7 +85,6 @@ def child(artifacts: dict[str, str], onnx_files: dict[str, str], threads: int, r
           blocks: int) -> dict[str, Any]:
     import kernels_common as kc
     import numpy as np
-    import onnxruntime as ort
     from perf_measure import inputs
 
     import flowc
@@ -96,11 +95,7 @@ def child(artifacts: dict[str, str], onnx_files: dict[str, str], threads: int, r
     fns: dict[str, Any] = {"numpy_1024": lambda: np.matmul(a, b, out=c)}
     keep = []
     for name, path in onnx_files.items():
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        session = kc.ort_session(path, threads)
         art = flowc.load(artifacts[name], threads=threads)
         feeds = inputs({i.name: list(i.shape) for i in session.get_inputs()})
         keep += [session, art]

@@ -40,16 +40,12 @@ def main() -> None:
 
     import kernels_common as kc
     import onnx
-    import onnxruntime as ort
     import perf_measure
 
     import flowc
 
     feeds = perf_measure.inputs(perf_measure.input_spec(onnx.load(args.model)))
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = args.threads
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(args.model, opts, providers=["CPUExecutionProvider"])
+    sess = kc.ort_session(args.model, args.threads)
     want = sess.run(None, feeds)
     engines = {"ort": {"ort": lambda: sess.run(None, feeds)}}
     keep = {}

@@ -46,7 +46,6 @@ def child(model: str, onnx_path: str, art: str, rounds: int, burst: int, probe_s
 
     import kernels_common as kc
     import onnx
-    import onnxruntime as ort
     import perf_measure
 
     import flowc
@@ -55,10 +54,7 @@ def child(model: str, onnx_path: str, art: str, rounds: int, burst: int, probe_s
     probe.probe_pingpong_ns.restype = ctypes.c_double
     probe.probe_pingpong_ns.argtypes = [ctypes.c_int]
     feeds = perf_measure.inputs(perf_measure.input_spec(onnx.load(onnx_path)))
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 2
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(onnx_path, opts, providers=["CPUExecutionProvider"])
+    sess = kc.ort_session(onnx_path, 2)
     want = sess.run(None, feeds)
     m = flowc.load(art, threads=2)
     outputs = m.run(**feeds)  # keeps the outputs bound for the C entry's calls

@@ -114,7 +114,7 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="model names to run (default: all)")
     parser.add_argument("--out", default=str(ROOT / "bench/results/threads_models.md"))
     args = parser.parse_args()
-    import onnxruntime as ort
+    import kernels_common as kc
 
     load0 = os.getloadavg()[0]
     table = []
@@ -138,11 +138,7 @@ def main() -> int:
             bound = [art.run(**feeds) for art in arts.values()]
             sessions = {}
             for t in THREADS:
-                options = ort.SessionOptions()
-                options.intra_op_num_threads = t
-                options.inter_op_num_threads = 1
-                sessions[t] = ort.InferenceSession(model.SerializeToString(), options,
-                                                   providers=["CPUExecutionProvider"])
+                sessions[t] = kc.ort_session(model, t)
                 sessions[t].run(None, feeds)
             times = {key: [] for key in [*arts, *(("ort", t) for t in THREADS)]}
             for _ in range(args.rounds):
