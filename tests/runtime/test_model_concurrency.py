@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +45,12 @@ def run_script(body: str, artifact: Path, timeout: float) -> str:
         from flowc.runtime import ArtifactError
         x = np.ones((256, 256), np.float32)
         want = x @ x
-    """) + textwrap.dedent(body)
+        failures = []  # exceptions in threads (a thread's failure must fail the script)
+        threading.excepthook = lambda e: failures.append(f"{e.exc_type.__name__}: {e.exc_value}")
+    """) + textwrap.dedent(body) + textwrap.dedent("""
+        if failures:
+            sys.exit(f"{len(failures)} thread(s) failed, first: {failures[0]}")
+    """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
         done = subprocess.run([sys.executable, "-c", script, str(artifact)], env=env,
@@ -72,7 +78,7 @@ def test_set_threads_while_another_thread_runs(parallel_artifact):
         stop = True
         t.join()
         print("runs", runs[0])
-    """, parallel_artifact, timeout=120)
+    """, parallel_artifact, timeout=60)
     assert int(out.split()[-1]) > 0
 
 
@@ -100,7 +106,7 @@ def test_close_while_two_threads_run(parallel_artifact):
                 t.join()
             closed += 1
         print("closed", closed)
-    """, parallel_artifact, timeout=180)
+    """, parallel_artifact, timeout=90)
     assert out.split() == ["closed", "20"]
 
 
@@ -123,3 +129,24 @@ def test_good_thread_counts(parallel_artifact):
     for threads in (0, 1, np.int32(3), 1024):
         model.set_threads(threads)
         np.testing.assert_allclose(model(x, x), x @ x, rtol=1e-4, atol=1e-4)
+
+
+def test_one_model_from_eight_threads(parallel_artifact):
+    """Runs of one Model from 8 threads take turns and each gets its own inputs' result."""
+    model = flowc.load(parallel_artifact, threads=2)
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal((2, 256, 256)).astype(np.float32) for _ in range(8)]
+    wrong: list[int] = []
+
+    def worker(k: int) -> None:
+        x, w = inputs[k]
+        for _ in range(30):
+            if not np.allclose(model(x, w), x @ w, rtol=1e-4, atol=1e-3):
+                wrong.append(k)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []
