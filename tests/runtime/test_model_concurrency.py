@@ -150,3 +150,30 @@ def test_one_model_from_eight_threads(parallel_artifact):
     for t in threads:
         t.join()
     assert wrong == []
+
+
+def test_c_set_threads_waits_for_a_run(parallel_artifact):
+    """The C runtime's own lock, without the Model's: NAME_set_threads called straight
+    through ctypes while another thread is in NAME_run_with on the same context."""
+    out = run_script("""
+        import ctypes
+        m = flowc.load(sys.argv[1], threads=2)
+        y = np.empty_like(want)
+        ins = (ctypes.c_void_p * 2)(x.ctypes.data, x.ctypes.data)
+        outs = (ctypes.c_void_p * 1)(y.ctypes.data)
+        stop, runs = False, [0]
+        def runner():
+            while not stop:
+                assert m._run_with(m._ctx, ins, outs) == 0
+                runs[0] += 1
+        t = threading.Thread(target=runner)
+        t.start()
+        for k in range(200):
+            assert m._fn("set_threads")(m._ctx, 2 + k % 2) == 0
+            time.sleep(0.0005)
+        stop = True
+        t.join()
+        np.testing.assert_allclose(y, want, rtol=1e-5)
+        print("runs", runs[0])
+    """, parallel_artifact, timeout=60)
+    assert int(out.split()[-1]) > 0
