@@ -233,7 +233,8 @@ def add_commands(sub: Any) -> None:
                       help="with --target nvptx or nodes on gpu:0 (--devices cpu:0,gpu:0): "
                            "a GPU architecture to build a cubin for "
                            "(repeatable; default sm_80 and sm_90)")
-    comp.add_argument("--name", metavar="NAME", help="symbol prefix (default: graph name)")
+    comp.add_argument("--name", metavar="NAME",
+                      help="symbol prefix (default: the model file's name)")
     comp.add_argument("--batch", type=int, default=1,
                       help="size of symbolic leading dims (default 1)")
     comp.add_argument("--dim", metavar="SYM=SIZE", action="append", default=[],
