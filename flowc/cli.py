@@ -51,16 +51,36 @@ def flowc_version() -> str:
 
 
 # ---- input ------------------------------------------------------------------------------
-def read_source(path: str) -> tuple[str, str]:
-    """(text, name for error messages) of FILE, or of stdin when FILE is `-`."""
+def is_onnx_file(path: str) -> bool:
+    """Whether FILE is an ONNX model: a `.onnx` name, or content that starts as a serialized
+    ModelProto does (field 1, `ir_version`, a varint: byte 0x08, never the start of text)."""
+    if path == "-":
+        return False
+    if Path(path).suffix.lower() == ".onnx":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) == b"\x08"
+    except OSError:
+        return False
+
+
+def read_source(path: str) -> tuple[str | Graph, str]:
+    """(text, name for error messages) of FILE, or of stdin when FILE is `-`; an ONNX model
+    is imported, so its Graph stands for the text."""
     if path == "-":
         return sys.stdin.read(), "<stdin>"
+    if is_onnx_file(path):
+        from flowc.frontend.onnx import import_onnx  # onnx loads only for ONNX input
+
+        return import_onnx(path), path
     try:
         return Path(path).read_text(), path
     except OSError as exc:
         raise FlowcError(f"cannot read '{path}': {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise FlowcError(f"cannot read '{path}': not UTF-8 text ({exc.reason})") from None
+        raise FlowcError(f"cannot read '{path}': not UTF-8 text ({exc.reason}); expected a "
+                         ".flowc graph or an ONNX model") from None
 
 
 def split_chunks(text: str) -> list[str]:
@@ -77,7 +97,15 @@ def split_chunks(text: str) -> list[str]:
 
 def load_graph(path: str, verify: bool = True) -> Graph:
     text, name = read_source(path)
-    return parse(text, name, verify=verify)
+    return text if isinstance(text, Graph) else parse(text, name, verify=verify)
+
+
+def source_chunks(text: str | Graph, split: bool) -> list[str | Graph]:
+    """The graphs to process: the parts of the text (`--split-input-file`), or an imported
+    ONNX graph alone."""
+    if isinstance(text, Graph):
+        return [text]
+    return split_chunks(text) if split else [text]
 
 
 # ---- commands ---------------------------------------------------------------------------
@@ -109,7 +137,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     selection = print_after_selection(args, passes)
     # dumps go to stderr, or into numbered files under --dump-dir (every pass by default)
     stream = sys.stderr if selection is not None and args.dump_dir is None else None
-    chunks = split_chunks(text) if args.split_input_file else [text]
+    chunks = source_chunks(text, args.split_input_file)
     outputs, status = [], 0
     for k, chunk in enumerate(chunks, 1):
         dump_dir = args.dump_dir
@@ -122,7 +150,8 @@ def cmd_opt(args: argparse.Namespace) -> int:
                               print_after=selection or "all", dump_dir=dump_dir,
                               resources=args.emit_resources, progress=progress)
         try:
-            graph = parse(chunk, name, verify=not args.no_verify)
+            graph = chunk if isinstance(chunk, Graph) else parse(chunk, name,
+                                                                  verify=not args.no_verify)
             result = manager.run(graph)
             outputs.append(print_graph(result, resources=args.emit_resources))
         except FlowcError as exc:
@@ -159,9 +188,8 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     text, name = read_source(args.file)
-    chunks = split_chunks(text) if args.split_input_file else [text]
-    for chunk in chunks:
-        graph = parse(chunk, name)
+    for chunk in source_chunks(text, args.split_input_file):
+        graph = chunk if isinstance(chunk, Graph) else parse(chunk, name)
         print(f"{name}: graph @{graph.name} is well formed")
     return 0
 
@@ -222,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Parse FILE, run the passes of PIPELINE on each graph (verifying after "
                     "each), and print the result in the text form. With no -p, the graph "
                     "is printed back as parsed (a round trip).")
-    opt.add_argument("file", metavar="FILE", help="the .flowc file to read ('-' for stdin)")
+    opt.add_argument("file", metavar="FILE",
+                     help="the .flowc file or ONNX model to read ('-' for stdin)")
     opt.add_argument("-p", "--pipeline", metavar="PIPELINE",
                      help="passes to run, e.g. 'cse,prune{keep_stateful=false}', or a named "
                           f"pipeline ({pipelines}). Passes: {', '.join(sorted(PASSES))}")
@@ -260,7 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="run a graph on the reference interpreter",
         description="Run FILE on flowc's numpy reference interpreter and print each fetched "
                     "array (or save them as .npy files).")
-    run.add_argument("file", metavar="FILE", help="the .flowc file to run ('-' for stdin)")
+    run.add_argument("file", metavar="FILE",
+                     help="the .flowc file or ONNX model to run ('-' for stdin)")
     run.add_argument("--input", metavar="NAME=PATH.npy", action="append", default=[],
                      help="feed input (or node result) NAME from a .npy file; repeatable")
     run.add_argument("--random-inputs", metavar="SYM=SIZE", nargs="*",
@@ -288,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ver = sub.add_parser("verify", help="check that a graph is well formed",
                          description="Parse and verify FILE; exit 1 with the first problem.")
-    ver.add_argument("file", metavar="FILE", help="the .flowc file to check ('-' for stdin)")
+    ver.add_argument("file", metavar="FILE",
+                     help="the .flowc file or ONNX model to check ('-' for stdin)")
     ver.add_argument("--split-input-file", action="store_true",
                      help="check each part between '// -----' lines as its own graph")
     ver.set_defaults(func=cmd_verify)

@@ -195,3 +195,44 @@ def test_import_reports_a_truncated_model(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"flowc: error: {path}: not a readable ONNX model")
     assert "Traceback" not in err
+
+
+def _tiny_onnx(path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="act")], "main_graph",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("name", ["m.onnx", "model.bin"])
+def test_opt_run_verify_take_an_onnx_model(tmp_path, capsys, name):
+    """They said "not UTF-8 text" for an ONNX file; by name or by content it is imported."""
+    path = _tiny_onnx(tmp_path / name)
+    assert main(["verify", str(path)]) == 0
+    assert "graph @main_graph is well formed" in capsys.readouterr().out
+    assert main(["opt", str(path), "-p", "cse"]) == 0
+    assert '%0 = relu %x' in capsys.readouterr().out
+    assert main(["run", str(path), "--random-inputs"]) == 0
+    assert capsys.readouterr().out.startswith("y: dtype=float32 shape=(2, 3)")
+
+
+def test_binary_that_is_not_onnx_says_what_was_expected(tmp_path):
+    path = tmp_path / "photo.flowc"
+    path.write_bytes(b"\xff\xd8\xff\xe0" + bytes(range(256)))
+    fails_with(flowc("opt", path), f"cannot read '{path}': not UTF-8 text (invalid start byte); "
+                                   "expected a .flowc graph or an ONNX model")
+
+
+def test_loading_a_model_file_says_it_is_not_an_artifact(tmp_path):
+    import flowc as flowc_pkg
+    from flowc.runtime.errors import ArtifactError
+
+    path = _tiny_onnx(tmp_path / "m.onnx")
+    with pytest.raises(ArtifactError, match=r"m.onnx: a model, not an artifact directory; "
+                                            r"compile it first"):
+        flowc_pkg.load(path)
