@@ -1,7 +1,9 @@
 """The `flowc` command: opt, run, verify, and its error reporting (never a traceback)."""
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -236,3 +238,24 @@ def test_loading_a_model_file_says_it_is_not_an_artifact(tmp_path):
     with pytest.raises(ArtifactError, match=r"m.onnx: a model, not an artifact directory; "
                                             r"compile it first"):
         flowc_pkg.load(path)
+
+
+HEAVY = ("ml_dtypes", "mlir", "onnx", "llvmlite", "networkx", "flowc.ir.ops", "flowc.passes",
+         "flowc.codegen.driver")
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["cache", "info"],
+                                  ["inspect", "no_such_dir"], ["run", "no_such.flowc"],
+                                  ["compile", "m.onnx", "--batch"]])
+def test_start_up_imports_nothing_heavy(args, tmp_path):
+    """`flowc --version` took ~2 s, 1.5 s of it importing ml_dtypes: the quick commands and
+    errors import none of the compiler's heavy modules (and answer well under a second)."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "flowc", *args],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "FLOWC_CACHE_DIR": str(tmp_path / "cache")})
+    seconds = time.perf_counter() - start
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert sorted(m for m in imported if m.startswith(HEAVY)) == []
+    assert seconds < 1.5  # about 0.15 s alone; generous for a loaded machine
