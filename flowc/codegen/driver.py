@@ -5,6 +5,7 @@ name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None
 cache=None, gpu_archs=None, devices=None, place=(), device_profiles=None,
 explain_placement=None)`
 1. imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a path to `.onnx` / `.flowc`);
+   a graph without outputs is a FlowcError (it would compile to an artifact doing nothing);
 2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name);
 3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass (with
    `devices` (`cpu:0,gpu:0`), the `place` pass joins it before partition/fuse, with the
@@ -213,6 +214,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
         raise FlowcError(f"the dump folder '{dump_dir}' is the output directory; give the "
                          "dump a folder of its own")
     graph = load_model(model)
+    if not graph.outputs:
+        raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
+                         "nothing a caller can see; declare the results it should return")
     graph, sizes = bind_dims(graph, batch, dims, strict=False)
     passes = parse_pipeline(pipeline) if pipeline else []
     dump = Path(dump_dir) if dump_dir is not None else None
