@@ -67,7 +67,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                   parse_sizes(args.dim, "--dim"))
         if bound:
             print(bound)
-        print(cache.summary())
+        dumped = "; with --dump-dir kernels are rebuilt (and dumped) without reading it" \
+            if args.dump_dir and cache.enabled else ""
+        print(cache.summary() + dumped)
     return 0
 
 
