@@ -16,6 +16,9 @@ Contract:
   removed and `path` is left as it was; a killed compile leaves only the hidden
   `.NAME.flowc-new-*` directory beside `path`, never a half-written artifact.
 - A symbolic link at `path` is followed: the directory it points to is replaced.
+- When the working directory is `path` (`flowc compile m.onnx -o .`) or inside it, the
+  directory itself stays (a rename would leave the shell in a removed directory): its old
+  entries move aside, then the new ones are renamed in, one by one.
 """
 
 from __future__ import annotations
@@ -82,6 +85,9 @@ def _replace(stage: Path, target: Path, keep: Sequence[str]) -> None:
         if (target / rel).exists() and not (stage / rel).exists():
             (stage / rel).parent.mkdir(parents=True, exist_ok=True)
             os.rename(target / rel, stage / rel)
+    if _holds_cwd(target):  # renaming it would leave this process (a shell) in a removed one
+        _swap_entries(stage, target)
+        return
     old = target.parent / f".{target.name}.flowc-old-{secrets.token_hex(4)}"
     os.rename(target, old)
     try:
@@ -89,4 +95,22 @@ def _replace(stage: Path, target: Path, keep: Sequence[str]) -> None:
     except OSError:
         os.rename(old, target)
         raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _holds_cwd(target: Path) -> bool:
+    """Whether the working directory is `target` or inside it."""
+    cwd = os.path.realpath(os.getcwd())
+    return cwd == str(target) or cwd.startswith(str(target) + os.sep)
+
+
+def _swap_entries(stage: Path, target: Path) -> None:
+    """Replace `target`'s entries by `stage`'s (which holds the kept ones already), the
+    directory itself staying: the old entries move aside first, then the new ones in."""
+    old = _fresh(target, "old")
+    for entry in list(target.iterdir()):
+        os.rename(entry, old / entry.name)
+    for entry in list(stage.iterdir()):
+        os.rename(entry, target / entry.name)
+    stage.rmdir()
     shutil.rmtree(old, ignore_errors=True)

@@ -87,3 +87,15 @@ def test_reloading_a_recompiled_path_in_one_process_says_why(tmp_path):
     with pytest.raises(ArtifactError, match="already loaded in this process"):
         flowc.load(out)
     first.close()
+
+
+def test_compiling_into_the_working_directory_keeps_it(tmp_path, monkeypatch):
+    """`-o .`: renaming the directory would leave the shell in a removed one."""
+    out = tmp_path / "art"
+    compile_naive(views_graph(), out, name="cnn")
+    monkeypatch.chdir(out)
+    inode = os.stat(".").st_ino
+    compile_naive(zoo.mlp(), ".", name="mlp")
+    assert os.stat(".").st_ino == inode and os.path.exists(os.getcwd())
+    assert sorted(os.listdir(".")) == ["libmlp.a", "libmlp.so", "manifest.json", "mlp.h"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]
