@@ -35,7 +35,6 @@ Contract:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import multiprocessing
 import os
 import signal
@@ -121,8 +120,8 @@ def can_fork_workers() -> bool:
 def _die_with_parent(parent: int) -> None:
     """In a worker, first thing after fork: end this process when `parent` ends."""
     if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # the process's own symbols (libc's among them): no library search per worker
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before the request took effect
         os._exit(1)
     threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
