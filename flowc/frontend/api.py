@@ -300,7 +300,7 @@ def op(name: str, *inputs: Any, node_name: str | None = None, **attrs: Any) -> A
 
 
 _AXES_ALIASES = ("axis", "axes")  # TF's and ONNX's spellings of an `axes` operand
-_KEEPDIMS_ALIASES = ("keepdims", "keep_dims")  # the second is TF 1.x's
+_TF_NAMES = {("cast", "dtype"): "to"}  # tf.cast(x, dtype=...)
 
 
 def check_attrs(name: str, inputs: list[Any], attrs: dict[str, Any]
@@ -308,7 +308,8 @@ def check_attrs(name: str, inputs: list[Any], attrs: dict[str, Any]
     """The operands and attributes of op `name` from a call's keywords: the registry's
     attribute names; for an op with an `axes` operand (reductions, squeeze, unsqueeze)
     `axis=` or `axes=` (an int or a list) gives that operand; `keepdims` (a bool or an int;
-    TF 1.x's `keep_dims` too) is the registry's int. The defaults stay the registry's
+    TF 1.x's `keep_dims` too) is the registry's int; TF's `cast(x, dtype=)` and
+    `gelu(x, approximate=True/False)` are accepted. The defaults stay the registry's
     (ONNX's): reductions keep the reduced dims unless `keepdims=False`. Any other keyword is
     a FlowcError naming the op and the names it accepts."""
     definition = OPS[name]
@@ -325,19 +326,26 @@ def check_attrs(name: str, inputs: list[Any], attrs: dict[str, Any]
                              f"{given[0]}=")
         inputs = inputs + [None] * (index - len(inputs))
         inputs[index:index + 1] = [constant(np.array(axes, np.int64).reshape(-1))]
-    if "keep_dims" in attrs and "keepdims" in definition.attr_specs:
-        if "keepdims" in attrs:
-            raise FlowcError(f"{name}: give keepdims once, not as keepdims= and keep_dims=")
-        attrs["keepdims"] = attrs.pop("keep_dims")
+    aliases = {k: v for (op_name, k), v in _TF_NAMES.items() if op_name == name}
+    if "keepdims" in definition.attr_specs:
+        aliases["keep_dims"] = "keepdims"  # TF 1.x's spelling
+    for alias, real in aliases.items():
+        if alias in attrs:
+            if real in attrs:
+                raise FlowcError(f"{name}: give {real} once, not as {real}= and {alias}=")
+            attrs[real] = attrs.pop(alias)
     if isinstance(attrs.get("keepdims"), bool):
         attrs["keepdims"] = int(attrs["keepdims"])
+    if name == "cast" and "to" in attrs and not isinstance(attrs["to"], str):
+        attrs["to"] = dtype(attrs["to"])  # np.float64, np.dtype("f4") ...
+    if name == "gelu" and isinstance(attrs.get("approximate"), bool):  # tf.nn.gelu's bool
+        attrs["approximate"] = "tanh" if attrs["approximate"] else "none"
     unknown = [k for k in attrs if k not in definition.attr_specs]
     if unknown:
         accepted = list(definition.attr_specs)
         if "axes" in operands:
             accepted += [f"{a} (the axes operand)" for a in _AXES_ALIASES]
-        if "keepdims" in definition.attr_specs:
-            accepted.append("keep_dims")
+        accepted += list(aliases)
         takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no attributes"
         where = f" at {loc}" if (loc := user_location()) else ""
         raise FlowcError(f"{name}{where}: unknown attribute{'s' if len(unknown) > 1 else ''} "

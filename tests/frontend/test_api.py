@@ -148,3 +148,18 @@ def test_unknown_attributes_are_refused(call, message):
         a = placeholder("f32", (2, 3), name="a")
         with pytest.raises(FlowcError, match=message):
             call(a)
+
+
+def test_tf_spellings_of_cast_and_gelu():
+    with Graph("tf") as g:
+        a = constant(np.array([[-1.0, 0.5]], np.float32))
+        assert api.cast(a, dtype=np.float64).dtype.name == "f64"
+        assert api.cast(a, dtype="i32").dtype.name == "i32"
+        exact, tanh = api.gelu(a, approximate=False), api.gelu(a, approximate=True)
+        want_exact, want_tanh = (api.gelu(a, approximate=m) for m in ("none", "tanh"))
+    got = g.run([exact, tanh, want_exact, want_tanh])
+    assert got[0].tolist() == got[2].tolist() and got[1].tolist() == got[3].tolist()
+    assert got[0].tolist() != got[1].tolist()
+    with Graph("bad"), pytest.raises(FlowcError, match="cast: give to once, not as to= and "
+                                                       "dtype="):
+        api.cast(constant(np.ones(2, np.float32)), to="f64", dtype="f64")
