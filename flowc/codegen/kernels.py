@@ -192,7 +192,7 @@ def _bitcodes(kernels: Sequence[tuple[str, Graph]], keys: list[str], target: Tar
 
     def done(j: int, seconds: float) -> None:
         progress.kernel_started(kernels[missing[j]][0])
-        progress.kernel_done(kernels[missing[j]][0], seconds, False)
+        progress.kernel_done(kernels[missing[j]][0], seconds, None if dump else False)
 
     built = parallel_compile.run_all(len(missing), build, done, parallel=not dump)
     for i, bitcode in zip(missing, built, strict=True):

@@ -149,8 +149,6 @@ def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_
     (build_dir / static).unlink(missing_ok=True)
     run_tool(["ar", "rcsD", static, *objects], build_dir, f"archiving {static}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for f in (shared, static):
-        # a new file, then rename: a process that has the old library mapped keeps it intact
-        shutil.copyfile(build_dir / f, out_dir / f".{f}.tmp")
-        os.replace(out_dir / f".{f}.tmp", out_dir / f)
+    for f in (shared, static):  # out_dir is new (outdir.staged): no old library to spare
+        shutil.copyfile(build_dir / f, out_dir / f)
     return [shared, static]

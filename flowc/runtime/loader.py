@@ -52,6 +52,10 @@ def read_manifest(path: Path) -> dict[str, Any]:
     """The checked manifest of the artifact directory `path`."""
     file = path / MANIFEST_FILE
     if not path.is_dir():
+        if path.is_file() and path.suffix.lower() in (".onnx", ".flowc"):
+            raise ArtifactError(f"{path}: a model, not an artifact directory; compile it first "
+                                f"(flowc.compile('{path}', DIR), or flowc compile {path} -o "
+                                "DIR) and load DIR")
         raise ArtifactError(f"{path}: no such artifact directory")
     try:
         manifest = json.loads(file.read_text())
@@ -217,9 +221,16 @@ class Model:
         where = f"{self.path}: library and manifest disagree"
         if self._fn("abi_version")() != ABI_VERSION:
             raise ArtifactError(f"{where}: the library has ABI {self._fn('abi_version')()}")
-        if self._fn("graph_hash")().decode() != self.manifest["graph_hash"]:
-            raise ArtifactError(f"{where}: graph hash {self._fn('graph_hash')().decode()} vs "
-                                f"{self.manifest['graph_hash']}")
+        mapped, want = self._fn("graph_hash")().decode(), self.manifest["graph_hash"]
+        if mapped != want:
+            if want.encode() in (self.path / f"lib{self.name}.so").read_bytes():
+                # the file on disk is this manifest's: dlopen gave back the library it mapped
+                # earlier for this path (it matches loaded libraries by name)
+                raise ArtifactError(f"{self.path}: an artifact at this path is already loaded "
+                                    f"in this process (graph {mapped}; the one on disk is "
+                                    f"{want}) and dlopen keeps returning it: load a copy of "
+                                    "the directory, or load it in a new process")
+            raise ArtifactError(f"{where}: graph hash {mapped} vs {want}")
         for kind in ("input", "output"):
             declared = self.manifest[f"{kind}s"]
             count = self._fn(f"num_{kind}s")()
