@@ -61,3 +61,30 @@ def test_runtime_limit_and_itemsizes_match_the_compiler():
     source = (RUNTIME_DIR / "runtime.c").read_text()
     table = re.search(r"DTYPE_BYTES\[NUM_DTYPES\] = \{([^}]*)\}", source)[1]
     assert [int(b) for b in table.split(",")] == [size for _, size in DTYPES.values()]
+
+
+def test_manifest_sizes_are_the_librarys(tmp_path: Path):
+    """The manifest's arena_bytes and tensor sizes are exactly what the library reports
+    (once a 2**64-byte arena was 18446744073709551616 in one and 0 in the other)."""
+    import ctypes
+    import math
+
+    import flowc
+    from flowc.codegen.driver import compile as compile_model
+    from flowc.ir import Graph, TensorType
+    from flowc.ir.build import make_node
+    from flowc.ir.types import f32
+
+    g = Graph("sizes")
+    x = g.add_input("x", TensorType(f32, (3, 50)))
+    a, b, c = (g.append(make_node(op, [x], name=op)).out() for op in ("exp", "neg", "abs"))
+    s = g.append(make_node("add", [a, b], name="s")).out()
+    g.add_output("y", g.append(make_node("add", [s, c], name="t")).out())
+    manifest = compile_model(g, tmp_path / "art", pipeline="")
+    with flowc.load(tmp_path / "art") as model:
+        assert manifest["arena_bytes"] == model._fn("arena_bytes")() >= 3 * 600
+        for kind in ("input", "output"):
+            fn = model._fn(f"{kind}_bytes")
+            fn.restype, fn.argtypes = ctypes.c_size_t, [ctypes.c_int]
+            for k, t in enumerate(manifest[f"{kind}s"]):
+                assert fn(k) == math.prod(t["shape"]) * 4 == 600
