@@ -149,3 +149,17 @@ def test_import_error_is_an_onnx_import_error(tmp_path):
     path = save(tmp_path, [helper.make_node("Relu", ["x"], ["y"], name="r")], [x_input([-1])])
     with pytest.raises(OnnxImportError):
         import_onnx(path)
+
+
+@pytest.mark.parametrize("node", [helper.make_node("Concat", ["x", "x"], ["y"], axis=0),
+                                  helper.make_node("Softmax", ["x"], ["y"], axis=0)],
+                         ids=["concat", "softmax"])
+def test_a_legal_2_40_dim_compiles_quickly(tmp_path, node):
+    """f32[2**40] (4 TiB) is under the limit; the parallel tiling of these kernels once
+    searched range(1, 2**40 + 1) for a divisor and ran past 120 s. (Not loaded: it would
+    allocate terabytes.)"""
+    path = save(tmp_path, [node], [x_input([2**40])])
+    start = time.perf_counter()
+    manifest = compile_model(path, tmp_path / "out")
+    assert time.perf_counter() - start < 60
+    assert manifest["inputs"][0]["shape"] == [2**40]
