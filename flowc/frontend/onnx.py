@@ -87,7 +87,7 @@ def _upgrade(proto: onnx.ModelProto, path: str) -> onnx.ModelProto:
     try:
         return onnx.version_converter.convert_version(proto, MIN_OPSET)
     except Exception as exc:  # the converter raises RuntimeError and ValueError alike
-        missing = unsupported_nodes(proto)
+        missing = unsupported_nodes(proto, path)
         if missing:  # ops neither onnx nor flowc knows: say so rather than why conversion failed
             raise _unsupported(path, missing) from None
         lines = str(exc).strip().splitlines()
@@ -115,9 +115,10 @@ def _unconvertible(proto: onnx.ModelProto) -> list[str]:
 
 
 
-def unsupported_nodes(model: onnx.ModelProto) -> list[str]:
-    """One line per node (bodies included) whose op flowc can neither convert nor inline."""
-    functions = Functions(model)
+def unsupported_nodes(model: onnx.ModelProto, path: str = "<model>") -> list[str]:
+    """One line per node (bodies included) whose op flowc can neither convert nor inline;
+    OnnxImportError (naming `path`) for recursive model-local functions."""
+    functions = Functions(model, path)
     opset = _opset(model.opset_import)
     lines: list[str] = []
 
@@ -174,7 +175,7 @@ class _Importer:
         self.proto = proto
         self.path = path
         self.opset = _opset(proto.opset_import)
-        self.functions = Functions(proto)
+        self.functions = Functions(proto, path)
         self.folded: set[Node] = set()  # constants that folding made (dropped if unused)
 
     # ---- graphs -----------------------------------------------------------------------
@@ -358,7 +359,7 @@ def import_onnx_with_values(model: str | os.PathLike | onnx.ModelProto
     (for mapping ONNX names onto the IR, as the shape-inference comparison does)."""
     proto, path = _load(model)
     proto = _upgrade(proto, path)
-    missing = unsupported_nodes(proto)
+    missing = unsupported_nodes(proto, path)
     if missing:
         raise _unsupported(path, missing)
     graph, values = _Importer(proto, path).main()
