@@ -63,8 +63,13 @@ def tensor_type(value_info: onnx.ValueInfoProto, where: str) -> TensorType:
 
 
 def to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
-    """A TensorProto's data (external data must be loaded already)."""
+    """A TensorProto's data; external data must have been read by `onnx_external` (onnx's
+    reader, which would look relative to the working directory, is never reached)."""
     onnx_dtype(tensor.data_type, what)  # a clear error for strings and other unsupported types
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise OnnxImportError(f"{what}: its data is external and was not read (pass the "
+                              "model's file path, not a ModelProto, so that its folder is "
+                              "known)")
     try:
         return numpy_helper.to_array(tensor)
     except (ValueError, TypeError) as exc:   # e.g. dims that disagree with the data's size
