@@ -52,6 +52,7 @@ import stat
 import struct
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -117,6 +118,7 @@ class CompileCache:
         self.refused: str | None = None  # why the root is not trusted, once checked
         self._secret: bytes | None = None
         self._opened = False
+        self._lock = threading.Lock()  # one check of the root, one warning, across threads
         self._written_since_scan: int | None = None  # None: not scanned in this process
 
     @property
@@ -125,17 +127,18 @@ class CompileCache:
 
     def _key(self) -> bytes | None:
         """The secret key, checking the root on first use; None when unusable."""
-        if not self._opened and self.root is not None:
-            self._opened = True
-            try:
-                self._secret = open_key(self.root)
-            except Untrusted as exc:
-                self.refused = str(exc)
-                print(f"flowc: warning: compile cache {self.root} is not used: {exc}",
-                      file=sys.stderr)
-            except OSError:
-                pass  # counted as an error on each use
-        return self._secret
+        with self._lock:
+            if not self._opened and self.root is not None:
+                self._opened = True
+                try:
+                    self._secret = open_key(self.root)
+                except Untrusted as exc:
+                    self.refused = str(exc)
+                    print(f"flowc: warning: compile cache {self.root} is not used: {exc}",
+                          file=sys.stderr)
+                except OSError:
+                    pass  # counted as an error on each use
+            return self._secret
 
     def _path(self, kind: str, key: str) -> Path:
         assert self.root is not None
