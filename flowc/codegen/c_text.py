@@ -88,16 +88,23 @@ def c_identifier(text: str) -> str:
 
 
 MAX_PREFIX = 64  # characters of a model's symbol prefix (it also names the artifact's files)
+# prefixes whose NAME.h would replace a runtime header in the build directory (link.py)
+RESERVED_PREFIXES = frozenset({"flowc_rt"})
 
 
 def model_prefix(name: str | None, graph_name: str) -> str:
     """The artifact's symbol prefix: `c_identifier(name)` when a non-empty name is given
-    (`--name`; longer than MAX_PREFIX is a one-line FlowcError), else `c_identifier` of the graph's
-    name cut to MAX_PREFIX characters (a model's graph name may be anything)."""
+    (`--name`; longer than MAX_PREFIX or in RESERVED_PREFIXES is a one-line FlowcError),
+    else `c_identifier` of the graph's name cut to MAX_PREFIX characters, `_` before a
+    reserved one (a model's graph name may be anything)."""
     if not name:
-        return c_identifier(graph_name)[:MAX_PREFIX]
+        prefix = c_identifier(graph_name)[:MAX_PREFIX]
+        return "_" + prefix if prefix in RESERVED_PREFIXES else prefix
     prefix = c_identifier(name)
     if len(prefix) > MAX_PREFIX:
         raise FlowcError(f"model name '{prefix[:20]}...' has {len(prefix)} characters; a "
                          f"symbol prefix has at most {MAX_PREFIX}")
+    if prefix in RESERVED_PREFIXES:
+        raise FlowcError(f"model name '{prefix}' is reserved (the runtime's header is "
+                         f"{prefix}.h); choose another")
     return prefix

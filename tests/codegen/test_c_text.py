@@ -134,6 +134,10 @@ def test_model_prefix():
     with pytest.raises(FlowcError, match=r"^model name 'aaaaaaaaaaaaaaaaaaaa\.\.\.' has 65 "
                                          r"characters; a symbol prefix has at most 64$"):
         model_prefix("a" * 65, "g")
+    assert model_prefix(None, "flowc-rt") == "_flowc_rt"
+    with pytest.raises(FlowcError, match=r"^model name 'flowc_rt' is reserved \(the runtime's "
+                                         r"header is flowc_rt\.h\); choose another$"):
+        model_prefix("flowc_rt", "g")
 
 
 def test_table_names_refuse_nul_and_surrogates():
