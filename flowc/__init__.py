@@ -25,4 +25,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'flowc' has no attribute '{name}'")
 
 
+def __dir__() -> list[str]:
+    """The module's names, `compile` and `load` included (they load on first use)."""
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = ["__version__", "compile", "load"]

@@ -4,7 +4,9 @@
 Contract: `main(argv)` returns the exit status. Every FlowcError, every ArtifactError (an
 artifact directory that cannot be loaded or run), and every OSError from reading or
 writing a file, is printed as `flowc: error: MESSAGE` on stderr with exit
-status 1, never as a traceback.
+status 1, never as a traceback. Start-up imports neither the IR's op registry nor the
+passes (nor ml_dtypes, mlir, onnx): `--version`, `--help` and the runtime-only commands
+answer at once; each command imports what it uses.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,36 +33,52 @@ from flowc.cli_common import (
 from flowc.cli_profile import add_profile_command
 from flowc.cli_view import add_view_command
 from flowc.ir.errors import FlowcError
-from flowc.ir.graph import Graph
-from flowc.ir.parser import parse
-from flowc.ir.printer import print_graph
-from flowc.ir.types import TensorType
-from flowc.passes import PASSES, PIPELINES, PassManager, parse_pipeline
-from flowc.passes.manager import format_statistics, format_timing
 from flowc.runtime.errors import ArtifactError
+
+if TYPE_CHECKING:
+    from flowc.ir.graph import Graph
 
 SPLIT_RE = re.compile(r"^// -----[ \t]*$", re.MULTILINE)
 SPLIT_MARKER = "// -----\n"
 
 
 def flowc_version() -> str:
-    try:
-        return version("flowc")
-    except PackageNotFoundError:  # running from a checkout that is not installed
-        return "unknown"
+    from flowc import __version__  # importlib.metadata would cost more than all the rest
+
+    return __version__
 
 
 # ---- input ------------------------------------------------------------------------------
-def read_source(path: str) -> tuple[str, str]:
-    """(text, name for error messages) of FILE, or of stdin when FILE is `-`."""
+def is_onnx_file(path: str) -> bool:
+    """Whether FILE is an ONNX model: a `.onnx` name, or content that starts as a serialized
+    ModelProto does (field 1, `ir_version`, a varint: byte 0x08, never the start of text)."""
+    if path == "-":
+        return False
+    if Path(path).suffix.lower() == ".onnx":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) == b"\x08"
+    except OSError:
+        return False
+
+
+def read_source(path: str) -> tuple[str | Graph, str]:
+    """(text, name for error messages) of FILE, or of stdin when FILE is `-`; an ONNX model
+    is imported, so its Graph stands for the text."""
     if path == "-":
         return sys.stdin.read(), "<stdin>"
+    if is_onnx_file(path):
+        from flowc.frontend.onnx import import_onnx  # onnx loads only for ONNX input
+
+        return import_onnx(path), path
     try:
         return Path(path).read_text(), path
     except OSError as exc:
         raise FlowcError(f"cannot read '{path}': {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise FlowcError(f"cannot read '{path}': not UTF-8 text ({exc.reason})") from None
+        raise FlowcError(f"cannot read '{path}': not UTF-8 text ({exc.reason}); expected a "
+                         ".flowc graph or an ONNX model") from None
 
 
 def split_chunks(text: str) -> list[str]:
@@ -77,7 +95,17 @@ def split_chunks(text: str) -> list[str]:
 
 def load_graph(path: str, verify: bool = True) -> Graph:
     text, name = read_source(path)
-    return parse(text, name, verify=verify)
+    from flowc.ir.parser import parse  # after reading: a missing file is a quick error
+
+    return parse(text, name, verify=verify) if isinstance(text, str) else text
+
+
+def source_chunks(text: str | Graph, split: bool) -> list[str | Graph]:
+    """The graphs to process: the parts of the text (`--split-input-file`), or an imported
+    ONNX graph alone."""
+    if not isinstance(text, str):
+        return [text]
+    return split_chunks(text) if split else [text]
 
 
 # ---- commands ---------------------------------------------------------------------------
@@ -100,6 +128,11 @@ def print_after_selection(args: argparse.Namespace, passes: list) -> str | set[s
 
 
 def cmd_opt(args: argparse.Namespace) -> int:
+    from flowc.ir.parser import parse
+    from flowc.ir.printer import print_graph
+    from flowc.passes import PassManager, parse_pipeline
+    from flowc.passes.manager import format_statistics, format_timing
+
     text, name = read_source(args.file)
     passes = parse_pipeline(args.pipeline) if args.pipeline else []
     if args.explain_placement:
@@ -109,7 +142,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
     selection = print_after_selection(args, passes)
     # dumps go to stderr, or into numbered files under --dump-dir (every pass by default)
     stream = sys.stderr if selection is not None and args.dump_dir is None else None
-    chunks = split_chunks(text) if args.split_input_file else [text]
+    chunks = source_chunks(text, args.split_input_file)
     outputs, status = [], 0
     for k, chunk in enumerate(chunks, 1):
         dump_dir = args.dump_dir
@@ -122,7 +155,8 @@ def cmd_opt(args: argparse.Namespace) -> int:
                               print_after=selection or "all", dump_dir=dump_dir,
                               resources=args.emit_resources, progress=progress)
         try:
-            graph = parse(chunk, name, verify=not args.no_verify)
+            graph = parse(chunk, name, verify=not args.no_verify) if isinstance(chunk, str) \
+                else chunk
             result = manager.run(graph)
             outputs.append(print_graph(result, resources=args.emit_resources))
         except FlowcError as exc:
@@ -147,6 +181,7 @@ def cmd_opt(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     from flowc.frontend.onnx import import_onnx  # onnx loads only for this command
+    from flowc.ir.printer import print_graph
 
     graph = import_onnx(args.model)
     text = print_graph(graph, resources=not args.elide_resources)
@@ -158,15 +193,18 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from flowc.ir.parser import parse
+
     text, name = read_source(args.file)
-    chunks = split_chunks(text) if args.split_input_file else [text]
-    for chunk in chunks:
-        graph = parse(chunk, name)
+    for chunk in source_chunks(text, args.split_input_file):
+        graph = parse(chunk, name) if isinstance(chunk, str) else chunk
         print(f"{name}: graph @{graph.name} is well formed")
     return 0
 
 
 def random_feed(rng: np.random.Generator, name: str, t: object, dims: dict[str, int]):
+    from flowc.ir.types import TensorType
+
     if not isinstance(t, TensorType):
         raise FlowcError(f"input '{name}' is {t}: random inputs cannot make one; "
                          f"give it with --input {name}=FILE.npy")
@@ -184,11 +222,11 @@ def random_feed(rng: np.random.Generator, name: str, t: object, dims: dict[str, 
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from flowc.ir.interpret import interpret  # imported here: `opt` does not need it
-
     if Path(args.file).is_dir():  # an artifact directory (flowc compile's output)
         return cli_artifact.run_artifact(args)
     graph = load_graph(args.file)
+    from flowc.ir.interpret import interpret  # imported here: `opt` does not need it
+
     feeds = load_inputs(args.input)
     if args.random_inputs is not None:
         dims = {}
@@ -207,6 +245,22 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 # ---- argument parsing -------------------------------------------------------------------
+class PassListingFormatter(argparse.HelpFormatter):
+    """Fills in the named pipelines and the passes when `opt --help` is printed, so that
+    building the parser does not import the passes."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text and "PIPELINES" in text:
+            from flowc.passes import PASSES, PIPELINES
+
+            pipelines = "; ".join(f"{k} = {','.join(s for s, _ in v)}"
+                                  for k, v in PIPELINES.items())
+            text = text.replace("PIPELINES", pipelines).replace("PASSES",
+                                                                ", ".join(sorted(PASSES)))
+        return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="flowc",
@@ -216,16 +270,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"flowc {flowc_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    pipelines = "; ".join(f"{k} = {','.join(s for s, _ in v)}" for k, v in PIPELINES.items())
     opt = sub.add_parser(
         "opt", help="parse a graph, run passes on it, print the result",
+        formatter_class=PassListingFormatter,
         description="Parse FILE, run the passes of PIPELINE on each graph (verifying after "
                     "each), and print the result in the text form. With no -p, the graph "
                     "is printed back as parsed (a round trip).")
-    opt.add_argument("file", metavar="FILE", help="the .flowc file to read ('-' for stdin)")
+    opt.add_argument("file", metavar="FILE",
+                     help="the .flowc file or ONNX model to read ('-' for stdin)")
     opt.add_argument("-p", "--pipeline", metavar="PIPELINE",
                      help="passes to run, e.g. 'cse,prune{keep_stateful=false}', or a named "
-                          f"pipeline ({pipelines}). Passes: {', '.join(sorted(PASSES))}")
+                          "pipeline (PIPELINES). Passes: PASSES")
     opt.add_argument("-o", "--output", metavar="OUT", help="write here instead of stdout")
     opt.add_argument("--split-input-file", action="store_true",
                      help="treat each part between '// -----' lines as its own graph; "
@@ -260,7 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="run a graph on the reference interpreter",
         description="Run FILE on flowc's numpy reference interpreter and print each fetched "
                     "array (or save them as .npy files).")
-    run.add_argument("file", metavar="FILE", help="the .flowc file to run ('-' for stdin)")
+    run.add_argument("file", metavar="FILE",
+                     help="the .flowc file or ONNX model to run ('-' for stdin)")
     run.add_argument("--input", metavar="NAME=PATH.npy", action="append", default=[],
                      help="feed input (or node result) NAME from a .npy file; repeatable")
     run.add_argument("--random-inputs", metavar="SYM=SIZE", nargs="*",
@@ -288,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ver = sub.add_parser("verify", help="check that a graph is well formed",
                          description="Parse and verify FILE; exit 1 with the first problem.")
-    ver.add_argument("file", metavar="FILE", help="the .flowc file to check ('-' for stdin)")
+    ver.add_argument("file", metavar="FILE",
+                     help="the .flowc file or ONNX model to check ('-' for stdin)")
     ver.add_argument("--split-input-file", action="store_true",
                      help="check each part between '// -----' lines as its own graph")
     ver.set_defaults(func=cmd_verify)

@@ -63,8 +63,25 @@ def cmd_compile(args: argparse.Namespace) -> int:
         print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
               f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
               f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
-        print(cache.summary())
+        bound = describe_bindings(manifest.get("symbolic_dims", {}), args.batch,
+                                  parse_sizes(args.dim, "--dim"))
+        if bound:
+            print(bound)
+        dumped = "; with --dump-dir kernels are rebuilt (and dumped) without reading it" \
+            if args.dump_dir and cache.enabled else ""
+        print(cache.summary() + dumped)
     return 0
+
+
+def describe_bindings(sizes: dict[str, int], batch: int | None, dims: dict[str, int]) -> str:
+    """The summary line naming each symbolic dim the artifact was bound to, and by what
+    (until artifacts take dynamic shapes, it runs only these sizes); "" when none."""
+    if not sizes:
+        return ""
+    parts = [f"{sym}={size} ({'--dim' if sym in dims else f'--batch {batch}'})"
+             for sym, size in sizes.items()]
+    return (f"symbolic dims bound: {', '.join(parts)}; the artifact runs only these sizes "
+            "(recompile with --batch / --dim for others)")
 
 
 # ---- cache ------------------------------------------------------------------------------
@@ -146,12 +163,28 @@ def run_artifact(args: argparse.Namespace) -> int:
         return 0
     model = load(args.file, threads=args.threads)
     feeds: dict[str, Any] = load_inputs(args.input)
+    if args.random_inputs:
+        check_bindings(args.file, model.manifest.get("symbolic_dims", {}),
+                       parse_sizes(args.random_inputs, "--random-inputs binding"))
     if args.random_inputs is not None:
         rng = np.random.default_rng(args.seed)
         for name, dt, shape in model.inputs:
             feeds.setdefault(name, random_array(rng, dt, shape))
     emit_results(model.run(**feeds), args.output_dir)
     return 0
+
+
+def check_bindings(path: str, compiled: dict[str, int], wanted: dict[str, int]) -> None:
+    """Refuse `--random-inputs SYM=SIZE` bindings the artifact was not compiled for (it
+    ran its own sizes without a word)."""
+    for sym, size in wanted.items():
+        if compiled.get(sym) == size:
+            continue
+        bound = ", ".join(f"{k}={v}" for k, v in compiled.items()) or "no symbolic dims"
+        found = f"{sym}={compiled[sym]}" if sym in compiled else f"no dim {sym}"
+        raise FlowcError(f"--random-inputs {sym}={size}: the artifact {path} was compiled with "
+                         f"{found} ({bound}) and runs only those sizes; recompile it with "
+                         f"--dim {sym}={size} (or --batch {size})")
 
 
 # ---- demo -------------------------------------------------------------------------------
@@ -233,7 +266,8 @@ def add_commands(sub: Any) -> None:
                       help="with --target nvptx or nodes on gpu:0 (--devices cpu:0,gpu:0): "
                            "a GPU architecture to build a cubin for "
                            "(repeatable; default sm_80 and sm_90)")
-    comp.add_argument("--name", metavar="NAME", help="symbol prefix (default: graph name)")
+    comp.add_argument("--name", metavar="NAME",
+                      help="symbol prefix (default: the model file's name)")
     comp.add_argument("--batch", type=int, default=1,
                       help="size of symbolic leading dims (default 1)")
     comp.add_argument("--dim", metavar="SYM=SIZE", action="append", default=[],

@@ -17,15 +17,16 @@ from __future__ import annotations
 import argparse
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flowc.cli_common import write_text
 from flowc.ir.errors import FlowcError
-from flowc.ir.graph import Graph
-from flowc.ir.parser import parse
 
-# flowc.view (and networkx) load only when `flowc view` runs: every other command's start-up
-# skips them (bench/results/compile_time.md)
+if TYPE_CHECKING:
+    from flowc.ir.graph import Graph
+
+# flowc.view (and networkx), and the IR, load only when `flowc view` runs: every other
+# command's start-up skips them (bench/results/compile_time.md)
 WRITERS = (".html", ".svg", ".dot")
 _STEP = re.compile(r"(\d\d)-(.+)\.flowc\Z")
 
@@ -63,6 +64,8 @@ def load_view_graph(path: str, stage: str | None = None) -> Graph:
         return import_onnx(str(p))
     if p.suffix != ".flowc":
         raise FlowcError(f"'{path}': expected a .flowc graph, an .onnx model or a dump folder")
+    from flowc.ir.parser import parse  # the IR loads only when a graph is drawn
+
     return parse(p.read_text(), str(p))
 
 

@@ -3,7 +3,8 @@
 Contract: `Progress(stream=sys.stderr, level="normal", bar=None)` receives events from the
 pass manager (`pass_started(index, total, name)`, `pass_done(record)` with a
 `passes.manager.PassRecord`), from the kernel compiler (`kernels_started(total)`,
-`kernel_started(symbol)`, `kernel_done(symbol, seconds, cached)`) and from the driver
+`kernel_started(symbol)`, `kernel_done(symbol, seconds, cached)`: cached None for a
+kernel built without reading the cache, as with a dump) and from the driver
 (`stage(name)`: "linking", ...), and turns them into output on `stream`:
 - `level="normal"`: a one-line progress bar (passes run, kernels compiled, cache hits)
   redrawn in place with `\\r` while `bar` is on, and nothing else. `bar=None` turns it on
@@ -84,13 +85,16 @@ class Progress:
         self.current = f"kernel {symbol}"
         self._draw()
 
-    def kernel_done(self, symbol: str, seconds: float, cached: bool) -> None:
+    def kernel_done(self, symbol: str, seconds: float, cached: bool | None) -> None:
+        """`cached`: a cache hit, a miss, or None: built without reading the cache."""
         self.kernels[0] += 1
-        self.cached += cached
+        self.cached += bool(cached)
         self.kernel_seconds += seconds
         if self.verbose:
+            how = {True: "cache hit", False: "cache miss"}.get(
+                cached, "built without reading the cache (--dump-dir dumps every kernel)")
             self.line(f"kernel {self.kernels[0]}/{self.kernels[1]} {symbol}: "
-                      f"{seconds:.3f} s, cache {'hit' if cached else 'miss'}")
+                      f"{seconds:.3f} s, {how}")
         self._draw(force=self.kernels[0] == self.kernels[1])
 
     def stage(self, name: str) -> None:

@@ -1,7 +1,9 @@
 """The `flowc` command: opt, run, verify, and its error reporting (never a traceback)."""
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +197,65 @@ def test_import_reports_a_truncated_model(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"flowc: error: {path}: not a readable ONNX model")
     assert "Traceback" not in err
+
+
+def _tiny_onnx(path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="act")], "main_graph",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("name", ["m.onnx", "model.bin"])
+def test_opt_run_verify_take_an_onnx_model(tmp_path, capsys, name):
+    """They said "not UTF-8 text" for an ONNX file; by name or by content it is imported."""
+    path = _tiny_onnx(tmp_path / name)
+    assert main(["verify", str(path)]) == 0
+    assert "graph @main_graph is well formed" in capsys.readouterr().out
+    assert main(["opt", str(path), "-p", "cse"]) == 0
+    assert '%0 = relu %x' in capsys.readouterr().out
+    assert main(["run", str(path), "--random-inputs"]) == 0
+    assert capsys.readouterr().out.startswith("y: dtype=float32 shape=(2, 3)")
+
+
+def test_binary_that_is_not_onnx_says_what_was_expected(tmp_path):
+    path = tmp_path / "photo.flowc"
+    path.write_bytes(b"\xff\xd8\xff\xe0" + bytes(range(256)))
+    fails_with(flowc("opt", path), f"cannot read '{path}': not UTF-8 text (invalid start byte); "
+                                   "expected a .flowc graph or an ONNX model")
+
+
+def test_loading_a_model_file_says_it_is_not_an_artifact(tmp_path):
+    import flowc as flowc_pkg
+    from flowc.runtime.errors import ArtifactError
+
+    path = _tiny_onnx(tmp_path / "m.onnx")
+    with pytest.raises(ArtifactError, match=r"m.onnx: a model, not an artifact directory; "
+                                            r"compile it first"):
+        flowc_pkg.load(path)
+
+
+HEAVY = ("ml_dtypes", "mlir", "onnx", "llvmlite", "networkx", "flowc.ir.ops", "flowc.passes",
+         "flowc.codegen.driver")
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["cache", "info"],
+                                  ["inspect", "no_such_dir"], ["run", "no_such.flowc"],
+                                  ["compile", "m.onnx", "--batch"]])
+def test_start_up_imports_nothing_heavy(args, tmp_path):
+    """`flowc --version` took ~2 s, 1.5 s of it importing ml_dtypes: the quick commands and
+    errors import none of the compiler's heavy modules (and answer well under a second)."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "flowc", *args],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "FLOWC_CACHE_DIR": str(tmp_path / "cache")})
+    seconds = time.perf_counter() - start
+    imported = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert sorted(m for m in imported if m.startswith(HEAVY)) == []
+    assert seconds < 1.5  # about 0.15 s alone; generous for a loaded machine

@@ -6,10 +6,14 @@ Contract: `write_artifact(program, out_dir, kernel_object=..., ...)` writes `NAM
 manifest. Weights are embedded as read-only data up to `EMBED_MAX_BYTES` (`weights="auto"`),
 always (`"embed"`) or never (`"file"`). The same arguments give byte-identical files.
 `cache` is the compile cache the link step may take the runtime's objects from.
+The directory is written whole or not at all (`outdir.staged`): the files go into a fresh
+directory beside `out_dir`, which then replaces it, so no file of an earlier artifact stays;
+a `dump_dir` inside `out_dir` is carried over.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,6 +23,7 @@ from flowc.codegen.entry import render_model_c
 from flowc.codegen.header import ModelInfo, TensorInfo, accessor_names, render_header
 from flowc.codegen.link import link
 from flowc.codegen.manifest import build_manifest, write_manifest
+from flowc.codegen.outdir import staged
 from flowc.codegen.partitions import host_kernels
 from flowc.codegen.profile_c import profile_header
 from flowc.codegen.program import Program, weights_blob
@@ -59,23 +64,31 @@ def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         (dump_dir / f"{name}_model.c").write_text(model_c)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="flowc-link-") as tmp:
-        written = link(Path(tmp), out_dir, name, kernel_object, model_c, header,
-                       blob if embed and blob else None,
-                       [] if gpu is not None and not program.regions
-                       else [k.symbol for k in host_kernels(program)],
-                       cache=cache)
-    (out_dir / f"{name}.h").write_text(header)
-    written.append(f"{name}.h")
-    if side:
-        (out_dir / side).write_bytes(weights_header(graph_hash, len(blob)) + blob)
-        written.append(side)
-    files = {f: (out_dir / f).read_bytes() for f in written}
-    kernels = [(k.symbol, [n for c in program.calls if c.kernel is k for n in c.nodes])
-               for k in program.kernels]
-    manifest = build_manifest(info, program, flowc_version=flowc_version,
-                              graph_hash=graph_hash, target=target, sizes=sizes, weights=blob,
-                              files=files, kernel_nodes=kernels)
-    write_manifest(out_dir, manifest)
+    with staged(out_dir, _inside(dump_dir, out_dir)) as stage:
+        with tempfile.TemporaryDirectory(prefix="flowc-link-") as tmp:
+            written = link(Path(tmp), stage, name, kernel_object, model_c, header,
+                           blob if embed and blob else None,
+                           [] if gpu is not None and not program.regions
+                           else [k.symbol for k in host_kernels(program)],
+                           cache=cache)
+        (stage / f"{name}.h").write_text(header)
+        written.append(f"{name}.h")
+        if side:
+            (stage / side).write_bytes(weights_header(graph_hash, len(blob)) + blob)
+            written.append(side)
+        files = {f: (stage / f).read_bytes() for f in written}
+        kernels = [(k.symbol, [n for c in program.calls if c.kernel is k for n in c.nodes])
+                   for k in program.kernels]
+        manifest = build_manifest(info, program, flowc_version=flowc_version,
+                                  graph_hash=graph_hash, target=target, sizes=sizes,
+                                  weights=blob, files=files, kernel_nodes=kernels)
+        write_manifest(stage, manifest)
     return manifest
+
+
+def _inside(dump_dir: Path | None, out_dir: Path) -> list[str]:
+    """`[dump_dir relative to out_dir]` when the dump folder lies inside it, else []."""
+    if dump_dir is None:
+        return []
+    dump, out = os.path.realpath(dump_dir), os.path.realpath(out_dir)
+    return [os.path.relpath(dump, out)] if dump.startswith(out + os.sep) else []

@@ -5,7 +5,8 @@ Contract:
   types and whose every node's result types are re-inferred by the registry's rules under
   those bindings, the sizes bound). `dims` binds symbols by name; `batch` binds every
   symbol that is the leading dim of some input and is not in `dims`. A symbol left unbound
-  or a `?` input dim is a FlowcError naming the input and saying how to bind it. With
+  or a `?` input dim is a FlowcError naming the input and saying how to bind it; so is a
+  negative size, or one making an input break flowc's size limit (`ir/limits.py`). With
   `strict`, a result the rules cannot make static is a FlowcError naming the node; without,
   it is left for the passes (constant folding may make it static) and `require_static`.
 - `require_static(graph, note)` re-infers every node and raises for any non-static result.
@@ -26,6 +27,7 @@ from flowc.ir.attrs import Tensor
 from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, rebuild
+from flowc.ir.limits import check_type
 from flowc.ir.ops import get_op, infer_types, unknown_value_operands
 from flowc.ir.types import TensorType, tensor_type_of
 
@@ -36,6 +38,8 @@ def symbol_sizes(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> di
     for name, size in sizes.items():
         if size < 0:
             raise FlowcError(f"dim {name}={size}: a dim size must be >= 0")
+    if batch is not None and int(batch) < 0:
+        raise FlowcError(f"batch={batch}: a batch size must be >= 0")
     for node in graph.inputs:
         t = node.types[0]
         if not isinstance(t, TensorType):
@@ -101,6 +105,7 @@ def bind_dims(graph: Graph, batch: int | None = 1, dims: Mapping[str, int] | Non
         t = node.types[0]
         types[node.name] = t.with_shape(tuple(sizes.get(d, d) if isinstance(d, str) else d
                                               for d in t.shape))
+        check_type(types[node.name], f"input '{node.name}' bound with {format_sizes(sizes)}")
     return retype(graph, types, note=format_sizes(sizes) if strict else None), sizes
 
 

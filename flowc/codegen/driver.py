@@ -5,6 +5,7 @@ name=None, weights="auto", dump_dir=None, print_ir_after_all=False, backend=None
 cache=None, gpu_archs=None, devices=None, place=(), device_profiles=None,
 explain_placement=None)`
 1. imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a path to `.onnx` / `.flowc`);
+   a graph without outputs is a FlowcError (it would compile to an artifact doing nothing);
 2. binds symbolic dims (`bind.bind_dims`: `batch` for leading dims, `dims` by name);
 3. runs the pass pipeline (`pipeline`, default "default"), verifying after each pass (with
    `devices` (`cpu:0,gpu:0`), the `place` pass joins it before partition/fuse, with the
@@ -17,9 +18,13 @@ explain_placement=None)`
 4. builds the program (`program.build_program`: kernels, weights, arena plan);
 5. checks every kernel body is supported (`backend.check_supported`) before any codegen, then
    compiles all kernels into one object (`backend.compile_kernels(kernels, target, dump)`);
-6. writes the artifact (`artifact.write_artifact`) and returns its manifest; with
+6. writes the artifact (`artifact.write_artifact`: a new directory that replaces
+   `output_dir` whole; `output_dir` must be absent, empty or an artifact, which is checked
+   before any work) and returns its manifest; with
    `dump_dir`, the IR after every pass, the kernels' MLIR/LLVM IR/assembly and the index
    of them (`dump_index.write_index`) are written there.
+`name` (the C symbol prefix, sanitized to an identifier) defaults to the model file's name
+without its suffix, or the graph's name for a graph or ModelProto.
 `target` is a name of `flowc.codegen.target` (`host` by default, `x86-64`, `aarch64`); a
 target this machine cannot run is linked only when `$CC` names a cross compiler.
 `target="nvptx"` puts every kernel on an NVIDIA GPU (`gpu_kernels`: PTX + a cubin per
@@ -53,10 +58,11 @@ from typing import Any
 
 from flowc.codegen.artifact import write_artifact
 from flowc.codegen.bind import bind_dims, format_sizes, require_static
+from flowc.codegen.c_text import check_table_names, model_prefix
 from flowc.codegen.cache import resolve as resolve_cache
 from flowc.codegen.dump_index import write_index
-from flowc.codegen.header import c_identifier
 from flowc.codegen.memreport import report_memory
+from flowc.codegen.outdir import check_output_dir
 from flowc.codegen.program import build_program
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
@@ -83,6 +89,14 @@ def load_model(model: ModelLike) -> Graph:
     from flowc.frontend.onnx import import_onnx
 
     return import_onnx(model)
+
+
+def default_name(model: ModelLike, graph: Graph) -> str:
+    """The artifact's default name: a model file's name without its suffix (exporters
+    name every graph alike: torch's are all `main_graph`), else the graph's name."""
+    if isinstance(model, str | os.PathLike):
+        return Path(model).stem
+    return graph.name
 
 
 def default_backend() -> ModuleType:
@@ -195,7 +209,15 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     `profile`: time each kernel call and transfer (codegen/profile_c.py; CPU models)."""
     from flowc.passes import PassManager, parse_pipeline
 
+    check_output_dir(output_dir)
+    if dump_dir is not None and os.path.realpath(dump_dir) == os.path.realpath(output_dir):
+        raise FlowcError(f"the dump folder '{dump_dir}' is the output directory; give the "
+                         "dump a folder of its own")
     graph = load_model(model)
+    if not graph.outputs:
+        raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
+                         "nothing a caller can see; declare the results it should return")
+    check_table_names([n.name for n in graph.inputs], [name for name, _ in graph.outputs])
     graph, sizes = bind_dims(graph, batch, dims, strict=False)
     passes = parse_pipeline(pipeline) if pipeline else []
     dump = Path(dump_dir) if dump_dir is not None else None
@@ -212,7 +234,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
                         dump_dir=dump, progress=progress).run(graph)
     graph = require_static(graph, format_sizes(sizes))
-    prefix = c_identifier(name or graph.name)
+    prefix = model_prefix(name, default_name(model, graph))
     program = build_program(graph, prefix)
     report_memory(program, dump, explain_memory)
     if profile and (getattr(resolved, "is_gpu", False) or _runs_on_gpu(program)):

@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from flowc.codegen.c_text import c_string
 from flowc.codegen.cache import CompileCache, digest, resolve
 from flowc.ir.errors import FlowcError
 
@@ -81,8 +82,10 @@ def check_kernel_object(obj: Path, cwd: Path, name: str, symbols: Sequence[str])
 
 
 def weights_asm(name: str, blob_file: str) -> str:
+    """Assembly defining the hidden symbol `NAME_weights` as the bytes of `blob_file`
+    (`name` is a C identifier; the file name goes in as a `c_string`, valid in GNU as)."""
     return (f'\t.section .rodata.flowc_weights,"a"\n\t.balign 64\n\t.globl {name}_weights\n'
-            f"\t.hidden {name}_weights\n{name}_weights:\n\t.incbin \"{blob_file}\"\n"
+            f"\t.hidden {name}_weights\n{name}_weights:\n\t.incbin {c_string(blob_file)}\n"
             '\t.section .note.GNU-stack,"",@progbits\n')
 
 
@@ -149,8 +152,6 @@ def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_
     (build_dir / static).unlink(missing_ok=True)
     run_tool(["ar", "rcsD", static, *objects], build_dir, f"archiving {static}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for f in (shared, static):
-        # a new file, then rename: a process that has the old library mapped keeps it intact
-        shutil.copyfile(build_dir / f, out_dir / f".{f}.tmp")
-        os.replace(out_dir / f".{f}.tmp", out_dir / f)
+    for f in (shared, static):  # out_dir is new (outdir.staged): no old library to spare
+        shutil.copyfile(build_dir / f, out_dir / f)
     return [shared, static]

@@ -285,10 +285,15 @@ def _tile_sizes(op: ir.Operation) -> list[int] | None:
     for d, (kind, extent) in enumerate(zip(kinds, ranges, strict=True)):
         # a loop every output is indexed by: tiles write disjoint parts of each output
         if "parallel" in kind and extent >= 2 and all(d in dims for dims in out_dims):
-            tile = next(t for t in range(1, extent + 1)
-                        if extent % t == 0 and extent // t <= MAX_TILES)
-            return [tile if k == d else 0 for k in range(len(ranges))]
+            return [split_tile(extent) if k == d else 0 for k in range(len(ranges))]
     return None
+
+
+def split_tile(extent: int) -> int:
+    """The smallest divisor of `extent` (>= 1) that cuts it into at most MAX_TILES tiles:
+    `extent / q` for the largest divisor q <= MAX_TILES (MAX_TILES steps, any extent)."""
+    tiles = next(q for q in range(min(MAX_TILES, extent), 0, -1) if extent % q == 0)
+    return extent // tiles
 
 
 def _writes_in_body(op: ir.Operation) -> bool:

@@ -10,7 +10,13 @@ Contract:
 - A worker that fails (an exception of any kind, or a crashed process) makes its item run
   again in the parent, serially, so the error a user sees is exactly the serial one.
 - `workers()`: `$FLOWC_COMPILE_JOBS` when set (a whole number >= 1; 1 = serial), else the
-  CPUs this process may run on. Without `fork` (not Linux/macOS) everything is serial.
+  CPUs this process may run on. Without `fork` (not Linux/macOS) everything is serial, and
+  so it is in a daemonic process (a `multiprocessing.Pool` worker, a server's worker), which
+  may not have children: compiling there never fails, it only runs in-process.
+- Workers die with their parent: on Linux each asks the kernel for SIGKILL when its parent
+  exits (`prctl(PR_SET_PDEATHSIG)`, right after fork), and on every platform a watchdog
+  thread in the worker exits it once its parent pid changes (a `kill -9` of `flowc compile`
+  left workers blocked forever on their queue).
 - A pool costs about 50 ms (fork, start, results back), more than small kernels take. When
   `$FLOWC_COMPILE_JOBS` is not set, items are built here, in order, while the work left
   (the mean seconds of those built so far times the items left) is estimated under
@@ -28,8 +34,12 @@ Contract:
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -42,6 +52,8 @@ from flowc.ir.errors import FlowcError
 Build = Callable[[int], bytes]
 _BUILD: Build | None = None  # the parent's `build`, inherited by forked workers
 MIN_POOL_SECONDS = 0.5  # estimated serial seconds below which a pool costs more than it saves
+PARENT_POLL_SECONDS = 0.5  # how often a worker's watchdog checks that its parent lives
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def mlir_context() -> ir.Context:
@@ -70,7 +82,7 @@ def run_all(count: int, build: Build, on_done: Callable[[int, float], None] | No
     """`[build(i) for i in range(count)]`, over worker processes when that helps
     (`parallel=False`: always in this process, in order)."""
     jobs = min(workers(), count) if parallel else 1
-    if jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
+    if jobs < 2 or not can_fork_workers():
         return [_serial(i, build, on_done) for i in range(count)]
     results = [] if os.environ.get("FLOWC_COMPILE_JOBS") else _small_work(count, build, on_done)
     if count - len(results) < 2:
@@ -79,7 +91,8 @@ def run_all(count: int, build: Build, on_done: Callable[[int, float], None] | No
     _BUILD = build
     try:
         jobs = min(jobs, count - len(results))
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork"),
+                                 initializer=_die_with_parent, initargs=(os.getpid(),)) as pool:
             futures = {i: pool.submit(_job, i) for i in range(len(results), count)}
             for i, future in futures.items():
                 try:
@@ -95,6 +108,30 @@ def run_all(count: int, build: Build, on_done: Callable[[int, float], None] | No
     finally:
         _BUILD = None
     return results
+
+
+def can_fork_workers() -> bool:
+    """Whether this process may fork worker processes: `fork` exists and this is not a
+    daemonic process (multiprocessing forbids those children)."""
+    return ("fork" in multiprocessing.get_all_start_methods()
+            and not multiprocessing.current_process().daemon)
+
+
+def _die_with_parent(parent: int) -> None:
+    """In a worker, first thing after fork: end this process when `parent` ends."""
+    if sys.platform.startswith("linux"):
+        # the process's own symbols (libc's among them): no library search per worker
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    """A worker's watchdog: exit at once when the parent is gone (re-parented)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_SECONDS)
+    os._exit(1)
 
 
 def _small_work(count: int, build: Build,

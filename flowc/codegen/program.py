@@ -13,7 +13,10 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
   buffer (a kernel writes a graph output in place when it can) or the arena, planned by
   `memplan.plan_memory` over the calls' order (`Program.memory`: offsets and report);
   outputs that are inputs, weights, views or repeated are copied at the
-  end (`Program.copies`).
+  end (`Program.copies`);
+- the arena, the weights and the inputs and outputs together each stay within 2**48 bytes
+  (`ir/limits.py`); a FlowcError names the buffer at the arena's top (its node), the largest
+  weight or the largest input/output otherwise (`check_sizes`).
 Stateful ops, variables and nested control flow are refused with a FlowcError naming the
 node: artifacts do not run them yet. A graph the `partition` pass split over devices keeps
 its send/recv nodes as transfer steps (`Call.transfer`) and lists its devices' arena
@@ -41,6 +44,7 @@ from flowc.codegen.partitions import (
 from flowc.ir.attrs import Tensor
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.limits import MAX_ARENA_BYTES, MAX_WEIGHTS_BYTES, check_total
 from flowc.ir.ops import OPS, PURE
 from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
@@ -212,6 +216,7 @@ def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
             storage.setdefault(base, weight(base))
     program.memory = plan_arena_storage(program, kept)
     program.arena_bytes = program.memory.arena_bytes
+    check_sizes(program)
     for v, offset in program.memory.offsets.items():
         storage[v] = Storage("arena", offset)
     for view, base in root.items():
@@ -221,6 +226,28 @@ def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
         where = storage[root.get(value, value)]
         if where != Storage("output", j):
             program.copies.append((j, where, nbytes(value.type)))
+
+
+def check_sizes(program: Program) -> None:
+    """FlowcError when the arena, the weights or the inputs and outputs together break
+    flowc's limits (`ir/limits.py`), naming the buffer at the top of the arena, the largest
+    weight, or the largest input/output."""
+    plan = program.memory
+    if plan is not None and plan.offsets:
+        top = max(plan.offsets, key=lambda v: (plan.offsets[v] + nbytes(v.type)))
+        check_total(plan.arena_bytes, MAX_ARENA_BYTES,
+                    f"model {program.name}: the arena (its top buffer: the result of node "
+                    f"{top.node.label()}, {top.type})")
+    if program.weights:
+        big = max((t for _, t in program.weights), key=lambda t: t.data.nbytes)
+        check_total(program.weights_bytes, MAX_WEIGHTS_BYTES,
+                    f"model {program.name}: the weights (the largest: {big.type})")
+    io = [*program.inputs, *program.outputs]
+    if io:
+        name, t = max(io, key=lambda item: nbytes(item[1]))
+        check_total(sum(align(nbytes(t)) for _, t in io), MAX_ARENA_BYTES,
+                    f"model {program.name}: the inputs and outputs together (the largest: "
+                    f"'{name}', {t})")
 
 
 def plan_arena_storage(program: Program, kept: set[Value]) -> MemoryPlan:

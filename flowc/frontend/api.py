@@ -292,10 +292,65 @@ def control_dependencies(deps: Sequence[Tensor | Operation]
 
 
 def op(name: str, *inputs: Any, node_name: str | None = None, **attrs: Any) -> Any:
-    """Apply registry op `name` (snake-case) to `inputs` with `attrs`."""
+    """Apply registry op `name` (snake-case) to `inputs` with `attrs` (`check_attrs`)."""
     if name not in OPS:
         raise FlowcError(f"unknown op '{name}'")
-    return get_default_graph().add(name, list(inputs), attrs, node_name)
+    inputs_list, attrs = check_attrs(name, list(inputs), attrs)
+    return get_default_graph().add(name, inputs_list, attrs, node_name)
+
+
+_AXES_ALIASES = ("axis", "axes")  # TF's and ONNX's spellings of an `axes` operand
+_TF_NAMES = {("cast", "dtype"): "to"}  # tf.cast(x, dtype=...)
+
+
+def check_attrs(name: str, inputs: list[Any], attrs: dict[str, Any]
+                ) -> tuple[list[Any], dict[str, Any]]:
+    """The operands and attributes of op `name` from a call's keywords: the registry's
+    attribute names; for an op with an `axes` operand (reductions, squeeze, unsqueeze)
+    `axis=` or `axes=` (an int or a list) gives that operand; `keepdims` (a bool or an int;
+    TF 1.x's `keep_dims` too) is the registry's int; TF's `cast(x, dtype=)` and
+    `gelu(x, approximate=True/False)` are accepted. The defaults stay the registry's
+    (ONNX's): reductions keep the reduced dims unless `keepdims=False`. Any other keyword is
+    a FlowcError naming the op and the names it accepts."""
+    definition = OPS[name]
+    operands = [i.rstrip("?*") for i in definition.inputs]
+    attrs = dict(attrs)
+    given = [k for k in _AXES_ALIASES if k in attrs and k not in definition.attr_specs]
+    if given and "axes" in operands:
+        if len(given) > 1:
+            raise FlowcError(f"{name}: give the axes once, as axis= or axes=, not both")
+        index = operands.index("axes")
+        axes = attrs.pop(given[0])
+        if len(inputs) > index and inputs[index] is not None:
+            raise FlowcError(f"{name}: the axes are given twice, as operand {index} and as "
+                             f"{given[0]}=")
+        inputs = inputs + [None] * (index - len(inputs))
+        inputs[index:index + 1] = [constant(np.array(axes, np.int64).reshape(-1))]
+    aliases = {k: v for (op_name, k), v in _TF_NAMES.items() if op_name == name}
+    if "keepdims" in definition.attr_specs:
+        aliases["keep_dims"] = "keepdims"  # TF 1.x's spelling
+    for alias, real in aliases.items():
+        if alias in attrs:
+            if real in attrs:
+                raise FlowcError(f"{name}: give {real} once, not as {real}= and {alias}=")
+            attrs[real] = attrs.pop(alias)
+    if isinstance(attrs.get("keepdims"), bool):
+        attrs["keepdims"] = int(attrs["keepdims"])
+    if name == "cast" and "to" in attrs and not isinstance(attrs["to"], str):
+        attrs["to"] = dtype(attrs["to"])  # np.float64, np.dtype("f4") ...
+    if name == "gelu" and isinstance(attrs.get("approximate"), bool):  # tf.nn.gelu's bool
+        attrs["approximate"] = "tanh" if attrs["approximate"] else "none"
+    unknown = [k for k in attrs if k not in definition.attr_specs]
+    if unknown:
+        accepted = list(definition.attr_specs)
+        if "axes" in operands:
+            accepted += [f"{a} (the axes operand)" for a in _AXES_ALIASES]
+        accepted += list(aliases)
+        takes = f"it takes {', '.join(accepted)}" if accepted else "it takes no attributes"
+        where = f" at {loc}" if (loc := user_location()) else ""
+        raise FlowcError(f"{name}{where}: unknown attribute{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(repr(k) for k in unknown)}; {takes}")
+    return inputs, attrs
 
 
 def _slice(x: Tensor, index: Any) -> Tensor:

@@ -4,7 +4,9 @@ Contract:
 - `onnx_dtype(elem_type)` is the flowc DType of an ONNX element type; `OnnxImportError`
   when flowc has none (strings, complex numbers).
 - `tensor_type(value_info, where)` is the flowc TensorType of a graph input or output:
-  `dim_value` -> int, `dim_param` -> symbol, anything else -> None (`?`).
+  `dim_value` -> int, `dim_param` -> symbol, anything else -> None (`?`). A negative dim,
+  or a type over flowc's size limit (`flowc.ir.limits`), is a one-line OnnxImportError
+  naming the tensor; so is such an initializer or tensor attribute (`to_array`).
 - `node_attrs(node)` converts a node's attributes to flowc attribute values:
   ints/floats/strings as they are (lists as tuples), tensors as numpy arrays, graphs left
   as GraphProto for the importer to convert. `resolve_refs(node, refs)` first replaces
@@ -23,6 +25,7 @@ from onnx import helper, numpy_helper
 
 from flowc.ir import DType, TensorType, dtype
 from flowc.ir.errors import FlowcError
+from flowc.ir.limits import size_problem
 
 
 class OnnxImportError(FlowcError):
@@ -52,19 +55,37 @@ def tensor_type(value_info: onnx.ValueInfoProto, where: str) -> TensorType:
                               "(flowc imports tensors only)")
     t = value_info.type.tensor_type
     dims: list[Any] = []
-    for d in t.shape.dim:
+    for axis, d in enumerate(t.shape.dim):
         if d.HasField("dim_value"):
+            if d.dim_value < 0:
+                raise OnnxImportError(f"{where} '{value_info.name}': dim {axis} is "
+                                      f"{d.dim_value}; a static dim must be >= 0")
             dims.append(int(d.dim_value))
         elif d.HasField("dim_param") and d.dim_param.isidentifier():
             dims.append(d.dim_param)
         else:
             dims.append(None)
-    return TensorType(onnx_dtype(t.elem_type, f"{where} '{value_info.name}'"), tuple(dims))
+    result = TensorType(onnx_dtype(t.elem_type, f"{where} '{value_info.name}'"), tuple(dims))
+    problem = size_problem(result)
+    if problem is not None:
+        raise OnnxImportError(f"{where} '{value_info.name}': {problem}")
+    return result
 
 
 def to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
-    """A TensorProto's data (external data must be loaded already)."""
-    onnx_dtype(tensor.data_type, what)  # a clear error for strings and other unsupported types
+    """A TensorProto's data; external data must have been read by `onnx_external` (onnx's
+    reader, which would look relative to the working directory, is never reached). Its
+    dims are checked against flowc's size limit before any data is read."""
+    dt = onnx_dtype(tensor.data_type, what)  # a clear error for strings and other unsupported
+    if any(d < 0 for d in tensor.dims):
+        raise OnnxImportError(f"{what}: dims {list(tensor.dims)}: a dim must be >= 0")
+    problem = size_problem(TensorType(dt, tuple(tensor.dims)))
+    if problem is not None:
+        raise OnnxImportError(f"{what}: {problem}")
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise OnnxImportError(f"{what}: its data is external and was not read (pass the "
+                              "model's file path, not a ModelProto, so that its folder is "
+                              "known)")
     try:
         return numpy_helper.to_array(tensor)
     except (ValueError, TypeError) as exc:   # e.g. dims that disagree with the data's size

@@ -16,6 +16,7 @@ from flowc.ir.attrs import Tensor
 from flowc.ir.errors import ParseError, VerifyError
 from flowc.ir.gcpause import gc_paused
 from flowc.ir.graph import INPUT_OP, Graph, Node, Source, Value
+from flowc.ir.limits import size_problem
 from flowc.ir.ops import OPS
 from flowc.ir.types import DTYPES, DType, TensorType, Type, VarType
 from flowc.ir.verifier import verify as verify_graph
@@ -138,6 +139,7 @@ class Parser:
         return DTYPES[tok.text]
 
     def tensor_type(self) -> TensorType:
+        start = self.tok
         dt = self.dtype()
         self.expect("[", " to open the shape")
 
@@ -152,7 +154,11 @@ class Parser:
             raise self.error(f"expected a dim (an integer, a symbol or ?) but found "
                              f"'{tok.text}'", tok)
 
-        return TensorType(dt, tuple(self.comma_list("]", dim)))
+        result = TensorType(dt, tuple(self.comma_list("]", dim)))
+        problem = size_problem(result)
+        if problem is not None:
+            raise self.error(problem, start)
+        return result
 
     def type(self) -> Type | None:
         if self.accept("none"):

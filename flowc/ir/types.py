@@ -18,6 +18,7 @@ Contract:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -165,10 +166,10 @@ class TensorType:
 
     @property
     def num_elements(self) -> int | None:
-        """The element count when every dim is static, else None."""
+        """The element count when every dim is static, else None (exact: never wraps)."""
         if not self.is_static:
             return None
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     def with_shape(self, shape: tuple[Dim, ...]) -> TensorType:
         return TensorType(self.dtype, tuple(shape))

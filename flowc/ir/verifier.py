@@ -2,10 +2,11 @@
 
 Contract: `verify(graph)` returns None or raises VerifyError for the first problem found,
 naming the graph, the node (printed number, name, op, location), what was expected and what
-was found. It checks: known ops; operand counts; operands and control dependencies defined
-earlier in the same graph (so the graph is acyclic and bodies are closed); attributes
-against the op's schema; result types against the op's type rule; unique names; device
-names; outputs; and, recursively, nested bodies.
+was found. It checks: known ops; input types within flowc's size limit (`limits.py`; node
+results are held to it by their type rules); operand counts; operands and control
+dependencies defined earlier in the same graph (so the graph is acyclic and bodies are
+closed); attributes against the op's schema; result types against the op's type rule;
+unique names; device names; outputs; and, recursively, nested bodies.
 
 `verify(graph, trusted)`: the nodes in `trusted` passed `verify` in a graph before. What
 is checked of a node alone (op, attributes, device, bodies, types) depends only on the
@@ -23,6 +24,7 @@ from flowc.ir.build import const_value
 from flowc.ir.devices import DeviceSpec
 from flowc.ir.errors import InferError, VerifyError
 from flowc.ir.graph import Graph, Node
+from flowc.ir.limits import size_problem
 from flowc.ir.ops import OPS, REQUIRED, infer_types
 from flowc.ir.types import TensorType, Type, VarType, dims_compatible
 
@@ -58,6 +60,8 @@ def verify(graph: Graph, trusted: Collection[Node] = frozenset()) -> None:
             fail(node, f"input name '{node.name}' is used twice")
         if len(node.types) != 1:
             fail(node, "an input has exactly one type")
+        if (problem := size_problem(node.types[0])) is not None:
+            fail(node, problem)
         names[node.name] = node
         defined.add(node)
     for i, node in enumerate(graph.nodes):

@@ -47,6 +47,9 @@
 #endif
 
 #define FLOWC_ALIGN 64
+/* The largest tensor, arena, weights blob or inputs+outputs total an artifact may state
+ * (flowc/ir/limits.py MAX_TENSOR_BYTES, 2**48): create re-checks every size against it. */
+#define FLOWC_MAX_BYTES ((uint64_t)1 << 48)
 #define FLOWC_ERROR_BYTES 512
 #define FLOWC_WEIGHTS_HEADER 64 /* side file: "FLOWCWTS", u32 abi, u32 0, hash[16], u64 bytes */
 

@@ -48,6 +48,13 @@ _I64P = ctypes.POINTER(ctypes.c_int64)
 MAX_THREADS = 1024  # the C runtime's limit too (runtime.c rt_set_threads)
 
 
+def _text(raw: bytes | None) -> str | None:
+    """A name the library returns: UTF-8 bytes (codegen/c_text.py writes every name so);
+    bytes that are not UTF-8 decode with replacement characters, so they compare unequal
+    to the manifest's names (an ArtifactError), never a UnicodeDecodeError."""
+    return None if raw is None else raw.decode("utf-8", errors="replace")
+
+
 class Model:
     """One loaded artifact with its own runtime context (see the module docstring)."""
 
@@ -126,9 +133,16 @@ class Model:
         where = f"{self.path}: library and manifest disagree"
         if self._fn("abi_version")() != ABI_VERSION:
             raise ArtifactError(f"{where}: the library has ABI {self._fn('abi_version')()}")
-        if self._fn("graph_hash")().decode() != self.manifest["graph_hash"]:
-            raise ArtifactError(f"{where}: graph hash {self._fn('graph_hash')().decode()} vs "
-                                f"{self.manifest['graph_hash']}")
+        mapped, want = _text(self._fn("graph_hash")()), self.manifest["graph_hash"]
+        if mapped != want:
+            if want.encode() in (self.path / f"lib{self.name}.so").read_bytes():
+                # the file on disk is this manifest's: dlopen gave back the library it mapped
+                # earlier for this path (it matches loaded libraries by name)
+                raise ArtifactError(f"{self.path}: an artifact at this path is already loaded "
+                                    f"in this process (graph {mapped}; the one on disk is "
+                                    f"{want}) and dlopen keeps returning it: load a copy of "
+                                    "the directory, or load it in a new process")
+            raise ArtifactError(f"{where}: graph hash {mapped} vs {want}")
         for kind in ("input", "output"):
             declared = self.manifest[f"{kind}s"]
             count = self._fn(f"num_{kind}s")()
@@ -137,7 +151,7 @@ class Model:
             for k, t in enumerate(declared):
                 rank = self._fn(f"{kind}_rank")(k)
                 shape_p = self._fn(f"{kind}_shape")(k)
-                found = (self._fn(f"{kind}_name")(k).decode(), self._fn(f"{kind}_dtype")(k),
+                found = (_text(self._fn(f"{kind}_name")(k)), self._fn(f"{kind}_dtype")(k),
                          [shape_p[d] for d in range(rank)])
                 if found != (t["name"], DTYPE_CODES[t["dtype"]], list(t["shape"])):
                     raise ArtifactError(f"{where}: {kind} {k} is {found} in the library, "

@@ -22,6 +22,9 @@ static const char *const DTYPE_NAMES[] = {
     "u64",        "f16",    "bf16",       "f32",       "f64",      "f8E4M3FN", "f8E4M3FNUZ",
     "f8E5M2",     "f8E5M2FNUZ", "f8E8M0FNU", "f4E2M1FN", "i4",       "u4", "i2",  "u2"};
 #define NUM_DTYPES ((int)(sizeof DTYPE_NAMES / sizeof DTYPE_NAMES[0]))
+/* Bytes of one element, in DTYPE_NAMES' order (abi.py DTYPES; narrow types take a byte). */
+static const unsigned char DTYPE_BYTES[NUM_DTYPES] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8,
+                                                       1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
 const char *FLOWC_RT(rt_dtype_name)(int dtype) {
   return dtype >= 0 && dtype < NUM_DTYPES ? DTYPE_NAMES[dtype] : "unknown";
@@ -134,6 +137,66 @@ static int map_weights(flowc_ctx *ctx, const char *given) {
   return FLOWC_OK;
 }
 
+/* Whether descriptor d states the byte size its dtype and shape make, within
+ * FLOWC_MAX_BYTES, computed without overflow: `span` (size-0 dims counted as 1, as the
+ * compiler bounds it) never passes the limit, and the byte count never passes `span`. */
+static int check_desc(flowc_ctx *ctx, const char *what, const flowc_tensor_desc *d) {
+  const char *model = ctx->model->name;
+  if (d->dtype < 0 || d->dtype >= NUM_DTYPES || d->rank < 0 || (d->rank > 0 && !d->shape))
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s '%s' has a malformed descriptor (dtype %d, "
+                "rank %d)", model, what, d->name, d->dtype, d->rank);
+  uint64_t span = DTYPE_BYTES[d->dtype], bytes = span;
+  for (int k = 0; k < d->rank; k++) {
+    int64_t dim = d->shape[k];
+    if (dim < 0)
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s '%s': dim %d is %lld; a dim must be >= 0",
+                  model, what, d->name, k, (long long)dim);
+    if (dim > 1 && span > FLOWC_MAX_BYTES / (uint64_t)dim)
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s '%s': dim %d is %lld, so the tensor would "
+                  "take more than %llu bytes (flowc's limit)", model, what, d->name, k,
+                  (long long)dim, (unsigned long long)FLOWC_MAX_BYTES);
+    if (dim > 1) span *= (uint64_t)dim;
+    bytes *= (uint64_t)dim;
+  }
+  if (bytes != (uint64_t)d->bytes)
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s '%s' states %zu bytes, its dtype %s and "
+                "shape make %llu", model, what, d->name, d->bytes,
+                FLOWC_RT(rt_dtype_name)(d->dtype), (unsigned long long)bytes);
+  return FLOWC_OK;
+}
+
+/* The model tables' sizes, re-checked before anything is allocated from them: every
+ * input and output descriptor (check_desc), their aligned total, the arena (and each
+ * partition's region inside it) and the weights, each within FLOWC_MAX_BYTES. */
+static int check_sizes(flowc_ctx *ctx) {
+  const flowc_model *m = ctx->model;
+  uint64_t io = 0;
+  for (int i = 0; i < m->num_inputs + m->num_outputs; i++) {
+    int in = i < m->num_inputs;
+    const flowc_tensor_desc *d = in ? &m->inputs[i] : &m->outputs[i - m->num_inputs];
+    int status = check_desc(ctx, in ? "input" : "output", d);
+    if (status) return status;
+    io += round_up(d->bytes);
+    if (io > FLOWC_MAX_BYTES)
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: the inputs and outputs take more than %llu "
+                  "bytes together (flowc's limit)", m->name, (unsigned long long)FLOWC_MAX_BYTES);
+  }
+  const char *big = (uint64_t)m->arena_bytes > FLOWC_MAX_BYTES ? "arena" :
+                    (uint64_t)m->weights_bytes > FLOWC_MAX_BYTES ? "weights" : NULL;
+  if (big)
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s_bytes is %zu, more than %llu (flowc's "
+                "limit)", m->name, big, big[0] == 'a' ? m->arena_bytes : m->weights_bytes,
+                (unsigned long long)FLOWC_MAX_BYTES);
+  for (int i = 0; i < m->num_partitions; i++) {
+    const flowc_partition *p = &m->partitions[i];
+    if (p->arena_offset > m->arena_bytes || p->arena_bytes > m->arena_bytes - p->arena_offset)
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: partition %d's arena region (%zu bytes at "
+                  "offset %zu) lies outside the arena of %zu bytes", m->name, i, p->arena_bytes,
+                  p->arena_offset, m->arena_bytes);
+  }
+  return FLOWC_OK;
+}
+
 static int setup(flowc_ctx *ctx, const char *weights_file) {
   const flowc_model *m = ctx->model;
   const char *missing = m->cpu_missing ? m->cpu_missing() : NULL;
@@ -141,6 +204,8 @@ static int setup(flowc_ctx *ctx, const char *weights_file) {
     return fail(ctx, FLOWC_ERR_CPU, "%s: this CPU lacks '%s', which the artifact was compiled "
                 "for; recompile it for this machine (flowc compile --target host)", m->name,
                 missing);
+  int checked = check_sizes(ctx);
+  if (checked) return checked;
   int n = m->num_inputs + m->num_outputs;
   ctx->inputs = calloc((size_t)n + (size_t)m->num_outputs + 1, sizeof(void *));
   if (!ctx->inputs) return fail(ctx, FLOWC_ERR_NOMEM, "%s: out of memory", m->name);

@@ -98,6 +98,10 @@ def read_manifest(path: Path) -> dict[str, Any]:
     """The checked manifest of the artifact directory `path` (see the module docstring)."""
     file = path / MANIFEST_FILE
     if not path.is_dir():
+        if path.is_file() and path.suffix.lower() in (".onnx", ".flowc"):
+            raise ArtifactError(f"{path}: a model, not an artifact directory; compile it first "
+                                f"(flowc.compile('{path}', DIR), or flowc compile {path} -o "
+                                "DIR) and load DIR")
         raise ArtifactError(f"{path}: no such artifact directory")
     if not os.path.lexists(file):
         raise ArtifactError(f"{path}: no {MANIFEST_FILE}; is this a flowc artifact "

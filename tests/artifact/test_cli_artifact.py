@@ -84,3 +84,42 @@ def test_run_artifact_with_a_wrong_input(compiled, capsys, tmp_path):
     status, _, err = run_cli(capsys, "run", compiled, "--input", f"y={tmp_path / 'y.npy'}")
     assert status == 1
     assert err == "flowc: error: model 'mlp' has no input 'y' (its inputs: x)\n"
+
+
+def test_compile_summary_names_the_bound_dims(compiled, capsys, tmp_path):
+    """A symbolic batch was bound to 1 without a word: the summary says it."""
+    status, out, _ = run_cli(capsys, "compile", MLP, "-o", tmp_path / "a")
+    assert status == 0
+    assert ("symbolic dims bound: N=1 (--batch 1); the artifact runs only these sizes "
+            "(recompile with --batch / --dim for others)\n") in out
+    status, out, _ = run_cli(capsys, "compile", MLP, "-o", tmp_path / "a", "--dim", "N=2")
+    assert "symbolic dims bound: N=2 (--dim);" in out
+
+
+@pytest.mark.parametrize("binding, message", [
+    ("N=2", "--random-inputs N=2: the artifact {dir} was compiled with N=3 (N=3) and runs "
+            "only those sizes; recompile it with --dim N=2 (or --batch 2)"),
+    ("M=5", "--random-inputs M=5: the artifact {dir} was compiled with no dim M (N=3)"),
+])
+def test_run_refuses_random_input_sizes_it_was_not_compiled_for(compiled, capsys, binding,
+                                                                 message):
+    """`flowc run DIR --random-inputs N=2` on a batch-3 artifact ran batch 3 silently."""
+    status, _, err = run_cli(capsys, "run", compiled, "--random-inputs", binding)
+    assert status == 1
+    assert err.startswith(f"flowc: error: {message.format(dir=compiled)}")
+    assert err.count("\n") == 1
+    status, out, _ = run_cli(capsys, "run", compiled, "--random-inputs", "N=3")
+    assert status == 0 and out.startswith("y: dtype=float32 shape=(3, 8)\n")
+
+
+def test_a_graph_without_outputs_is_refused(tmp_path):
+    import flowc
+    from flowc.ir import FlowcError
+
+    source = MLP.read_text()
+    graph = parse(source)
+    graph.outputs = []
+    with pytest.raises(FlowcError, match=r"^graph @mlp has no outputs: its artifact would "
+                                         r"compute nothing a caller can see"):
+        flowc.compile(graph, tmp_path / "art")
+    assert not (tmp_path / "art").exists()

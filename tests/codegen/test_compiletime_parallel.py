@@ -131,3 +131,68 @@ def test_kernel_contexts_have_no_thread_pool():
     multithreading off."""
     context = parallel_compile.mlir_context()
     assert context.get_num_threads() == 1
+
+
+def _pids_in_daemon(count: int) -> list[bytes]:
+    return parallel_compile.run_all(count, lambda i: str(os.getpid()).encode())
+
+
+def test_a_daemonic_process_compiles_in_process(monkeypatch):
+    """A multiprocessing.Pool worker may not have children: it builds every item itself
+    instead of failing with "daemonic processes are not allowed to have children"."""
+    import multiprocessing
+
+    monkeypatch.setenv("FLOWC_COMPILE_JOBS", "2")
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        pids = pool.apply(_pids_in_daemon, (4,))
+    assert len(set(pids)) == 1 and int(pids[0]) != os.getpid()
+
+
+_KILLED_PARENT = """
+import os, sys, time
+from flowc.codegen import parallel_compile
+
+def build(i):
+    print("started", os.getpid(), flush=True)
+    time.sleep(120)
+    return b""
+
+parallel_compile.run_all(4, build)
+"""
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group `pgid`, from /proc."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_when_the_compiler_is_killed(monkeypatch):
+    """`kill -9` of a compile with workers busy leaves no worker behind (they were seen
+    orphaned, blocked forever on their queue)."""
+    monkeypatch.setenv("FLOWC_COMPILE_JOBS", "2")
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_PARENT], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert proc.stdout.readline().startswith("started")  # a worker is compiling
+        assert len(_group_members(proc.pid)) >= 2
+        os.kill(proc.pid, 9)
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while _group_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _group_members(proc.pid) == []
+    finally:
+        for pid in _group_members(proc.pid):
+            os.kill(pid, 9)

@@ -109,3 +109,57 @@ def test_build_errors_name_op_node_and_line():
 def test_no_default_graph_is_explained():
     with pytest.raises(FlowcError, match="no default graph"):
         placeholder("f32", (2,))
+
+
+def _reduce(**kw):
+    with Graph("r") as g:
+        a = constant(np.ones((2, 3), np.float32))
+        out = api.reduce_sum(a, **kw)
+    return g.run([out])[0]
+
+
+def test_reductions_take_the_tf_spellings_of_axis_and_keepdims():
+    """`axis` was ignored (a [2,3] of ones summed to [[6.]]): it is the axes operand."""
+    assert _reduce(axis=1).tolist() == [[3.0], [3.0]]  # the registry's keepdims=1
+    assert _reduce(axis=1, keepdims=False).tolist() == [3.0, 3.0]
+    assert _reduce(axes=[0, 1], keep_dims=False).tolist() == 6.0
+    assert _reduce(axis=-2, keepdims=True).tolist() == [[2.0, 2.0, 2.0]]
+    with Graph("sq"):
+        x = placeholder("f32", (2, 1, 3), name="x")
+        assert api.squeeze(x, axis=1).shape == (2, 3)
+        assert api.unsqueeze(x, axis=0).shape == (1, 2, 1, 3)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda a: api.relu(a, foo=3), r"^relu at test_api.py:\d+: unknown attribute 'foo'; it "
+                                   r"takes no attributes$"),
+    (lambda a: api.reduce_sum(a, axs=1), r"^reduce_sum at test_api.py:\d+: unknown attribute "
+                                         r"'axs'; it takes keepdims, noop_with_empty_axes, axis "
+                                         r"\(the axes operand\), axes \(the axes operand\), "
+                                         r"keep_dims$"),
+    (lambda a: api.softmax(a, dim=0, x=1), r"^softmax at .*: unknown attributes 'dim', 'x'; "
+                                           r"it takes axis$"),
+    (lambda a: api.reduce_sum(a, constant(np.array([1])), axis=1),
+     r"^reduce_sum: the axes are given twice, as operand 1 and as axis=$"),
+    (lambda a: api.reduce_sum(a, axis=1, axes=1), r"^reduce_sum: give the axes once"),
+])
+def test_unknown_attributes_are_refused(call, message):
+    with Graph("bad"):
+        a = placeholder("f32", (2, 3), name="a")
+        with pytest.raises(FlowcError, match=message):
+            call(a)
+
+
+def test_tf_spellings_of_cast_and_gelu():
+    with Graph("tf") as g:
+        a = constant(np.array([[-1.0, 0.5]], np.float32))
+        assert api.cast(a, dtype=np.float64).dtype.name == "f64"
+        assert api.cast(a, dtype="i32").dtype.name == "i32"
+        exact, tanh = api.gelu(a, approximate=False), api.gelu(a, approximate=True)
+        want_exact, want_tanh = (api.gelu(a, approximate=m) for m in ("none", "tanh"))
+    got = g.run([exact, tanh, want_exact, want_tanh])
+    assert got[0].tolist() == got[2].tolist() and got[1].tolist() == got[3].tolist()
+    assert got[0].tolist() != got[1].tolist()
+    with Graph("bad"), pytest.raises(FlowcError, match="cast: give to once, not as to= and "
+                                                       "dtype="):
+        api.cast(constant(np.ones(2, np.float32)), to="f64", dtype="f64")

@@ -107,7 +107,8 @@ def test_dumps_name_both_nodes(compiled):
 
 def test_profile_names_both_nodes(compiled, capsys):
     assert main(["profile", str(compiled / "art"), "--runs", "2"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("cb_k")]
+    out = capsys.readouterr().out  # the artifact is named after its file, conv_bn.flowc
+    rows = [line for line in out.splitlines() if line.startswith("conv_bn_k")]
     assert any(row.endswith("  bn, conv, act") for row in rows)
 
 

@@ -158,3 +158,15 @@ def test_hide_erases_the_bar_until_the_next_event():
     p.pass_done(PassRecord("cse", 0.0, 0.0, 1, 1))
     assert out.getvalue().endswith("a report\n\r\x1b[Kflowc: passes [########--------] 1/2"
                                    " | pass cse")
+
+
+def test_verbose_with_a_dump_does_not_call_rebuilt_kernels_misses(tmp_path, capsys):
+    """With --dump-dir every kernel is rebuilt without reading the cache: -v said "cache
+    miss" for each while the summary said 0 misses."""
+    assert main(["compile", str(MLP), "-o", str(tmp_path / "a"), "-v",
+                 "--dump-dir", str(tmp_path / "dump")]) == 0
+    out, err = capsys.readouterr()
+    kernels = [line for line in err.splitlines() if line.startswith("flowc: kernel ")]
+    assert kernels and all(line.endswith(", built without reading the cache (--dump-dir dumps "
+                                         "every kernel)") for line in kernels)
+    assert "with --dump-dir kernels are rebuilt (and dumped) without reading it\n" in out

@@ -31,3 +31,10 @@ def test_importing_flowc_loads_neither_compiler_nor_runtime():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_dir_of_flowc_shows_compile_and_load():
+    """They load on first use, and dir(flowc) hid them."""
+    import flowc
+
+    assert {"compile", "load", "__version__"} <= set(dir(flowc))

@@ -19,6 +19,7 @@ import numpy as np
 
 from flowc.ir.attrs import Attrs, Tensor
 from flowc.ir.errors import InferError
+from flowc.ir.limits import size_problem
 from flowc.ir.types import DType, TensorType, Type
 
 
@@ -185,7 +186,8 @@ def get_op(name: str) -> OpDef:
 
 def infer_types(opdef: OpDef, types: Sequence[Type | None], attrs: Attrs | dict,
                 consts: Sequence[np.ndarray | None] = (), label: str = "") -> tuple[Type, ...]:
-    """Result types of `opdef` applied to operands of `types`; InferError if ill-typed."""
+    """Result types of `opdef` applied to operands of `types`; InferError if ill-typed or
+    if a result breaks flowc's size limit (`flowc.ir.limits`): every op is checked here."""
     label = label or f"({opdef.name})"
     lo, hi = opdef.arity
     if len(types) < lo or (hi is not None and len(types) > hi):
@@ -197,7 +199,13 @@ def infer_types(opdef: OpDef, types: Sequence[Type | None], attrs: Attrs | dict,
     consts = list(consts) + [None] * (len(types) - len(consts))
     ctx = InferContext(opdef.name, label, list(types), opdef.resolve_attrs(attrs), consts)
     result = opdef.infer(ctx)
-    return result if isinstance(result, tuple) else (result,)
+    results = result if isinstance(result, tuple) else (result,)
+    for i, t in enumerate(results):
+        problem = size_problem(t)
+        if problem is not None:
+            which = f"result #{i} " if len(results) > 1 else "its result "
+            raise InferError(f"{label}: {which}{problem}")
+    return results
 
 
 def unknown_value_operands(opdef: OpDef, types: Sequence[Type | None], attrs: Attrs | dict,

@@ -7,6 +7,7 @@ dims stay; a 1 yields the other dim; a static dim > 1 against a symbol yields th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -119,10 +120,11 @@ def const_ints(ctx: InferContext, index: int) -> list[int] | None:
 
 
 def shape_product(dims: Sequence[Dim]) -> Dim:
-    """The product of `dims` when all are static, else None (or the single symbol)."""
+    """The product of `dims` when all are static (exact: never wraps), else None (or the
+    single symbol)."""
     static = [d for d in dims if isinstance(d, int)]
     symbolic = [d for d in dims if not isinstance(d, int)]
-    total = int(np.prod(static, dtype=np.int64)) if static else 1
+    total = math.prod(static)
     if not symbolic:
         return total
     if len(symbolic) == 1 and total == 1 and symbolic[0] is not None:
