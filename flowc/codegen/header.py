@@ -98,7 +98,10 @@ def render_header(info: ModelInfo) -> str:
  * Use: {n}_create, fill the inputs (typed accessors, or {n}_set_input), {n}_run, read the
  * outputs (or, on buffers of your own, {n}_run_with in one call), {n}_destroy. Functions
  * returning int return FLOWC_OK (0) or a status code; then {n}_error(ctx) is a non-empty
- * message. A context is not thread-safe: use one per thread.
+ * message. Calls on one context are serialized: a call made while another thread runs
+ * it (set_threads, set_arena, set_input, set_output, the accessors, destroy) waits for that
+ * run to return, and runs take turns; for parallel runs use one context per thread. No
+ * call may use a context once {n}_destroy has begun.
  * {weights}
  * Tensors are dense row-major; shapes are fixed at compile time:
 {tables}
@@ -131,6 +134,7 @@ typedef struct {n}_ctx {n}_ctx;
 int {n}_create({n}_ctx **out);
 /* As {n}_create, with the weights side file at weights_path (NULL: next to the library). */
 int {n}_create_with_weights({n}_ctx **out, const char *weights_path);
+/* Waits for a run in flight on another thread, then frees the context. */
 void {n}_destroy({n}_ctx *ctx);
 /* The message of the last failure on ctx; never empty after one. */
 const char *{n}_error(const {n}_ctx *ctx);
@@ -141,7 +145,7 @@ int {n}_run({n}_ctx *ctx);
  * As with set_input/set_output, 64-byte aligned buffers are used in place, others copied;
  * afterwards the context uses its own buffers again (it keeps no pointer to these). */
 int {n}_run_with({n}_ctx *ctx, const void *const *inputs, void *const *outputs);
-/* Threads used by {n}_run (1 by default). */
+/* Threads used by {n}_run: 1 (the default) to 1024, else FLOWC_ERR_ARGUMENT. */
 int {n}_set_threads({n}_ctx *ctx, int threads);
 /* Uses a caller-owned arena (64-byte aligned, {n}_arena_bytes() bytes); NULL: own one. */
 int {n}_set_arena({n}_ctx *ctx, void *arena, size_t bytes);

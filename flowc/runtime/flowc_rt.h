@@ -6,13 +6,21 @@
  * (<model>_model.c) fills in a flowc_model descriptor and wraps these functions in the
  * public <model>_* API declared by <model>.h.
  *
- * No global mutable state: everything lives in a flowc_ctx (one per thread of use); the
- * only per-thread variable is the pool of the run in progress, used by the OpenMP entry
- * points that kernels may call.
+ * No global mutable state: everything lives in a flowc_ctx; the only per-thread variable is
+ * the pool of the run in progress, used by the OpenMP entry points that kernels may call.
+ *
+ * Calls on one context are serialized by its `lock`: every entry point that reads or
+ * changes the context (run, run_with, set_threads, set_arena, set_input, set_output, the
+ * input/output accessors, destroy) takes it, so a control call made while another thread
+ * runs the context waits for that run to return (set_threads never replaces the pool a run
+ * is using; destroy never frees what a run is using). Runs on one context therefore happen
+ * one at a time; parallel runs need one context per thread. Nothing may call into a context
+ * once destroy has begun (destroy frees the lock itself).
  */
 #ifndef FLOWC_RT_H
 #define FLOWC_RT_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -158,6 +166,7 @@ typedef struct flowc_pool flowc_pool;
 
 typedef struct flowc_ctx {
   const flowc_model *model;
+  pthread_mutex_t lock; /* held by every call on the context (see the top of the file) */
   char error[FLOWC_ERROR_BYTES];
   void **inputs;       /* what run() reads: owned buffers or the caller's */
   void **outputs;      /* what run() writes: owned buffers or the caller's (aligned) */

@@ -1,10 +1,11 @@
 """`flowc.runtime.load(dir)`: a compiled artifact as a Python callable over numpy arrays.
 
 Contract: this module imports only the standard library, numpy and `flowc.runtime` (never
-the compiler, mlir or llvmlite). `load(dir, threads=None)` reads `manifest.json`, checks
-it (format, ABI version, files present, the library's digest), opens `libNAME.so` with
-ctypes, checks that the library's own tables agree with the manifest, and creates one
-runtime context (the C runtime refuses a CPU lacking the features the kernels were built
+the compiler, mlir or llvmlite). `load(dir, threads=None)` reads `manifest.json` and checks
+it and the files it lists before any of them is used (verify.py: regular files inside the
+directory, the library's and the weights file's sha256), opens `libNAME.so` with ctypes,
+checks that the library's own tables agree with the manifest, and creates one runtime
+context (the C runtime refuses a CPU lacking the features the kernels were built
 for). The returned `Model` runs with `run(**inputs) -> {name: array}` or
 `model(*inputs, **inputs)` (positional in manifest order) returning the outputs (one array,
 or a tuple), each call's outputs new arrays the caller owns; `run_into(out, *inputs,
@@ -12,7 +13,9 @@ or a tuple), each call's outputs new arrays the caller owns; `run_into(out, *inp
 that repeated calls allocate nothing. It checks input names, dtypes and shapes before
 calling into C (the common case, C-contiguous arrays of the declared dtype and shape, by a
 short path), releases the GIL while the model runs, and serializes calls on one Model
-(load one per thread for parallel use). Inputs not 64-byte aligned (numpy aligns to 16)
+(load one per thread for parallel use): `set_threads` and `close` (and garbage collection)
+wait for a run in flight on another thread, and a call after `close` raises
+ArtifactError ('... is closed'). Inputs not 64-byte aligned (numpy aligns to 16)
 are copied by the C runtime on each call; `empty_inputs()` gives aligned ones. Every
 problem is an `ArtifactError` naming the artifact and what is wrong.
 Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
@@ -21,9 +24,8 @@ Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import json
 import math
+import operator
 import os
 import threading
 from pathlib import Path
@@ -35,52 +37,15 @@ from flowc.runtime.abi import (
     ABI_VERSION,
     ALIGN,
     DTYPE_CODES,
-    MANIFEST_FILE,
-    MANIFEST_FORMAT,
     STATUS,
-    WEIGHTS_HEADER,
     numpy_dtype,
 )
 from flowc.runtime.errors import ArtifactError, RuntimeStatusError
 from flowc.runtime.profile import Profiler
+from flowc.runtime.verify import read_manifest, verify_files
 
 _I64P = ctypes.POINTER(ctypes.c_int64)
-_FIELDS = ("name", "dtype", "shape")
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    """The checked manifest of the artifact directory `path`."""
-    file = path / MANIFEST_FILE
-    if not path.is_dir():
-        if path.is_file() and path.suffix.lower() in (".onnx", ".flowc"):
-            raise ArtifactError(f"{path}: a model, not an artifact directory; compile it first "
-                                f"(flowc.compile('{path}', DIR), or flowc compile {path} -o "
-                                "DIR) and load DIR")
-        raise ArtifactError(f"{path}: no such artifact directory")
-    try:
-        manifest = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise ArtifactError(f"{path}: no {MANIFEST_FILE}; is this a flowc artifact "
-                            "directory (flowc compile MODEL -o DIR)?") from None
-    except (OSError, ValueError) as exc:
-        raise ArtifactError(f"{file}: not a readable manifest: {exc}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
-        raise ArtifactError(f"{file}: not a flowc artifact manifest (format is "
-                            f"{manifest.get('format') if isinstance(manifest, dict) else '?'})")
-    if manifest.get("abi_version") != ABI_VERSION:
-        raise ArtifactError(f"{file}: artifact ABI version {manifest.get('abi_version')}, but "
-                            f"this runtime reads version {ABI_VERSION}; recompile the model")
-    for key in ("name", "graph_hash", "inputs", "outputs", "files", "weights"):
-        if key not in manifest:
-            raise ArtifactError(f"{file}: the manifest lacks '{key}'")
-    _check_schema(manifest, file)
-    return manifest
-
-
-def _plain_name(x: Any) -> bool:
-    """A non-empty file or symbol name that stays inside the artifact directory."""
-    return isinstance(x, str) and bool(x) and "/" not in x and "\\" not in x and \
-        x not in (".", "..") and "\0" not in x
+MAX_THREADS = 1024  # the C runtime's limit too (runtime.c rt_set_threads)
 
 
 def _text(raw: bytes | None) -> str | None:
@@ -90,85 +55,25 @@ def _text(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode("utf-8", errors="replace")
 
 
-def _is_count(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
-
-
-def _check_schema(manifest: dict[str, Any], file: Path) -> None:
-    """The types of the manifest fields the loader reads (an altered manifest gets an
-    ArtifactError naming the field, never a TypeError deeper down)."""
-    def bad(what: str, value: Any) -> ArtifactError:
-        return ArtifactError(f"{file}: malformed {what} {value!r}")
-
-    if not _plain_name(manifest["name"]):
-        raise bad("name", manifest["name"])
-    if not isinstance(manifest["graph_hash"], str):
-        raise bad("graph_hash", manifest["graph_hash"])
-    files = manifest["files"]
-    if not isinstance(files, dict) or not all(
-            _plain_name(k) and isinstance(v, str) for k, v in files.items()):
-        raise bad("files", files)
-    weights = manifest["weights"]
-    if not isinstance(weights, dict) or (weights.get("file") is not None and not (
-            _plain_name(weights["file"]) and _is_count(weights.get("bytes")))):
-        raise bad("weights", weights)
-    if not _is_count(manifest.get("threads_default", 0)):
-        raise bad("threads_default", manifest["threads_default"])
-    for kind in ("inputs", "outputs"):
-        if not isinstance(manifest[kind], list):
-            raise bad(kind, manifest[kind])
-        for t in manifest[kind]:
-            if not isinstance(t, dict) or any(k not in t for k in _FIELDS) or \
-                    not isinstance(t["name"], str) or not isinstance(t["dtype"], str) or \
-                    t["dtype"] not in DTYPE_CODES or not isinstance(t["shape"], list) or \
-                    not all(_is_count(d) for d in t["shape"]):
-                raise bad(f"{kind} entry", t)
-
-
-def _check_files(path: Path, manifest: dict[str, Any]) -> Path:
-    """The library path, after checking that each listed file exists and the library and
-    weights file (by size) are the ones the manifest describes."""
-    library = path / f"lib{manifest['name']}.so"
-    for name, digest in manifest["files"].items():
-        file = path / name
-        if not file.is_file():
-            raise ArtifactError(f"{path}: missing artifact file '{name}'")
-        if name == library.name and hashlib.sha256(file.read_bytes()).hexdigest() != digest:
-            raise ArtifactError(f"{file}: the library does not match the manifest (its "
-                                "sha256 differs); the artifact is corrupted or mixed up with "
-                                "another build; recompile it")
-    weights = manifest["weights"].get("file")
-    if weights:
-        if not (path / weights).is_file():
-            raise ArtifactError(f"{path}: missing weights file '{weights}' (named by the "
-                                "manifest)")
-        want = WEIGHTS_HEADER + int(manifest["weights"]["bytes"])
-        size = (path / weights).stat().st_size
-        if size != want:
-            raise ArtifactError(f"{path / weights}: {size} bytes, the manifest says {want}; "
-                                "the weights file is truncated or from another build")
-    if library.name not in manifest["files"]:
-        raise ArtifactError(f"{path}: the manifest does not list {library.name}")
-    return library
-
-
 class Model:
     """One loaded artifact with its own runtime context (see the module docstring)."""
 
     def __init__(self, path: str | os.PathLike, threads: int | None = None):
+        self._lock = threading.Lock()  # held by every call into the context (close too)
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         self.name = self.manifest["name"]
-        library = _check_files(self.path, self.manifest)
+        files = verify_files(self.path, self.manifest)  # before any of its code runs
         try:
-            self._lib = ctypes.CDLL(str(library.resolve()), mode=os.RTLD_LOCAL)
+            self._lib = ctypes.CDLL(str(files.library), mode=os.RTLD_LOCAL)
         except OSError as exc:
-            raise ArtifactError(f"{library}: cannot load the library: {exc}") from None
+            raise ArtifactError(f"{self.path / files.library.name}: cannot load the "
+                                f"library: {exc}") from None
         self._bind()
         self._check_tables()
-        self._lock = threading.Lock()
         self._ctx = ctypes.c_void_p()
-        status = self._fn("create_with_weights")(ctypes.byref(self._ctx), None)
+        weights = str(files.weights).encode() if files.weights else None  # the checked file
+        status = self._fn("create_with_weights")(ctypes.byref(self._ctx), weights)
         if status:
             message = self._error() if self._ctx else "out of memory"
             self.close()
@@ -261,10 +166,26 @@ class Model:
                                      STATUS.get(status, str(status)))
 
     def set_threads(self, threads: int) -> None:
-        """Threads the model runs on (0: all cores)."""
-        if threads == 0:
-            threads = os.cpu_count() or 1
-        self._check(self._fn("set_threads")(self._ctx, int(threads)), "setting threads")
+        """Threads the model runs on: 1..MAX_THREADS, or 0 for all cores. Waits for a run
+        in flight on another thread (the pool it uses is not replaced under it)."""
+        try:
+            count = operator.index(threads)
+        except TypeError:
+            count = None
+        if isinstance(threads, bool) or count is None or not 0 <= count <= MAX_THREADS:
+            raise ArtifactError(f"model '{self.name}': set_threads expects a whole number "
+                                f"of threads 1..{MAX_THREADS} (0: all cores), got {threads!r}")
+        if count == 0:
+            count = min(os.cpu_count() or 1, MAX_THREADS)
+        with self._lock:
+            self._check_open()
+            self._check(self._fn("set_threads")(self._ctx, count), "setting threads")
+
+    def _check_open(self) -> None:
+        """Raise once `close` has run (call with the lock held)."""
+        if not self._ctx:
+            raise ArtifactError(f"{self.path}: model '{self.name}' is closed (Model.close "
+                                "was called); load it again to run it")
 
     # ---- running --------------------------------------------------------------------
     def _feeds(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
@@ -362,8 +283,7 @@ class Model:
         one, then runs through its kernel timer)."""
         ins, outs = self._pointers
         with self._lock:
-            if not self._ctx:
-                raise ArtifactError(f"model '{self.name}' was closed")
+            self._check_open()
             for k, array in enumerate(arrays):
                 ins[k] = array.ctypes.data
             for k, address in enumerate(out_addresses):
@@ -422,10 +342,16 @@ class Model:
         return results[0] if len(results) == 1 else results
 
     def close(self) -> None:
-        """Destroy the runtime context (the library stays mapped while ctypes holds it)."""
-        if getattr(self, "_ctx", None):
-            self._fn("destroy")(self._ctx)
-            self._ctx = ctypes.c_void_p()
+        """Destroy the runtime context (the library stays mapped while ctypes holds it),
+        after waiting for a run in flight on another thread; later calls raise
+        ArtifactError ('... is closed'). Closing again does nothing."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:  # __init__ failed before anything was created
+            return
+        with lock:
+            if getattr(self, "_ctx", None):
+                self._fn("destroy")(self._ctx)
+                self._ctx = ctypes.c_void_p()
 
     def __enter__(self) -> Model:
         return self

@@ -1,6 +1,8 @@
 /* runtime.c: contexts, input/output binding with shape and dtype checks, the arena, the
  * weights (embedded, or a side file mapped read-only), and run(). See flowc_rt.h.
- * Every failure returns a non-zero status and leaves a non-empty message in ctx->error. */
+ * Every failure returns a non-zero status and leaves a non-empty message in ctx->error.
+ * Every public entry point taking a context holds ctx->lock for its whole duration (the
+ * static helpers below assume it is held), so control calls wait for a run in flight. */
 #define _GNU_SOURCE
 #include "flowc_rt.h"
 
@@ -98,13 +100,20 @@ static int map_weights(flowc_ctx *ctx, const char *given) {
   char path[4096];
   int status = weights_path(ctx, given, path, sizeof path);
   if (status) return status;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO or device in its place is refused below instead of blocking here */
+  int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     return fail(ctx, FLOWC_ERR_WEIGHTS, "%s: cannot open weights file '%s': %s", m->name, path,
                 strerror(errno));
   struct stat st;
   size_t want = FLOWC_WEIGHTS_HEADER + m->weights_bytes;
-  if (fstat(fd, &st) != 0 || (size_t)st.st_size != want) {
+  int err = fstat(fd, &st) != 0 ? errno : 0;
+  if (err || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return fail(ctx, FLOWC_ERR_WEIGHTS, "%s: weights file '%s' is not a regular file%s%s",
+                m->name, path, err ? ": " : "", err ? strerror(err) : "");
+  }
+  if ((size_t)st.st_size != want) {
     close(fd);
     return fail(ctx, FLOWC_ERR_WEIGHTS, "%s: weights file '%s' has %lld bytes, expected %zu",
                 m->name, path, (long long)st.st_size, want);
@@ -235,13 +244,23 @@ int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_file, flowc_ct
   *out = ctx;
   if (!ctx) return FLOWC_ERR_NOMEM;
   ctx->model = m;
+  if (pthread_mutex_init(&ctx->lock, NULL) != 0) {
+    free(ctx);
+    *out = NULL;
+    return FLOWC_ERR_NOMEM;
+  }
   int status = setup(ctx, weights_file);
   if (status == FLOWC_OK && uses_gpu(m)) status = FLOWC_RT(cuda_create)(ctx);
   return status;
 }
 
+/* Waits for a run in flight (its lock), then frees everything; the caller makes sure no
+ * other call starts on ctx from now on. */
 void FLOWC_RT(rt_destroy)(flowc_ctx *ctx) {
   if (!ctx) return;
+  pthread_mutex_lock(&ctx->lock);
+  pthread_mutex_unlock(&ctx->lock);
+  pthread_mutex_destroy(&ctx->lock);
   if (ctx->gpu) FLOWC_RT(cuda_destroy)(ctx);
   if (ctx->pool) FLOWC_RT(pool_destroy)(ctx->pool);
   if (ctx->rendezvous) FLOWC_RT(rendezvous_destroy)(ctx->rendezvous);
@@ -297,8 +316,30 @@ static int check_tensor(flowc_ctx *ctx, const char *what, const flowc_tensor_des
   return FLOWC_OK;
 }
 
-int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int i, const void *data, int dtype, int rank,
-                           const int64_t *shape) {
+/* The owned buffer of input i, which run() reads from now on (lock held). */
+static void *own_input(flowc_ctx *ctx, int i) {
+  const flowc_model *m = ctx->model;
+  if (!ctx->owned || i < 0 || i >= m->num_inputs) return NULL;
+  char *p = ctx->owned;
+  for (int k = 0; k < i; k++) p += round_up(m->inputs[k].bytes);
+  ctx->inputs[i] = p;
+  return p;
+}
+
+/* The owned buffer of output i, which run() writes from now on (lock held). */
+static void *own_output(flowc_ctx *ctx, int i) {
+  const flowc_model *m = ctx->model;
+  if (!ctx->owned || i < 0 || i >= m->num_outputs) return NULL;
+  char *p = ctx->owned;
+  for (int k = 0; k < m->num_inputs; k++) p += round_up(m->inputs[k].bytes);
+  for (int k = 0; k < i; k++) p += round_up(m->outputs[k].bytes);
+  ctx->outputs[i] = p;
+  ctx->out_copy[i] = NULL;
+  return p;
+}
+
+static int set_input(flowc_ctx *ctx, int i, const void *data, int dtype, int rank,
+                     const int64_t *shape) {
   int bad = unusable(ctx);
   if (bad) return bad;
   const flowc_model *m = ctx->model;
@@ -307,7 +348,7 @@ int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int i, const void *data, int dtype, i
                 m->name, i, m->num_inputs);
   int status = check_tensor(ctx, "input", &m->inputs[i], data, dtype, rank, shape);
   if (status) return status;
-  void *own = FLOWC_RT(rt_input)(ctx, i);
+  void *own = own_input(ctx, i);
   if (((uintptr_t)data % FLOWC_ALIGN) == 0)
     ctx->inputs[i] = (void *)data; /* borrowed: valid until set again or destroyed */
   else
@@ -315,8 +356,8 @@ int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int i, const void *data, int dtype, i
   return FLOWC_OK;
 }
 
-int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int i, void *data, int dtype, int rank,
-                            const int64_t *shape) {
+static int set_output(flowc_ctx *ctx, int i, void *data, int dtype, int rank,
+                      const int64_t *shape) {
   int bad = unusable(ctx);
   if (bad) return bad;
   const flowc_model *m = ctx->model;
@@ -325,7 +366,7 @@ int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int i, void *data, int dtype, int ra
                 m->name, i, m->num_outputs);
   int status = check_tensor(ctx, "output", &m->outputs[i], data, dtype, rank, shape);
   if (status) return status;
-  (void)FLOWC_RT(rt_output)(ctx, i);
+  (void)own_output(ctx, i);
   if (((uintptr_t)data % FLOWC_ALIGN) == 0)
     ctx->outputs[i] = data;
   else
@@ -333,27 +374,39 @@ int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int i, void *data, int dtype, int ra
   return FLOWC_OK;
 }
 
-/* The owned buffer of input i, which run() reads from now on. */
+int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int i, const void *data, int dtype, int rank,
+                           const int64_t *shape) {
+  if (!ctx) return FLOWC_ERR_ARGUMENT;
+  pthread_mutex_lock(&ctx->lock);
+  int status = set_input(ctx, i, data, dtype, rank, shape);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
+int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int i, void *data, int dtype, int rank,
+                            const int64_t *shape) {
+  if (!ctx) return FLOWC_ERR_ARGUMENT;
+  pthread_mutex_lock(&ctx->lock);
+  int status = set_output(ctx, i, data, dtype, rank, shape);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
 void *FLOWC_RT(rt_input)(flowc_ctx *ctx, int i) {
-  if (!ctx || !ctx->owned) return NULL;
-  const flowc_model *m = ctx->model;
-  if (i < 0 || i >= m->num_inputs) return NULL;
-  char *p = ctx->owned;
-  for (int k = 0; k < i; k++) p += round_up(m->inputs[k].bytes);
-  ctx->inputs[i] = p;
+  if (!ctx) return NULL;
+  pthread_mutex_lock(&ctx->lock);
+  void *p = own_input(ctx, i);
+  pthread_mutex_unlock(&ctx->lock);
   return p;
 }
 
-/* The owned buffer of output i, which run() writes from now on. */
+/* const in the API (reading an output), though it rebinds the output to the owned buffer */
 const void *FLOWC_RT(rt_output)(const flowc_ctx *ctx, int i) {
-  if (!ctx || !ctx->owned) return NULL;
-  const flowc_model *m = ctx->model;
-  if (i < 0 || i >= m->num_outputs) return NULL;
-  char *p = ctx->owned;
-  for (int k = 0; k < m->num_inputs; k++) p += round_up(m->inputs[k].bytes);
-  for (int k = 0; k < i; k++) p += round_up(m->outputs[k].bytes);
-  ((flowc_ctx *)ctx)->outputs[i] = p;
-  ((flowc_ctx *)ctx)->out_copy[i] = NULL;
+  if (!ctx) return NULL;
+  flowc_ctx *c = (flowc_ctx *)ctx;
+  pthread_mutex_lock(&c->lock);
+  void *p = own_output(c, i);
+  pthread_mutex_unlock(&c->lock);
   return p;
 }
 
@@ -362,7 +415,9 @@ const void *FLOWC_RT(rt_output)(const flowc_ctx *ctx, int i) {
  * in place, others through the context's own (copied in before, out after), exactly as
  * set_input/set_output bind them; afterwards the context uses its own buffers again, so it
  * keeps no pointer to the caller's memory. */
-int FLOWC_RT(rt_run_with)(flowc_ctx *ctx, const void *const *inputs, void *const *outputs) {
+static int run(flowc_ctx *ctx);
+
+static int run_with(flowc_ctx *ctx, const void *const *inputs, void *const *outputs) {
   int bad = unusable(ctx);
   if (bad) return bad;
   const flowc_model *m = ctx->model;
@@ -387,12 +442,21 @@ int FLOWC_RT(rt_run_with)(flowc_ctx *ctx, const void *const *inputs, void *const
     else
       ctx->out_copy[i] = outputs[i];
   }
-  int status = FLOWC_RT(rt_run)(ctx);
+  int status = run(ctx);
   bind_own(ctx);
   return status;
 }
 
-int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads) {
+int FLOWC_RT(rt_run_with)(flowc_ctx *ctx, const void *const *inputs, void *const *outputs) {
+  if (!ctx) return FLOWC_ERR_ARGUMENT;
+  pthread_mutex_lock(&ctx->lock);
+  int status = run_with(ctx, inputs, outputs);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
+/* Replaces the pool; the lock guarantees no run is using the old one. */
+static int set_threads(flowc_ctx *ctx, int threads) {
   int bad = unusable(ctx);
   if (bad) return bad;
   if (threads < 1 || threads > 1024)
@@ -410,7 +474,15 @@ int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads) {
   return FLOWC_OK;
 }
 
-int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes) {
+int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads) {
+  if (!ctx) return FLOWC_ERR_ARGUMENT;
+  pthread_mutex_lock(&ctx->lock);
+  int status = set_threads(ctx, threads);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
+static int set_arena(flowc_ctx *ctx, void *arena, size_t bytes) {
   int bad = unusable(ctx);
   if (bad) return bad;
   const flowc_model *m = ctx->model;
@@ -424,7 +496,15 @@ int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes) {
   return FLOWC_OK;
 }
 
-int FLOWC_RT(rt_run)(flowc_ctx *ctx) {
+int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes) {
+  if (!ctx) return FLOWC_ERR_ARGUMENT;
+  pthread_mutex_lock(&ctx->lock);
+  int status = set_arena(ctx, arena, bytes);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
+static int run(flowc_ctx *ctx) {
   int bad = unusable(ctx);
   if (bad) return bad;
   const flowc_model *m = ctx->model;
@@ -442,4 +522,12 @@ int FLOWC_RT(rt_run)(flowc_ctx *ctx) {
   for (int i = 0; i < m->num_outputs; i++)
     if (ctx->out_copy[i]) memcpy(ctx->out_copy[i], ctx->outputs[i], m->outputs[i].bytes);
   return FLOWC_OK;
+}
+
+int FLOWC_RT(rt_run)(flowc_ctx *ctx) {
+  if (!ctx) return FLOWC_ERR_ARGUMENT;
+  pthread_mutex_lock(&ctx->lock);
+  int status = run(ctx);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
 }

@@ -59,7 +59,8 @@ def artifact(tmp_path_factory):
     (("threads_default",), "many", "malformed threads_default 'many'"),
     # found by the long fuzz run (FileNotFoundError from stat): a weights file the
     # manifest names but the directory lacks
-    (("weights",), {"file": "x", "bytes": 1}, "missing weights file 'x' (named by the"),
+    (("weights",), {"file": "x", "bytes": 1},
+     "the manifest names the weights file 'x' but does not list its sha256"),
 ])
 def test_robust_altered_manifest_field(artifact, tmp_path, path, value, message):
     """Was: TypeError/AttributeError/KeyError from the loader on a manifest field of the
