@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowc.cli_common import write_text
+from flowc.cli_common import Count, write_text
 from flowc.ir.errors import FlowcError
 
 if TYPE_CHECKING:
@@ -58,6 +58,9 @@ def load_view_graph(path: str, stage: str | None = None) -> Graph:
         raise FlowcError(f"'{path}': no such file or folder")
     if p.is_dir():
         p = dump_stage(p, stage)
+    elif stage is not None:
+        raise FlowcError(f"--stage {stage}: '{path}' is a file; --stage picks the graph after a "
+                         "pass in a dump folder (flowc compile/opt --dump-dir DIR)")
     if p.suffix == ".onnx":
         from flowc.frontend.onnx import import_onnx  # onnx loads only for models
 
@@ -97,6 +100,9 @@ def cmd_view(args: argparse.Namespace) -> int:
     if suffix not in formats:
         raise FlowcError(f"'{args.output}': the output must end in {', '.join(formats)} "
                          f"(the format{' of ' + chart if chart else ''})")
+    if args.run is not None and (args.memory or not args.file.endswith(".json")):
+        raise FlowcError(f"--run {args.run}: only a profile trace (.json) has runs; "
+                         f"'{args.file}' is not one")
     if args.file.endswith(".json") and not args.memory:
         trace = load_trace(Path(args.file))
         if args.run is not None:
@@ -132,6 +138,6 @@ def add_view_command(sub: Any) -> None:
     view.add_argument("--memory", action="store_true",
                       help="draw only the arena over time (a dump folder's memory.json): "
                            "each tensor's offset and size during the steps it is live")
-    view.add_argument("--run", type=int, metavar="K",
+    view.add_argument("--run", type=Count(0, 10**9), metavar="K",
                       help="of a profile trace, draw only run K (runs count from 0)")
     view.set_defaults(func=cmd_view)

@@ -77,6 +77,9 @@ def load_model(model: ModelLike) -> Graph:
         return model
     if isinstance(model, str | os.PathLike):
         path = Path(model)
+        if not path.is_file():
+            what = "is a directory" if path.is_dir() else "no such file"
+            raise FlowcError(f"{path}: {what}; expected a .onnx model or a .flowc graph")
         if path.suffix == ".flowc":
             from flowc.ir.parser import parse
 

@@ -171,3 +171,10 @@ def test_a_placement_error_is_one_line_without_an_unrelated_ir_window(tmp_path, 
                    "'nope' in @g (passes before placement may have merged or removed it: "
                    "--dump-dir shows the graph placed) (2) 'bn0/BatchNormalization' (relu): "
                    "gpu:3 (--place conv0/Conv=gpu:3) matches no device of the compile\n")
+
+
+def test_a_binary_profile_file_is_not_json(tmp_path):
+    path = tmp_path / "devices.json"
+    path.write_bytes(b"\xff\xfe\x00")
+    assert place_error(devices="cpu:0", profiles=str(path)) == (
+        f"{path}: not valid JSON: not UTF-8 text (invalid start byte at byte 0)")
