@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flowc import cli_artifact
+from flowc.cli_bench import add_bench_command
 from flowc.cli_common import (
     SEED,
     Parser,
@@ -355,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_artifact.add_commands(sub)
     add_view_command(sub)
     add_profile_command(sub)
+    add_bench_command(sub)
     return parser
 
 
