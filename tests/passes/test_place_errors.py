@@ -178,3 +178,17 @@ def test_a_binary_profile_file_is_not_json(tmp_path):
     path.write_bytes(b"\xff\xfe\x00")
     assert place_error(devices="cpu:0", profiles=str(path)) == (
         f"{path}: not valid JSON: not UTF-8 text (invalid start byte at byte 0)")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--devices", "cpu:0,tpu:0"], "--devices: device 'tpu:0': 'tpu:0' is not job:NAME, "
+                                   "task:N, cpu:N or gpu:N"),
+    (["--devices", "cpu:0", "--place", "r"], "--place: 'r' must look like NODE=DEVICE (e.g. "
+                                             "fc1=gpu:0)"),
+])
+def test_cli_compile_checks_placement_options_before_the_passes(tmp_path, capsys, options,
+                                                                 message):
+    src = tmp_path / "g.flowc"
+    src.write_text(FUSED)
+    assert main(["compile", str(src), "-o", str(tmp_path / "a"), *options]) == 1
+    assert capsys.readouterr().err == f"flowc: error: {message}\n"
