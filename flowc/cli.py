@@ -228,6 +228,11 @@ def random_feed(rng: np.random.Generator, name: str, t: object, dims: dict[str, 
 def cmd_run(args: argparse.Namespace) -> int:
     if Path(args.file).is_dir():  # an artifact directory (flowc compile's output)
         return cli_artifact.run_artifact(args)
+    given = [o for o, v in (("--threads", args.threads), ("--profile", args.profile),
+                            ("--runs", args.runs != 1 or None)) if v is not None]
+    if given:
+        raise FlowcError(f"{given[0]} applies to artifact directories; '{args.file}' is a "
+                         "graph, run on the reference interpreter")
     graph = load_graph(args.file)
     from flowc.ir.interpret import interpret  # imported here: `opt` does not need it
 

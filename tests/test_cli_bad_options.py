@@ -115,7 +115,7 @@ def bad_values(command: str, action: argparse.Action, files: dict[str, str]) -> 
 
 def cases(files: dict[str, str]) -> list[tuple[str, list[str]]]:
     """(case id, argv) of every bad command line."""
-    found = [("no command", []), ("unknown command", ["nope"])]
+    found = [("no command", []), ("unknown command", ["nope"]), ("--version=x", ["--version=x"])]
     for command, parser in commands().items():
         base = base_args(command, files)
         found.append((f"{command} --bogus", [command, *base, "--bogus"]))
@@ -204,6 +204,10 @@ def test_messages_about_files(files, capsys):
          "not a directory; expected a directory to write the artifact into"),
         (["run", art, "--input", f"x={files['binary']}"], f"--input x: '{files['binary']}' is "
          "not a .npy array file (it holds pickled objects, which are refused)"),
+        (["run", graph, "--threads", "2"], f"--threads applies to artifact directories; "
+         f"'{graph}' is a graph, run on the reference interpreter"),
+        (["run", graph, "--runs", "3"], f"--runs applies to artifact directories; '{graph}' "
+         "is a graph, run on the reference interpreter"),
         (["compile", graph, "-o", graph + "x", "--dim", "M=2"], "dim M=2: no input of graph @g "
          "has a symbolic dim M (its symbolic dims: N)"),
     ]:
