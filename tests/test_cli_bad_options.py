@@ -15,6 +15,7 @@ import argparse
 import traceback
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from flowc.cli import build_parser, main
@@ -50,12 +51,13 @@ def commands() -> dict[str, argparse.ArgumentParser]:
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, str]:
-    """A graph, an ONNX model, a binary file, a folder, and a tiny artifact compiled with
-    --profile."""
+    """A graph, an ONNX model, a binary file, a folder, a .npy array, and a tiny artifact
+    compiled with --profile."""
     root = tmp_path_factory.mktemp("cli_bad")
     (root / "g.flowc").write_text(GRAPH)
     (root / "binary.bin").write_bytes(b"\xff\xfe\x00garbage")
     (root / "folder").mkdir()
+    np.save(root / "a.npy", np.ones(3, np.float32))  # of no input's shape
     import onnx
 
     from flowc.examples import zoo
@@ -65,7 +67,8 @@ def files(tmp_path_factory) -> dict[str, str]:
                  "-q"]) == 0
     return {k: str(root / v) for k, v in [("graph", "g.flowc"), ("onnx", "m.onnx"),
                                            ("binary", "binary.bin"), ("folder", "folder"),
-                                           ("artifact", "art"), ("root", ".")]}
+                                           ("npy", "a.npy"), ("artifact", "art"),
+                                           ("root", ".")]}
 
 
 def base_args(command: str, files: dict[str, str]) -> list[str]:
@@ -74,7 +77,8 @@ def base_args(command: str, files: dict[str, str]) -> list[str]:
     return {
         "opt": [files["graph"]], "verify": [files["graph"]], "import": [files["onnx"]],
         "run": [files["artifact"], "--random-inputs"], "inspect": [files["artifact"]],
-        "profile": [files["artifact"], "--runs", "1"], "bench": [files["artifact"], "--runs", "1"],
+        "profile": [files["artifact"], "--runs", "1"],
+        "bench": [files["artifact"], "--runs", "1"],
         "compile": [files["graph"], "-o", out], "view": [files["graph"], "-o", out + ".html"],
         "cache": ["info"], "demo": [],
     }[command]
@@ -99,8 +103,8 @@ def bad_values(command: str, action: argparse.Action, files: dict[str, str]) -> 
         if "SIZE" in metavar:
             values += ["N=-1", "N=x", "NOSUCHDIM=2"]
         if "PATH" in metavar:
-            values += [f"x={p}" for p in bad_paths(action, files)] + ["nosuchinput=" +
-                                                                       files["graph"]]
+            values += [f"x={p}" for p in [*bad_paths(action, files), files["graph"],
+                                          files["npy"]]] + [f"nosuchinput={files['npy']}"]
         if "DEVICE" in metavar:
             values += ["r=tpu:0", "nosuchnode=cpu:0"]
         return values
@@ -115,7 +119,8 @@ def bad_values(command: str, action: argparse.Action, files: dict[str, str]) -> 
 
 def cases(files: dict[str, str]) -> list[tuple[str, list[str]]]:
     """(case id, argv) of every bad command line."""
-    found = [("no command", []), ("unknown command", ["nope"]), ("--version=x", ["--version=x"])]
+    found = [("no command", []), ("unknown command", ["nope"]),
+             ("--version=x", ["--version=x"])]
     for command, parser in commands().items():
         base = base_args(command, files)
         found.append((f"{command} --bogus", [command, *base, "--bogus"]))
@@ -171,6 +176,7 @@ def test_every_bad_command_line_is_one_error_line(files, capsys):
                 or "Traceback" in err:
             failures.append(f"{name}: status {status}, stderr {err!r}")
     assert not failures, f"{len(failures)} bad command lines:\n" + "\n".join(failures)
+    assert not (Path(files["root"]) / "out").exists()  # no bad command line compiled
 
 
 
