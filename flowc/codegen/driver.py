@@ -58,9 +58,9 @@ from typing import Any
 
 from flowc.codegen.artifact import write_artifact
 from flowc.codegen.bind import bind_dims, format_sizes, require_static
+from flowc.codegen.c_text import check_table_names, model_prefix
 from flowc.codegen.cache import resolve as resolve_cache
 from flowc.codegen.dump_index import write_index
-from flowc.codegen.header import c_identifier
 from flowc.codegen.memreport import report_memory
 from flowc.codegen.outdir import check_output_dir
 from flowc.codegen.program import build_program
@@ -228,6 +228,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     if not graph.outputs:
         raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
                          "nothing a caller can see; declare the results it should return")
+    check_table_names([n.name for n in graph.inputs], [name for name, _ in graph.outputs])
     graph, sizes = bind_dims(graph, batch, dims, strict=False)
     passes = parse_pipeline(pipeline) if pipeline else []
     dump = Path(dump_dir) if dump_dir is not None else None
@@ -244,7 +245,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
                         dump_dir=dump, progress=progress).run(graph)
     graph = require_static(graph, format_sizes(sizes))
-    prefix = c_identifier(name or default_name(model, graph))
+    prefix = model_prefix(name, default_name(model, graph))
     program = build_program(graph, prefix)
     report_memory(program, dump, explain_memory)
     if profile and (getattr(resolved, "is_gpu", False) or _runs_on_gpu(program)):

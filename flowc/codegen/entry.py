@@ -5,7 +5,8 @@ source that (with the runtime compiled under the prefix `NAME_`, the kernels obj
 when `embedded`, the weights object defining `NAME_weights`) implements every function
 `NAME.h` declares. The entry function calls the kernels in program order with pointers
 into the inputs, outputs, weights and arena, then copies the outputs that no kernel wrote
-in place. Only the functions of `NAME.h` have default visibility.
+in place. Only the functions of `NAME.h` have default visibility. Names (tensors, nodes)
+appear only as `c_text.c_string` literals and in `c_text.c_comment` comments.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from flowc.codegen.c_text import c_comment, c_string
 from flowc.codegen.header import C_TYPES, ModelInfo, TensorInfo
 from flowc.codegen.profile_c import timed
 from flowc.codegen.program import Program, Storage
@@ -22,11 +24,6 @@ from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES
 X86_FEATURES = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "popcnt",
                 "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512vnni",
                 "avx512bf16", "avx512fp16")
-
-
-def c_string(text: str) -> str:
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-    return '"' + "".join(c if 32 <= ord(c) < 127 else f"\\{ord(c):03o}" for c in escaped) + '"'
 
 
 def pointer(where: Storage) -> str:
@@ -69,7 +66,7 @@ def _entry(program: Program, profile: bool = False) -> list[str]:
     index = {k.symbol: i for i, k in enumerate(program.kernels)}
     for call in program.calls:
         args = [pointer(program.where(v)) for v in (*call.operands, *call.results)]
-        lines.append(f"  /* {', '.join(call.nodes)} */")
+        lines.append(f"  /* {c_comment(', '.join(call.nodes))} */")
         call_c = f"{call.kernel.symbol}({', '.join(args)});"
         if profile:  # profile_c.py: time the call into the run's event buffer
             call_c = timed(call_c, index[call.kernel.symbol])

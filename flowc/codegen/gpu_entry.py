@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from flowc.codegen.c_text import c_comment, c_string
 from flowc.codegen.gpu_kernels import GpuBinary
 from flowc.codegen.partitions import Region, call_device, channel_of, channels
 from flowc.codegen.program import Call, Program, Storage, nbytes
@@ -53,14 +54,8 @@ def _bytes_literal(data: bytes) -> str:
 
 
 def _text_literal(text: str) -> str:
-    lines = text.replace("\\", "\\\\").replace('"', '\\"').split("\n")
-    return "\n".join(f'  "{line}\\n"' for line in lines)
-
-
-def _c_string(text: str) -> str:
-    from flowc.codegen.entry import c_string
-
-    return c_string(text)
+    """`text` as C string literals, one per line (each ending in its newline)."""
+    return "\n".join(f"  {c_string(line + chr(10))}" for line in text.split("\n"))
 
 
 def _images(binary: GpuBinary) -> tuple[list[str], list[str]]:
@@ -103,11 +98,11 @@ class _Launches:
         first = len(self.rows)
         for stage in kernel.stages:
             self.rows.append(f"  {{{self.index[stage.symbol]}, {stage.grid}u, {stage.block}u, "
-                             f"{len(args)}, args_{c}, {_c_string(nodes)}}},")
+                             f"{len(args)}, args_{c}, {c_string(nodes)}}},")
         return list(range(first, len(self.rows)))
 
     def tables(self) -> list[str]:
-        names = ", ".join(f'"{f}"' for f in self.functions)
+        names = ", ".join(c_string(f) for f in self.functions)
         return [f"static const char *const functions[] = {{{names}}};",
                 "static const flowc_gpu_launch launches[] = {\n"
                 + ("\n".join(self.rows) or "  {0}") + "\n};"]
@@ -167,7 +162,7 @@ def render_gpu_partition(program: Program, binary: GpuBinary, region: Region) ->
         op = "FLOWC_GPU_SEND" if call.transfer.op == "send" else "FLOWC_GPU_RECV"
         buf = _arg(data[0], region.offset) if data else NONE
         steps.append(f"  {{{op}, {channel_of(call.transfer, table).index}, {buf}}}, "
-                     f"/* {call.nodes[0]} */")
+                     f"/* {c_comment(call.nodes[0])} */")
     lines += launches.lines
     n_in = len(program.inputs)
     on_device = [0] * (n_in + len(program.outputs))
@@ -192,7 +187,7 @@ def render_gpu_partition(program: Program, binary: GpuBinary, region: Region) ->
         f"static const flowc_gpu_arg results[] = {{{', '.join(results) or '{0}'}}};",
         f"static const unsigned char on_device[] = {{{flags}}};",
         f"static const flowc_gpu_step steps[] = {{\n{chr(10).join(steps)}\n}};",
-        f"/* partition {region.device}: arena region of {region.nbytes} bytes at "
+        f"/* partition {c_comment(region.device)}: arena region of {region.nbytes} bytes at "
         f"{region.offset} */",
         "static const flowc_gpu_program gpu_partition = {",
         f"  {len(images)}, images, {len(launches.functions)}, functions, "

@@ -1,16 +1,17 @@
 """The per-model C header `NAME.h`: the artifact's public C API, documented in comments.
 
-Contract: `c_identifier(text)` and `accessor_names(names)` give the C names used for typed
-accessors (the manifest records them); `render_header(info)` returns the header text for a
-`ModelInfo`. Every exported symbol starts with `NAME_`, so several models link into one
+Contract: `accessor_names(names)` gives the C names used for typed accessors (derived by
+`c_text.c_identifier`; the manifest records them); `render_header(info)` returns the header
+text for a `ModelInfo`; every name in it goes through `c_text.c_comment`. Every exported
+symbol starts with `NAME_`, so several models link into one
 program. The status codes are the same in every header (guarded), matching flowc_rt.h.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from flowc.codegen.c_text import c_comment, c_identifier
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES, STATUS
 
 C_TYPES = {
@@ -22,11 +23,6 @@ C_TYPES = {
     "f8E5M2FNUZ": "uint8_t", "f8E8M0FNU": "uint8_t", "f4E2M1FN": "uint8_t",
     "i4": "uint8_t", "u4": "uint8_t", "i2": "uint8_t", "u2": "uint8_t",
 }
-C_KEYWORDS = frozenset((
-    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
-    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
-    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
-    "union", "unsigned", "void", "volatile", "while"))
 
 
 @dataclass(frozen=True)
@@ -45,14 +41,6 @@ class ModelInfo:
     arena_bytes: int
     weights_file: str | None
     regions: tuple = ()  # partitions.Region per device, when the graph is partitioned
-
-
-def c_identifier(text: str) -> str:
-    """`text` as a C identifier: other characters become `_`, a leading digit gets `_`."""
-    ident = re.sub(r"[^A-Za-z0-9_]", "_", text) or "_"
-    if ident[0].isdigit() or ident in C_KEYWORDS:
-        ident = "_" + ident
-    return ident
 
 
 def accessor_names(names: list[str]) -> list[str]:
@@ -77,8 +65,8 @@ def _regions(info: ModelInfo) -> str:
     """The header's lines on partitions: one per device, with its arena region."""
     if not info.regions:
         return ""
-    rows = "".join(f"\n *   {r.device}: {r.nbytes} arena bytes at offset {r.offset}"
-                   for r in info.regions)
+    rows = "".join(f"\n *   {c_comment(r.device)}: {r.nbytes} arena bytes at offset "
+                   f"{r.offset}" for r in info.regions)
     return (f"\n * The graph is partitioned over {len(info.regions)} devices; {info.name}_run runs "
             "the first on the\n * calling thread and each other on a worker thread of the "
             "context, each in its own\n * region of the arena:" + rows)
@@ -91,17 +79,19 @@ def render_header(info: ModelInfo) -> str:
     dtypes = "\n".join(f"#define FLOWC_DTYPE_{name.upper()} {code}"
                        for name, code in DTYPE_CODES.items())
     tables = "\n".join(
-        [f" *   input {i} '{t.name}': {_shape(t)}" for i, t in enumerate(info.inputs)]
-        + [f" *   output {i} '{t.name}': {_shape(t)}" for i, t in enumerate(info.outputs)])
+        [f" *   input {i} '{c_comment(t.name)}': {_shape(t)}" for i, t in enumerate(info.inputs)]
+        + [f" *   output {i} '{c_comment(t.name)}': {_shape(t)}"
+           for i, t in enumerate(info.outputs)])
     accessors = []
     for i, t in enumerate(info.inputs):
-        accessors.append(f"/* Input {i} '{t.name}', {_shape(t)}: write it before {n}_run. */\n"
-                         f"{C_TYPES[t.dtype]} *{n}_input_{t.c_name}({n}_ctx *ctx);")
+        accessors.append(f"/* Input {i} '{c_comment(t.name)}', {_shape(t)}: write it before "
+                         f"{n}_run. */\n{C_TYPES[t.dtype]} *{n}_input_{t.c_name}({n}_ctx *ctx);")
     for i, t in enumerate(info.outputs):
-        accessors.append(f"/* Output {i} '{t.name}', {_shape(t)}: read it after {n}_run. */\n"
-                         f"const {C_TYPES[t.dtype]} *{n}_output_{t.c_name}(const {n}_ctx *ctx);")
-    weights = (f"Its weights are in '{info.weights_file}', mapped read-only from the library's "
-               f"directory\n * (or from the path given to {n}_create_with_weights)."
+        accessors.append(f"/* Output {i} '{c_comment(t.name)}', {_shape(t)}: read it after "
+                         f"{n}_run. */\nconst {C_TYPES[t.dtype]} *{n}_output_{t.c_name}"
+                         f"(const {n}_ctx *ctx);")
+    weights = (f"Its weights are in '{c_comment(info.weights_file)}', mapped read-only from "
+               f"the library's directory\n * (or from the path given to {n}_create_with_weights)."
                if info.weights_file else "Its weights are embedded in the library.")
     return f"""/* {n}.h: a model compiled by flowc (artifact ABI {ABI_VERSION}).
  *

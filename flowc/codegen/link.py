@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
+from flowc.codegen.c_text import c_string
 from flowc.codegen.cache import CompileCache, digest, resolve
 from flowc.ir.errors import FlowcError
 
@@ -81,8 +82,10 @@ def check_kernel_object(obj: Path, cwd: Path, name: str, symbols: Sequence[str])
 
 
 def weights_asm(name: str, blob_file: str) -> str:
+    """Assembly defining the hidden symbol `NAME_weights` as the bytes of `blob_file`
+    (`name` is a C identifier; the file name goes in as a `c_string`, valid in GNU as)."""
     return (f'\t.section .rodata.flowc_weights,"a"\n\t.balign 64\n\t.globl {name}_weights\n'
-            f"\t.hidden {name}_weights\n{name}_weights:\n\t.incbin \"{blob_file}\"\n"
+            f"\t.hidden {name}_weights\n{name}_weights:\n\t.incbin {c_string(blob_file)}\n"
             '\t.section .note.GNU-stack,"",@progbits\n')
 
 

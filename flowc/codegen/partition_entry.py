@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flowc.codegen.entry import c_string, pointer
+from flowc.codegen.c_text import c_comment, c_string
+from flowc.codegen.entry import pointer
 from flowc.codegen.partitions import Channel, call_device, channel_of, channels, is_gpu_device
 from flowc.codegen.profile_c import timed, transfer_event
 from flowc.codegen.program import Call, Program, Storage
@@ -40,7 +41,7 @@ def _step(program: Program, call: Call, table: dict, ptr: Callable[[Storage], st
         call_c = f"{call.kernel.symbol}({', '.join(args)});"
         if profile:
             call_c = timed(call_c, program.kernels.index(call.kernel))
-        return [f"  /* {', '.join(call.nodes)} */", f"  {call_c}"]
+        return [f"  /* {c_comment(', '.join(call.nodes))} */", f"  {call_c}"]
     node = call.transfer
     ch: Channel = channel_of(node, table)
     data = [*call.operands, *call.results]
@@ -49,7 +50,7 @@ def _step(program: Program, call: Call, table: dict, ptr: Callable[[Storage], st
     call_c = f"{program.name}_{fn}(rv, {ch.index}, {arg});"
     if profile:
         call_c = timed(call_c, transfer_event(ch.index, node.op))
-    return [f"  /* {call.nodes[0]}: {ch.key} */", f"  {call_c}"]
+    return [f"  /* {c_comment(call.nodes[0])}: {c_comment(ch.key)} */", f"  {call_c}"]
 
 
 def render_partitioned(program: Program, gpu=None, profile: bool = False) -> list[str]:
@@ -70,7 +71,8 @@ def render_partitioned(program: Program, gpu=None, profile: bool = False) -> lis
         def ptr(where: Storage, base: int = base) -> str:
             return pointer(Storage("arena", where.at - base) if where.kind == "arena" else where)
 
-        lines += [f"/* partition {k}: {device}, arena region of {nbytes} bytes at {base} */",
+        lines += [f"/* partition {k}: {c_comment(device)}, arena region of {nbytes} bytes at "
+                  f"{base} */",
                   f"static void part_{k}(void *const *in, void *const *out, char *arena, "
                   "const char *w, flowc_rendezvous *rv) {",
                   "  (void)in; (void)out; (void)arena; (void)w; (void)rv;",

@@ -3,9 +3,12 @@
 Contract:
 - `import_onnx(path_or_model)` returns a verified Graph. Graph inputs that are not
   initializers become inputs (`dim_param` becomes a symbolic dim, a missing dim `?`);
-  initializers become named `constant` nodes (external-data files are read relative to the
-  model's directory); ONNX node names are kept as node names, and the model file as the
-  location.
+  initializers become named `constant` nodes; ONNX node names are kept as node names, and
+  the model file as the location.
+- The model file and its external data are read by `onnx_external` (regular files only,
+  sizes checked before reading, external data confined to the model's folder); a model
+  given as a ModelProto must carry its data (an external tensor in it is refused). onnx's
+  own refusals (`ValidationError`) and running out of memory are one-line errors too.
 - Models of opset 13 and newer import as they are; older ones are first converted to
   opset 13 with `onnx.version_converter` (an error names the ops it could not convert).
 - Nodes convert through `onnx_nodes.CONVERTERS`, else straight onto the registry op that
@@ -39,6 +42,7 @@ from flowc.frontend.onnx_attrs import (
     tensor_type,
     to_array,
 )
+from flowc.frontend.onnx_external import load_external, read_model
 from flowc.frontend.onnx_fold import fold_shape_arithmetic
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
 from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
@@ -58,17 +62,8 @@ def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
     if isinstance(model, onnx.ModelProto):
         return model, "<model>"
     path = os.fspath(model)
-    try:
-        proto = onnx.load(path, load_external_data=False)
-    except FileNotFoundError:
-        raise OnnxImportError(f"{path}: no such file") from None
-    except Exception as exc:  # protobuf's DecodeError and friends
-        raise OnnxImportError(f"{path}: not a readable ONNX model ({type(exc).__name__}: "
-                              f"{exc})") from None
-    try:
-        onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path))
-    except (OSError, ValueError) as exc:
-        raise OnnxImportError(f"{path}: cannot read external data: {exc}") from None
+    proto = read_model(path)
+    load_external(proto, path)
     return proto, path
 
 
@@ -357,11 +352,19 @@ def import_onnx_with_values(model: str | os.PathLike | onnx.ModelProto
                             ) -> tuple[Graph, dict[str, Value]]:
     """`import_onnx`, and the flowc value of each named tensor of the model's main graph
     (for mapping ONNX names onto the IR, as the shape-inference comparison does)."""
-    proto, path = _load(model)
-    proto = _upgrade(proto, path)
-    missing = unsupported_nodes(proto, path)
-    if missing:
-        raise _unsupported(path, missing)
-    graph, values = _Importer(proto, path).main()
+    path = "<model>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
+    try:
+        proto, path = _load(model)
+        proto = _upgrade(proto, path)
+        missing = unsupported_nodes(proto, path)
+        if missing:
+            raise _unsupported(path, missing)
+        graph, values = _Importer(proto, path).main()
+    except onnx.checker.ValidationError as exc:  # raised by onnx's own checks
+        lines = str(exc).strip().splitlines()
+        raise OnnxImportError(f"{path}: onnx refuses the model: "
+                              f"{lines[0] if lines else type(exc).__name__}") from None
+    except MemoryError:
+        raise OnnxImportError(f"{path}: out of memory while importing the model") from None
     verify(graph)
     return graph, values

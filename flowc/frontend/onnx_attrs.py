@@ -73,14 +73,19 @@ def tensor_type(value_info: onnx.ValueInfoProto, where: str) -> TensorType:
 
 
 def to_array(tensor: onnx.TensorProto, what: str) -> np.ndarray:
-    """A TensorProto's data (external data must be loaded already); its dims are checked
-    against flowc's size limit before any data is read."""
+    """A TensorProto's data; external data must have been read by `onnx_external` (onnx's
+    reader, which would look relative to the working directory, is never reached). Its
+    dims are checked against flowc's size limit before any data is read."""
     dt = onnx_dtype(tensor.data_type, what)  # a clear error for strings and other unsupported
     if any(d < 0 for d in tensor.dims):
         raise OnnxImportError(f"{what}: dims {list(tensor.dims)}: a dim must be >= 0")
     problem = size_problem(TensorType(dt, tuple(tensor.dims)))
     if problem is not None:
         raise OnnxImportError(f"{what}: {problem}")
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise OnnxImportError(f"{what}: its data is external and was not read (pass the "
+                              "model's file path, not a ModelProto, so that its folder is "
+                              "known)")
     try:
         return numpy_helper.to_array(tensor)
     except (ValueError, TypeError) as exc:   # e.g. dims that disagree with the data's size

@@ -83,6 +83,13 @@ def _plain_name(x: Any) -> bool:
         x not in (".", "..") and "\0" not in x
 
 
+def _text(raw: bytes | None) -> str | None:
+    """A name the library returns: UTF-8 bytes (codegen/c_text.py writes every name so);
+    bytes that are not UTF-8 decode with replacement characters, so they compare unequal
+    to the manifest's names (an ArtifactError), never a UnicodeDecodeError."""
+    return None if raw is None else raw.decode("utf-8", errors="replace")
+
+
 def _is_count(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
@@ -221,7 +228,7 @@ class Model:
         where = f"{self.path}: library and manifest disagree"
         if self._fn("abi_version")() != ABI_VERSION:
             raise ArtifactError(f"{where}: the library has ABI {self._fn('abi_version')()}")
-        mapped, want = self._fn("graph_hash")().decode(), self.manifest["graph_hash"]
+        mapped, want = _text(self._fn("graph_hash")()), self.manifest["graph_hash"]
         if mapped != want:
             if want.encode() in (self.path / f"lib{self.name}.so").read_bytes():
                 # the file on disk is this manifest's: dlopen gave back the library it mapped
@@ -239,7 +246,7 @@ class Model:
             for k, t in enumerate(declared):
                 rank = self._fn(f"{kind}_rank")(k)
                 shape_p = self._fn(f"{kind}_shape")(k)
-                found = (self._fn(f"{kind}_name")(k).decode(), self._fn(f"{kind}_dtype")(k),
+                found = (_text(self._fn(f"{kind}_name")(k)), self._fn(f"{kind}_dtype")(k),
                          [shape_p[d] for d in range(rank)])
                 if found != (t["name"], DTYPE_CODES[t["dtype"]], list(t["shape"])):
                     raise ArtifactError(f"{where}: {kind} {k} is {found} in the library, "
