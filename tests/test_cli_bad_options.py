@@ -26,7 +26,12 @@ GRAPH = ("graph @g(%x: f32[N,4]) -> (y: f32[N,4]) {\n"
 
 # bad values of options that take free text, by (command, option)
 FREE_TEXT: dict[tuple[str, str], list[str]] = {
-    ("opt", "--pipeline"): ["no-such-pass", "cse{nope=1}", "cse{"],
+    ("opt", "--pipeline"): ["no-such-pass", "cse{nope=1}", "cse{", "fuse,", "cse{}}",
+                            "constant-fold{max_bytes=-1}", "constant-fold{max_bytes=x}",
+                            "prune{keep_stateful=maybe}", "pack-weights{panel_bytes=0}",
+                            "pack-weights{max_k=-1}", "winograd{tile=3}",
+                            "winograd{min_size=-1}", "partition{default_device=tpu:0}",
+                            "place{devices=cpu:0,place=zz}"],
     ("opt", "--print-ir-after"): ["no-such-pass"],
     ("compile", "--pipeline"): ["no-such-pass", "cse{nope=1}"],
     ("compile", "--target"): ["no-such-target"],
@@ -216,3 +221,20 @@ def test_messages_about_files(files, capsys):
     ]:
         assert main(argv) == 1, argv
         assert capsys.readouterr().err == f"flowc: error: {message}\n"
+
+
+@pytest.mark.parametrize(("pipeline", "message"), [
+    ("pack-weights{panel_bytes=0}", "pass 'pack-weights': option 'panel_bytes' must be >= 8, "
+                                    "found 0"),
+    ("winograd{tile=3}", "pass 'winograd': option 'tile' must be 4 or 2 (F(4x4, 3x3) or "
+                         "F(2x2, 3x3)), found 3"),
+    ("winograd{min_channels=-1}", "pass 'winograd': option 'min_channels' must be >= 0, "
+                                  "found -1"),
+])
+def test_pass_options_out_of_range(pipeline, message):
+    from flowc.ir.errors import FlowcError
+    from flowc.passes import parse_pipeline
+
+    with pytest.raises(FlowcError) as info:
+        parse_pipeline(pipeline)
+    assert str(info.value) == message
