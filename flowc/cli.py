@@ -1,12 +1,13 @@
 """The `flowc` command: `opt` (parse, run passes, print), `run` (interpret), `verify`,
 `import`; `compile`, `inspect`, `demo` and `run DIR` live in `cli_artifact.py`.
 
-Contract: `main(argv)` returns the exit status. Every FlowcError, every ArtifactError (an
-artifact directory that cannot be loaded or run), and every OSError from reading or
-writing a file, is printed as `flowc: error: MESSAGE` on stderr with exit
-status 1, never as a traceback. Start-up imports neither the IR's op registry nor the
-passes (nor ml_dtypes, mlir, onnx): `--version`, `--help` and the runtime-only commands
-answer at once; each command imports what it uses.
+Contract: `main(argv)` returns the exit status (it raises no SystemExit). Every FlowcError,
+every ArtifactError (an artifact directory that cannot be loaded or run), every OSError
+from reading or writing a file, and a malformed command line (`cli_common.Parser`), is
+printed as `flowc: error: MESSAGE` on stderr with exit status 1, never as a traceback.
+Start-up imports neither the IR's op registry nor the passes (nor ml_dtypes, mlir, onnx):
+`--version`, `--help` and the runtime-only commands answer at once; each command imports
+what it uses.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from flowc import cli_artifact
+from flowc.cli_bench import add_bench_command
 from flowc.cli_common import (
+    SEED,
+    Parser,
     add_report_options,
     emit_results,
     load_inputs,
@@ -224,6 +228,11 @@ def random_feed(rng: np.random.Generator, name: str, t: object, dims: dict[str, 
 def cmd_run(args: argparse.Namespace) -> int:
     if Path(args.file).is_dir():  # an artifact directory (flowc compile's output)
         return cli_artifact.run_artifact(args)
+    given = [o for o, v in (("--threads", args.threads), ("--profile", args.profile),
+                            ("--runs", args.runs != 1 or None)) if v is not None]
+    if given:
+        raise FlowcError(f"{given[0]} applies to artifact directories; '{args.file}' is a "
+                         "graph, run on the reference interpreter")
     graph = load_graph(args.file)
     from flowc.ir.interpret import interpret  # imported here: `opt` does not need it
 
@@ -262,7 +271,7 @@ class PassListingFormatter(argparse.HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="flowc",
         description="flowc: an ahead-of-time compiler for ML dataflow graphs. Reads and "
                     "writes the IR text form (.flowc files).",
@@ -322,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--random-inputs", metavar="SYM=SIZE", nargs="*",
                      help="feed every input not given by --input with seeded random data, "
                           "binding symbolic dims: --random-inputs N=4")
-    run.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (0)")
+    run.add_argument("--seed", type=SEED, default=0, help="seed for --random-inputs (0)")
     run.add_argument("--fetch", metavar="NAME", action="append",
                      help="what to compute: an output, or a node as 'name' or 'name:1'; "
                           "repeatable (default: every output)")
@@ -352,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_artifact.add_commands(sub)
     add_view_command(sub)
     add_profile_command(sub)
+    add_bench_command(sub)
     return parser
 
 
@@ -360,13 +370,17 @@ def error(message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0), a malformed command line (1)
+        return exc.code if isinstance(exc.code, int) else 1
     try:
         return args.func(args)
     except (FlowcError, ArtifactError) as exc:
         error(str(exc))
     except OSError as exc:
-        error(str(exc))
+        where = f"'{exc.filename}': " if exc.filename else ""
+        error(f"{where}{exc.strerror or exc}")
     except KeyboardInterrupt:
         error("interrupted")
     return 1

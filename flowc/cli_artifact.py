@@ -19,6 +19,9 @@ from typing import Any
 import numpy as np
 
 from flowc.cli_common import (
+    RUNS,
+    THREADS,
+    Count,
     add_report_options,
     emit_results,
     load_inputs,
@@ -170,7 +173,15 @@ def run_artifact(args: argparse.Namespace) -> int:
         rng = np.random.default_rng(args.seed)
         for name, dt, shape in model.inputs:
             feeds.setdefault(name, random_array(rng, dt, shape))
-    emit_results(model.run(**feeds), args.output_dir)
+    results = model.run(**feeds)
+    if args.fetch:
+        for name in args.fetch:
+            if name not in results:
+                raise FlowcError(f"--fetch {name}: the artifact {args.file} has no output "
+                                 f"'{name}' (its outputs: {', '.join(results)}; an artifact "
+                                 "computes only its outputs)")
+        results = {name: results[name] for name in dict.fromkeys(args.fetch)}
+    emit_results(results, args.output_dir)
     return 0
 
 
@@ -268,7 +279,7 @@ def add_commands(sub: Any) -> None:
                            "(repeatable; default sm_80 and sm_90)")
     comp.add_argument("--name", metavar="NAME",
                       help="symbol prefix (default: the model file's name)")
-    comp.add_argument("--batch", type=int, default=1,
+    comp.add_argument("--batch", type=Count(0, 2**48), default=1,
                       help="size of symbolic leading dims (default 1)")
     comp.add_argument("--dim", metavar="SYM=SIZE", action="append", default=[],
                       help="size of a symbolic dim by name; repeatable")
@@ -323,16 +334,17 @@ def add_commands(sub: Any) -> None:
     demo.add_argument("--model", choices=DEMO_MODELS, default="mlp",
                       help="mlp: flowc/examples/mlp.flowc (default); the others: the model "
                            "zoo of flowc/examples/zoo.py")
-    demo.add_argument("--batch", type=int, default=4)
+    demo.add_argument("--batch", type=Count(1, 1024), default=4,
+                      help="the batch to compile and run (4)")
     demo.add_argument("-o", "--output", metavar="DIR", help="keep the artifact here")
     demo.set_defaults(func=cmd_demo)
 
 
 def add_run_options(run: argparse.ArgumentParser) -> None:
     """Options `flowc run DIR` adds to `flowc run`."""
-    run.add_argument("--threads", type=int, default=None,
+    run.add_argument("--threads", type=THREADS, default=None,
                      help="(artifact directories) threads to run on (default: all cores)")
     run.add_argument("--profile", metavar="TRACE.json",
                      help="(artifact directories compiled with --profile) run --runs times on "
                           "random inputs and write each kernel call as Chrome trace-event JSON")
-    run.add_argument("--runs", type=int, default=1, help="(with --profile) runs to record (1)")
+    run.add_argument("--runs", type=RUNS, default=1, help="(with --profile) runs to record (1)")

@@ -2,6 +2,10 @@
 
 Contract: every function raises `FlowcError` (naming the option, file or input) for bad
 input or a file it cannot read or write, never a bare OSError or traceback.
+- `Parser` is the argparse parser of every `flowc` command: a malformed command line (an
+  unknown option, a value of the wrong kind) is one line, `flowc: error: COMMAND: ... (see
+  'flowc COMMAND --help')`, with exit status 1, like every other error.
+- `Count(lo, hi)` is the argparse type of every whole-number option: it accepts lo..hi.
 - `add_report_options(parser)` adds `-q/--quiet` and `-v/--verbose` (exclusive);
   `progress_from(args, bar)` makes the `flowc.progress.Progress` they ask for (a progress bar
   on a terminal stderr, per-pass and per-kernel lines when verbose, nothing when quiet).
@@ -23,6 +27,42 @@ import numpy as np
 
 from flowc.ir.errors import FlowcError
 from flowc.progress import Progress
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, reporting a malformed command line as one `flowc: error:` line
+    with exit status 1 (argparse's own: the usage block, then a line, status 2)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        command = self.prog.removeprefix("flowc").strip()
+        where = f"{command}: " if command else ""
+        self.exit(1, f"flowc: error: {where}{message} (see '{self.prog} --help')\n")
+
+
+class Count:
+    """The argparse type of a whole-number option accepting `lo`..`hi`; its message says
+    what was expected and what was found."""
+
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi = lo, hi
+
+    def __call__(self, text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or not self.lo <= value <= self.hi:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {self.lo} to "
+                                             f"{self.hi}, found '{text}'")
+        return value
+
+    def __repr__(self) -> str:
+        return f"Count({self.lo}, {self.hi})"
+
+
+SEED = Count(0, 2**63 - 1)
+THREADS = Count(0, 1024)  # 0: every core; the runtime runs at most 1024
+RUNS = Count(1, 10**9)
 
 
 def add_report_options(parser: argparse.ArgumentParser) -> None:
@@ -76,8 +116,10 @@ def load_inputs(items: Sequence[str]) -> dict[str, np.ndarray]:
             raise FlowcError(f"--input {name}: cannot read '{path}': "
                              f"{exc.strerror or exc}") from None
         except ValueError as exc:
-            raise FlowcError(f"--input {name}: '{path}' is not a .npy array file: "
-                             f"{exc}") from None
+            why = "it holds pickled objects, which are refused" if "pickle" in str(exc) \
+                else str(exc)
+            raise FlowcError(f"--input {name}: '{path}' is not a .npy array file ({why})") \
+                from None
     return feeds
 
 

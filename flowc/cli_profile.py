@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from flowc.cli_common import random_array, write_text
+from flowc.cli_common import RUNS, SEED, THREADS, Count, random_array, write_text
 from flowc.ir.errors import FlowcError
 
 
@@ -25,8 +25,6 @@ def profiled_runs(path: str, runs: int, seed: int = 0, threads: int | None = Non
                   ) -> tuple[dict[str, Any], list[np.ndarray]]:
     from flowc.runtime.loader import load
 
-    if runs < 1:
-        raise FlowcError(f"--runs {runs}: must be at least 1")
     model = load(path, threads=threads)
     if model.profiler is None:
         raise FlowcError(f"'{path}': the artifact was compiled without profiling; "
@@ -76,9 +74,10 @@ def add_profile_command(sub: Any) -> None:
                     "inputs and print its kernels by total time, with the graph nodes each "
                     "one runs.")
     prof.add_argument("dir", metavar="DIR", help="the artifact directory")
-    prof.add_argument("--runs", type=int, default=20, help="how many runs (20)")
-    prof.add_argument("--top", type=int, default=10, help="how many kernels to list (10)")
-    prof.add_argument("--seed", type=int, default=0, help="seed of the random inputs (0)")
-    prof.add_argument("--threads", type=int, default=None, help="threads (default: all)")
+    prof.add_argument("--runs", type=RUNS, default=20, help="how many runs (20)")
+    prof.add_argument("--top", type=Count(1, 10**6), default=10,
+                      help="how many kernels to list (10)")
+    prof.add_argument("--seed", type=SEED, default=0, help="seed of the random inputs (0)")
+    prof.add_argument("--threads", type=THREADS, default=None, help="threads (default: all)")
     prof.add_argument("--trace", metavar="FILE.json", help="also write a Chrome trace")
     prof.set_defaults(func=cmd_profile)

@@ -1,25 +1,27 @@
 """`flowc view`: draw a graph at any stage as HTML, SVG or DOT.
 
-Contract: `graph_to_view(path, stage)` reads a `.flowc` file, an `.onnx` model (imported),
-or a dump folder written by `flowc compile --dump-dir` / `flowc opt --dump-dir` (the
-graph after the pass `stage` names, by pass name or number; by default the last one: the
-compiled graph `NAME.flowc` when present). `cmd_view` writes `-o OUT` in the format its
-suffix names (`.html`, `.svg`, `.dot`); the HTML page of a dump folder holding a memory
-report (`memory.json`, from `flowc compile --dump-dir`) also shows the arena over time, and
-`--memory` draws only that chart (`.svg` or `.html`). A `.json` file is a runtime profile
-(`flowc run DIR --profile trace.json`), drawn as a timeline (`.svg` or `.html`). Bad paths,
-stages, suffixes, traces and a `--memory` without a report are `FlowcError`s naming the
-path.
+Contract: `load_view_graph(path, stage)` reads a `.flowc` file, an `.onnx` model
+(imported), or a dump folder written by `flowc compile --dump-dir` / `flowc opt --dump-dir`
+(the graph after the pass `stage` names, by pass name or number; by default the last one:
+the compiled graph `NAME.flowc` when present); an artifact directory stands for the dump
+folder inside it, and one without is an error saying how to draw its graph. `cmd_view`
+writes `-o OUT` in the format its suffix names (`.html`, `.svg`, `.dot`); the HTML page of
+a dump folder holding a memory report (`memory.json`, from `flowc compile --dump-dir`) also
+shows the arena over time, and `--memory` draws only that chart (`.svg` or `.html`). A
+`.json` file is a runtime profile (`flowc run DIR --profile trace.json`), drawn as a
+timeline (`.svg` or `.html`). Bad paths, stages, suffixes, traces and a `--memory` without
+a report are `FlowcError`s naming the path.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowc.cli_common import write_text
+from flowc.cli_common import Count, write_text
 from flowc.ir.errors import FlowcError
 
 if TYPE_CHECKING:
@@ -51,13 +53,38 @@ def dump_stage(folder: Path, stage: str | None) -> Path:
                      "'flowc compile --dump-dir DIR' or 'flowc opt --dump-dir DIR'")
 
 
+def dump_folder(path: Path) -> Path:
+    """`path`, or for an artifact directory (it has a manifest.json) the dump folder inside
+    it (`flowc compile -o DIR --dump-dir DIR/dump`); an artifact holding none is an error
+    saying how to draw its graph (the manifest names no source: artifacts hold no paths)."""
+    manifest = path / "manifest.json"
+    if not manifest.is_file():
+        return path
+    dumps = [d for d in sorted(path.iterdir()) if d.is_dir() and any(d.glob("*.flowc"))]
+    if len(dumps) == 1:
+        return dumps[0]
+    if dumps:
+        raise FlowcError(f"'{path}': an artifact directory holding several dump folders "
+                         f"({', '.join(d.name for d in dumps)}); draw one of them")
+    try:
+        name = f" of model '{json.loads(manifest.read_text())['name']}'"
+    except (OSError, ValueError, KeyError, TypeError):
+        name = ""
+    raise FlowcError(f"'{path}': an artifact directory{name}, which holds no graph; draw the "
+                     f"model it was compiled from (flowc view MODEL -o OUT), or recompile with "
+                     f"--dump-dir {path}/dump and draw that (flowc view {path} -o OUT)")
+
+
 def load_view_graph(path: str, stage: str | None = None) -> Graph:
     """The graph that `flowc view PATH` draws."""
     p = Path(path)
     if not p.exists():
         raise FlowcError(f"'{path}': no such file or folder")
     if p.is_dir():
-        p = dump_stage(p, stage)
+        p = dump_stage(dump_folder(p), stage)
+    elif stage is not None:
+        raise FlowcError(f"--stage {stage}: '{path}' is a file; --stage picks the graph after a "
+                         "pass in a dump folder (flowc compile/opt --dump-dir DIR)")
     if p.suffix == ".onnx":
         from flowc.frontend.onnx import import_onnx  # onnx loads only for models
 
@@ -72,7 +99,7 @@ def load_view_graph(path: str, stage: str | None = None) -> Graph:
 def memory_report(path: str, required: bool) -> dict | None:
     """The memory report of the dump folder `path` (None when there is none and it is not
     `required`)."""
-    report = Path(path) / "memory.json"
+    report = dump_folder(Path(path)) / "memory.json"
     if report.is_file():
         from flowc.view.memory import load_layout
 
@@ -97,6 +124,9 @@ def cmd_view(args: argparse.Namespace) -> int:
     if suffix not in formats:
         raise FlowcError(f"'{args.output}': the output must end in {', '.join(formats)} "
                          f"(the format{' of ' + chart if chart else ''})")
+    if args.run is not None and (args.memory or not args.file.endswith(".json")):
+        raise FlowcError(f"--run {args.run}: only a profile trace (.json) has runs; "
+                         f"'{args.file}' is not one")
     if args.file.endswith(".json") and not args.memory:
         trace = load_trace(Path(args.file))
         if args.run is not None:
@@ -118,10 +148,11 @@ def cmd_view(args: argparse.Namespace) -> int:
 def add_view_command(sub: Any) -> None:
     view = sub.add_parser(
         "view", help="draw a graph as HTML, SVG or DOT",
-        description="Draw FILE (a .flowc graph, an .onnx model, or a folder written by "
-                    "--dump-dir) with nodes by op, fused kernels as nested clusters, devices "
-                    "as coloured groups, send/recv transfers marked and tensor types on "
-                    "edges; or a profile (trace .json of 'flowc run DIR --profile') as a "
+        description="Draw FILE (a .flowc graph, an .onnx model, a folder written by "
+                    "--dump-dir, or an artifact directory holding one) with nodes by op, "
+                    "fused kernels as nested clusters, devices as coloured groups, "
+                    "send/recv transfers marked and tensor types on edges; or a profile "
+                    "(trace .json of 'flowc run DIR --profile') as a "
                     "timeline. The HTML page is self-contained (open it in a browser).")
     view.add_argument("file", metavar="FILE_OR_DIR", help="what to draw")
     view.add_argument("-o", "--output", metavar="OUT", required=True,
@@ -132,6 +163,6 @@ def add_view_command(sub: Any) -> None:
     view.add_argument("--memory", action="store_true",
                       help="draw only the arena over time (a dump folder's memory.json): "
                            "each tensor's offset and size during the steps it is live")
-    view.add_argument("--run", type=int, metavar="K",
+    view.add_argument("--run", type=Count(0, 10**9), metavar="K",
                       help="of a profile trace, draw only run K (runs count from 0)")
     view.set_defaults(func=cmd_view)

@@ -6,6 +6,7 @@ Contract:
   those bindings, the sizes bound). `dims` binds symbols by name; `batch` binds every
   symbol that is the leading dim of some input and is not in `dims`. A symbol left unbound
   or a `?` input dim is a FlowcError naming the input and saying how to bind it; so is a
+  name in `dims` that is no symbolic dim of an input (it would bind nothing), a
   negative size, or one making an input break flowc's size limit (`ir/limits.py`). With
   `strict`, a result the rules cannot make static is a FlowcError naming the node; without,
   it is left for the passes (constant folding may make it static) and `require_static`.
@@ -56,6 +57,12 @@ def symbol_sizes(graph: Graph, batch: int | None, dims: Mapping[str, int]) -> di
                         f"input '{node.name}' is {t}: symbolic dim {dim} needs a size; bind "
                         f"it with dims={{'{dim}': SIZE}} (CLI: --dim {dim}=SIZE)"
                         + ("" if axis else " or batch=SIZE (CLI: --batch SIZE)"))
+    symbols = {d for node in graph.inputs for d in node.types[0].shape if isinstance(d, str)}
+    for name in dims:
+        if name not in symbols:
+            raise FlowcError(f"dim {name}={dims[name]}: no input of graph @{graph.name} has a "
+                             f"symbolic dim {name} (its symbolic dims: "
+                             f"{', '.join(sorted(symbols)) or 'none'})")
     return sizes
 
 

@@ -77,6 +77,9 @@ def load_model(model: ModelLike) -> Graph:
         return model
     if isinstance(model, str | os.PathLike):
         path = Path(model)
+        if not path.is_file():
+            what = "is a directory" if path.is_dir() else "no such file"
+            raise FlowcError(f"{path}: {what}; expected a .onnx model or a .flowc graph")
         if path.suffix == ".flowc":
             from flowc.ir.parser import parse
 
@@ -180,8 +183,16 @@ def placement_passes(passes: list, devices: str, place: Sequence[str],
                      profiles: str | None, explain: Callable[[str], Any] | None,
                      dump_dir: Path | None) -> list:
     """`passes` with the placer for `devices` in it (see `flowc.passes.place`); its report
-    goes to `explain` and to DUMP_DIR/placement.txt."""
+    goes to `explain` and to DUMP_DIR/placement.txt. The device list, the NODE=DEV
+    assignments and the profiles file are checked here, before any pass runs, so that their
+    errors name the option (`--devices: ...`) and come at once."""
     from flowc.passes.place import Place, insert_place
+    from flowc.passes.place_constraints import parse_assignments
+    from flowc.passes.place_devices import Cluster, parse_device_list
+
+    Cluster.build(parse_device_list(devices, "--devices"), profiles or "")
+    for item in place:
+        parse_assignments(item, "--place")
 
     def report(r: Any) -> None:
         if explain is not None:

@@ -41,6 +41,13 @@ def check_output_dir(path: str | os.PathLike, keep: Sequence[str] = ()) -> None:
     path = Path(path)
     kept = {Path(rel).parts[0] for rel in keep}
     if not path.exists():
+        above = next(p for p in Path(os.path.abspath(path)).parents if p.exists())
+        if not above.is_dir():
+            raise FlowcError(f"output '{path}': '{above}' is a file, not a directory; expected "
+                             "a directory to write the artifact into")
+        if not os.access(above, os.W_OK | os.X_OK):
+            raise FlowcError(f"output '{path}': cannot create it in '{above}' (no permission "
+                             "to write there)")
         return
     if not path.is_dir():
         raise FlowcError(f"output '{path}' exists and is not a directory; expected a directory "

@@ -98,8 +98,11 @@ def ir_window(graph: Graph, node: Node, context: int = WINDOW_LINES) -> str | No
 
 
 def blamed_node(exc: BaseException, graph: Graph) -> Node | None:
-    """The node of `graph` an exception is about: its `node` attribute if it has one, else
-    the innermost traceback frame holding one of `graph`'s nodes in a local variable."""
+    """The node of `graph` an exception is about: its `node` attribute if it has one (None:
+    about no one node), else the innermost traceback frame holding one of `graph`'s nodes in
+    a local variable."""
+    if "node" in vars(exc) and exc.node is None:
+        return None
     node = getattr(exc, "node", None)
     members = {id(n) for n in graph.all_nodes()}
     if isinstance(node, Node) and id(node) in members:

@@ -34,6 +34,7 @@ from typing import ClassVar
 import numpy as np
 
 from flowc.ir.devices import is_gpu_device
+from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops.nn import pack_panels
 from flowc.passes.registry import register
@@ -50,6 +51,13 @@ class PackWeights:
     name: ClassVar[str] = "pack-weights"
     panel_bytes: int = 128
     max_k: int = 4096
+
+    def __post_init__(self) -> None:
+        for option, value, least in (("panel_bytes", self.panel_bytes, 8),
+                                     ("max_k", self.max_k, 0)):
+            if value < least:  # a panel narrower than one 8-byte element is no panel
+                raise FlowcError(f"pass 'pack-weights': option '{option}' must be >= {least}, "
+                                 f"found {value}")
 
     def run(self, graph: Graph) -> Graph:
         graph = in_bodies(graph, self.run)

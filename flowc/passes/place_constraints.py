@@ -6,12 +6,14 @@ API's `device(...)` context or the text form's `@dev` set it, and every `--place
 naming it), the candidate devices left, and for each excluded device the reason. A
 constraint is a device spec, exact (`gpu:1`) or partial (`gpu` = any GPU). NODE in an
 assignment is a node name, or the name of a source (ONNX) node that became several flowc
-nodes (`NODE/...`, as function bodies import). A device is available for a node when
-`supports(op, device_type)` is true. Colocation groups (`groups(graph)`): a `variable`
-and every node that takes its handle (reads, assigns) share one device; a group's
+nodes (`NODE/...`, as function bodies import) or was merged into another (a Conv folded
+into its BatchNorm: one of the node's `loc(fused[...])` sources). A device is available
+for a node when `supports(op, device_type)` is true. Colocation groups (`groups(graph)`):
+a `variable` and every node that takes its handle (reads, assigns) share one device; a group's
 candidates are those every member allows. Every node or group left without a device, and
-every assignment naming no node, is reported in ONE FlowcError naming the nodes and the
-constraints that conflict. Inputs are never placed; constants only when they carry a device.
+every assignment naming no node, is reported in ONE FlowcError, one line, naming the nodes
+and the constraints that conflict (about no one node: `node` None, so no IR is shown around
+one). Inputs are never placed; constants only when they carry a device.
 """
 
 from __future__ import annotations
@@ -82,8 +84,11 @@ def groups(graph: Graph) -> dict[Node, list[Node]]:
     return {n: members[leader[n]] for n in leader if len(members[leader[n]]) > 1}
 
 
-def _matches(name: str | None, wanted: str) -> bool:
-    return name is not None and (name == wanted or name.startswith(wanted + "/"))
+def _matches(node: Node, wanted: str) -> bool:
+    """Whether `wanted` names `node`, one of the source nodes merged into it, or a source
+    node that became several flowc nodes (`wanted/...`)."""
+    return any(name is not None and (name == wanted or name.startswith(wanted + "/"))
+               for name, _ in node.sources())
 
 
 def feasible(graph: Graph, cluster: Cluster, assignments: list[tuple[str, DeviceSpec, str]],
@@ -101,7 +106,7 @@ def feasible(graph: Graph, cluster: Cluster, assignments: list[tuple[str, Device
                 continue
             result[node].constraints.append(Constraint(spec, f"@{node.device} on the node"))
     for name, spec, source in assignments:
-        hits = [n for n in nodes if _matches(n.name, name)]
+        hits = [n for n in nodes if _matches(n, name)]
         if not hits:
             names = [n.name for n in nodes if n.name]
             close = difflib.get_close_matches(name, names, n=3)
@@ -133,8 +138,12 @@ def feasible(graph: Graph, cluster: Cluster, assignments: list[tuple[str, Device
         if not result[node].candidates and node not in done:
             problems.append(_node_problem(result[node], cluster))
     if problems:
-        raise FlowcError(f"cannot place graph @{graph.name} on {', '.join(cluster.by_name)}:\n  "
-                         + "\n  ".join(problems))
+        listed = problems[0] if len(problems) == 1 else f"{len(problems)} problems: " + " ".join(
+            f"({k}) {p}" for k, p in enumerate(problems, 1))
+        error = FlowcError(f"cannot place graph @{graph.name} on {', '.join(cluster.by_name)}: "
+                           + listed)
+        error.node = None  # about the graph's constraints, not one node
+        raise error
     return result
 
 

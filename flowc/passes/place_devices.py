@@ -156,6 +156,9 @@ def _read_json(path: str) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise FlowcError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column "
                          f"{exc.colno}") from None
+    except UnicodeDecodeError as exc:
+        raise FlowcError(f"{path}: not valid JSON: not UTF-8 text ({exc.reason} at byte "
+                         f"{exc.start})") from None
     if not isinstance(data, dict):
         raise FlowcError(f"{path}: expected a JSON object with 'devices' and/or 'links'")
     unknown = sorted(set(data) - {"devices", "links"})

@@ -32,6 +32,7 @@ from typing import ClassVar
 import numpy as np
 
 from flowc.ir.devices import is_gpu_device
+from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import get_op
 from flowc.ir.ops.winograd import winograd_filter
@@ -49,6 +50,16 @@ class Winograd:
     tile: int = 4
     min_channels: int = 8
     min_size: int = 4
+
+    def __post_init__(self) -> None:
+        if self.tile not in (2, 4):
+            raise FlowcError(f"pass 'winograd': option 'tile' must be 4 or 2 (F(4x4, 3x3) or "
+                             f"F(2x2, 3x3)), found {self.tile}")
+        for option, value in (("min_channels", self.min_channels),
+                              ("min_size", self.min_size)):
+            if value < 0:
+                raise FlowcError(f"pass 'winograd': option '{option}' must be >= 0, found "
+                                 f"{value}")
 
     def run(self, graph: Graph) -> Graph:
         graph = in_bodies(graph, self.run)

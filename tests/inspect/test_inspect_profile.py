@@ -82,7 +82,8 @@ def test_loader_exposes_events_and_profiling_off_costs_nothing(profiled, tmp_pat
     assert "compiled without profiling; recompile it with 'flowc compile --profile'" \
         in capsys.readouterr().err
     assert main(["profile", str(profiled / "art"), "--runs", "0"]) == 1
-    assert "--runs 0: must be at least 1" in capsys.readouterr().err
+    assert "argument --runs: expected a whole number from 1 to 1000000000, found '0'" \
+        in capsys.readouterr().err
     assert main(["profile", str(tmp_path / "none")]) == 1  # one line, no traceback
     assert capsys.readouterr().err == (f"flowc: error: {tmp_path / 'none'}: no such artifact "
                                        "directory\n")

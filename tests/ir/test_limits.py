@@ -73,6 +73,8 @@ def _symbolic_graph() -> Graph:
 @pytest.mark.parametrize(("batch", "dims", "message"), [
     (-1, {}, "batch=-1: a batch size must be >= 0"),
     (1, {"N": -3}, "dim N=-3: a dim size must be >= 0"),
+    (1, {"M": 3}, "dim M=3: no input of graph @g has a symbolic dim M \\(its symbolic dims: "
+                  "N\\)"),
     (2**60, {}, f"input 'x' bound with N=1152921504606846976: f32\\[1152921504606846976,8\\] "
                 f"{OVER}"),
 ])

@@ -94,19 +94,19 @@ def test_a_profile_file_overrides_the_builtin_figures(tmp_path):
     ({"place": "r"}, "place: 'r' must look like NODE=DEVICE (e.g. fc1=gpu:0)"),
     ({"place": "r=npu:0"}, "place r=npu:0: device 'npu:0': 'npu:0' is not job:NAME, task:N, "
                            "cpu:N or gpu:N"),
-    ({"place": "relu=cpu:0"}, "cannot place graph @g on cpu:0, gpu:0:\n  --place relu=cpu:0: "
+    ({"place": "relu=cpu:0"}, "cannot place graph @g on cpu:0, gpu:0: --place relu=cpu:0: "
                               "no node named 'relu' in @g (passes before placement may have "
                               "merged or removed it: --dump-dir shows the graph placed)"),
-    ({"place": "rr=cpu:0"}, "cannot place graph @g on cpu:0, gpu:0:\n  --place rr=cpu:0: "
+    ({"place": "rr=cpu:0"}, "cannot place graph @g on cpu:0, gpu:0: --place rr=cpu:0: "
                            "no node named 'rr' in @g (passes before placement may have "
                            "merged or removed it: --dump-dir shows the graph placed; "
                            "close: r)"),
-    ({"place": "r=gpu:3"}, "cannot place graph @g on cpu:0, gpu:0:\n  'r' (relu): gpu:3 "
+    ({"place": "r=gpu:3"}, "cannot place graph @g on cpu:0, gpu:0: 'r' (relu): gpu:3 "
                            "(--place r=gpu:3) matches no device of the compile"),
     ({"available": "tpu=add"}, "place: available 'tpu=add' must look like TYPE=OP|OP with "
                                "TYPE cpu or gpu (e.g. gpu=matmul|relu)"),
     ({"available": "cpu=add;gpu=add"},
-     "cannot place graph @g on cpu:0, gpu:0:\n  'r' (relu): no device is left (cpu:0: "
+     "cannot place graph @g on cpu:0, gpu:0: 'r' (relu): no device is left (cpu:0: "
      "availability: no cpu kernel for relu; gpu:0: availability: no gpu kernel for relu)"),
 ])
 def test_constraint_errors(options, message):
@@ -129,7 +129,7 @@ def test_cli_compile_errors(tmp_path, capsys):
     assert main(["compile", str(src), "-o", str(tmp_path / "a"), "--devices", "cpu:0,gpu:0",
                  "--place", "r=gpu:1"]) == 1
     err = capsys.readouterr().err
-    assert "cannot place graph @g on cpu:0, gpu:0:\n  'r' (relu): gpu:1 (--place r=gpu:1) " \
+    assert "cannot place graph @g on cpu:0, gpu:0: 'r' (relu): gpu:1 (--place r=gpu:1) " \
            "matches no device of the compile" in err
 
 
@@ -145,3 +145,50 @@ def test_cli_compile_explains_and_dumps(tmp_path, capsys):
     assert "    gpu:0: start " in out
     assert (dump / "placement.txt").read_text() in out
     assert "@cpu:0" in (dump / "g.flowc").read_text()
+
+
+FUSED = ("graph @g(%x: f32[4]) -> (y: f32[4]) {\n"
+         "  %0 = relu %x : (f32[4]) -> f32[4] loc(fused[\"bn0/BatchNormalization\", "
+         "\"conv0/Conv\"])\n  %1 = neg %0 : (f32[4]) -> f32[4] loc(\"n\")\n  return %1\n}\n")
+
+
+def test_a_source_node_merged_into_another_is_placed_by_its_name(tmp_path, capsys):
+    """`--place conv0/Conv=...` names the Conv folded into its BatchNorm: the fused node."""
+    src = tmp_path / "g.flowc"
+    src.write_text(FUSED)
+    assert main(["opt", str(src), "-p", "place{devices=cpu:0;cpu:1,place=conv0/Conv=cpu:1}"]) == 0
+    assert "f32[4] @cpu:1 loc(fused[" in capsys.readouterr().out
+
+
+def test_a_placement_error_is_one_line_without_an_unrelated_ir_window(tmp_path, capsys):
+    src = tmp_path / "g.flowc"
+    src.write_text(FUSED)
+    assert main(["opt", str(src), "-p", "place{devices=cpu:0;cpu:1,place=conv0/Conv=gpu:3;"
+                 "nope=cpu:0}"]) == 1
+    err = capsys.readouterr().err
+    assert err == ("flowc: error: pass 'place' (after: none) on graph @g failed: cannot place "
+                   "graph @g on cpu:0, cpu:1: 2 problems: (1) --place nope=cpu:0: no node named "
+                   "'nope' in @g (passes before placement may have merged or removed it: "
+                   "--dump-dir shows the graph placed) (2) 'bn0/BatchNormalization' (relu): "
+                   "gpu:3 (--place conv0/Conv=gpu:3) matches no device of the compile\n")
+
+
+def test_a_binary_profile_file_is_not_json(tmp_path):
+    path = tmp_path / "devices.json"
+    path.write_bytes(b"\xff\xfe\x00")
+    assert place_error(devices="cpu:0", profiles=str(path)) == (
+        f"{path}: not valid JSON: not UTF-8 text (invalid start byte at byte 0)")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (["--devices", "cpu:0,tpu:0"], "--devices: device 'tpu:0': 'tpu:0' is not job:NAME, "
+                                   "task:N, cpu:N or gpu:N"),
+    (["--devices", "cpu:0", "--place", "r"], "--place: 'r' must look like NODE=DEVICE (e.g. "
+                                             "fc1=gpu:0)"),
+])
+def test_cli_compile_checks_placement_options_before_the_passes(tmp_path, capsys, options,
+                                                                 message):
+    src = tmp_path / "g.flowc"
+    src.write_text(FUSED)
+    assert main(["compile", str(src), "-o", str(tmp_path / "a"), *options]) == 1
+    assert capsys.readouterr().err == f"flowc: error: {message}\n"
