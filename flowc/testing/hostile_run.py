@@ -1,0 +1,402 @@
+"""Runs hostile cases (`flowc.testing.hostile`) in child processes and classifies each.
+
+A server process (`python -m flowc.testing.hostile_run ...`, started by `campaign`)
+imports flowc once and forks one child per step, each in its own process group, with
+limits on memory and file size and a wall-clock timeout. Steps:
+
+- `compile`: `flowc compile model/model.onnx -o art -q` through the CLI's `main`;
+- `run`: `flowc.load(art)`, a run on seeded random inputs, the input names checked against
+  the model's and the outputs against onnxruntime (when onnxruntime runs the model);
+- `header` (names family): a C program that includes the artifact's header, linked with
+  its library, built and run;
+- `load` (manifest family): `flowc run art --random-inputs` through the CLI.
+
+Outcomes, worst first: `escape` (the canary file appeared, or the outside marker shows up
+in what the case produced), `crash` (a signal), `hang` (the timeout), `traceback` (a Python
+traceback), `wrong` (names or outputs differ, or the header does not compile), `accepted`
+(a must-fail case loaded and ran), `messy` (an error exit that is not exactly one line
+`flowc: error: ...`), `clean-error`, `ok`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from flowc.testing.hostile import FAMILIES, Case, Env, case
+
+OUTCOMES = ("escape", "crash", "hang", "traceback", "wrong", "accepted", "messy",
+            "clean-error", "ok")
+CLEAN = ("clean-error", "ok")
+MEMORY_LIMIT = 8 << 30   # address space per child
+FILE_LIMIT = 4 << 30     # largest file a child may write
+RUN_INPUT_LIMIT = 64 << 20
+PYTHON = sys.executable
+
+
+# ---- the campaign's fixed places ----------------------------------------------------------
+def make_env(work: Path) -> Env:
+    """Create `work`'s outside folder, secret, evil library and base artifact."""
+    work.mkdir(parents=True, exist_ok=True)
+    marker_file = work / "marker"
+    if not marker_file.exists():
+        marker_file.write_bytes(b"FLOWC-MARK-" + os.urandom(16).hex()[:21].encode())
+    env = Env(work.resolve(), marker_file.read_bytes(), work.resolve() / "canary")
+    env.outside.mkdir(exist_ok=True)
+    env.secret.write_bytes(env.marker * 4)
+    return env
+
+
+def _prepare_evil_library(env: Env) -> None:
+    if env.evil_library.exists():
+        return
+    env.evil_library.parent.mkdir(exist_ok=True)
+    src = env.evil_library.with_suffix(".c")
+    src.write_text('#include <stdio.h>\n__attribute__((constructor)) static void evil(void)'
+                   f' {{ FILE *f = fopen("{env.canary}", "w"); if (f) fclose(f); }}\n')
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(env.evil_library), str(src)],
+                   check=True)
+
+
+def _prepare_base_artifact(env: Env, timeout: float, environ: dict) -> None:
+    if (env.base_artifact / "manifest.json").exists():
+        return
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from flowc.testing.hostile import model_of
+
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("W", TensorProto.FLOAT, [4, 64], rng.standard_normal(256))
+    b = helper.make_tensor("b", TensorProto.FLOAT, [64], rng.standard_normal(64))
+    m = model_of([helper.make_node("MatMul", ["x", "W"], ["m"], name="mm"),
+                  helper.make_node("Add", ["m", "b"], ["y"], name="add")],
+                 [("x", TensorProto.FLOAT, [2, 4])], [("y", TensorProto.FLOAT, [2, 64])],
+                 [w, b], name="base")
+    src = env.work / "base.onnx"
+    onnx.save(m, src)
+    subprocess.run([PYTHON, "-m", "flowc", "compile", str(src), "-o", str(env.base_artifact),
+                    "-q", "--weights", "file"], check=True, env=environ, timeout=timeout)
+
+
+# ---- children -----------------------------------------------------------------------------
+def _cli(argv: list[str]) -> int:
+    from flowc.cli import main
+
+    return main(argv)
+
+
+def _fork(fn: Callable[[], int], log: Path, timeout: float) -> dict:
+    """Run `fn` in a forked child (own process group, limits, stdout/stderr to `log`.out
+    and `log`.err); its status, whether it timed out, its output and its time."""
+    out, err = log.with_suffix(".out"), log.with_suffix(".err")
+    t0 = time.monotonic()
+    with open(out, "wb") as fo, open(err, "wb") as fe:
+        pid = os.fork()
+        if pid == 0:   # the child: never returns
+            rc = 1
+            try:
+                os.setpgid(0, 0)
+                os.dup2(fo.fileno(), 1)
+                os.dup2(fe.fileno(), 2)
+                resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+                resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                rc = fn()
+            except SystemExit as exc:
+                rc = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(rc if isinstance(rc, int) else 1)
+    pidfd = os.pidfd_open(pid)
+    ready, _, _ = select.select([pidfd], [], [], timeout)
+    timed_out = not ready
+    _kill_group(pid)
+    _, status = os.waitpid(pid, 0)
+    os.close(pidfd)
+    return {"status": status, "timed_out": timed_out, "seconds": time.monotonic() - t0,
+            "stdout": out.read_text(errors="replace")[-4000:],
+            "stderr": err.read_text(errors="replace")[-8000:]}
+
+
+def _kill_group(pid: int) -> None:
+    """Kill what the child left behind (its kernel-compile workers too)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _api_run(art: Path, model: Path, names: list[str] | None, check: bool,
+             out: Path) -> int:
+    """Load and run `art` on random inputs; 1 with one `flowc: error:` line for an
+    ArtifactError, 3 with a `wrong:` line when names or outputs disagree."""
+    import numpy as np
+
+    import flowc
+    from flowc.cli_common import random_array
+    from flowc.runtime.errors import ArtifactError
+
+    try:
+        m = flowc.load(art, threads=1)
+    except ArtifactError as exc:
+        print(f"flowc: error: {exc}", file=sys.stderr)
+        return 1
+    with m:
+        got = [n for n, _, _ in m.inputs]
+        if names is not None and sorted(got) != sorted(names):
+            print(f"wrong: input names {got!r}, the model's {names!r}", file=sys.stderr)
+            return 3
+        if sum(np.dtype(d).itemsize * int(np.prod(s)) for _, d, s in m.inputs) > \
+                RUN_INPUT_LIMIT:
+            print("run skipped: inputs too large", flush=True)
+            return 0
+        rng = np.random.default_rng(0)
+        feeds = {n: random_array(rng, d, s) for n, d, s in m.inputs}
+        try:
+            result = m.run(**feeds)
+        except ArtifactError as exc:
+            print(f"flowc: error: {exc}", file=sys.stderr)
+            return 1
+    with open(out, "wb") as f:
+        for value in result.values():
+            f.write(np.ascontiguousarray(value).tobytes())
+    return _compare(model, feeds, result) if check else 0
+
+
+def _compare(model: Path, feeds: dict, result: dict) -> int:
+    import numpy as np
+
+    try:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        session = ort.InferenceSession(str(model), options,
+                                       providers=["CPUExecutionProvider"])
+        want = dict(zip([o.name for o in session.get_outputs()],
+                        session.run(None, feeds), strict=True))
+    except Exception as exc:   # onnxruntime refuses it: nothing to compare with
+        print(f"onnxruntime: {type(exc).__name__}", flush=True)
+        return 0
+    for name, ref in want.items():
+        got = result.get(name)
+        if got is None or np.shape(got) != np.shape(ref) or not np.allclose(
+                np.asarray(got, np.float64), np.asarray(ref, np.float64),
+                rtol=1e-4, atol=1e-5, equal_nan=True):
+            print(f"wrong: output {name!r} differs from onnxruntime's "
+                  f"({None if got is None else np.shape(got)} vs {np.shape(ref)})",
+                  file=sys.stderr)
+            return 3
+    return 0
+
+
+def _header(art: Path, folder: Path) -> int:
+    """Build and run a C program that includes the artifact's header."""
+    name = json.loads((art / "manifest.json").read_text())["name"]
+    main = folder / "main.c"
+    main.write_text(f'#include "{name}.h"\nint main(void) {{ return 0; }}\n')
+    build = subprocess.run(["cc", "-o", str(folder / "prog"), str(main), f"-I{art}",
+                            f"-L{art}", f"-l{name}", f"-Wl,-rpath,{art}"],
+                           capture_output=True, text=True)
+    if build.returncode:
+        print(f"wrong: the header does not compile: {build.stderr.strip()[-300:]}",
+              file=sys.stderr)
+        return 3
+    return subprocess.run([str(folder / "prog")]).returncode
+
+
+# ---- classifying --------------------------------------------------------------------------
+def classify(result: dict) -> tuple[str, str]:
+    """(outcome, signature) of one step's `_fork` result."""
+    err, status = result["stderr"], result["status"]
+    if result["timed_out"]:
+        return "hang", "timeout"
+    if os.WIFSIGNALED(status):
+        return "crash", signal.Signals(os.WTERMSIG(status)).name
+    rc = os.WEXITSTATUS(status)
+    if "Traceback (most recent call last)" in err:
+        frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', err)
+        where = next((f"{Path(f).name}:{fn}" for f, fn in reversed(frames)
+                      if "/flowc/" in f), frames[-1][1] if frames else "?")
+        last = [ln for ln in err.strip().splitlines() if ln.strip()][-1]
+        return "traceback", f"{last.split(':')[0]} at {where}"
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    if rc == 0:
+        return "ok", ""
+    if rc == 3:
+        return "wrong", _shape(lines[-1]) if lines else "?"
+    if rc == 1 and len(lines) == 1 and lines[0].startswith("flowc: error: "):
+        return "clean-error", _shape(lines[0])
+    first = next((ln for ln in lines if ln.startswith("flowc: error: ")),
+                 next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else ""))
+    return "messy", f"rc {rc}, {len(lines)} lines: " + (_shape(first) or "no message")
+
+
+def _shape(line: str) -> str:
+    """A message with its variable parts (paths, quoted names, numbers) blanked out."""
+    line = re.sub(r"(/[^\s:'\"]+)+", "PATH", line)
+    line = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", line)
+    return re.sub(r"\d+", "N", line)[:160]
+
+
+def _excerpt(text: str) -> str:
+    text = text.strip()
+    return text if len(text) < 900 else f"{text[:400]}\n[...]\n{text[-400:]}"
+
+
+def _escaped(env: Env, folder: Path, logs: Iterable[str]) -> str | None:
+    if env.canary.exists():
+        env.canary.unlink()
+        return "the canary file was created (a payload ran)"
+    if any(env.marker.decode() in text for text in logs):
+        return "the outside marker appears in the output"
+    for root, _, files in os.walk(folder):
+        if Path(root).name == "model":
+            continue
+        for name in files:
+            p = Path(root, name)
+            if not p.is_symlink() and p.is_file() and p.stat().st_size < (64 << 20) and \
+                    env.marker in p.read_bytes():
+                return f"the outside marker is in {p.relative_to(folder)}"
+    return None
+
+
+def run_case(c: Case, env: Env, timeout: float) -> dict:
+    """Run every step of `c` in its folder under env.work/cases; the record of it."""
+    folder = env.work / "cases" / c.key()
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    steps: list[tuple[str, str, str, float]] = []
+    art = folder / "art"
+    if c.artifact is not None:
+        c.artifact(art, env)
+        plan = [("load", lambda: _cli(["run", str(art), "--random-inputs"]))]
+    else:
+        import onnx
+
+        (folder / "model").mkdir()
+        model = folder / "model" / "model.onnx"
+        onnx.save(c.model, model)
+        if c.setup is not None:
+            c.setup(folder / "model", env)
+        inits = {i.name for i in c.model.graph.initializer}
+        names = [i.name for i in c.model.graph.input if i.name not in inits]
+        plan = [("compile", lambda: _cli(["compile", str(model), "-o", str(art), "-q"])),
+                ("run", lambda: _api_run(art, model, names, c.check, folder / "outputs"))]
+        if c.family == "names":
+            plan.append(("header", lambda: _header(art, folder)))
+    outcome, signature, logs = "ok", "", []
+    for step, fn in plan:
+        result = _fork(fn, folder / step, timeout)
+        outcome, signature = classify(result)
+        logs += [result["stdout"], result["stderr"]]
+        steps.append((step, outcome, signature, round(result["seconds"], 2)))
+        if outcome != "ok":
+            break
+    if outcome == "ok" and c.must_fail:
+        outcome, signature = "accepted", f"{c.kind} accepted"
+    escape = _escaped(env, folder, logs)
+    if escape:
+        outcome, signature = "escape", escape
+    record = {"id": c.id, "family": c.family, "kind": c.kind, "seed": c.seed,
+              "key": c.key(), "what": c.what, "outcome": outcome,
+              "signature": f"{steps[-1][0]}: {signature}" if signature else "",
+              "steps": steps, "message": _excerpt(logs[-1]) if outcome != "ok" else ""}
+    if outcome in CLEAN:
+        shutil.rmtree(folder, ignore_errors=True)
+    else:
+        record["folder"] = str(folder)
+    return record
+
+
+def serve(families: list[str], seeds: Iterable[int], work: Path, timeout: float,
+          deadline: float, out: Path) -> None:
+    """Run the cases, one JSON line per case in `out`, until the seeds or the time end
+    (`campaign` prepared `work`)."""
+    env = make_env(work)
+    os.environ["FLOWC_HOSTILE_MARKER"] = env.marker.decode()   # seen in /proc/self/environ
+    import flowc.cli
+    import flowc.codegen.driver
+    import flowc.frontend.onnx
+
+    del flowc   # imported once here, inherited by every child
+
+    done: dict[str, dict] = {}
+    with open(out, "a") as f:
+        for seed in seeds:
+            if time.time() > deadline:
+                break
+            for family in families:
+                c = case(family, seed, env)
+                key = c.key()
+                if key in done:
+                    record = done[key] | {"id": c.id, "seed": seed, "dup": True}
+                else:
+                    record = done[key] = run_case(c, env, timeout)
+                f.write(json.dumps(record | {"t": time.time()}) + "\n")
+                f.flush()
+
+
+def campaign(families: Iterable[str], seeds: range, work: Path, timeout: float = 60.0,
+             minutes: float | None = None, jobs: int = 1) -> list[dict]:
+    """Run `families` x `seeds` in `jobs` server processes (seeds dealt round-robin), with
+    a fresh compile cache under `work`; every case's record, in no set order."""
+    work = Path(work).resolve()
+    env = make_env(work)
+    root = str(Path(__file__).resolve().parents[2])
+    environ = os.environ | {
+        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+        "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "FLOWC_COMPILE_JOBS": "1",
+        "FLOWC_CACHE_DIR": str(work / "cache")}
+    families = list(families)
+    if "manifest" in families:
+        _prepare_evil_library(env)
+        _prepare_base_artifact(env, 10 * timeout, environ)
+    deadline = time.time() + 60 * minutes if minutes else float("inf")
+    outs, procs = [], []
+    for j in range(jobs):
+        outs.append(work / f"results{j}.jsonl")
+        outs[-1].unlink(missing_ok=True)
+        share = range(seeds.start + j * seeds.step, seeds.stop, seeds.step * jobs)
+        procs.append(subprocess.Popen(
+            [PYTHON, "-m", "flowc.testing.hostile_run", "--work", str(work),
+             "--families", ",".join(families), "--seeds",
+             f"{share.start}:{share.stop}:{share.step}", "--timeout", str(timeout),
+             "--deadline", str(deadline), "--out", str(outs[-1])], env=environ))
+    for p in procs:
+        if p.wait():
+            raise RuntimeError(f"a hostile-case server failed (exit {p.returncode})")
+    return [json.loads(line) for o in outs if o.exists() for line in o.read_text().splitlines()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="one hostile-case server (see the docstring)")
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--seeds", required=True, help="START:STOP[:STEP]")
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--deadline", type=float, default=float("inf"))
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    serve(args.families.split(","), range(*map(int, args.seeds.split(":"))), args.work,
+          args.timeout, args.deadline, args.out)
+
+
+if __name__ == "__main__":
+    main()
