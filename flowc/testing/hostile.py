@@ -11,8 +11,9 @@ family, the seed and the campaign's `Env`):
   they ever ran as C, would create `env.canary`.
 - `sizes`: negative, zero and huge dims (2**31 .. INT64_MAX) on inputs, initializers and the
   shape operands of Reshape, Expand, ConstantOfShape, Range and Tile; products past 2**64.
-- `structural` (issue [19]): wrong attribute types, cycles, recursive functions, duplicate
-  names, missing initializers, wrong or absent opsets, broken subgraphs.
+- `structural` (issue [19], `flowc.testing.hostile_struct`): wrong attribute types,
+  cycles, recursive functions, duplicate names, missing initializers, wrong or absent
+  opsets, broken subgraphs.
 - `external` and `manifest` (`flowc.testing.hostile_files`): external data that reaches
   outside the model's folder or lies about its size, and mutated manifests and files of a
   real artifact.
@@ -112,7 +113,7 @@ def model_of(nodes, inputs, outputs, inits=(), opset: int | None = 18, name: str
     return m
 
 
-def _f32(name: str, shape, rng: np.random.Generator | None = None) -> TensorProto:
+def f32_tensor(name: str, shape, rng: np.random.Generator | None = None) -> TensorProto:
     rng = rng or np.random.default_rng(0)
     return helper.make_tensor(name, TensorProto.FLOAT, list(shape),
                               rng.standard_normal(int(np.prod(shape))).astype(np.float32))
@@ -183,7 +184,7 @@ def names_case(seed: int, env: Env) -> Case:
              helper.make_node("Relu", [name["mid"]], [name["output"]], name=name["node1"])]
     m = model_of(nodes, [(name["input"], TensorProto.FLOAT, [2, 3])],
                  [(name["output"], TensorProto.FLOAT, [2, 3])],
-                 [_f32(name["init"], [2, 3])], name=name["graph"])
+                 [f32_tensor(name["init"], [2, 3])], name=name["graph"])
     shown = {r: (name[r] if len(name[r]) < 240 else f"{name[r][:20]!r}... ({len(name[r])})")
              for r in chosen if "=" not in r}
     return Case("names", "rename " + ",".join(chosen), seed,
@@ -271,123 +272,17 @@ def sizes_case(seed: int, env: Env) -> Case:
                 must_fail=must_fail, params=(kind, tuple(dims)))
 
 
-# ---- structural ([19]) ------------------------------------------------------------------
-def _base() -> tuple[list, list, list, list]:
-    f32 = TensorProto.FLOAT
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
-             helper.make_node("Add", ["m", "b"], ["a"], name="add"),
-             helper.make_node("Relu", ["a"], ["r"], name="relu"),
-             helper.make_node("Transpose", ["r"], ["t"], perm=[1, 0], name="tr"),
-             helper.make_node("Softmax", ["t"], ["y"], axis=-1, name="sm")]
-    inits = [_f32("w", [4, 3]), _f32("b", [3])]
-    return nodes, [("x", f32, [2, 4])], [("y", f32, [3, 2])], inits
-
-
-WRONG_ATTRS = [("perm", 1.5), ("perm", "01"), ("perm", [1.0, 0.0]), ("perm", [5, -9]),
-               ("perm", [0, 0]), ("perm", []), ("axis", "last"), ("axis", 1.5),
-               ("axis", [1, 2]), ("axis", 99), ("axis", -2**63), ("to", 1.0),
-               ("keepdims", "yes"), ("junk", b"\xff\xfe")]
-
-
-# kinds whose models break ONNX's rules: compiling them is a finding
-INVALID = ("attr_type", "cycle", "self_loop", "recursion", "mutual_recursion", "dup_output",
-           "dup_input", "missing_init", "undefined_output", "if_branch", "empty_names",
-           "attr_ref")
-
-
-def _recursive_functions(mutual: bool) -> list[onnx.FunctionProto]:
-    other = "G" if mutual else "F"
-    f = helper.make_function("local", "F", ["i"], ["o"],
-                             [helper.make_node(other, ["i"], ["o"], domain="local")],
-                             [helper.make_opsetid("", 18), helper.make_opsetid("local", 1)])
-    g = helper.make_function("local", "G", ["i"], ["o"],
-                             [helper.make_node("F", ["i"], ["o"], domain="local")],
-                             [helper.make_opsetid("", 18), helper.make_opsetid("local", 1)])
-    return [f, g] if mutual else [f]
-
-
-def structural_case(seed: int, env: Env) -> Case:
-    rng = random.Random(f"structural:{seed}")
-    nodes, inputs, outputs, inits = _base()
-    kind = rng.choice(["attr_type", "cycle", "self_loop", "recursion", "mutual_recursion",
-                       "dup_output", "dup_input", "input_is_init", "missing_init",
-                       "opset", "no_opset", "ir_version", "elem_type", "no_outputs",
-                       "undefined_output", "if_branch", "empty_names", "attr_ref"])
-    opset, functions, detail = 18, [], ""
-    if kind == "attr_type":
-        name, value = rng.choice(WRONG_ATTRS)
-        node = rng.choice(nodes)
-        for a in list(node.attribute):
-            if a.name == name:
-                node.attribute.remove(a)
-        node.attribute.append(helper.make_attribute(name, value))
-        detail = f"{node.name}.{name}={value!r}"
-    elif kind == "cycle":
-        nodes[0].input[0] = "t"   # mm reads tr's output, which depends on mm
-    elif kind == "self_loop":
-        nodes[2].input[0] = "r"
-    elif kind in ("recursion", "mutual_recursion"):
-        functions = _recursive_functions(kind == "mutual_recursion")
-        nodes[2] = helper.make_node("F", ["a"], ["r"], name="relu", domain="local")
-    elif kind == "dup_output":
-        i = rng.randrange(1, len(nodes))
-        nodes[i].output[0] = nodes[rng.randrange(i)].output[0]
-        detail = f"node {nodes[i].name} writes {nodes[i].output[0]!r} twice"
-    elif kind == "dup_input":
-        inputs = inputs * 2
-    elif kind == "input_is_init":
-        inputs = [*inputs, ("w", TensorProto.FLOAT, rng.choice([[4, 3], [2, 2], []]))]
-        detail = f"input w {inputs[-1][2]} also an initializer [4, 3]"
-    elif kind == "missing_init":
-        inits = [i for i in inits if i.name != rng.choice(["w", "b"])]
-    elif kind == "opset":
-        opset = rng.choice([1, 6, 7, 12, 99, 10**9, -1, 0])
-        detail = f"opset {opset}"
-    elif kind == "no_opset":
-        opset = None
-    elif kind == "elem_type":
-        t = rng.choice([0, 8, 99, 16, 17, 23])
-        inputs = [("x", t, [2, 4])]
-        detail = f"input elem_type {t}"
-    elif kind == "no_outputs":
-        outputs = []
-    elif kind == "undefined_output":
-        outputs = [*outputs, ("nowhere", TensorProto.FLOAT, None)]
-    elif kind == "if_branch":
-        bad = helper.make_graph([helper.make_node("Relu", ["missing"], ["o"])], "then", [],
-                                [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)])
-        nodes.append(helper.make_node("If", ["c"], ["z"], name="if", then_branch=bad,
-                                      else_branch=bad))
-        inits.append(helper.make_tensor("c", TensorProto.BOOL, [], [True]))
-        outputs = [*outputs, ("z", TensorProto.FLOAT, None)]
-    elif kind == "empty_names":
-        nodes[rng.randrange(len(nodes))].output[0] = ""
-    else:   # a ref_attr_name outside any function
-        a = helper.make_attribute("perm", [1, 0])
-        a.ref_attr_name = "p"
-        del nodes[3].attribute[:]
-        nodes[3].attribute.append(a)
-    m = model_of(nodes, inputs, outputs, inits, opset=opset if opset != -1 else 18,
-                 functions=functions)
-    if opset == -1:
-        m.opset_import[0].version = -1
-    if kind == "ir_version":
-        m.ir_version = rng.choice([0, 1, 99, -5])
-        detail = f"ir_version {m.ir_version}"
-    must_fail = kind in INVALID or (kind == "opset" and opset not in (1, 6, 7, 12))
-    return Case("structural", kind, seed, f"MatMul-Add-Relu-Transpose-Softmax with {kind}"
-                f"{' ' + detail if detail else ''}", model=m, must_fail=must_fail,
-                params=(kind, detail))
-
-
 def case(family: str, seed: int, env: Env) -> Case:
     """The hostile case `seed` of `family` (one of FAMILIES)."""
     if family in ("external", "manifest"):
         from flowc.testing import hostile_files
 
         return hostile_files.case(family, seed, env)
-    return {"names": names_case, "sizes": sizes_case,
-            "structural": structural_case}[family](seed, env)
+    if family == "structural":
+        from flowc.testing.hostile_struct import structural_case
+
+        return structural_case(seed, env)
+    return {"names": names_case, "sizes": sizes_case}[family](seed, env)
 
 
-__all__ = ["FAMILIES", "Case", "Env", "case", "model_of", "payloads"]
+__all__ = ["FAMILIES", "Case", "Env", "case", "f32_tensor", "model_of", "payloads"]

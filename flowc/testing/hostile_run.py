@@ -15,7 +15,8 @@ Outcomes, worst first: `escape` (the canary file appeared, or the outside marker
 in what the case produced), `crash` (a signal), `hang` (the timeout), `traceback` (a Python
 traceback), `wrong` (names or outputs differ, or the header does not compile), `accepted`
 (a must-fail case loaded and ran), `messy` (an error exit that is not exactly one line
-`flowc: error: ...`), `clean-error`, `ok`.
+`flowc: error: ...`), `harness` (the harness itself failed on the case), `clean-error`,
+`ok`.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 
 from flowc.testing.hostile import FAMILIES, Case, Env, case
 
-OUTCOMES = ("escape", "crash", "hang", "traceback", "wrong", "accepted", "messy",
+OUTCOMES = ("escape", "crash", "hang", "traceback", "wrong", "accepted", "messy", "harness",
             "clean-error", "ok")
 CLEAN = ("clean-error", "ok")
 MEMORY_LIMIT = 8 << 30   # address space per child
@@ -343,12 +344,18 @@ def serve(families: list[str], seeds: Iterable[int], work: Path, timeout: float,
             if time.time() > deadline:
                 break
             for family in families:
-                c = case(family, seed, env)
-                key = c.key()
-                if key in done:
-                    record = done[key] | {"id": c.id, "seed": seed, "dup": True}
-                else:
-                    record = done[key] = run_case(c, env, timeout)
+                try:
+                    c = case(family, seed, env)
+                    key = c.key()
+                    if key in done:
+                        record = done[key] | {"id": c.id, "seed": seed, "dup": True}
+                    else:
+                        record = done[key] = run_case(c, env, timeout)
+                except Exception as exc:   # a bug of the harness, not of flowc: reported
+                    record = {"id": f"{family}:{seed}", "family": family, "kind": "?",
+                              "seed": seed, "key": f"{family}:{seed}", "what": "?",
+                              "outcome": "harness", "signature": f"{type(exc).__name__}",
+                              "steps": [], "message": traceback.format_exc()[-900:]}
                 f.write(json.dumps(record | {"t": time.time()}) + "\n")
                 f.flush()
 
