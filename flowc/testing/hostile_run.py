@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import os
 import re
@@ -117,6 +118,7 @@ def _fork(fn: Callable[[], int], log: Path, timeout: float) -> dict:
                 resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
                 resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                faulthandler.register(signal.SIGUSR1, all_threads=False)   # where it hangs
                 rc = fn()
             except SystemExit as exc:
                 rc = exc.code if isinstance(exc.code, int) else 1
@@ -129,6 +131,10 @@ def _fork(fn: Callable[[], int], log: Path, timeout: float) -> dict:
     pidfd = os.pidfd_open(pid)
     ready, _, _ = select.select([pidfd], [], [], timeout)
     timed_out = not ready
+    if timed_out:   # the child's Python stack first (faulthandler), then the kill
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGUSR1)
+        select.select([pidfd], [], [], 1.0)
     _kill_group(pid)
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
@@ -227,7 +233,10 @@ def classify(result: dict) -> tuple[str, str]:
     """(outcome, signature) of one step's `_fork` result."""
     err, status = result["stderr"], result["status"]
     if result["timed_out"]:
-        return "hang", "timeout"
+        frames = re.findall(r'File "([^"]+)", line \d+ in (\S+)', err)
+        where = [f"{Path(f).name}:{fn}" for f, fn in frames
+                 if "/flowc/" in f and "/testing/" not in f]
+        return "hang", f"timeout in {where[0] if where else '?'}"
     if os.WIFSIGNALED(status):
         return "crash", signal.Signals(os.WTERMSIG(status)).name
     rc = os.WEXITSTATUS(status)
