@@ -157,7 +157,7 @@ def manifest_case(seed: int, env: Env) -> Case:
     elif kind == "wrong_type":
         detail = f"leaf #{int(picks[0] * 1000)} = {WRONG[int(picks[1] * len(WRONG))]!r}"
     elif kind == "path_field":
-        field = rng.choice(["name", "weights.file", "files key", "c_name"])
+        field = rng.choice(["name", "weights.file", "files key"])
         value = rng.choice([*WRONG[7:11], ".", "", "lib/../g"])
         detail = f"{field} = {value!r}"
 
@@ -191,8 +191,6 @@ def manifest_case(seed: int, env: Env) -> Case:
                 m["name"] = value
             elif field == "weights.file":
                 m["weights"]["file"] = value
-            elif field == "c_name":
-                m["inputs"][0]["c_name"] = value
             else:
                 m["files"][value] = next(iter(m["files"].values()))
             text = json.dumps(m)

@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import faulthandler
 import json
+import math
 import os
 import re
 import resource
@@ -115,10 +116,13 @@ def _fork(fn: Callable[[], int], log: Path, timeout: float) -> dict:
                 os.setpgid(0, 0)
                 os.dup2(fo.fileno(), 1)
                 os.dup2(fe.fileno(), 2)
+                sys.stdout = open(1, "w", closefd=False)   # noqa: SIM115 (not captured)
+                sys.stderr = open(2, "w", closefd=False)   # noqa: SIM115
                 resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
                 resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-                faulthandler.register(signal.SIGUSR1, all_threads=False)   # where it hangs
+                faulthandler.enable(sys.stderr)   # where it crashes
+                faulthandler.register(signal.SIGUSR1, sys.stderr)   # where it hangs
                 rc = fn()
             except SystemExit as exc:
                 rc = exc.code if isinstance(exc.code, int) else 1
@@ -169,8 +173,8 @@ def _api_run(art: Path, model: Path, names: list[str] | None, check: bool,
         if names is not None and sorted(got) != sorted(names):
             print(f"wrong: input names {got!r}, the model's {names!r}", file=sys.stderr)
             return 3
-        if sum(np.dtype(d).itemsize * int(np.prod(s)) for _, d, s in m.inputs) > \
-                RUN_INPUT_LIMIT:
+        if sum(np.dtype(d).itemsize * math.prod(s) for _, d, s in m.inputs) > \
+                RUN_INPUT_LIMIT:   # (math.prod: numpy's wraps past 2**63)
             print("run skipped: inputs too large", flush=True)
             return 0
         rng = np.random.default_rng(0)
@@ -232,18 +236,17 @@ def _header(art: Path, folder: Path) -> int:
 def classify(result: dict) -> tuple[str, str]:
     """(outcome, signature) of one step's `_fork` result."""
     err, status = result["stderr"], result["status"]
+    frames = re.findall(r'File "([^"]+)", line \d+ in (\S+)', err)   # faulthandler's
+    where = next((f"{Path(f).name}:{fn}" for f, fn in frames if _ours(f)), "?")
     if result["timed_out"]:
-        frames = re.findall(r'File "([^"]+)", line \d+ in (\S+)', err)
-        where = [f"{Path(f).name}:{fn}" for f, fn in frames
-                 if "/flowc/" in f and "/testing/" not in f]
-        return "hang", f"timeout in {where[0] if where else '?'}"
+        return "hang", f"timeout in {where}"
     if os.WIFSIGNALED(status):
-        return "crash", signal.Signals(os.WTERMSIG(status)).name
+        return "crash", f"{signal.Signals(os.WTERMSIG(status)).name} in {where}"
     rc = os.WEXITSTATUS(status)
     if "Traceback (most recent call last)" in err:
         frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', err)
-        where = next((f"{Path(f).name}:{fn}" for f, fn in reversed(frames)
-                      if "/flowc/" in f), frames[-1][1] if frames else "?")
+        where = next((f"{Path(f).name}:{fn}" for f, fn in reversed(frames) if _ours(f)),
+                     frames[-1][1] if frames else "?")
         last = [ln for ln in err.strip().splitlines() if ln.strip()][-1]
         return "traceback", f"{last.split(':')[0]} at {where}"
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -256,6 +259,11 @@ def classify(result: dict) -> tuple[str, str]:
     first = next((ln for ln in lines if ln.startswith("flowc: error: ")),
                  next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else ""))
     return "messy", f"rc {rc}, {len(lines)} lines: " + (_shape(first) or "no message")
+
+
+def _ours(file: str) -> bool:
+    """Whether a stack frame's file is flowc's own (not this harness, not a library)."""
+    return "/flowc/" in file and "/flowc/testing/hostile" not in file
 
 
 def _shape(line: str) -> str:
