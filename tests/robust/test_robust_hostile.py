@@ -136,3 +136,20 @@ def test_robust_hostile_marker_found_in_outputs(tmp_path):
     assert _escaped(env, folder, []) == "the outside marker is in art/weights.bin"
     assert _escaped(env, tmp_path / "none", [f"error: {env.marker.decode()}"]) == \
         "the outside marker appears in the output"
+
+
+def test_robust_hostile_compare_catches_a_wrong_output(tmp_path, capfd):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from flowc.testing.hostile import model_of
+    from flowc.testing.hostile_run import _compare
+
+    path = tmp_path / "m.onnx"
+    onnx.save(model_of([helper.make_node("Relu", ["x"], ["y"])],
+                       [("x", TensorProto.FLOAT, [3])], [("y", TensorProto.FLOAT, [3])]), path)
+    x = np.array([-1.0, 0.5, 2.0], np.float32)
+    assert _compare(path, {"x": x}, {"y": np.maximum(x, 0)}) == 0
+    assert _compare(path, {"x": x}, {"y": x}) == 3
+    assert "wrong: output 'y' differs from onnxruntime's" in capfd.readouterr().err
