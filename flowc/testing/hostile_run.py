@@ -143,8 +143,17 @@ def _fork(fn: Callable[[], int], log: Path, timeout: float) -> dict:
     _, status = os.waitpid(pid, 0)
     os.close(pidfd)
     return {"status": status, "timed_out": timed_out, "seconds": time.monotonic() - t0,
-            "stdout": out.read_text(errors="replace")[-4000:],
-            "stderr": err.read_text(errors="replace")[-8000:]}
+            "stdout": _read(out), "stderr": _read(err)}
+
+
+def _read(file: Path, limit: int = 1 << 20) -> str:
+    """A log's text: all of it up to `limit` bytes, else its start and end."""
+    with open(file, "rb") as f:
+        raw = f.read(limit + 1)
+        if len(raw) > limit:
+            f.seek(-limit // 2, os.SEEK_END)
+            raw = raw[:limit // 2] + b"\n[...]\n" + f.read()
+    return raw.decode(errors="replace")
 
 
 def _kill_group(pid: int) -> None:
@@ -258,7 +267,7 @@ def classify(result: dict) -> tuple[str, str]:
         return "clean-error", _shape(lines[0])
     first = next((ln for ln in lines if ln.startswith("flowc: error: ")),
                  next((ln for ln in lines if "error" in ln.lower()), lines[-1] if lines else ""))
-    return "messy", f"rc {rc}, {len(lines)} lines: " + (_shape(first) or "no message")
+    return "messy", f"rc {rc}: " + (_shape(first) or "no message")
 
 
 def _ours(file: str) -> bool:
@@ -268,6 +277,7 @@ def _ours(file: str) -> bool:
 
 def _shape(line: str) -> str:
     """A message with its variable parts (paths, quoted names, numbers) blanked out."""
+    line = re.sub(r"compiling \S+ failed: .*", "compiling FILE failed", line)
     line = re.sub(r"(/[^\s:'\"]+)+", "PATH", line)
     line = re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", line)
     return re.sub(r"\d+", "N", line)[:160]
