@@ -130,14 +130,15 @@ MANIFEST_KINDS = ["control", "fifo", "deep_list", "deep_dict", "huge_sparse", "h
                   "dup_keys", "threads"]
 
 
-def _leaves(obj, prefix=()):
-    yield prefix
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            yield from _leaves(v, (*prefix, k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            yield from _leaves(v, (*prefix, i))
+# manifest fields the loader must check (a wrong value must be refused), and fields it
+# may ignore (a wrong value must not crash it)
+CHECKED = [("name",), ("graph_hash",), ("format",), ("abi_version",), ("inputs",),
+           ("inputs", 0), ("inputs", 0, "name"), ("inputs", 0, "dtype"),
+           ("inputs", 0, "shape"), ("inputs", 0, "shape", 0), ("outputs", 0, "shape"),
+           ("outputs", 0, "dtype"), ("files",), ("weights",), ("weights", "file"),
+           ("weights", "bytes"), ("weights", "sha256")]
+LOOSE = [("threads_default",), ("arena_bytes",), ("partitions",), ("symbolic_dims",),
+         ("kernels",), ("flowc_version",), ("target",), ("memory_plan",), ("link_flags",)]
 
 
 def _set(obj, path, value) -> None:
@@ -155,7 +156,9 @@ def manifest_case(seed: int, env: Env) -> Case:
     if kind == "threads":
         detail = f"threads_default {threads}"
     elif kind == "wrong_type":
-        detail = f"leaf #{int(picks[0] * 1000)} = {WRONG[int(picks[1] * len(WRONG))]!r}"
+        field = rng.choice(CHECKED + LOOSE)
+        value = WRONG[int(picks[1] * len(WRONG))]
+        detail = f"{'.'.join(map(str, field))} = {value!r}"
     elif kind == "path_field":
         field = rng.choice(["name", "weights.file", "files key"])
         value = rng.choice([*WRONG[7:11], ".", "", "lib/../g"])
@@ -182,9 +185,7 @@ def manifest_case(seed: int, env: Env) -> Case:
         elif kind == "huge_valid":
             text = json.dumps(m) + " " * (64 << 20)
         elif kind == "wrong_type":
-            paths = [p for p in _leaves(m) if p]
-            path = paths[int(picks[0] * 1000) % len(paths)]
-            _set(m, path, WRONG[int(picks[1] * len(WRONG))])
+            _set(m, field, value)
             text = json.dumps(m)
         elif kind == "path_field":
             if field == "name":
@@ -232,7 +233,8 @@ def manifest_case(seed: int, env: Env) -> Case:
         if text is not None:
             mf.write_text(text)
 
-    must_fail = kind not in ("control", "huge_valid", "threads")
+    must_fail = kind not in ("control", "huge_valid", "threads") and not (
+        kind == "wrong_type" and field in LOOSE)
     what = f"the base artifact with {kind}{' ' + detail if detail else ''}"
     cut = picks[2] if kind == "truncated_library" else None
     return Case("manifest", kind, seed, what, artifact=build, must_fail=must_fail,
