@@ -25,7 +25,6 @@ import argparse
 import contextlib
 import faulthandler
 import json
-import math
 import os
 import re
 import resource
@@ -40,13 +39,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from flowc.testing.hostile import FAMILIES, Case, Env, case
+from flowc.testing.hostile_steps import api_run, cli, header
 
 OUTCOMES = ("escape", "crash", "hang", "traceback", "wrong", "accepted", "messy", "harness",
             "clean-error", "ok")
 CLEAN = ("clean-error", "ok")
 MEMORY_LIMIT = 8 << 30   # address space per child
 FILE_LIMIT = 4 << 30     # largest file a child may write
-RUN_INPUT_LIMIT = 64 << 20
 PYTHON = sys.executable
 
 
@@ -97,12 +96,6 @@ def _prepare_base_artifact(env: Env, timeout: float, environ: dict) -> None:
 
 
 # ---- children -----------------------------------------------------------------------------
-def _cli(argv: list[str]) -> int:
-    from flowc.cli import main
-
-    return main(argv)
-
-
 def _fork(fn: Callable[[], int], log: Path, timeout: float) -> dict:
     """Run `fn` in a forked child (own process group, limits, stdout/stderr to `log`.out
     and `log`.err); its status, whether it timed out, its output and its time."""
@@ -160,85 +153,6 @@ def _kill_group(pid: int) -> None:
     """Kill what the child left behind (its kernel-compile workers too)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
-
-
-def _api_run(art: Path, model: Path, names: list[str] | None, check: bool,
-             out: Path) -> int:
-    """Load and run `art` on random inputs; 1 with one `flowc: error:` line for an
-    ArtifactError, 3 with a `wrong:` line when names or outputs disagree."""
-    import numpy as np
-
-    import flowc
-    from flowc.cli_common import random_array
-    from flowc.runtime.errors import ArtifactError
-
-    try:
-        m = flowc.load(art, threads=1)
-    except ArtifactError as exc:
-        print(f"flowc: error: {exc}", file=sys.stderr)
-        return 1
-    with m:
-        got = [n for n, _, _ in m.inputs]
-        if names is not None and sorted(got) != sorted(names):
-            print(f"wrong: input names {got!r}, the model's {names!r}", file=sys.stderr)
-            return 3
-        if sum(np.dtype(d).itemsize * math.prod(s) for _, d, s in m.inputs) > \
-                RUN_INPUT_LIMIT:   # (math.prod: numpy's wraps past 2**63)
-            print("run skipped: inputs too large", flush=True)
-            return 0
-        rng = np.random.default_rng(0)
-        feeds = {n: random_array(rng, d, s) for n, d, s in m.inputs}
-        try:
-            result = m.run(**feeds)
-        except ArtifactError as exc:
-            print(f"flowc: error: {exc}", file=sys.stderr)
-            return 1
-    with open(out, "wb") as f:
-        for value in result.values():
-            f.write(np.ascontiguousarray(value).tobytes())
-    return _compare(model, feeds, result) if check else 0
-
-
-def _compare(model: Path, feeds: dict, result: dict) -> int:
-    import numpy as np
-
-    try:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        session = ort.InferenceSession(str(model), options,
-                                       providers=["CPUExecutionProvider"])
-        want = dict(zip([o.name for o in session.get_outputs()],
-                        session.run(None, feeds), strict=True))
-    except Exception as exc:   # onnxruntime refuses it: nothing to compare with
-        print(f"onnxruntime: {type(exc).__name__}", flush=True)
-        return 0
-    for name, ref in want.items():
-        got = result.get(name)
-        if got is None or np.shape(got) != np.shape(ref) or not np.allclose(
-                np.asarray(got, np.float64), np.asarray(ref, np.float64),
-                rtol=1e-4, atol=1e-5, equal_nan=True):
-            print(f"wrong: output {name!r} differs from onnxruntime's "
-                  f"({None if got is None else np.shape(got)} vs {np.shape(ref)})",
-                  file=sys.stderr)
-            return 3
-    return 0
-
-
-def _header(art: Path, folder: Path) -> int:
-    """Build and run a C program that includes the artifact's header."""
-    name = json.loads((art / "manifest.json").read_text())["name"]
-    main = folder / "main.c"
-    main.write_text(f'#include "{name}.h"\nint main(void) {{ return 0; }}\n')
-    build = subprocess.run(["cc", "-o", str(folder / "prog"), str(main), f"-I{art}",
-                            f"-L{art}", f"-l{name}", f"-Wl,-rpath,{art}"],
-                           capture_output=True, text=True)
-    if build.returncode:
-        print(f"wrong: the header does not compile: {build.stderr.strip()[-300:]}",
-              file=sys.stderr)
-        return 3
-    return subprocess.run([str(folder / "prog")]).returncode
 
 
 # ---- classifying --------------------------------------------------------------------------
@@ -314,7 +228,7 @@ def run_case(c: Case, env: Env, timeout: float) -> dict:
     art = folder / "art"
     if c.artifact is not None:
         c.artifact(art, env)
-        plan = [("load", lambda: _cli(["run", str(art), "--random-inputs"]))]
+        plan = [("load", lambda: cli(["run", str(art), "--random-inputs"]))]
     else:
         import onnx
 
@@ -325,10 +239,10 @@ def run_case(c: Case, env: Env, timeout: float) -> dict:
             c.setup(folder / "model", env)
         inits = {i.name for i in c.model.graph.initializer}
         names = [i.name for i in c.model.graph.input if i.name not in inits]
-        plan = [("compile", lambda: _cli(["compile", str(model), "-o", str(art), "-q"])),
-                ("run", lambda: _api_run(art, model, names, c.check, folder / "outputs"))]
+        plan = [("compile", lambda: cli(["compile", str(model), "-o", str(art), "-q"])),
+                ("run", lambda: api_run(art, model, names, c.check, folder / "outputs"))]
         if c.family == "names":
-            plan.append(("header", lambda: _header(art, folder)))
+            plan.append(("header", lambda: header(art, folder)))
     outcome, signature, logs = "ok", "", []
     for step, fn in plan:
         result = _fork(fn, folder / step, timeout)

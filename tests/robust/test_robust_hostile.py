@@ -144,12 +144,12 @@ def test_robust_hostile_compare_catches_a_wrong_output(tmp_path, capfd):
     from onnx import TensorProto, helper
 
     from flowc.testing.hostile import model_of
-    from flowc.testing.hostile_run import _compare
+    from flowc.testing.hostile_steps import compare
 
     path = tmp_path / "m.onnx"
     onnx.save(model_of([helper.make_node("Relu", ["x"], ["y"])],
                        [("x", TensorProto.FLOAT, [3])], [("y", TensorProto.FLOAT, [3])]), path)
     x = np.array([-1.0, 0.5, 2.0], np.float32)
-    assert _compare(path, {"x": x}, {"y": np.maximum(x, 0)}) == 0
-    assert _compare(path, {"x": x}, {"y": x}) == 3
+    assert compare(path, {"x": x}, {"y": np.maximum(x, 0)}) == 0
+    assert compare(path, {"x": x}, {"y": x}) == 3
     assert "wrong: output 'y' differs from onnxruntime's" in capfd.readouterr().err
