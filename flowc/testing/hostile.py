@@ -141,6 +141,10 @@ def payloads(canary: Path) -> list[str]:
         f"x\u2028{system}\u2028//",
         f"x */ {system} /*",
         f"x\x00*/ {system} /*",
+        # repeatable where a name is pasted twice (a header's summary and its entry)
+        f"x */\n#ifndef FLOWC_PWN_B\n#define FLOWC_PWN_B\n{system}\n#endif\n/* ",
+        f"x\n#ifndef FLOWC_PWN_L\n#define FLOWC_PWN_L\n{system}\n#endif\n// ",
+        f'relu */ {{ extern int system(const char *); system("touch {canary}"); }} /* ',
     ]
 
 
