@@ -248,14 +248,14 @@ def run_case(c: Case, env: Env, timeout: float) -> dict:
         result = _fork(fn, folder / step, timeout)
         outcome, signature = classify(result)
         logs += [result["stdout"], result["stderr"]]
+        escape = _escaped(env, folder, logs)   # after each step: which one let it out
+        if escape:
+            outcome, signature = "escape", escape
         steps.append((step, outcome, signature, round(result["seconds"], 2)))
         if outcome != "ok":
             break
     if outcome == "ok" and c.must_fail:
         outcome, signature = "accepted", f"{c.kind} accepted"
-    escape = _escaped(env, folder, logs)
-    if escape:
-        outcome, signature = "escape", escape
     record = {"id": c.id, "family": c.family, "kind": c.kind, "seed": c.seed,
               "key": c.key(), "what": c.what, "outcome": outcome,
               "signature": f"{steps[-1][0]}: {signature}" if signature else "",

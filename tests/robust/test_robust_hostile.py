@@ -80,6 +80,29 @@ def test_robust_hostile_campaign(tmp_path):
         _report(r) for r in bad[:20])
 
 
+@pytest.mark.xfail(strict=False, reason=NAMES)
+@pytest.mark.parametrize("role", ["input", "node"])
+def test_robust_hostile_injection_reproducers(tmp_path, role):
+    """Issue [20]'s injections: an input name that closes the header's comment and defines
+    a constructor, a node name that closes an entry comment and calls system(); on main
+    both compile, and loading or running the artifact creates the canary (escape)."""
+    from onnx import TensorProto, helper
+
+    from flowc.testing.hostile import Case, f32_tensor, model_of
+    from flowc.testing.hostile_run import run_case
+
+    env = make_env(tmp_path / "work")
+    name = payloads(env.canary)[10 if role == "input" else 12]
+    x = name if role == "input" else "x"
+    model = model_of([helper.make_node("Add", [x, "w"], ["a"], name=name if role == "node"
+                                       else "add"),
+                      helper.make_node("Relu", ["a"], ["y"], name="relu")],
+                     [(x, TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, [2, 3])],
+                     [f32_tensor("w", [2, 3])])
+    r = run_case(Case("names", role, 0, f"{role} named {name!r}", model=model), env, 60)
+    assert r["outcome"] in CLEAN, _report(r)
+
+
 # ---- the harness itself -----------------------------------------------------------------
 def _step(tmp_path: Path, fn, timeout: float = 20.0) -> tuple[str, str]:
     return classify(_fork(fn, tmp_path / "step", timeout))
