@@ -33,6 +33,7 @@ MANIFEST = "manifest: verified loading (the loader-verification branch)"
 STRUCTURAL = "structural: [19] faults (no fix branch yet)"
 GATHER = "sizes: a constant Gather index past its axis compiles and runs (no fix branch yet)"
 PRE_FIX: dict[tuple[str, int], str] = {
+    ("names", 0): NAMES,   # a node-name payload runs when the artifact is loaded (escape)
     ("names", 5): NAMES, ("names", 6): NAMES,   # the generated C fails to compile
     ("sizes", 2): SIZES, ("sizes", 4): SIZES,   # ValueError from numpy in the loader
     ("sizes", 7): GATHER,
