@@ -19,6 +19,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +28,19 @@ from flowc.testing.hostile import FAMILIES
 from flowc.testing.hostile_run import CLEAN, OUTCOMES, campaign
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _printable(text: str) -> str:
+    """`text` with control characters, line and paragraph separators, BOMs and NULs shown
+    as escapes (names hold them; the report stays plain text)."""
+    return re.sub(r"[\x00-\x09\x0b-\x1f\x7f\u2028\u2029\ufeff]",
+                  lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                  else f"\\u{ord(m.group()):04x}", text)
+
+
+def _group(signature: str) -> str:
+    """Signatures that differ only in a name the message quotes go together."""
+    return signature.split("'…'")[0].split("('")[0][:120]
 
 
 def summarize(records: list[dict], title: str, took: float) -> str:
@@ -49,7 +63,7 @@ def summarize(records: list[dict], title: str, took: float) -> str:
         lines.append(f"| {f} | " + " | ".join(map(str, row)) + " |")
     groups: dict[tuple, list[dict]] = collections.defaultdict(list)
     for r in bad:
-        groups[(r["outcome"], r["family"], r["signature"])].append(r)
+        groups[(r["outcome"], r["family"], _group(r["signature"]))].append(r)
     lines += ["", f"## Failure signatures ({len(groups)})", "",
               "Worst outcome first; each with its smallest reproducer, its message and the "
               "seeds of every case that has it.", ""]
@@ -68,7 +82,7 @@ def summarize(records: list[dict], title: str, took: float) -> str:
             message = first["message"].replace("```", "'''")[-500:]
             lines += ["", "```", message, "```"]
         lines.append("")
-    return "\n".join(lines)
+    return _printable("\n".join(lines))
 
 
 def main() -> None:
@@ -101,8 +115,8 @@ def main() -> None:
     title = (f"Hostile models (bench/robust_hostile.py --seeds {args.seeds}{limit} "
              f"--timeout {args.timeout:g} --jobs {args.jobs}; seeds "
              f"{ran[0] if ran else start}..{ran[-1] if ran else start} ran; "
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t0))}, load "
-             f"{os.getloadavg()[0]:.1f})")
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t0))}"
+             + ("" if args.report_only else f", load {os.getloadavg()[0]:.1f}") + ")")
     text = summarize(records, title, took)
     args.output.write_text(text)
     print("\n".join(text.splitlines()[:14]))

@@ -89,6 +89,7 @@ def external_case(seed: int, env: Env) -> Case:
         entries["length"] = "64"
     elif kind == "bad_offset":
         entries["offset"] = rng.choice(["-1", "abc", str(2**64), "1e3", "", " 0"])
+        must_fail = entries["offset"] != " 0"   # int(" 0") is 0: harmless
     elif kind == "directory":
         entries["location"] = rng.choice([".", "sub", "sub/"])
     elif kind == "empty":
