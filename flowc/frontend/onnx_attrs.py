@@ -106,10 +106,18 @@ def attr_value(attr: onnx.AttributeProto, what: str) -> Any:
                               "flowc does not import")
     value = helper.get_attribute_value(attr)
     if isinstance(value, bytes):
-        return value.decode()
+        return _text(value, attr.name, what)
     if isinstance(value, list):
-        return tuple(v.decode() if isinstance(v, bytes) else v for v in value)
+        return tuple(_text(v, attr.name, what) if isinstance(v, bytes) else v for v in value)
     return value
+
+
+def _text(value: bytes, name: str, what: str) -> str:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise OnnxImportError(f"{what}: attribute '{name}' holds bytes that are not UTF-8 "
+                              f"text: {value[:24]!r}") from None
 
 
 def resolve_refs(node: onnx.NodeProto,
