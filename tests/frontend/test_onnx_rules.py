@@ -86,3 +86,12 @@ def test_attribute_bytes_that_are_not_utf8_are_refused():
     refused(model([node], [vi("x")], [vi("y")]),
             r"^<model>: node 'r' \(Relu\): attribute 'junk' holds bytes that are not UTF-8 "
             r"text: b'\\xff\\xfe'$")
+
+
+def test_a_constant_gather_index_past_its_axis_is_refused():
+    # hostile sizes:7: it compiled and ran, the index clamped to the last row
+    i = numpy_helper.from_array(np.array([0, 2**32], np.int64), "i")
+    refused(model([helper.make_node("Gather", ["x", "i"], ["y"], name="g")], [vi("x", (4, 3))],
+                  [vi("y", (2, 3))], [i]),
+            r"^<model>: node 'g' \(Gather\): .*index 4294967296 is out of range \[-4, 3\] for "
+            r"axis 0 of size 4$")
