@@ -38,6 +38,7 @@ from onnx import helper
 from flowc.frontend.onnx_attrs import (
     OnnxImportError,
     node_attrs,
+    quoted,
     resolve_refs,
     tensor_type,
     to_array,
@@ -187,7 +188,7 @@ class _Importer:
                 scope.env[info.name] = scope.graph.add_input(
                     scope.unique(info.name), tensor_type(info, f"{self.path}: input"))
         for name, tensor in initializers.items():
-            array = to_array(tensor, f"{self.path}: initializer '{name}'")
+            array = to_array(tensor, f"{self.path}: initializer {quoted(name)}")
             if name in declared:
                 self._check_initializer(name, array, declared[name])
             scope.env[name] = self._constant(scope, array, name)
@@ -200,14 +201,14 @@ class _Importer:
         if want.dtype != got.dtype or want.rank != got.rank or any(
                 isinstance(d, int) and d != a for d, a in zip(want.shape, got.shape,
                                                               strict=True)):
-            raise OnnxImportError(f"{self.path}: initializer '{name}' is {got} but the graph "
-                                  f"declares it as {want}")
+            raise OnnxImportError(f"{self.path}: initializer {quoted(name)} is {got} but the "
+                                  f"graph declares it as {want}")
 
     def _outputs(self, onnx_graph: onnx.GraphProto, scope: _Scope) -> Graph:
         for info in onnx_graph.output:
             value = scope.lookup(info.name)
             if value is None:
-                raise OnnxImportError(f"{self.path}: graph output '{info.name}' is not "
+                raise OnnxImportError(f"{self.path}: graph output {quoted(info.name)} is not "
                                       "produced")
             scope.graph.add_output(info.name, value)
         graph = scope.graph
@@ -232,7 +233,7 @@ class _Importer:
             scope.env[info.name] = scope.graph.add_input(scope.unique(info.name), t)
         for t in onnx_graph.initializer:
             if t.name not in scope.env:
-                array = to_array(t, f"{self.path}: initializer '{t.name}'")
+                array = to_array(t, f"{self.path}: initializer {quoted(t.name)}")
                 scope.env[t.name] = self._constant(scope, array, t.name)
         self._nodes(onnx_graph.node, scope, refs, "")
         return self._outputs(onnx_graph, scope), scope.captures
@@ -261,18 +262,19 @@ class _Importer:
         """Import one node; `refs` None outside a function body, where ONNX forbids
         attribute references."""
         base = f"{prefix}{onnx_node.name or f'{onnx_node.op_type}_{i}'}"
-        where = f"{self.path}: node '{base}' ({onnx_node.op_type})"
+        where = f"{self.path}: node {quoted(base)} ({onnx_node.op_type})"
         stray = next((a for a in onnx_node.attribute if a.ref_attr_name), None)
         if refs is None and stray is not None:
-            raise OnnxImportError(f"{where}: attribute '{stray.name}' refers to "
-                                  f"'{stray.ref_attr_name}' (ref_attr_name) outside a "
+            raise OnnxImportError(f"{where}: attribute {quoted(stray.name)} refers to "
+                                  f"{quoted(stray.ref_attr_name)} (ref_attr_name) outside a "
                                   "function body, where there is nothing to refer to")
         onnx_node = resolve_refs(onnx_node, refs or {})
         inputs: list[Value | None] = []
         for n in onnx_node.input:
             value = scope.lookup(n) if n else None
             if n and value is None:
-                raise OnnxImportError(f"{where}: input '{n}' is not produced by any node")
+                raise OnnxImportError(f"{where}: input {quoted(n)} is not produced by any "
+                                      "node")
             inputs.append(value)
         while inputs and inputs[-1] is None:
             inputs.pop()
@@ -307,7 +309,7 @@ class _Importer:
                                   f"{len(outputs)} outputs")
         for name, value in zip(outputs, results, strict=False):
             if name in scope.env:
-                raise OnnxImportError(f"{where}: output '{name}' is already defined (ONNX "
+                raise OnnxImportError(f"{where}: output {quoted(name)} is already defined (ONNX "
                                       "graphs define each name once)")
             if name:
                 scope.env[name] = value

@@ -112,12 +112,18 @@ def attr_value(attr: onnx.AttributeProto, what: str) -> Any:
     return value
 
 
+def quoted(name: str) -> str:
+    """`name` in single quotes for a one-line message; a name holding line breaks or other
+    unprintable characters (U+2028, CR, NUL) is shown as Python's escaped repr."""
+    return f"'{name}'" if name.isprintable() else repr(name)
+
+
 def _text(value: bytes, name: str, what: str) -> str:
     try:
         return value.decode()
     except UnicodeDecodeError:
-        raise OnnxImportError(f"{what}: attribute '{name}' holds bytes that are not UTF-8 "
-                              f"text: {value[:24]!r}") from None
+        raise OnnxImportError(f"{what}: attribute {quoted(name)} holds bytes that are not "
+                              f"UTF-8 text: {value[:24]!r}") from None
 
 
 def resolve_refs(node: onnx.NodeProto,

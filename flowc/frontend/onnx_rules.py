@@ -11,7 +11,7 @@ from collections import Counter
 
 import onnx
 
-from flowc.frontend.onnx_attrs import OnnxImportError
+from flowc.frontend.onnx_attrs import OnnxImportError, quoted
 
 
 def check_opset(opset: int, path: str) -> None:
@@ -30,6 +30,6 @@ def check_unique(graph: onnx.GraphProto, path: str) -> None:
                         ("initializer", [t.name for t in graph.initializer])):
         twice = [n for n, k in Counter(names).items() if k > 1]
         if twice:
-            raise OnnxImportError(f"{path}: graph '{graph.name}' declares {kind} "
-                                  f"'{twice[0]}' {Counter(names)[twice[0]]} times (ONNX "
+            raise OnnxImportError(f"{path}: graph {quoted(graph.name)} declares {kind} "
+                                  f"{quoted(twice[0])} {Counter(names)[twice[0]]} times (ONNX "
                                   "names must be unique)")

@@ -95,3 +95,13 @@ def test_a_constant_gather_index_past_its_axis_is_refused():
                   [vi("y", (2, 3))], [i]),
             r"^<model>: node 'g' \(Gather\): .*index 4294967296 is out of range \[-4, 3\] for "
             r"axis 0 of size 4$")
+
+
+def test_a_name_with_a_line_break_stays_on_one_line():
+    # hostile names:74: an output named '$(id)\u2028...' defined twice printed its U+2028
+    name = "y\u2028\n#define x 1"
+    nodes = [helper.make_node("Relu", ["x"], [name], name="a"),
+             helper.make_node("Neg", ["x"], [name], name="b\rc")]
+    message = refused(model(nodes, [vi("x")], [vi(name)]), "is already defined")
+    assert message.startswith(r"<model>: node 'b\rc' (Neg): output 'y\u2028\n#define x 1' ")
+    assert len(message.splitlines()) == 1
