@@ -17,7 +17,11 @@ def test_the_default_pipeline_is_the_one_listed():
 
 def test_every_environment_variable_read_is_in_the_debug_table():
     read = set()
+    # flowc/testing is the test harnesses' (FLOWC_HOSTILE_MARKER is a planted secret the
+    # hostile-model runner looks for, not a switch)
     for path in [*(ROOT / "flowc").rglob("*.py"), *(ROOT / "flowc").rglob("*.c")]:
+        if "testing" in path.relative_to(ROOT / "flowc").parts:
+            continue
         read |= set(re.findall(r"(?:environ(?:\.get)?[\[(]|getenv\()\s*\"(FLOWC_[A-Z_]+)\"",
                                path.read_text()))
     assert {"FLOWC_COMPILE_JOBS", "FLOWC_CUDA_DEVICE", "FLOWC_NUM_THREADS"} <= read

@@ -28,7 +28,7 @@ from flowc.codegen.cache import CompileCache, digest, resolve
 from flowc.ir.errors import FlowcError
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
-RUNTIME_SOURCES = ("runtime.c", "pool.c", "partition.c", "cuda.c")
+RUNTIME_SOURCES = ("runtime.c", "tables.c", "pool.c", "partition.c", "cuda.c")
 RUNTIME_HEADER = "flowc_rt.h"
 CFLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=gnu11", "-Wall")
 LINK_LIBS = ("-lm", "-lpthread", "-ldl")

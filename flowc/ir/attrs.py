@@ -28,9 +28,12 @@ class Tensor:
     __slots__ = ("_data", "digest", "type")
 
     def __init__(self, data: np.ndarray | None, type: TensorType | None = None,
-                 digest: str | None = None):
+                 digest: str | None = None, *, owned: bool = False):
+        """`owned`: `data` is a C-contiguous array nothing else will write (the parser's
+        view of its resource buffer), kept without a copy; otherwise the data is copied."""
         if data is not None:
-            array = np.array(data, copy=True, order="C")
+            array = data if owned else np.array(data, copy=True, order="C")
+            assert array.flags.c_contiguous
             array.flags.writeable = False
             type = tensor_type_of(array)
             digest = content_digest(array)

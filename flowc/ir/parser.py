@@ -8,7 +8,7 @@ graph is verified, and a verifier error is reported at the line of the node it n
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from flowc.ir.gcpause import gc_paused
 from flowc.ir.graph import INPUT_OP, Graph, Node, Source, Value
 from flowc.ir.limits import size_problem
 from flowc.ir.ops import OPS
+from flowc.ir.resources import read_resources
 from flowc.ir.types import DTYPES, DType, TensorType, Type, VarType
 from flowc.ir.verifier import verify as verify_graph
 
@@ -46,8 +47,10 @@ def unquote(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), body)
 
 
-def tokenize(text: str, filename: str) -> list[Token]:
-    """The tokens of `text`, whitespace and comments dropped, ending with an `eof` token.
+def tokenize(text: str, filename: str) -> tuple[list[Token], int | None]:
+    """The tokens of `text`, whitespace and comments dropped, ending with an `eof` token,
+    and the index of the resource section's `{-#` (None without one): the scan stops there,
+    as the section is read by `resources.read_resources`, not as tokens.
 
     One `finditer` scan: a match that does not start where the previous one ended means
     characters no token matches. Only whitespace tokens can hold newlines, so only they
@@ -56,11 +59,15 @@ def tokenize(text: str, filename: str) -> list[Token]:
     tokens: list[Token] = []
     append = tokens.append
     pos, line, line_start = 0, 1, 0
+    resources = None
     for m in TOKEN_RE.finditer(text):
         start = m.start()
         if start != pos:
             break
         kind = m.lastgroup
+        if kind == "resstart":
+            resources = start
+            break
         pos = m.end()
         if kind == "ws":
             newlines = text.count("\n", start, pos)
@@ -69,21 +76,23 @@ def tokenize(text: str, filename: str) -> list[Token]:
                 line_start = text.rindex("\n", start, pos) + 1
             continue
         append(Token(kind, m.group(), line, start - line_start + 1))
-    if pos < len(text):
+    if pos < len(text) and resources is None:
         raise ParseError(f"unexpected character {text[pos]!r}", filename, line,
                          pos - line_start + 1, text.split("\n")[line - 1])
     append(Token("eof", "end of input", line, pos - line_start + 1))
-    return tokens
+    return tokens, resources
 
 
 class Parser:
     def __init__(self, text: str, filename: str = "<input>"):
         self.filename = filename
-        self.lines = text.split("\n")
-        self.tokens = tokenize(text, filename)
+        self.tokens, resources = tokenize(text, filename)
+        self.lines = text[:resources].split("\n")
         self.pos = 0
         self.node_positions: dict[Node, Token] = {}
-        self.blobs = self.prescan_resources()
+        self.text = text
+        self.blobs = {} if resources is None else read_resources(text, resources,
+                                                                 self.fail_at)
 
     # ---- token helpers -------------------------------------------------------------
     @property
@@ -94,6 +103,14 @@ class Parser:
         tok = tok or self.tok
         source = self.lines[tok.line - 1] if tok.line - 1 < len(self.lines) else ""
         return ParseError(message, self.filename, tok.line, tok.col, source)
+
+    def fail_at(self, message: str, pos: int) -> NoReturn:
+        """Raise a ParseError at index `pos` of the text (in the resource section)."""
+        line_start = self.text.rfind("\n", 0, pos) + 1
+        line_end = self.text.find("\n", pos)
+        raise ParseError(message, self.filename, self.text.count("\n", 0, pos) + 1,
+                         pos - line_start + 1,
+                         self.text[line_start:line_end if line_end >= 0 else None])
 
     def next(self) -> Token:
         tok = self.tok
@@ -406,51 +423,16 @@ class Parser:
         self.node_positions[node] = result_tok
         return node
 
-    def prescan_resources(self) -> dict[str, tuple[bytes, Token]]:
-        """The `{-# resources: {digest: "0x..."} #-}` section at the end, read first so
-        that `dense_resource` attributes resolve as they are parsed. It is cut from the
-        token stream."""
-        starts = [i for i, t in enumerate(self.tokens) if t.kind == "resstart"]
-        if not starts:
-            return {}
-        self.pos = starts[-1]
-        self.next()
-        self.expect("resources")
-        self.expect(":")
-        self.expect("{")
-        blobs: dict[str, tuple[bytes, Token]] = {}
-
-        def entry():
-            key = unquote(self.expect_kind("string", "a quoted resource digest").text)
-            self.expect(":")
-            blob = self.expect_kind("string", "a quoted hex blob")
-            text = unquote(blob.text)
-            if not text.startswith("0x"):
-                raise self.error("a resource blob starts with 0x", blob)
-            try:
-                blobs[key] = (bytes.fromhex(text[2:]), blob)
-            except ValueError:
-                raise self.error("a resource blob must be hex digits", blob) from None
-
-        self.comma_list("}", entry)
-        self.expect("#-}")
-        if self.tok.kind != "eof":
-            raise self.error(f"expected end of input after the resources but found "
-                             f"'{self.tok.text}'")
-        self.tokens = [*self.tokens[:starts[-1]], self.tok]
-        self.pos = 0
-        return blobs
-
     def resource_tensor(self, key: str, t: TensorType, tok: Token) -> Tensor:
         """The constant `key` names: its data from the resource section, else elided."""
         if key not in self.blobs:
             return Tensor(None, t, key)
-        blob, blob_tok = self.blobs[key]
+        blob, blob_pos = self.blobs[key]
         expected = (t.num_elements or 0) * t.dtype.np.itemsize
         if not t.is_static or len(blob) != expected:
-            raise self.error(f"resource {key} holds {len(blob)} bytes but {t} needs "
-                             f"{expected}", blob_tok)
-        tensor = Tensor(np.frombuffer(blob, dtype=t.dtype.np).reshape(t.shape))
+            self.fail_at(f"resource {key} holds {len(blob)} bytes but {t} needs {expected}",
+                         blob_pos)
+        tensor = Tensor(np.frombuffer(blob, dtype=t.dtype.np).reshape(t.shape), owned=True)
         if tensor.digest != key:
             raise self.error(f"resource {key} does not match its content (digest "
                              f"{tensor.digest}); the text was edited or truncated", tok)

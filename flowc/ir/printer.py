@@ -162,15 +162,20 @@ class Printer:
         text = source_text(node.name if show_name else None, node.loc)
         return f" loc({text})" if text else ""
 
-    def resource_section(self) -> str:
+    def resource_section(self) -> list[str]:
+        """The pieces of the resource section (none without one): each blob's hex is made
+        from the array's own memory, and the caller joins the pieces once."""
         if not self.emit_resources or not self.resources:
-            return ""
-        body = ",\n".join(f"  \"{digest}\": \"0x{np.ascontiguousarray(t.data).tobytes().hex()}\""
-                          for digest, t in sorted(self.resources.items()))
-        return "{-# resources: {\n" + body + "\n} #-}\n"
+            return []
+        pieces = ["{-# resources: {\n"]
+        for k, (digest, t) in enumerate(sorted(self.resources.items())):
+            raw = np.ascontiguousarray(t.data).reshape(-1).view(np.uint8)
+            pieces += [",\n" if k else "", f'  "{digest}": "0x', raw.data.hex(), '"']
+        pieces.append("\n} #-}\n")
+        return pieces
 
 
 def print_graph(graph: Graph, *, inline_limit: int = 16, resources: bool = False) -> str:
     """The text form of `graph`; with `resources`, large constants' bytes follow it."""
     printer = Printer(inline_limit, resources)
-    return printer.graph(graph) + printer.resource_section()
+    return "".join([printer.graph(graph), *printer.resource_section()])

@@ -11,6 +11,8 @@ floating-point rounding where BatchNorm is folded into weights), and
   stored transposed instead, and the flag cleared;
 - batch_normalization after a conv or gemm with constant weights is folded into them
   (inference: the weights are scaled per output channel, the shift joins the bias);
+- a concat of more than 32 operands becomes a concat of concats of at most 32 (one wide
+  concat kernel compiles in time quadratic in its operands);
 - decomposed LayerNorm, GELU (erf and tanh forms) and softmax become `layer_normalization`,
   `gelu` and `softmax` (see simplify_recognize).
 A rewrite never merges a producer that has other users, never looks through a node with
@@ -45,6 +47,7 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "cast": [("cast-removed", p.cast)],
     "expand": [("expand-removed", p.expand)],
     "gemm": [("gemm-constant-transposed", p.gemm_transposed_constant)],
+    "concat": [("wide-concat-split", p.wide_concat)],
     "batch_normalization": [("batch-norm-into-conv", p.batch_norm_into_conv),
                             ("batch-norm-into-gemm", p.batch_norm_into_gemm)],
 }

@@ -54,6 +54,26 @@ def is_const(value: Value | None, rw: Rewriter, x: float) -> bool:
     return scalar(value, rw) == x
 
 
+# ---- wide concats ----------------------------------------------------------------------
+
+MAX_CONCAT_OPERANDS = 32  # the kernel's compile time grows quadratically with its operands
+
+
+def wide_concat(node: Node, rw: Rewriter) -> Result:
+    """concat of more than MAX_CONCAT_OPERANDS operands: a concat of concats of at most that
+    many each (repeated while the top is still wider). One kernel of 500 operands took
+    22 s to compile (MLIR's transform interpreter over its chain of insert_slice ops);
+    in kernels of 32, the same shapes compile once and the whole stays near-linear."""
+    inputs = node.inputs
+    if len(inputs) <= MAX_CONCAT_OPERANDS or any(v is None for v in inputs):
+        return None
+    step = MAX_CONCAT_OPERANDS
+    parts = [inputs[i] if len(inputs[i:i + step]) == 1
+             else rw.make("concat", inputs[i:i + step], node.attrs, node).out()
+             for i in range(0, len(inputs), step)]
+    return rw.replace(node, "concat", parts, node.attrs)
+
+
 # ---- identities -----------------------------------------------------------------------
 
 def _neutral(unit: float, commutative: bool):

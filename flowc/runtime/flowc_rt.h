@@ -201,6 +201,14 @@ FLOWC_HIDDEN int FLOWC_RT(rt_run)(flowc_ctx *ctx);
 FLOWC_HIDDEN int FLOWC_RT(rt_run_with)(flowc_ctx *ctx, const void *const *inputs,
                                        void *const *outputs);
 FLOWC_HIDDEN const char *FLOWC_RT(rt_dtype_name)(int dtype);
+/* tables.c: the model tables' sizes re-checked (before create allocates from them), and
+ * the weights side file mapped (`given`, or the one next to the library). */
+FLOWC_HIDDEN int FLOWC_RT(rt_check_sizes)(flowc_ctx *ctx);
+FLOWC_HIDDEN int FLOWC_RT(rt_map_weights)(flowc_ctx *ctx, const char *given);
+/* n rounded up to a multiple of FLOWC_ALIGN. */
+static inline size_t flowc_round_up(size_t n) {
+  return (n + FLOWC_ALIGN - 1) / FLOWC_ALIGN * FLOWC_ALIGN;
+}
 
 /* Partitions (partition.c): run every partition of ctx->model, partition 0 on the calling
  * thread (with the context's pool), each other one on a worker thread the context keeps

@@ -147,6 +147,11 @@ def _is_count(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
+def _is_digest(x: Any) -> bool:
+    """A sha256 as the manifest writes it: 64 lowercase hex digits."""
+    return isinstance(x, str) and len(x) == 64 and all(c in "0123456789abcdef" for c in x)
+
+
 def _check_schema(manifest: dict[str, Any], file: Path) -> None:
     """The types of the manifest fields the loader reads (an altered manifest gets an
     ArtifactError naming the field, never a TypeError deeper down)."""
@@ -159,10 +164,11 @@ def _check_schema(manifest: dict[str, Any], file: Path) -> None:
         raise bad("graph_hash", manifest["graph_hash"])
     files = manifest["files"]
     if not isinstance(files, dict) or not all(
-            _plain_name(k) and isinstance(v, str) for k, v in files.items()):
+            _plain_name(k) and _is_digest(v) for k, v in files.items()):
         raise bad("files", files)
     weights = manifest["weights"]
-    if not isinstance(weights, dict) or (weights.get("file") is not None and not (
+    if not isinstance(weights, dict) or not _is_digest(weights.get("sha256")) or (
+            weights.get("file") is not None and not (
             _plain_name(weights["file"]) and _is_count(weights.get("bytes")))):
         raise bad("weights", weights)
     if not _is_count(manifest.get("threads_default", 0)):

@@ -102,7 +102,8 @@ def _mutate(kind: str, m: _Model, rng: random.Random) -> None:
         node = rng.choice(nodes)
         gone = rng.choice([*node.input, "nowhere"])
         m.inits = [t for t in m.inits if t.name != gone]
-        if gone == "nowhere" or gone not in {"w", "b"}:
+        # an initializer that is also a graph input (input_is_init) stays defined by the input
+        if gone == "nowhere" or gone not in {"w", "b"} or gone in {i[0] for i in m.inputs}:
             node.input[0] = gone = "nowhere"
         say(f"{node.name} reads {gone!r}, which nothing defines")
     elif kind == "opset":

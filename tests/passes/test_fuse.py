@@ -150,3 +150,36 @@ def test_body_inputs_never_take_a_member_nodes_name():
     body = out.nodes[0].attrs["body"]
     assert [n.name for n in body.inputs] == ["in0__"]
     assert [n.name for n in body.nodes] == ["in0", "in0_"]
+
+
+def test_a_long_chain_becomes_kernels_of_at_most_max_nodes():
+    g = Graph("chain")
+    h = g.add_input("x", TensorType("f32", (4,)))
+    for i in range(1000):
+        h = g.append(make_node(UNARY[i % 5], [h], name=f"n{i}")).out()
+    g.add_output("y", h)
+    fused = PassManager([Fuse(max_nodes=100)]).run(g)
+    assert [len(n.attrs["body"].nodes) for n in fused.nodes] == [100] * 10
+    default = Fuse().run(g)  # the default cap: LLVM's time on one kernel is superlinear
+    assert max(len(n.attrs["body"].nodes) for n in default.nodes) == Fuse.max_nodes < 1000
+    feeds = feeds_for(g)
+    assert_close(interpret(fused, feeds)["y"], interpret(g, feeds)["y"], "composite")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_small_cap_keeps_results_on_random_graphs(seed):
+    g = random_graph(seed, size=60)
+    fused = PassManager([Fuse(max_nodes=3)]).run(g)  # verifies the result
+    assert all(len(n.attrs["body"].nodes) <= 3 + 16 for n in fused.nodes if n.op == "fused")
+    assert all(sum(m.op != "constant" for m in n.attrs["body"].nodes) <= 3
+               for n in fused.nodes if n.op == "fused")
+    feeds = feeds_for(g, seed)
+    want, got = interpret(g, feeds), interpret(fused, feeds)
+    for name in want:
+        assert_close(got[name], want[name], "composite")
+
+
+def test_max_nodes_below_two_is_refused_in_one_line():
+    with pytest.raises(Exception, match=r"^pass 'fuse': option 'max_nodes' must be >= 2, "
+                                        r"found 1$"):
+        parse_pipeline("fuse{max_nodes=1}")

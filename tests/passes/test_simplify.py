@@ -156,3 +156,17 @@ f32[2], f32[2], f32[2]) -> f32[1,2,3,3]
         warnings.simplefilter("error")
         out = Simplify().run(g)
     assert [n.op for n in out.nodes if n.op in ("conv", "batch_normalization")] == ["conv"]
+
+
+def test_a_wide_concat_becomes_a_tree_of_concats_of_at_most_32():
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (2,)))
+    parts = [g.append(make_node("add", [x, g.append(make_node("constant", [], {
+        "value": np.full(2, i, np.float32)})).out()])).out() for i in range(1500)]
+    g.add_output("y", g.append(make_node("concat", parts, {"axis": 0}, name="cat")).out())
+    out = PassManager([Simplify()]).run(g)  # verifies the result
+    concats = [n for n in out.nodes if n.op == "concat"]
+    assert max(len(n.inputs) for n in concats) <= 32 and len(concats) == 47 + 2 + 1
+    assert concats[-1].name == "cat"
+    feeds = random_feeds(g)
+    assert np.array_equal(interpret(out, feeds)["y"], interpret(g, feeds)["y"])

@@ -116,6 +116,16 @@ def test_malformed_field_is_shown_short(mlp_copy):
     assert len(message) < 400
 
 
+@pytest.mark.parametrize("digest", ["..", -1, "", None, 2**70, float("nan"), "A" * 64])
+def test_malformed_digest_is_refused(mlp_copy, digest):
+    """A digest field the loader does not compare (embedded weights) is still checked: the
+    hostile-model campaign's manifest family found these loaded."""
+    manifest = json.loads((mlp_copy / "manifest.json").read_text())
+    manifest["weights"]["sha256"] = digest
+    (mlp_copy / "manifest.json").write_text(json.dumps(manifest))
+    assert ": malformed weights {" in load_error(mlp_copy)
+
+
 def test_library_symlinked_outside_the_directory(mlp_copy, tmp_path):
     outside = tmp_path / "elsewhere.so"
     shutil.move(mlp_copy / "libmlp.so", outside)

@@ -53,12 +53,12 @@ def test_runtime_refuses_tables_with_bad_sizes(tmp_path: Path):
 
 
 def test_runtime_limit_and_itemsizes_match_the_compiler():
-    """flowc_rt.h's FLOWC_MAX_BYTES is ir/limits.py's limit; runtime.c's DTYPE_BYTES are
+    """flowc_rt.h's FLOWC_MAX_BYTES is ir/limits.py's limit; tables.c's DTYPE_BYTES are
     abi.py's element sizes, in code order."""
     header = (RUNTIME_DIR / "flowc_rt.h").read_text()
     shift = int(re.search(r"#define FLOWC_MAX_BYTES \(\(uint64_t\)1 << (\d+)\)", header)[1])
     assert 2**shift == MAX_TENSOR_BYTES == MAX_ARENA_BYTES == MAX_WEIGHTS_BYTES
-    source = (RUNTIME_DIR / "runtime.c").read_text()
+    source = (RUNTIME_DIR / "tables.c").read_text()
     table = re.search(r"DTYPE_BYTES\[NUM_DTYPES\] = \{([^}]*)\}", source)[1]
     assert [int(b) for b in table.split(",")] == [size for _, size in DTYPES.values()]
 
