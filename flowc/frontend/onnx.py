@@ -38,6 +38,7 @@ from onnx import helper
 from flowc.frontend.onnx_attrs import (
     OnnxImportError,
     node_attrs,
+    quoted,
     resolve_refs,
     tensor_type,
     to_array,
@@ -46,6 +47,7 @@ from flowc.frontend.onnx_external import load_external, read_model
 from flowc.frontend.onnx_fold import fold_shape_arithmetic
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
 from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
+from flowc.frontend.onnx_rules import check_opset, check_unique
 from flowc.frontend.onnx_scan import splice_graph
 from flowc.ir import Graph, Node, Tensor, TensorType, Value, dtype
 from flowc.ir.build import make_node
@@ -77,6 +79,7 @@ def _opset(imports: Sequence[onnx.OperatorSetIdProto]) -> int:
 def _upgrade(proto: onnx.ModelProto, path: str) -> onnx.ModelProto:
     """`proto` at opset >= MIN_OPSET, converting older models with onnx.version_converter."""
     opset = _opset(proto.opset_import)
+    check_opset(opset, path)
     if opset >= MIN_OPSET:
         return proto
     try:
@@ -176,6 +179,7 @@ class _Importer:
     # ---- graphs -----------------------------------------------------------------------
     def main(self) -> tuple[Graph, dict[str, Value]]:
         onnx_graph = self.proto.graph
+        check_unique(onnx_graph, self.path)
         scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "main"), None)
         initializers = {t.name: t for t in onnx_graph.initializer}
         declared = {i.name: i for i in onnx_graph.input}
@@ -184,11 +188,11 @@ class _Importer:
                 scope.env[info.name] = scope.graph.add_input(
                     scope.unique(info.name), tensor_type(info, f"{self.path}: input"))
         for name, tensor in initializers.items():
-            array = to_array(tensor, f"{self.path}: initializer '{name}'")
+            array = to_array(tensor, f"{self.path}: initializer {quoted(name)}")
             if name in declared:
                 self._check_initializer(name, array, declared[name])
             scope.env[name] = self._constant(scope, array, name)
-        self._nodes(onnx_graph.node, scope, {}, "")
+        self._nodes(onnx_graph.node, scope, None, "")
         return self._outputs(onnx_graph, scope), scope.env
 
     def _check_initializer(self, name: str, array: np.ndarray, info: onnx.ValueInfoProto):
@@ -197,14 +201,14 @@ class _Importer:
         if want.dtype != got.dtype or want.rank != got.rank or any(
                 isinstance(d, int) and d != a for d, a in zip(want.shape, got.shape,
                                                               strict=True)):
-            raise OnnxImportError(f"{self.path}: initializer '{name}' is {got} but the graph "
-                                  f"declares it as {want}")
+            raise OnnxImportError(f"{self.path}: initializer {quoted(name)} is {got} but the "
+                                  f"graph declares it as {want}")
 
     def _outputs(self, onnx_graph: onnx.GraphProto, scope: _Scope) -> Graph:
         for info in onnx_graph.output:
             value = scope.lookup(info.name)
             if value is None:
-                raise OnnxImportError(f"{self.path}: graph output '{info.name}' is not "
+                raise OnnxImportError(f"{self.path}: graph output {quoted(info.name)} is not "
                                       "produced")
             scope.graph.add_output(info.name, value)
         graph = scope.graph
@@ -214,10 +218,12 @@ class _Importer:
         return graph
 
     def body(self, parent: _Scope, onnx_graph: onnx.GraphProto, formal: Sequence[TensorType],
-             refs: dict[str, onnx.AttributeProto]) -> tuple[Graph, list[Value]]:
+             refs: dict[str, onnx.AttributeProto] | None) -> tuple[Graph, list[Value]]:
         """A closed flowc body for an If/Loop/Scan graph attribute, and the outer values it
         reads (its trailing inputs). `formal` types the body's declared inputs where ONNX
-        leaves their shape out; `refs` are the enclosing function call's attributes."""
+        leaves their shape out; `refs` are the enclosing function call's attributes (None
+        outside any function)."""
+        check_unique(onnx_graph, self.path)
         scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "body"), parent)
         if len(onnx_graph.input) != len(formal):
             raise OnnxImportError(f"{self.path}: body '{onnx_graph.name}' declares "
@@ -227,7 +233,7 @@ class _Importer:
             scope.env[info.name] = scope.graph.add_input(scope.unique(info.name), t)
         for t in onnx_graph.initializer:
             if t.name not in scope.env:
-                array = to_array(t, f"{self.path}: initializer '{t.name}'")
+                array = to_array(t, f"{self.path}: initializer {quoted(t.name)}")
                 scope.env[t.name] = self._constant(scope, array, t.name)
         self._nodes(onnx_graph.node, scope, refs, "")
         return self._outputs(onnx_graph, scope), scope.captures
@@ -247,20 +253,28 @@ class _Importer:
         return scope.graph.append(node).out()
 
     def _nodes(self, nodes: Sequence[onnx.NodeProto], scope: _Scope,
-               refs: dict[str, onnx.AttributeProto], prefix: str) -> None:
+               refs: dict[str, onnx.AttributeProto] | None, prefix: str) -> None:
         for i, onnx_node in enumerate(nodes):
             self._node(onnx_node, i, scope, refs, prefix)
 
     def _node(self, onnx_node: onnx.NodeProto, i: int, scope: _Scope,
-              refs: dict[str, onnx.AttributeProto], prefix: str) -> None:
-        onnx_node = resolve_refs(onnx_node, refs)
+              refs: dict[str, onnx.AttributeProto] | None, prefix: str) -> None:
+        """Import one node; `refs` None outside a function body, where ONNX forbids
+        attribute references."""
         base = f"{prefix}{onnx_node.name or f'{onnx_node.op_type}_{i}'}"
-        where = f"{self.path}: node '{base}' ({onnx_node.op_type})"
+        where = f"{self.path}: node {quoted(base)} ({onnx_node.op_type})"
+        stray = next((a for a in onnx_node.attribute if a.ref_attr_name), None)
+        if refs is None and stray is not None:
+            raise OnnxImportError(f"{where}: attribute {quoted(stray.name)} refers to "
+                                  f"{quoted(stray.ref_attr_name)} (ref_attr_name) outside a "
+                                  "function body, where there is nothing to refer to")
+        onnx_node = resolve_refs(onnx_node, refs or {})
         inputs: list[Value | None] = []
         for n in onnx_node.input:
             value = scope.lookup(n) if n else None
             if n and value is None:
-                raise OnnxImportError(f"{where}: input '{n}' is not produced by any node")
+                raise OnnxImportError(f"{where}: input {quoted(n)} is not produced by any "
+                                      "node")
             inputs.append(value)
         while inputs and inputs[-1] is None:
             inputs.pop()
@@ -294,6 +308,9 @@ class _Importer:
             raise OnnxImportError(f"{where}: flowc computes {len(results)} of its "
                                   f"{len(outputs)} outputs")
         for name, value in zip(outputs, results, strict=False):
+            if name in scope.env:
+                raise OnnxImportError(f"{where}: output {quoted(name)} is already defined (ONNX "
+                                      "graphs define each name once)")
             if name:
                 scope.env[name] = value
 

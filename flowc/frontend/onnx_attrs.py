@@ -106,10 +106,24 @@ def attr_value(attr: onnx.AttributeProto, what: str) -> Any:
                               "flowc does not import")
     value = helper.get_attribute_value(attr)
     if isinstance(value, bytes):
-        return value.decode()
+        return _text(value, attr.name, what)
     if isinstance(value, list):
-        return tuple(v.decode() if isinstance(v, bytes) else v for v in value)
+        return tuple(_text(v, attr.name, what) if isinstance(v, bytes) else v for v in value)
     return value
+
+
+def quoted(name: str) -> str:
+    """`name` in single quotes for a one-line message; a name holding line breaks or other
+    unprintable characters (U+2028, CR, NUL) is shown as Python's escaped repr."""
+    return f"'{name}'" if name.isprintable() else repr(name)
+
+
+def _text(value: bytes, name: str, what: str) -> str:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise OnnxImportError(f"{what}: attribute {quoted(name)} holds bytes that are not "
+                              f"UTF-8 text: {value[:24]!r}") from None
 
 
 def resolve_refs(node: onnx.NodeProto,

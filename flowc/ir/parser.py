@@ -230,6 +230,8 @@ class Parser:
         self.expect(">")
         self.expect(":", " before the constant's type")
         t = self.tensor_type()
+        if literal == [] and 0 in t.shape:   # an empty constant of any shape
+            return Tensor(np.zeros(t.shape, t.dtype.np))
         try:
             array = np.array(literal, dtype=t.dtype.np)
         except (ValueError, TypeError, OverflowError) as exc:

@@ -65,6 +65,10 @@ def format_scalar(x: Any, dt: DType) -> str:
 
 
 def format_tensor_literal(array: np.ndarray, dt: DType) -> str:
+    """The nested-list literal of `array`; an empty array prints as `[]` whatever its shape
+    (its type carries the shape), so a [2**31, 0] constant prints in constant time."""
+    if array.size == 0:
+        return "[]"
     if array.ndim == 0:
         return format_scalar(array[()], dt)
     return "[" + ", ".join(format_tensor_literal(sub, dt) for sub in array) + "]"

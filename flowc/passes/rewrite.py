@@ -17,7 +17,9 @@ Contract:
   does) — nodes with effects never are. A first look over the nodes as they are finds
   whether any pattern matches at all; if none does, the input graph itself is returned.
   Every match bumps the statistics counter named after its pattern. Linear in graph size
-  (each node: a bounded number of matches).
+  (each node: a bounded number of matches). Patterns run with numpy's floating-point
+  warnings off: folding constants may make NaN or inf, as the run would (a negative batch
+  norm variance), and a warning line would only garble the compiler's output.
 - `rw.uses(value)` is an upper bound on the users of a value's node (graph outputs count),
   so a "single user" test is safe: fusing a producer that has other users would compute it
   twice, which patterns avoid by asking.
@@ -254,7 +256,8 @@ def apply_patterns(graph: Graph, by_op: Mapping[str, Sequence[tuple[str, Pattern
 
     def match(node: Node, rw: Rewriter) -> tuple[str, Result] | None:
         for name, pattern in chain(by_op.get(node.op, ()), any_op):
-            result = pattern(node, rw)
+            with np.errstate(all="ignore"):   # NaN/inf from folding constants is intended
+                result = pattern(node, rw)
             if result is not None:
                 return name, result
         return None

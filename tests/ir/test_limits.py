@@ -18,6 +18,7 @@ from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError, InferError, ParseError, VerifyError
 from flowc.ir.limits import MAX_TENSOR_BYTES, capped_product, size_problem, span_bytes
 from flowc.ir.parser import parse
+from flowc.ir.printer import format_tensor_literal, print_graph
 from flowc.ir.types import f32, i8
 from flowc.ir.verifier import verify
 
@@ -119,3 +120,17 @@ def test_split_tile_is_bounded_for_huge_extents():
     assert split_tile(2**30 * 3) == 2**30 * 3 // 64
     assert split_tile(2**61 - 1) == 2**61 - 1  # a prime: one tile
     assert time.perf_counter() - start < 1
+
+
+def test_an_empty_constant_of_huge_shape_prints_and_parses_in_constant_time():
+    # printing once walked every empty row: a [2**31, 0] constant hung the compiler
+    g = Graph("g")
+    c = g.append(make_node("constant", [], {"value": np.zeros((2**31, 0), np.float32)},
+                           name="c"))
+    g.add_output("y", c.out())
+    start = time.perf_counter()
+    text = print_graph(g)
+    assert "dense<[]> : f32[2147483648,0]" in text
+    assert print_graph(parse(text)) == text
+    assert time.perf_counter() - start < 1
+    assert format_tensor_literal(np.ones((1, 2), np.float32), f32) == "[[1.0, 1.0]]"

@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 from oracle import flowc_single, onnx_reference, single_node_graph
 
-from flowc.ir import InferError
+from flowc.ir import InferError, TensorType
 from flowc.ir.interpret import interpret
+from flowc.ir.types import i64
 
 RNG = np.random.default_rng(9)
 
@@ -24,6 +25,37 @@ def test_gather_elements_rank_mismatch():
                        r"found f32\[3,4\] and i64\[4\]"):
         single_node_graph("gather_elements", [np.ones((3, 4), np.float32),
                                               np.ones(4, np.int64)])
+
+
+@pytest.mark.parametrize(("op", "idx", "found"), [
+    ("gather", np.array([0, 4294967296]), "index 4294967296"),
+    ("gather", np.array([[-5]]), "index -5"),
+    ("gather_elements", np.array([[0, 1, 2], [3, 4, 0], [-4, -1, 0]]), "index 4")])
+def test_a_constant_index_out_of_range_is_a_type_error(op, idx, found):
+    # it compiled and ran, the kernel clamping it into the axis (ONNX calls it an error)
+    x = np.ones((4, 3), np.float32)
+    with pytest.raises(InferError, match=rf"{found} is out of range \[-4, 3\] for axis 0 of "
+                       r"size 4"):
+        single_node_graph(op, [x, idx], consts=(1,))
+
+
+@pytest.mark.parametrize(("op", "idx"), [("gather", np.zeros(2, np.int64)),
+                                         ("gather_elements", np.zeros((2, 3), np.int64))])
+def test_indices_into_an_empty_axis_are_a_type_error(op, idx):
+    # the compiled kernel clamped them to [0, -1] and read the element before the data
+    with pytest.raises(InferError, match=f"{idx.size} indices into axis 0 of size 0 "
+                       r"\(none is in range\)"):
+        single_node_graph(op, [np.ones((0, 3), np.float32), idx])
+
+
+def test_unknown_indices_in_range_at_run_time_are_fine_and_not_asked_for():
+    from flowc.codegen.bind import value_dependent_inputs
+
+    x = RNG.standard_normal((4, 3)).astype(np.float32)
+    g, node = single_node_graph("gather", [x, TensorType(i64, ("K",))])
+    assert value_dependent_inputs(node) == []
+    got = interpret(g, {"i0": x, "i1": np.array([3, -4])})["out0"]
+    np.testing.assert_array_equal(got, x[[3, 0]])
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (2, 3, 4)])

@@ -127,10 +127,12 @@ def test_type_errors_name_the_node(op, data, consts, attrs, message):
     assert message in str(info.value)
 
 
-def test_gather_index_out_of_range_at_run_time():
-    g = import_onnx(one_node_model("Gather", [X], [a(4)], {"axis": 2}))
+def test_gather_index_out_of_range_at_import_and_at_run_time():
+    with pytest.raises(FlowcError, match="index 4 is out of range \\[-4, 3\\] for axis 2"):
+        import_onnx(one_node_model("Gather", [X], [a(4)], {"axis": 2}))   # a constant
+    g = import_onnx(one_node_model("Gather", [X, a(4)], [], {"axis": 2}))   # an input
     with pytest.raises(FlowcError, match="an index is out of range \\[-4, 3\\] for axis 2"):
-        interpret(g, {"x0": X})
+        interpret(g, {"x0": X, "x1": a(4)})
 
 
 def test_symbolic_dims_flow_through():

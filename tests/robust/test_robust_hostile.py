@@ -5,7 +5,8 @@ crash, a hang, a traceback, a wrong answer, an accepted hostile input or an esca
 payload that ran, an outside file that was read).
 
 The default suite runs seeds 0..7 of each family (40 cases) and checks the harness's own
-classification; `-m slow` runs seeds 0..399 (2000 cases). The long campaign is
+classification; `-m slow` runs seeds 0..399 (2000 cases) and expects no escape, crash,
+hang or traceback (issue [20]'s Done means). The long campaign is
 bench/robust_hostile.py (figures in docs/robustness.md, "Hostile models").
 """
 
@@ -24,33 +25,7 @@ from flowc.testing.hostile import FAMILIES, payloads
 from flowc.testing.hostile_run import CLEAN, _escaped, _fork, campaign, classify, make_env
 
 SUBSET = range(8)
-# cases of the subset that fail on main before the fix branches of [20] and [19] merge;
-# the reason names the area (and the branch expected to fix it)
-NAMES = "names: C comments/strings escaping (the escape branch)"
-SIZES = "sizes: overflow-checked sizes, 2**48 limit (the size-limit branch)"
-EXTERNAL = "external data: confinement and one-line errors (the external-data branch)"
-MANIFEST = "manifest: verified loading (the loader-verification branch)"
-STRUCTURAL = "structural: [19] faults (no fix branch yet)"
-GATHER = "sizes: a constant Gather index past its axis compiles and runs (no fix branch yet)"
-PRE_FIX: dict[tuple[str, int], str] = {
-    ("names", 0): NAMES,   # a node-name payload runs when the artifact is loaded (escape)
-    ("names", 5): NAMES, ("names", 6): NAMES,   # the generated C fails to compile
-    ("sizes", 2): SIZES, ("sizes", 4): SIZES,   # ValueError from numpy in the loader
-    ("sizes", 7): GATHER,
-    ("structural", 1): STRUCTURAL,   # RecursionError on a recursive function
-    ("structural", 2): STRUCTURAL,   # duplicate graph input accepted and renamed
-    ("external", 0): EXTERNAL, ("external", 1): EXTERNAL,   # bare onnx ValidationError
-    ("external", 4): EXTERNAL, ("external", 5): EXTERNAL,
-    ("manifest", 2): MANIFEST, ("manifest", 3): MANIFEST,   # RecursionError on "[" * 100000
-    ("manifest", 5): MANIFEST,   # weights sha256 not checked: a NaN planted is used
-    ("manifest", 6): MANIFEST,   # weights file symlinked outside the folder is read
-}
-
-
-def _param(family: str, seed: int):
-    reason = PRE_FIX.get((family, seed))
-    marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
-    return pytest.param(family, seed, marks=marks, id=f"{family}-{seed}")
+FORBIDDEN = ("escape", "crash", "hang", "traceback", "harness")   # [20]'s Done means
 
 
 @pytest.fixture(scope="module")
@@ -64,29 +39,31 @@ def _report(r: dict) -> str:
             f"  {r['what'][:300]}\n  steps {r['steps']}\n{r['message'][-600:]}")
 
 
-@pytest.mark.parametrize(("family", "seed"), [_param(f, s) for f in FAMILIES for s in SUBSET])
+@pytest.mark.parametrize(("family", "seed"), [(f, s) for f in FAMILIES for s in SUBSET],
+                         ids=[f"{f}-{s}" for f in FAMILIES for s in SUBSET])
 def test_robust_hostile_subset(subset, family, seed):
     r = subset[(family, seed)]
     assert r["outcome"] in CLEAN, _report(r)
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="pre-fix baseline: fails on main until the [20] "
-                   "fix branches (names, sizes, external data, loader) and [19] merge")
 def test_robust_hostile_campaign(tmp_path):
+    """Issue [20]'s Done means: 2000 hostile models, 0 escapes, crashes, hangs and
+    tracebacks (and no case the harness itself failed on). Wrong, accepted and messy
+    outcomes are findings the campaign reports (bench/robust_hostile.py), not failures
+    here."""
     records = campaign(FAMILIES, range(400), tmp_path, timeout=60)
-    bad = [r for r in records if r["outcome"] not in CLEAN]
+    bad = [r for r in records if r["outcome"] in FORBIDDEN]
     assert len(records) == 400 * len(FAMILIES)
-    assert not bad, f"{len(bad)} of {len(records)} not clean:\n" + "\n".join(
+    assert not bad, f"{len(bad)} of {len(records)} {'/'.join(FORBIDDEN)}:\n" + "\n".join(
         _report(r) for r in bad[:20])
 
 
-@pytest.mark.xfail(strict=False, reason=NAMES)
 @pytest.mark.parametrize("role", ["input", "node"])
 def test_robust_hostile_injection_reproducers(tmp_path, role):
     """Issue [20]'s injections: an input name that closes the header's comment and defines
-    a constructor, a node name that closes an entry comment and calls system(); on main
-    both compile, and loading or running the artifact creates the canary (escape)."""
+    a constructor, a node name that closes an entry comment and calls system(); before the
+    escape fix both compiled, and loading or running the artifact created the canary."""
     from onnx import TensorProto, helper
 
     from flowc.testing.hostile import Case, f32_tensor, model_of

@@ -94,6 +94,11 @@ class InferContext:
         self.asked.add(index)
         return self.consts[index] if index < len(self.consts) else None
 
+    def known(self, index: int) -> np.ndarray | None:
+        """The operand's value where it is known, without asking for it: for checks that
+        a known value allows (an index in range), not for computing the result's type."""
+        return self.consts[index] if index < len(self.consts) else None
+
     def type(self, index: int) -> Type | None:
         return self.types[index] if index < len(self.types) else None
 

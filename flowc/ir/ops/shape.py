@@ -307,7 +307,26 @@ def _gather_infer(ctx: InferContext) -> TensorType:
     if x.rank == 0:
         ctx.fail(f"gather needs data of rank >= 1, found {x}")
     axis = normalize_axis(ctx, ctx.attrs["axis"], x.rank)
+    _check_indices(ctx, idx, x.shape[axis], axis)
     return x.with_shape((*x.shape[:axis], *idx.shape, *x.shape[axis + 1:]))
+
+
+def _check_indices(ctx: InferContext, idx: TensorType, n: int | str | None,
+                   axis: int) -> None:
+    """Indices must lie in [-n, n-1] (ONNX calls others an error; the kernels clamp them to
+    the axis): refuse known ones outside it, and any index into an axis of size 0 (the
+    clamp has nothing to land on: the kernel would read outside the data)."""
+    if not isinstance(n, int) or idx.num_elements == 0:
+        return
+    if n == 0 and idx.is_static:
+        ctx.fail(f"{idx.num_elements} indices into axis {axis} of size 0 (none is in range)")
+    values = ctx.known(1)
+    if values is None or values.size == 0:
+        return
+    low, high = int(values.min()), int(values.max())
+    if low < -n or high >= n:
+        ctx.fail(f"index {high if high >= n else low} is out of range [-{n}, {n - 1}] for "
+                 f"axis {axis} of size {n}")
 
 
 def _gather_kernel(ctx, x, idx):
@@ -495,7 +514,8 @@ def _gather_elements_infer(ctx: InferContext) -> TensorType:
         ctx.fail(f"indices must be integers, found {idx.dtype}")
     if x.rank == 0 or idx.rank != x.rank:
         ctx.fail(f"data and indices must have the same rank >= 1, found {x} and {idx}")
-    normalize_axis(ctx, ctx.attrs["axis"], x.rank)
+    axis = normalize_axis(ctx, ctx.attrs["axis"], x.rank)
+    _check_indices(ctx, idx, x.shape[axis], axis)
     return x.with_shape(idx.shape)
 
 
