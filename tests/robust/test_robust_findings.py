@@ -59,7 +59,7 @@ def artifact(tmp_path_factory):
     (("threads_default",), "many", "malformed threads_default 'many'"),
     # found by the long fuzz run (FileNotFoundError from stat): a weights file the
     # manifest names but the directory lacks
-    (("weights",), {"file": "x", "bytes": 1},
+    (("weights",), {"file": "x", "bytes": 1, "sha256": "0" * 64},
      "the manifest names the weights file 'x' but does not list its sha256"),
 ])
 def test_robust_altered_manifest_field(artifact, tmp_path, path, value, message):
