@@ -47,7 +47,7 @@ from flowc.frontend.onnx_external import load_external, read_model
 from flowc.frontend.onnx_fold import fold_shape_arithmetic
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
 from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
-from flowc.frontend.onnx_rules import check_opset, check_unique
+from flowc.frontend.onnx_rules import check_no_stray_refs, check_opset, check_unique
 from flowc.frontend.onnx_scan import splice_graph
 from flowc.ir import Graph, Node, Tensor, TensorType, Value, dtype
 from flowc.ir.build import make_node
@@ -80,6 +80,7 @@ def _upgrade(proto: onnx.ModelProto, path: str) -> onnx.ModelProto:
     """`proto` at opset >= MIN_OPSET, converting older models with onnx.version_converter."""
     opset = _opset(proto.opset_import)
     check_opset(opset, path)
+    check_no_stray_refs(proto.graph, path)
     if opset >= MIN_OPSET:
         return proto
     try:
@@ -259,15 +260,10 @@ class _Importer:
 
     def _node(self, onnx_node: onnx.NodeProto, i: int, scope: _Scope,
               refs: dict[str, onnx.AttributeProto] | None, prefix: str) -> None:
-        """Import one node; `refs` None outside a function body, where ONNX forbids
-        attribute references."""
+        """Import one node; `refs` None outside a function body (where `_upgrade` has
+        refused attribute references)."""
         base = f"{prefix}{onnx_node.name or f'{onnx_node.op_type}_{i}'}"
         where = f"{self.path}: node {quoted(base)} ({onnx_node.op_type})"
-        stray = next((a for a in onnx_node.attribute if a.ref_attr_name), None)
-        if refs is None and stray is not None:
-            raise OnnxImportError(f"{where}: attribute {quoted(stray.name)} refers to "
-                                  f"{quoted(stray.ref_attr_name)} (ref_attr_name) outside a "
-                                  "function body, where there is nothing to refer to")
         onnx_node = resolve_refs(onnx_node, refs or {})
         inputs: list[Value | None] = []
         for n in onnx_node.input:
