@@ -35,9 +35,9 @@ from collections.abc import Iterator
 import onnx
 
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
+from flowc.ir.limits import MAX_TENSOR_BYTES
 
 MAX_MODEL_BYTES = 2**31  # protobuf cannot parse a larger message
-MAX_TENSOR_BYTES = 2**48
 _SYSTEM = ("/proc", "/sys")  # pseudo-files: sizes and contents that are not data
 _OPEN = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
