@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowc.codegen.kernel_code import KernelCode
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 
@@ -35,24 +36,6 @@ class HostTarget:
     cpu: str = "generic"
     features: str = ""
     runnable: bool = True
-
-
-def get_target(name: object = "host") -> HostTarget:
-    if isinstance(name, HostTarget):
-        return name
-    if name != "host":
-        raise FlowcError(f"the naive test backend compiles for the host only, not {name}")
-    triple = subprocess.run(["cc", "-dumpmachine"], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    return HostTarget(triple=triple)
-
-
-def check_supported(body: Graph, target: HostTarget) -> None:
-    bad = [f"'{n.name}' ({n.op})" for n in body.nodes if n.op not in SUPPORTED]
-    bad += [f"'{n.name}' ({n.op}: {t})" for n in body.nodes for t in n.types
-            if t.dtype.name != "f32"]
-    if bad:
-        raise FlowcError(f"no naive kernel for node(s) {', '.join(bad)} on target {target.name}")
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -164,10 +147,40 @@ def kernel_c(symbol: str, body: Graph) -> str:
     return "\n".join(lines)
 
 
-def compile_kernels(kernels, target: HostTarget, dump=None) -> bytes:
+def compile_object(kernels) -> bytes:
+    """One object file defining every kernel of `kernels` (`(symbol, body)` pairs), by cc."""
     source = "#include <math.h>\n#include <stdlib.h>\n\n" + "\n\n".join(
         kernel_c(sym, body) for sym, body in kernels) + "\n"
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "k.c").write_text(source)
         subprocess.run(["cc", "-O1", "-fPIC", "-c", "k.c", "-o", "k.o"], cwd=tmp, check=True)
         return (Path(tmp) / "k.o").read_bytes()
+
+
+class NaiveBackend:
+    """The naive kernels as a `flowc.codegen.backend.Backend` for the host CPU."""
+
+    name = "cpu"
+
+    def get_target(self, name: object = "host") -> HostTarget:
+        if isinstance(name, HostTarget):
+            return name
+        if name != "host":
+            raise FlowcError(f"the naive test backend compiles for the host only, not {name}")
+        triple = subprocess.run(["cc", "-dumpmachine"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        return HostTarget(triple=triple)
+
+    def check_supported(self, body: Graph, target: HostTarget) -> None:
+        bad = [f"'{n.name}' ({n.op})" for n in body.nodes if n.op not in SUPPORTED]
+        bad += [f"'{n.name}' ({n.op}: {t})" for n in body.nodes for t in n.types
+                if t.dtype.name != "f32"]
+        if bad:
+            raise FlowcError(f"no naive kernel for node(s) {', '.join(bad)} on target "
+                             f"{target.name}")
+
+    def compile(self, kernels, target: HostTarget, dump, cache, progress) -> KernelCode:
+        return KernelCode(object=compile_object(kernels))
+
+    def manifest_target(self, code: KernelCode) -> dict:
+        return {}

@@ -5,11 +5,12 @@ from __future__ import annotations
 import re
 import subprocess
 
-import naive_backend
 import numpy as np
 import pytest
 from artifact_util import compile_naive
+from naive_backend import NaiveBackend, compile_object
 
+from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.plan.arena import Buffer, plan_arena
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
@@ -74,17 +75,13 @@ def test_elided_constant(tmp_path):
         compile_naive(g, tmp_path)
 
 
-class ExtraSymbolBackend:
+class ExtraSymbolBackend(NaiveBackend):
     """A backend breaking the kernel contract: its object defines one global too many."""
 
-    get_target = staticmethod(naive_backend.get_target)
-    check_supported = staticmethod(naive_backend.check_supported)
-
-    @staticmethod
-    def compile_kernels(kernels, target, dump=None) -> bytes:
-        obj = naive_backend.compile_kernels(kernels, target, dump)
-        extra = naive_backend.compile_kernels([("helper_not_prefixed", kernels[0][1])], target)
-        return _link_relocatable(obj, extra)
+    def compile(self, kernels, target, dump, cache, progress) -> KernelCode:
+        obj = compile_object(kernels)
+        extra = compile_object([("helper_not_prefixed", kernels[0][1])])
+        return KernelCode(object=_link_relocatable(obj, extra))
 
 
 def _link_relocatable(a: bytes, b: bytes) -> bytes:
@@ -105,7 +102,7 @@ def test_kernel_object_breaking_the_contract(tmp_path):
             "beyond the kernels and lacks none of them")):
         import flowc
 
-        flowc.compile(g, tmp_path, backend=ExtraSymbolBackend)
+        flowc.compile(g, tmp_path, backend=ExtraSymbolBackend())
 
 
 def test_bad_weights_mode(tmp_path):
@@ -144,14 +141,10 @@ def test_every_ir_dtype_has_an_artifact_abi_code():
         assert numpy_dtype(name) == dt.np, name
 
 
-class BrokenBackend:
+class BrokenBackend(NaiveBackend):
     """A kernel compiler with a bug: it raises something other than a FlowcError."""
 
-    get_target = staticmethod(naive_backend.get_target)
-    check_supported = staticmethod(naive_backend.check_supported)
-
-    @staticmethod
-    def compile_kernels(kernels, target, dump=None) -> bytes:
+    def compile(self, kernels, target, dump, cache, progress) -> KernelCode:
         raise KeyError("oops")
 
 
@@ -161,4 +154,4 @@ def test_a_kernel_compiler_bug_is_reported_with_the_kernels(tmp_path):
     with pytest.raises(FlowcError, match=re.escape(
             "the kernel compiler failed (KeyError: 'oops') on kernels g_k0 (relu)")):
         flowc.compile(graph_with_input(TensorType("f32", (2, 3))), tmp_path,
-                      backend=BrokenBackend)
+                      backend=BrokenBackend())

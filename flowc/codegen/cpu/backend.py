@@ -1,0 +1,37 @@
+"""`CpuBackend`: flowc's CPU kernel compiler (MLIR/LLVM) as a `flowc.codegen.backend.Backend`.
+
+Contract: targets `host`, `x86-64`, `aarch64` (flowc/codegen/target.py); `check_supported`
+is `kernels.check_supported` (a lowering rule for every node, narrow dtypes only where
+kernels handle them); `compile` is `kernels.compile_kernels`: one relocatable object
+(`KernelCode.object`) defining exactly the kernels' symbols, through the compile cache,
+reporting each kernel to `progress`. It adds nothing to the manifest's target entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flowc.codegen.backend import Dump, Kernels
+from flowc.codegen.kernel_code import KernelCode
+from flowc.codegen.kernels import check_supported, compile_kernels
+from flowc.codegen.target import Target, get_target
+from flowc.ir.graph import Graph
+
+
+class CpuBackend:
+    """MLIR/LLVM kernels for a CPU target (see the module docstring)."""
+
+    name = "cpu"
+
+    def get_target(self, name: str | Target) -> Target:
+        return get_target(name)
+
+    def check_supported(self, body: Graph, target: Target) -> None:
+        check_supported(body, target)
+
+    def compile(self, kernels: Kernels, target: Target, dump: Dump | None, cache: Any,
+                progress: Any) -> KernelCode:
+        return KernelCode(object=compile_kernels(kernels, target, dump, cache, progress))
+
+    def manifest_target(self, code: KernelCode) -> dict[str, Any]:
+        return {}
