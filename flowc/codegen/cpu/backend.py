@@ -2,7 +2,7 @@
 
 Contract: targets `host`, `x86-64`, `aarch64` (flowc/codegen/target.py); `check_supported`
 is `kernels.check_supported` (a lowering rule for every node, narrow dtypes only where
-kernels handle them); `compile` is `kernels.compile_kernels`: one relocatable object
+kernels handle them); `compile` is `kernel_object.compile_kernels`: one relocatable object
 (`KernelCode.object`) defining exactly the kernels' symbols, through the compile cache,
 reporting each kernel to `progress`. It adds nothing to the manifest's target entry.
 """
@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from flowc.codegen.backend import Dump, Kernels
+from flowc.codegen.cpu.kernel_object import compile_kernels
 from flowc.codegen.kernel_code import KernelCode
-from flowc.codegen.kernels import check_supported, compile_kernels
+from flowc.codegen.kernels import check_supported
 from flowc.codegen.target import Target, get_target
 from flowc.ir.graph import Graph
 

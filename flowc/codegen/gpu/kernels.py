@@ -33,7 +33,7 @@ from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
 from flowc.codegen.gpu import pipeline as gpu_pipeline
 from flowc.codegen.gpu import target as gpu_target
 from flowc.codegen.kernel_code import GpuBinary, GpuKernel, Stage
-from flowc.codegen.kernels import _check_body, build_module, check_supported
+from flowc.codegen.kernels import build_module, check_body, check_supported
 from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
@@ -59,7 +59,7 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
     lowered, keys = [], []
     for sym, body in kernels:
         check_supported(body, target)
-        _check_body(sym, body)
+        check_body(sym, body)
         key = digest("gpukernel", toolchain(), target.triple, sym,
                      print_graph(body, resources=True))
         keys.append(key)
