@@ -1,7 +1,7 @@
 """The GPU kernel compiler: closed static-shaped body graphs -> PTX + cubins + launch table.
 
 Contract: `compile_gpu_kernels(kernels, archs=DEFAULT_ARCHS, dump=None) -> GpuBinary`
-takes the same `(symbol, body)` sequence as `kernels.compile_kernels` (same bodies, same
+takes the same `(symbol, body)` sequence as `kernel_object.compile_kernels` (same bodies, same
 lowering table, same checks) and returns a `GpuBinary`:
 - `ptx[arch]`: one PTX module per architecture defining every stage of every kernel
   (the first arch's PTX is the JIT fallback for newer devices);
