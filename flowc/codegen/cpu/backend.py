@@ -16,6 +16,7 @@ from flowc.codegen.cpu.kernel_object import compile_kernels
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.kernels import check_supported
 from flowc.codegen.target import Target, get_target
+from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 
 
@@ -25,7 +26,11 @@ class CpuBackend:
     name = "cpu"
 
     def get_target(self, name: str | Target) -> Target:
-        return get_target(name)
+        target = get_target(name)
+        if target.is_gpu:
+            raise FlowcError(f"the CPU backend compiles for CPU targets (host, x86-64, "
+                             f"aarch64), not {target.name}")
+        return target
 
     def check_supported(self, body: Graph, target: Target) -> None:
         check_supported(body, target)
