@@ -32,4 +32,5 @@ def views_graph() -> Graph:
 
 
 def compile_naive(model, out_dir, **kwargs):
-    return flowc.compile(model, out_dir, backend=NaiveBackend(), **kwargs)
+    """`flowc.compile` with the naive backend (or the given `backend=`, e.g. a subclass)."""
+    return flowc.compile(model, out_dir, **{"backend": NaiveBackend(), **kwargs})

@@ -66,6 +66,36 @@ def test_unsupported_op_is_reported_before_codegen(tmp_path):
         compile_naive(g, tmp_path)
 
 
+class RecordingBackend(NaiveBackend):
+    """The naive backend, noting each `compile` call."""
+
+    def __init__(self):
+        self.compiled = []
+
+    def compile(self, kernels, target, dump, cache, progress) -> KernelCode:
+        self.compiled.append([sym for sym, _ in kernels])
+        return super().compile(kernels, target, dump, cache, progress)
+
+
+def test_every_unsupported_kernel_is_named_before_any_codegen(tmp_path):
+    """The compile tail checks every kernel first: one error naming both unsupported nodes
+    (each its own kernel, no fusion), and the backend never compiled anything."""
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (2, 3)))
+    e = g.append(make_node("erf", [x], name="my_erf")).out()
+    r = g.append(make_node("relu", [e], name="fine")).out()
+    g.add_output("y", g.append(make_node("floor", [r], name="my_floor")).out())
+    backend = RecordingBackend()
+    with pytest.raises(FlowcError, match=re.escape(
+            "cannot compile graph @g for target host:\n"
+            "  no naive kernel for node(s) 'my_erf' (erf) on target host\n"
+            "  no naive kernel for node(s) 'my_floor' (floor) on target host")):
+        compile_naive(g, tmp_path, pipeline="", backend=backend)
+    assert backend.compiled == []
+    compile_naive(graph_with_input(TensorType("f32", (2, 3))), tmp_path / "ok", backend=backend)
+    assert backend.compiled == [["g_k0"]]
+
+
 def test_elided_constant(tmp_path):
     g = Graph("g")
     c = Tensor(None, TensorType("f32", (100,)), "0123456789abcdef")
@@ -155,3 +185,15 @@ def test_a_kernel_compiler_bug_is_reported_with_the_kernels(tmp_path):
             "the kernel compiler failed (KeyError: 'oops') on kernels g_k0 (relu)")):
         flowc.compile(graph_with_input(TensorType("f32", (2, 3))), tmp_path,
                       backend=BrokenBackend())
+
+
+def test_kernel_code_joins_one_object_and_one_gpu_binary():
+    from flowc.codegen.kernel_code import GpuBinary
+
+    binary = GpuBinary(("sm_80",), [])
+    joined = KernelCode.join([KernelCode(object=b"obj"), KernelCode(), KernelCode(gpu=binary)])
+    assert joined == KernelCode(b"obj", binary)
+    with pytest.raises(FlowcError, match=re.escape(
+            "kernel code of 2 CPU objects and 0 GPU binaries: an artifact links at most one "
+            "of each")):
+        KernelCode.join([KernelCode(object=b"a"), KernelCode(object=b"b")])
