@@ -15,14 +15,21 @@ from flowc.ir.ops import (  # noqa: F401  (register ops)
     winograd,
 )
 from flowc.ir.ops.registry import (
+    ANCHOR_KINDS,
     COMMUTATIVE,
     ELEMENTWISE,
     HAS_BODY,
+    NARROW,
     ONNX_OPS,
     OPS,
     PURE,
     REQUIRED,
+    RESHAPE_LIKE,
+    SELECTS,
     STATEFUL,
+    TOLERANCES,
+    TRANSCENDENTAL,
+    VIEW,
     AttrSpec,
     InferContext,
     KernelContext,
@@ -31,11 +38,13 @@ from flowc.ir.ops.registry import (
     define,
     get_op,
     infer_types,
+    is_view,
     unknown_value_operands,
 )
 
 __all__ = [
-    "COMMUTATIVE", "ELEMENTWISE", "HAS_BODY", "ONNX_OPS", "OPS", "PURE", "REQUIRED",
-    "STATEFUL", "AttrSpec", "InferContext", "KernelContext", "OpDef", "Trait", "define",
-    "get_op", "infer_types", "unknown_value_operands",
+    "ANCHOR_KINDS", "COMMUTATIVE", "ELEMENTWISE", "HAS_BODY", "NARROW", "ONNX_OPS", "OPS", "PURE",
+    "REQUIRED", "RESHAPE_LIKE", "SELECTS", "STATEFUL", "TOLERANCES", "TRANSCENDENTAL", "VIEW",
+    "AttrSpec", "InferContext", "KernelContext", "OpDef", "Trait", "define",
+    "get_op", "infer_types", "is_view", "unknown_value_operands",
 ]
