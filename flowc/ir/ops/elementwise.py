@@ -336,6 +336,8 @@ define("ceil", ("x",), float_rule, _float_typed(np.ceil), onnx="Ceil", traits=EW
 define("sigmoid", ("x",), float_rule, _float_typed(_sigmoid), onnx="Sigmoid", traits=EWT)
 define("softplus", ("x",), float_rule, _float_typed(lambda x: np.logaddexp(0, x)),
        onnx="Softplus", traits=EWT, doc="log(1 + exp(x)).")
+define("softsign", ("x",), float_rule, _float_typed(lambda x: x / (1 + np.abs(x))),
+       onnx="Softsign", traits=EW, doc="x / (1 + |x|).")
 define("leaky_relu", ("x",), float_rule,
        _attr_kernel(lambda attrs, x: np.where(x >= 0, x, attrs["alpha"] * x)),
        onnx="LeakyRelu", traits=EW, tolerance="transcendental",
