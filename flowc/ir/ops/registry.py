@@ -10,8 +10,9 @@ tolerance class (`tolerance`, one of `TOLERANCES`) and the fused kernel kind it 
 names the ONNX op it maps from (the ONNX importer maps it by that name).
 
 Defaults make the common case free: an ELEMENTWISE op costs one flop per result element
-(`TRANSCENDENTAL_FLOPS` if TRANSCENDENTAL) and has tolerance class "elementwise"
-("transcendental" if TRANSCENDENTAL); any other op costs no flops unless it gives a rule.
+(`TRANSCENDENTAL_FLOPS` if TRANSCENDENTAL), any other op none (it moves data) unless it
+gives a rule; every op's tolerance class is "elementwise" ("transcendental" if
+TRANSCENDENTAL) unless it states one.
 """
 
 from __future__ import annotations
