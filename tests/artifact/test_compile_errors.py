@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from artifact_util import compile_naive
 
-from flowc.codegen.arena import Buffer, plan_arena
+from flowc.codegen.plan.arena import Buffer, plan_arena
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 

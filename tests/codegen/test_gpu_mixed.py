@@ -82,7 +82,7 @@ def use(monkeypatch, driver, kernels, trace=None, **env):
 def alternate(graph: Graph, batch: int = 2) -> list[str]:
     """`--place` pins putting every other compute node on gpu:0, the rest on cpu:0 (the
     nodes the passes before placement leave)."""
-    from flowc.codegen.bind import bind_dims
+    from flowc.codegen.plan.bind import bind_dims
     from flowc.passes import PassManager, parse_pipeline
 
     graph = bind_dims(graph, batch, None, strict=False)[0]

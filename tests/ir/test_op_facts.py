@@ -157,7 +157,7 @@ ALLOWED = {
     ("testing/graphgen.py", "REDUCE"): "the generator's menu (as UNARY_F)",
     ("passes/schedule.py", "EAGER_OPS"): "a scheduling policy for constants and the "
     "send/recv protocol, code specific to those ops",
-    ("codegen/partitions.py", "TRANSFER_OPS"): "the send/recv protocol: the artifact's "
+    ("codegen/plan/partitions.py", "TRANSFER_OPS"): "the send/recv protocol: the artifact's "
     "transport calls are code specific to those two ops",
     # tables keyed by op of what a pass or codegen does with each (conventions.md: rewrite
     # and lowering tables are keyed by op), not facts about the ops

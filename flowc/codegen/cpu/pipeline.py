@@ -22,7 +22,7 @@ with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps
    deallocation pipeline would emit a global helper function and i1 buffers, which abort
    the LLVM lowering).
 4. `parallel.lower_parallel`: big top-level linalg ops split into parallel loops, small
-   parallel loops made serial, the rest OpenMP regions (see flowc/codegen/parallel.py).
+   parallel loops made serial, the rest OpenMP regions (see flowc/codegen/cpu/omp.py).
    `TO_LLVM`: loops, everything down to the LLVM dialect.
 5. `check_llvm_only` refuses, with the ops named, a module still holding ops other than
    the LLVM and OpenMP dialects' (translating one would abort the process). Parallel
@@ -40,10 +40,11 @@ from mlir.dialects import llvm as llvm_dialect
 from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
-from flowc.codegen import parallel, vmath
+from flowc.codegen.cpu import omp as parallel
+from flowc.codegen.cpu import vmath
+from flowc.codegen.cpu.strategy import STRATEGIES, epilogue
+from flowc.codegen.cpu.strategy.common import FINISH_VECTORS
 from flowc.codegen.mlir_walk import ops_named
-from flowc.codegen.strategy import STRATEGIES, epilogue
-from flowc.codegen.strategy.common import FINISH_VECTORS
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 

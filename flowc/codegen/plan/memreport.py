@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flowc.codegen.memplan import value_nbytes
+from flowc.codegen.plan.memplan import value_nbytes
 from flowc.ir.graph import Value
 
 CHART_STEPS = 64  # wider schedules get the table without the per-step chart
