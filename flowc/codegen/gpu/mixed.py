@@ -25,9 +25,10 @@ from typing import Any
 
 from flowc.codegen.emit.artifact import write_artifact
 from flowc.codegen.plan.partitions import gpu_devices, gpu_kernels_of, host_kernels
-from flowc.codegen.plan.program import ALIAS_OPS, Program
+from flowc.codegen.plan.program import Program
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
+from flowc.ir.ops import is_view
 from flowc.ir.printer import print_graph
 
 
@@ -35,7 +36,7 @@ def gpu_supports(op: str) -> bool:
     from flowc.codegen.gpu.kernels import get_target
     from flowc.codegen.lower import lookup
 
-    return op in ALIAS_OPS or lookup(op, get_target("nvptx")) is not None
+    return is_view(op) or lookup(op, get_target("nvptx")) is not None
 
 
 def compile_mixed(graph: Graph, program: Program, target: Any, backend: Any, output_dir: Any,

@@ -7,8 +7,8 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
 - `constant` nodes feed kernels as weights (one blob, 64-byte aligned entries, equal
   constants stored once), except small ones (`kernel_operands` leaves them out) which are
   copied into the kernel bodies that use them, as the kernel contract allows;
-- view ops (`ALIAS_OPS`: identity, reshape, flatten, squeeze, unsqueeze) move no data: their
-  result is their operand's buffer;
+- view ops (`OpDef.is_view`: identity, reshape, flatten, squeeze, unsqueeze) move no data:
+  their result is their operand's buffer;
 - each value lives in one place (`Storage`): a graph input, the weights blob, an output
   buffer (a kernel writes a graph output in place when it can) or the arena, planned by
   `memplan.plan_memory` over the calls' order (`Program.memory`: offsets and report);
@@ -45,12 +45,10 @@ from flowc.ir.attrs import Tensor
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.limits import MAX_ARENA_BYTES, MAX_WEIGHTS_BYTES, check_total
-from flowc.ir.ops import OPS, PURE
+from flowc.ir.ops import OPS, PURE, is_view
 from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
-from flowc.passes.schedule_model import VIEW_OPS
 
-ALIAS_OPS = VIEW_OPS  # one definition, shared with the scheduler's memory model
 FUSED_OP = "fused"
 
 
@@ -158,7 +156,7 @@ def build_program(graph: Graph, prefix: str) -> Program:
                                       node.outputs, (node.name or node.op,), node))
             continue
         check_node(node)
-        if node.op in ALIAS_OPS:
+        if is_view(node.op):
             root[node.out()] = root.get(node.inputs[0], node.inputs[0])
             continue
         body, operands = fused_body(node) if node.op == FUSED_OP else (
