@@ -15,6 +15,7 @@ arena (scratch arguments) or the per-thread scratch region, so
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -167,3 +168,147 @@ def test_winograd_rows_are_per_thread_scratch(tmp_path):
     assert f"+ {per_thread} bytes of per-thread scratch x threads" in header
     assert allocating_objects(tmp_path / "wino", "wino", tmp_path) == {}
     check_graph(model, tmp_path / "wino", 16 * 9)
+
+
+SHIM = r"""
+/* Counts allocator calls (every thread) while counting is on; forwards to glibc. */
+#define _GNU_SOURCE
+#include <stddef.h>
+#include <errno.h>
+extern void *__libc_malloc(size_t), *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t), *__libc_memalign(size_t, size_t);
+extern void __libc_free(void *);
+static int on;
+static long calls;
+void shim_count(int enable) { __atomic_store_n(&on, enable, __ATOMIC_SEQ_CST); }
+long shim_calls(void) { return __atomic_load_n(&calls, __ATOMIC_SEQ_CST); }
+static void hit(void) {
+  if (__atomic_load_n(&on, __ATOMIC_RELAXED)) __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
+}
+void *malloc(size_t n) { hit(); return __libc_malloc(n); }
+void *calloc(size_t k, size_t n) { hit(); return __libc_calloc(k, n); }
+void *realloc(void *p, size_t n) { hit(); return __libc_realloc(p, n); }
+void free(void *p) { hit(); __libc_free(p); }
+void *aligned_alloc(size_t a, size_t n) { hit(); return __libc_memalign(a, n); }
+void *memalign(size_t a, size_t n) { hit(); return __libc_memalign(a, n); }
+int posix_memalign(void **out, size_t a, size_t n) {
+  hit();
+  void *p = __libc_memalign(a, n);
+  if (!p) return ENOMEM;
+  *out = p;
+  return 0;
+}
+"""
+
+DRIVER = r"""
+/* argv: library, model name, threads. create, set_threads, zero inputs, a warm-up run,
+ * then a counted run; prints the allocator calls of that run, then those of a set_threads
+ * to one thread more (the shim's control). */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+typedef int (*create_fn)(void **);
+typedef int (*ctx_int_fn)(void *, int);
+typedef int (*ctx_fn)(void *);
+typedef void *(*input_fn)(void *, int);
+typedef size_t (*bytes_fn)(int);
+typedef int (*count_fn)(void);
+static void *lib;
+static const char *name;
+static void *sym(const char *what) {
+  char full[256];
+  snprintf(full, sizeof full, "%s_%s", name, what);
+  void *f = dlsym(lib, full);
+  if (!f) { fprintf(stderr, "no symbol %s\n", full); exit(2); }
+  return f;
+}
+int main(int argc, char **argv) {
+  if (argc != 4) return 2;
+  lib = dlopen(argv[1], RTLD_NOW);
+  if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+  name = argv[2];
+  void (*count)(int) = (void (*)(int))dlsym(RTLD_DEFAULT, "shim_count");
+  long (*calls)(void) = (long (*)(void))dlsym(RTLD_DEFAULT, "shim_calls");
+  if (!count || !calls) { fprintf(stderr, "the shim is not preloaded\n"); return 2; }
+  void *ctx = 0;
+  if (((create_fn)sym("create"))(&ctx)) { fprintf(stderr, "create failed\n"); return 1; }
+  if (((ctx_int_fn)sym("set_threads"))(ctx, atoi(argv[3]))) return 1;
+  int inputs = ((count_fn)sym("num_inputs"))();
+  for (int i = 0; i < inputs; i++)
+    memset(((input_fn)sym("input"))(ctx, i), 0, ((bytes_fn)sym("input_bytes"))(i));
+  ctx_fn run = (ctx_fn)sym("run");
+  if (run(ctx)) return 1; /* warm-up */
+  count(1);
+  int status = run(ctx);
+  count(0);
+  long in_run = calls();
+  count(1); /* the control: replacing the pool allocates, and the shim sees it */
+  status |= ((ctx_int_fn)sym("set_threads"))(ctx, atoi(argv[3]) + 1);
+  count(0);
+  printf("%ld %ld\n", in_run, calls() - in_run);
+  ((void (*)(void *))sym("destroy"))(ctx);
+  return status;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def counting(tmp_path_factory) -> Path:
+    """A folder with `shim.so` (the counting LD_PRELOAD shim) and `driver`."""
+    work = tmp_path_factory.mktemp("alloc_shim")
+    (work / "shim.c").write_text(SHIM)
+    (work / "driver.c").write_text(DRIVER)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", "shim.so", "shim.c"], cwd=work,
+                   check=True)
+    subprocess.run(["cc", "-O1", "-o", "driver", "driver.c", "-ldl"], cwd=work, check=True)
+    return work
+
+
+def allocations(counting: Path, out: Path, name: str, threads: int) -> tuple[int, int]:
+    """(allocator calls of the counted run, of the control set_threads)."""
+    done = subprocess.run([str(counting / "driver"), str(out / f"lib{name}.so"), name,
+                           str(threads)], env={**os.environ, "LD_PRELOAD": str(
+                               counting / "shim.so")}, capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    in_run, control = map(int, done.stdout.split())
+    return in_run, control
+
+
+@pytest.fixture(scope="module")
+def resnet_artifact(tmp_path_factory) -> Path:
+    """The small bench ResNet: scratch arguments and per-thread (winograd) scratch."""
+    out = tmp_path_factory.mktemp("alloc_resnet") / "resnet"
+    manifest = flowc.compile(perf_model("resnet", full=False), out, name="resnet")
+    assert manifest["working_memory"]["thread_scratch_bytes"] > 0
+    assert manifest["memory_plan"]["scratch_bytes"] > 0
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_run_allocates_nothing(counting, resnet_artifact, threads):
+    in_run, control = allocations(counting, resnet_artifact, "resnet", threads)
+    assert control > 0  # the shim counts the runtime's allocations
+    assert in_run == 0
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_partitioned_run_allocates_nothing(counting, tmp_path, threads):
+    """Partition threads, their pools and the rendezvous are made by create and
+    set_threads, never by a run."""
+    from flowc.frontend import api
+
+    with api.Graph("parts") as g:
+        x = api.placeholder("f32", (64, 64), name="x")
+        w = api.constant(np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32))
+        with api.device("cpu:0"):
+            h = api.matmul(x, w)
+        with api.device("cpu:1"):
+            t = api.tanh(h)
+        with api.device("cpu:0"):
+            g.output("y", api.sub(t, h))
+    flowc.compile(g.ir, tmp_path / "parts", name="parts")
+    in_run, control = allocations(counting, tmp_path / "parts", "parts", threads)
+    assert control > 0
+    assert in_run == 0
