@@ -12,8 +12,10 @@
  * Memory: create allocates the context, its input/output buffers, the arena (every
  * intermediate tensor and kernel scratch buffer), the thread-scratch region and maps the
  * weights; set_threads replaces the pool and the thread-scratch region; a partitioned model's
- * first run starts its partition threads and rendezvous. A run allocates nothing (kernels
- * never allocate: flowc/codegen/scratch.py).
+ * partition threads and rendezvous are made by create. A run allocates nothing (kernels
+ * never allocate: flowc/codegen/scratch.py), except that glibc allocates this library's
+ * thread-local block (dynamic TLS, when it is dlopen'ed) at a thread's first access: pool
+ * workers touch it before pool_create returns, a calling thread in its first run.
  *
  * Calls on one context are serialized by its `lock`: every entry point that reads or
  * changes the context (run, run_with, set_threads, set_arena, set_input, set_output, the

@@ -143,3 +143,22 @@ def test_single_node_body_inputs_are_kernel_operands_in_order():
     big = g.append(make_node("reshape", [w.out(), g.append(make_node(
         "constant", [], {"value": Tensor(np.array([4, 8], np.int64))})).out()]))
     assert kernel_operands(big) == [w.out()] and len(single_node_body(big).inputs) == 1
+
+
+def test_scratch_sizes_come_back_from_the_cache(tmp_path):
+    """A kernel's scratch (a padded conv input: one buffer) is cached with its code: a warm
+    compile (object hit) and one from the kernels' entries alone report the same sizes."""
+    from flowc.codegen.cache import CompileCache
+
+    x, w = np.zeros((1, 4, 10, 10), np.float32), np.zeros((8, 4, 3, 3), np.float32)
+    bodies = [("cached_k0", op_body("conv", [x, w], {"pads": (1, 1, 1, 1)}))]
+    cache = CompileCache(tmp_path / "cache")
+    cold = compile_kernels(bodies, "host", cache=cache)
+    assert cold.scratch["cached_k0"].buffers  # the padded input
+    assert compile_kernels(bodies, "host", cache=cache) == cold
+    assert cache.stats["object.hits"] == 1
+    for path in (tmp_path / "cache").rglob("*"):
+        if path.parent.parent.name == "object":
+            path.unlink()
+    assert compile_kernels(bodies, "host", cache=cache) == cold
+    assert cache.stats["kernel.hits"] == 1
