@@ -66,7 +66,7 @@ def _chain_graph(n: int) -> Graph:
 def alternate_placement(graph: Graph, batch: int) -> list[str]:
     """`--place` pins putting every other compute node (of those the passes before
     placement leave) on gpu:0 and the rest on cpu:0: transfers both ways at every step."""
-    from flowc.codegen.bind import bind_dims
+    from flowc.codegen.plan.bind import bind_dims
     from flowc.passes import PassManager, parse_pipeline
 
     graph = bind_dims(graph, batch, None, strict=False)[0]

@@ -31,10 +31,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from flowc.codegen.arena import ORDERS, place
-from flowc.codegen.bind import bind_dims, format_sizes, require_static
-from flowc.codegen.memplan import Step, plan_memory
-from flowc.codegen.program import Program, build_program
+from flowc.codegen.plan.arena import ORDERS, place
+from flowc.codegen.plan.bind import bind_dims, format_sizes, require_static
+from flowc.codegen.plan.memplan import Step, plan_memory
+from flowc.codegen.plan.program import Program, build_program
 from flowc.examples import zoo
 from flowc.frontend.onnx import import_onnx
 from flowc.ir import Graph, TensorType

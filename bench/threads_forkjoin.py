@@ -25,7 +25,7 @@ from pathlib import Path
 
 from models import cpu_name  # bench/models.py (scripts here run with bench/ on sys.path)
 
-from flowc.codegen.link import RUNTIME_DIR, RUNTIME_HEADER, RUNTIME_SOURCES
+from flowc.codegen.emit.link import RUNTIME_DIR, RUNTIME_HEADER, RUNTIME_SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ process: the zoo models (batch sizes of bench/models.py) and two chains of small
 
 - `tiny_chain`: 32 chained 8x64 @ 64x64 matmuls, each a parallel loop of 2 column tiles in
   the baseline: (2-thread ms - 1-thread ms) / 32 is what a fork/join costs a kernel there;
-  here such kernels are made serial (flowc/codegen/parallel.py).
+  here such kernels are made serial (flowc/codegen/cpu/omp.py).
 - `gelu_chain`: 8 chained GELUs of 64x4096 (no fusion: pipeline `cse`), serial loops in the
   baseline, split over the threads here.
 

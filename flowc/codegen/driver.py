@@ -59,15 +59,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from flowc.codegen.artifact import write_artifact
-from flowc.codegen.bind import bind_dims, format_sizes, require_static
-from flowc.codegen.c_text import check_table_names, model_prefix
 from flowc.codegen.cache import resolve as resolve_cache
-from flowc.codegen.dump_index import write_index
+from flowc.codegen.emit.artifact import write_artifact
+from flowc.codegen.emit.c_text import check_table_names, model_prefix
+from flowc.codegen.emit.dump_index import write_index
+from flowc.codegen.emit.outdir import check_output_dir
 from flowc.codegen.kernel_object import KernelObject
-from flowc.codegen.memreport import report_memory
-from flowc.codegen.outdir import check_output_dir
-from flowc.codegen.program import build_program, set_scratch
+from flowc.codegen.options import CompileOptions
+from flowc.codegen.plan.bind import bind_dims, format_sizes, require_static
+from flowc.codegen.plan.memreport import report_memory
+from flowc.codegen.plan.program import build_program, set_scratch
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.ir.printer import print_graph
@@ -178,7 +179,7 @@ def device_supports(op: str, device_type: str) -> bool:
     """Kernel availability for the placer: every op has a CPU lowering rule; a GPU device
     runs the ops the GPU lowering table has (`gpu_mixed.gpu_supports`)."""
     if device_type == "gpu":
-        from flowc.codegen.gpu_mixed import gpu_supports
+        from flowc.codegen.gpu.mixed import gpu_supports
 
         return gpu_supports(op)
     return device_type == "cpu"
@@ -211,20 +212,20 @@ def placement_passes(passes: list, devices: str, place: Sequence[str],
     return insert_place(passes, placer)
 
 
-def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = None,
-            pipeline: str = "default", batch: int | None = 1,
-            dims: Mapping[str, int] | None = None, name: str | None = None,
-            weights: str = "auto", dump_dir: str | os.PathLike | None = None,
-            print_ir_after_all: bool = False, backend: ModuleType | None = None,
-            cache: Any = None, gpu_archs: Any = None, devices: str | None = None,
-            place: Sequence[str] = (), device_profiles: str | None = None,
-            explain_placement: Callable[[str], Any] | None = None,
-            profile: bool = False, progress: Any = None,
-            explain_memory: Callable[[str], Any] | None = None) -> dict[str, Any]:
+def compile(model: ModelLike, output_dir: str | os.PathLike,
+            options: CompileOptions | None = None, /, **overrides: Any) -> dict[str, Any]:
     """Compile `model` into the artifact directory `output_dir`; returns its manifest.
-    `profile`: time each kernel call and transfer (codegen/profile_c.py; CPU models)."""
+    `options` (default: `CompileOptions()`), with `overrides` (its field names) replacing
+    its fields; see flowc/codegen/options.py for each option."""
     from flowc.passes import PassManager, parse_pipeline
 
+    opts = (options or CompileOptions()).with_overrides(overrides)
+    target, pipeline, batch, dims, name = (opts.target, opts.pipeline, opts.batch, opts.dims,
+                                           opts.name)
+    weights, dump_dir, backend, cache, gpu_archs = (opts.weights, opts.dump_dir, opts.backend,
+                                                    opts.cache, opts.gpu_archs)
+    devices, place, device_profiles, profile, progress = (
+        opts.devices, opts.place, opts.device_profiles, opts.profile, opts.progress)
     check_output_dir(output_dir)
     if dump_dir is not None and os.path.realpath(dump_dir) == os.path.realpath(output_dir):
         raise FlowcError(f"the dump folder '{dump_dir}' is the output directory; give the "
@@ -241,13 +242,13 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
         raise FlowcError("placement constraints and device profiles need devices to place on "
                          "(--devices cpu:0,gpu:0)")
     if devices:
-        passes = placement_passes(passes, devices, place, device_profiles, explain_placement,
-                                  dump)
+        passes = placement_passes(passes, devices, place, device_profiles,
+                                  opts.explain_placement, dump)
     backend = backend or default_backend()
     resolved = backend.get_target(target or "host")
     if getattr(resolved, "is_gpu", False):  # the GPU's kernels read B row-major, W as HWCF
         passes = [p for p in passes if p.name not in ("pack-weights", "winograd")]
-    graph = PassManager(passes, dump=sys.stderr if print_ir_after_all else None,
+    graph = PassManager(passes, dump=sys.stderr if opts.print_ir_after_all else None,
                         dump_dir=dump, progress=progress).run(graph)
     graph = require_static(graph, format_sizes(sizes))
     prefix = model_prefix(name, default_name(model, graph))
@@ -258,19 +259,19 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     if getattr(resolved, "is_gpu", False):
         if progress is not None:
             progress.stage("compiling GPU kernels")
-        report_memory(program, dump, explain_memory)
+        report_memory(program, dump, opts.explain_memory)
         return _compile_gpu(graph, program, resolved, output_dir, sizes, weights, dump,
                             gpu_archs, cache)
     if _runs_on_gpu(program):  # placed on a GPU: wholly (as --target nvptx) or in part
-        from flowc.codegen.gpu_mixed import compile_mixed
+        from flowc.codegen.gpu.mixed import compile_mixed
         from flowc.codegen.target import get_target
 
         if not program.regions:
-            report_memory(program, dump, explain_memory)
+            report_memory(program, dump, opts.explain_memory)
             return _compile_gpu(graph, program, get_target("nvptx"), output_dir,
                                 sizes, weights, dump, gpu_archs, cache)
         return compile_mixed(graph, program, resolved, backend, output_dir, sizes, weights,
-                             dump, gpu_archs, cache, explain_memory)
+                             dump, gpu_archs, cache, opts.explain_memory)
     if gpu_archs:
         raise FlowcError(f"gpu_archs {list(gpu_archs)} given for the CPU target "
                          f"{resolved.name} and no node on a GPU; use target='nvptx' or place "
@@ -288,7 +289,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
     cache = resolve_cache(cache)
     obj = compile_kernels(backend, kernels, resolved, write_dump, cache, progress)
     set_scratch(program, obj.scratch)
-    report_memory(program, dump, explain_memory)
+    report_memory(program, dump, opts.explain_memory)
     if progress is not None:
         progress.stage("linking")
     manifest = write_artifact(program, Path(output_dir), kernel_object=obj.object,
@@ -302,7 +303,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike, *, target: Any = No
 
 
 def _runs_on_gpu(program: Any) -> bool:
-    from flowc.codegen.partitions import call_device, is_gpu_device
+    from flowc.codegen.plan.partitions import call_device, is_gpu_device
 
     return any(is_gpu_device(call_device(c)) for c in program.calls)
 
@@ -311,7 +312,8 @@ def _compile_gpu(graph: Graph, program: Any, target: Any, output_dir: Any, sizes
                  weights: str, dump_dir: Any, gpu_archs: Any, cache: Any) -> dict[str, Any]:
     """`compile` for a GPU target: the kernels become PTX/cubins (gpu_kernels), the host
     side links for this machine."""
-    from flowc.codegen import gpu_kernels, gpu_target
+    from flowc.codegen.gpu import kernels as gpu_kernels
+    from flowc.codegen.gpu import target as gpu_target
 
     if program.regions:
         raise FlowcError(f"model {program.name}: --target nvptx puts the whole graph on the "

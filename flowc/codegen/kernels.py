@@ -39,8 +39,9 @@ import llvmlite.binding as llvm
 from mlir import ir
 from mlir.dialects import bufferization, func
 
-from flowc.codegen import cpu_pipeline, parallel_compile
+from flowc.codegen import compile_pool as parallel_compile
 from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
+from flowc.codegen.cpu import pipeline as cpu_pipeline
 from flowc.codegen.kernel_object import KernelObject, KernelScratch, pack, unpack
 from flowc.codegen.lower import NOT_KERNELS, lookup
 from flowc.codegen.lower.context import (
@@ -51,7 +52,7 @@ from flowc.codegen.lower.context import (
     tensor_type,
 )
 from flowc.codegen.lower.graph import lower_graph, unsupported
-from flowc.codegen.memplan import in_place_inputs
+from flowc.codegen.plan.memplan import in_place_inputs
 from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value

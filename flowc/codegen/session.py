@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from flowc.codegen.bind import specialize, value_dependent_inputs
 from flowc.codegen.driver import compile as compile_model
+from flowc.codegen.plan.bind import specialize, value_dependent_inputs
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.runtime.loader import Model, load

@@ -49,7 +49,7 @@ MAX_THREADS = 1024  # the C runtime's limit too (runtime.c rt_set_threads)
 
 
 def _text(raw: bytes | None) -> str | None:
-    """A name the library returns: UTF-8 bytes (codegen/c_text.py writes every name so);
+    """A name the library returns: UTF-8 bytes (codegen/emit/c_text.py writes every name so);
     bytes that are not UTF-8 decode with replacement characters, so they compare unequal
     to the manifest's names (an ArtifactError), never a UnicodeDecodeError."""
     return None if raw is None else raw.decode("utf-8", errors="replace")

@@ -2,10 +2,10 @@
 
 Contract: `Profiler.bind(lib, name)` is None when the library has no `NAME_run_profiled`
 (profiling off); otherwise `run(ctx)` runs the model into one event buffer of `CAPACITY`
-events allocated once (EVENT_DTYPE: the C struct of codegen/profile_c.py), and `last` is
+events allocated once (EVENT_DTYPE: the C struct of codegen/emit/profile_c.py), and `last` is
 that run's events (kernel index into the manifest's `kernels`, thread, start and end in
 CLOCK_MONOTONIC nanoseconds; a negative kernel is a send or recv of a partitioned model,
-see codegen/profile_c.py); `dropped` counts events past the capacity. `event_info(manifest,
+see codegen/emit/profile_c.py); `dropped` counts events past the capacity. `event_info(manifest,
 kernel)` names an event: (name, category, nodes) with category `kernel` (the kernel
 symbol and the graph nodes it runs) or `transfer` (`send KEY` / `recv KEY`, KEY the
 rendezvous key; no nodes). `chrome_trace` turns runs into Chrome trace-event JSON (one complete "X"

@@ -1,7 +1,7 @@
 """The arena over time as an SVG chart: program steps across, byte offsets down.
 
 Contract: `memory_svg(layout)` takes the memory report of a compile (the dict that
-`flowc.codegen.memreport.memory_layout` builds and `--dump-dir` saves as `memory.json`) and
+`flowc.codegen.plan.memreport.memory_layout` builds and `--dump-dir` saves as `memory.json`) and
 returns one `<svg class="flowc-memory">` element: per arena value a
 `<g class="buffer" data-value=NAME data-op=OP data-offset data-bytes data-first data-last>`
 holding a `<title>` (shown on hover: the value, its op, size, offset, live steps and, when

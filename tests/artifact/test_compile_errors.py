@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from artifact_util import compile_naive
 
-from flowc.codegen.arena import Buffer, plan_arena
 from flowc.codegen.kernel_object import KernelObject
+from flowc.codegen.plan.arena import Buffer, plan_arena
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 

@@ -1,6 +1,6 @@
 """Hostile and non-ASCII names (issue [20]; docs/robustness.md "Hostile names"): a model's
 tensor, node and graph names reach the generated C (NAME.h, NAME_model.c) only escaped by
-codegen/c_text.py, so a name that tries to close a comment and inject code compiles into an
+codegen/emit/c_text.py, so a name that tries to close a comment and inject code compiles into an
 artifact that runs nothing but the model, in Python and in a C program including the
 header; non-ASCII names round-trip as UTF-8 (the C API's name bytes, the loader's names).
 The payloads would create a canary file; it must not exist after compile, load and run.
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 import flowc
-from flowc.codegen.c_text import c_comment
+from flowc.codegen.emit.c_text import c_comment
 from flowc.frontend import api
 from flowc.ir.errors import FlowcError
 

@@ -1,4 +1,4 @@
-"""The artifact directory is written whole or not at all (flowc/codegen/outdir.py): a new
+"""The artifact directory is written whole or not at all (flowc/codegen/emit/outdir.py): a new
 compile replaces an old artifact entirely, refuses a directory that is not one, leaves
 nothing behind when it fails, and names the artifact after the model's file."""
 
@@ -12,7 +12,7 @@ import pytest
 from artifact_util import compile_naive, views_graph
 
 import flowc
-from flowc.codegen import artifact
+from flowc.codegen.emit import artifact
 from flowc.examples import zoo
 from flowc.ir.errors import FlowcError
 from flowc.runtime.errors import ArtifactError

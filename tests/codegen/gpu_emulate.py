@@ -21,7 +21,9 @@ import numpy as np
 from kernel_harness import SERIAL_KMPC, aligned, link
 from mlir import ir
 
-from flowc.codegen import cpu_pipeline, gpu_pipeline, kernels
+from flowc.codegen import kernels
+from flowc.codegen.cpu import pipeline as cpu_pipeline
+from flowc.codegen.gpu import pipeline as gpu_pipeline
 from flowc.codegen.target import get_target, host
 from flowc.ir import Graph
 from flowc.runtime.loader import aligned_empty

@@ -1,4 +1,4 @@
-"""codegen/c_text.py, checked by a C compiler: a `c_string` literal's bytes are exactly the
+"""codegen/emit/c_text.py, checked by a C compiler: a `c_string` literal's bytes are exactly the
 text's UTF-8 bytes; a `c_comment` is inert (the program preprocesses to the same tokens as
 with empty comments, under -trigraphs -Werror); `c_identifier` and `model_prefix` derive
 identifiers. Random texts (hypothesis) mix Unicode with C metacharacters; each batch of
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowc.codegen.c_text import (
+from flowc.codegen.emit.c_text import (
     C_KEYWORDS,
     MAX_PREFIX,
     c_comment,

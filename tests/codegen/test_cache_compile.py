@@ -14,7 +14,7 @@ import numpy as np
 import flowc
 from flowc.cli import main
 from flowc.codegen.cache import LAYOUT, CompileCache
-from flowc.codegen.link import RUNTIME_SOURCES
+from flowc.codegen.emit.link import RUNTIME_SOURCES
 from flowc.ir.parser import parse
 
 RUNTIME = len(RUNTIME_SOURCES)  # one cached object per runtime source

@@ -1,4 +1,4 @@
-"""Kernels compiled over worker processes (flowc/codegen/parallel_compile.py): the same
+"""Kernels compiled over worker processes (flowc/codegen/compile_pool.py): the same
 object bytes as a serial build, failures reported as the serial build reports them, the
 cache filled the same way, and a clear error for a bad $FLOWC_COMPILE_JOBS."""
 
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from kernel_harness import op_body
 
-from flowc.codegen import kernels, parallel_compile
+from flowc.codegen import compile_pool as parallel_compile
+from flowc.codegen import kernels
 from flowc.codegen.cache import CompileCache
 from flowc.codegen.kernels import compile_kernels
 from flowc.ir.errors import FlowcError
@@ -150,7 +151,7 @@ def test_a_daemonic_process_compiles_in_process(monkeypatch):
 
 _KILLED_PARENT = """
 import os, sys, time
-from flowc.codegen import parallel_compile
+from flowc.codegen import compile_pool as parallel_compile
 
 def build(i):
     print("started", os.getpid(), flush=True)

@@ -6,9 +6,10 @@ import pytest
 from kernel_harness import run_body
 from mlir import ir
 
-from flowc.codegen import cpu_pipeline, vmath
+from flowc.codegen.cpu import pipeline as cpu_pipeline
+from flowc.codegen.cpu import vmath
+from flowc.codegen.cpu.strategy import epilogue
 from flowc.codegen.kernels import compile_kernels
-from flowc.codegen.strategy import epilogue
 from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node

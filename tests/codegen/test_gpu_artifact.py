@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import flowc
-from flowc.codegen import gpu_target
+from flowc.codegen.gpu import target as gpu_target
 from flowc.examples import zoo
 from flowc.ir.errors import FlowcError
 from flowc.runtime.errors import RuntimeStatusError

@@ -8,10 +8,10 @@ import pytest
 from kernel_harness import op_body
 from test_kernels_registry import CASES
 
-from flowc.codegen import gpu_target
-from flowc.codegen.bind import bind_dims, require_static
-from flowc.codegen.gpu_kernels import compile_gpu_kernels
-from flowc.codegen.program import build_program
+from flowc.codegen.gpu import target as gpu_target
+from flowc.codegen.gpu.kernels import compile_gpu_kernels
+from flowc.codegen.plan.bind import bind_dims, require_static
+from flowc.codegen.plan.program import build_program
 from flowc.codegen.target import get_target
 from flowc.examples import zoo
 from flowc.frontend.onnx import import_onnx

@@ -82,7 +82,7 @@ def use(monkeypatch, driver, kernels, trace=None, **env):
 def alternate(graph: Graph, batch: int = 2) -> list[str]:
     """`--place` pins putting every other compute node on gpu:0, the rest on cpu:0 (the
     nodes the passes before placement leave)."""
-    from flowc.codegen.bind import bind_dims
+    from flowc.codegen.plan.bind import bind_dims
     from flowc.passes import PassManager, parse_pipeline
 
     graph = bind_dims(graph, batch, None, strict=False)[0]
@@ -130,7 +130,7 @@ def test_mixed_mlp_matches_interpreter_and_copies_in_order(mlp_mixed, driver, mo
     assert (to_gpu, to_cpu) == (2 * 128 * 4, 2 * 10 * 4)
     # create makes the rendezvous (a run allocates nothing): its GPU channels page-locked
     assert created[3:] == [f"pin {to_gpu}", f"pin {to_cpu}"]
-    for run in range(2):  # the second run reuses the channels, events and device memory
+    for _ in range(2):  # the second run reuses the channels, events and device memory
         trace.unlink()
         got = model.run(**feeds)
         assert_close(got["probs"], want["probs"], "composite")

@@ -6,8 +6,8 @@ bytes as the cold compile; a change of body misses."""
 from __future__ import annotations
 
 import flowc
-from flowc.codegen import gpu_target
 from flowc.codegen.cache import CompileCache
+from flowc.codegen.gpu import target as gpu_target
 from flowc.examples import zoo
 
 FILES = ("libmlp.so", "libmlp.a", "mlp.h", "manifest.json")

@@ -77,14 +77,14 @@ def test_matmul_strategy_applies_without_fallback(sa, sb, packed):
     assert ("transform.structured.split " in seen["k.schedule.mlir"]) == (split and not packed)
     assert ("fuse_into_containing_op" in seen["k.schedule.mlir"]) == (not packed and not split)
     assert "llvm.intr.fma" in seen["k.llvm.mlir"] or "llvm.intr.fmuladd" in seen["k.llvm.mlir"]
-    if big_enough(sa, sb):  # (smaller ones run serially: codegen/parallel.py)
+    if big_enough(sa, sb):  # (smaller ones run serially: codegen/cpu/omp.py)
         assert "omp.parallel" in seen["k.llvm.mlir"]
     check_op("matmul", [rand(*sa), rand(*sb)])
 
 
 def big_enough(sa, sb) -> bool:
     """Whether a matmul of these shapes has work enough for a parallel loop, with margin."""
-    from flowc.codegen.parallel import MIN_PARALLEL_WORK
+    from flowc.codegen.cpu.omp import MIN_PARALLEL_WORK
 
     return int(np.prod(sa)) * sb[-1] >= 4 * MIN_PARALLEL_WORK
 

@@ -14,7 +14,7 @@ from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
 
 CASES = {  # output name: (op, operand shapes, attributes); each with work enough to be split
-    # over the threads (codegen/parallel.py runs smaller loops serially)
+    # over the threads (codegen/cpu/omp.py runs smaller loops serially)
     "direct": ("matmul", [(64, 96), (96, 160)], {}),
     "batched": ("matmul", [(3, 32, 64), (3, 64, 128)], {}),
     "rows": ("matmul", [(2, 256), (256, 1024)], {}),

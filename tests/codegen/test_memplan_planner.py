@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowc.codegen.arena import ORDERS, Buffer, align, lower_bound, place, plan_arena
 from flowc.codegen.kernels import single_node_body
-from flowc.codegen.memplan import ScratchSlot, Step, in_place_inputs, plan_memory
+from flowc.codegen.plan.arena import ORDERS, Buffer, align, lower_bound, place, plan_arena
+from flowc.codegen.plan.memplan import ScratchSlot, Step, in_place_inputs, plan_memory
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.graph import Value

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flowc.codegen.arena import ORDERS, Buffer, lower_bound, place, plan_arena, sweep
+from flowc.codegen.plan.arena import ORDERS, Buffer, lower_bound, place, plan_arena, sweep
 
 lifetimes = st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 40), st.integers(0, 12)),
                      max_size=60)

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import flowc
-from flowc.codegen.link import RUNTIME_DIR, RUNTIME_SOURCES
-from flowc.codegen.program import build_program
+from flowc.codegen.emit.link import RUNTIME_DIR, RUNTIME_SOURCES
+from flowc.codegen.plan.program import build_program
 from flowc.frontend import api
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
@@ -359,7 +359,7 @@ def test_placer_partitions_and_runs_the_zoo_mlp(tmp_path):
     """`flowc.compile(devices=..., place=...)`: the placer puts fc1/Relu on cpu:1 as told
     and fc2/Gemm next to it (its operand is there); partition inserts the two transfers;
     the artifact matches the interpreter."""
-    from flowc.codegen.bind import bind_dims
+    from flowc.codegen.plan.bind import bind_dims
     from flowc.examples import zoo
     from flowc.frontend.onnx import import_onnx
 

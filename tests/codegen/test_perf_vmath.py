@@ -1,4 +1,4 @@
-"""The polynomial f32 exp/tanh/erf (flowc/codegen/vmath.py) compiled into kernels, against
+"""The polynomial f32 exp/tanh/erf (flowc/codegen/cpu/vmath.py) compiled into kernels, against
 float64 references over wide ranges, edge values included; and the kernels hold no libm
 calls for them any more."""
 

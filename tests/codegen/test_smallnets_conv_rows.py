@@ -10,7 +10,7 @@ from kernel_harness import run_body
 from mlir import ir
 
 import flowc
-from flowc.codegen import cpu_pipeline
+from flowc.codegen.cpu import pipeline as cpu_pipeline
 from flowc.codegen.kernels import build_module, compile_kernels
 from flowc.codegen.mlir_walk import ops_named
 from flowc.codegen.target import get_target

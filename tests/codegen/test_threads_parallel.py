@@ -1,4 +1,4 @@
-"""Which loops of a kernel run on the runtime's threads (flowc/codegen/parallel.py): tiny
+"""Which loops of a kernel run on the runtime's threads (flowc/codegen/cpu/omp.py): tiny
 parallel loops are made serial, big elementwise/reduction/pool ops get a parallel loop,
 every OpenMP worksharing loop is dynamic and `nowait` (no `__kmpc_barrier` left), and
 artifacts built that way match the interpreter at 1, 2 and 4 threads, run after run."""
@@ -10,7 +10,8 @@ import pytest
 from mlir import ir
 
 import flowc
-from flowc.codegen import cpu_pipeline, parallel
+from flowc.codegen.cpu import omp as parallel
+from flowc.codegen.cpu import pipeline as cpu_pipeline
 from flowc.codegen.kernels import build_module, compile_kernels
 from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from flowc.cli import main
-from flowc.codegen.memreport import format_memory, memory_layout
-from flowc.codegen.program import build_program
+from flowc.codegen.plan.memreport import format_memory, memory_layout
+from flowc.codegen.plan.program import build_program
 from flowc.ir.parser import parse
 from flowc.view.memory import LEFT, PLOT_W, TOP, memory_svg
 

@@ -62,8 +62,8 @@ def test_html_view_renders_in_headless_chromium(tmp_path):
 
 
 def test_memory_chart_renders_in_headless_chromium(tmp_path):
-    from flowc.codegen.memreport import memory_layout
-    from flowc.codegen.program import build_program
+    from flowc.codegen.plan.memreport import memory_layout
+    from flowc.codegen.plan.program import build_program
     from flowc.view.html import memory_page
 
     chain = Path(__file__).with_name("memory_chain.flowc")

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from flowc.codegen.bind import bind_dims
-from flowc.codegen.parallel import MAX_TILES, split_tile
-from flowc.codegen.program import build_program
+from flowc.codegen.cpu.omp import MAX_TILES, split_tile
+from flowc.codegen.plan.bind import bind_dims
+from flowc.codegen.plan.program import build_program
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError, InferError, ParseError, VerifyError

@@ -49,7 +49,7 @@ def test_indices_into_an_empty_axis_are_a_type_error(op, idx):
 
 
 def test_unknown_indices_in_range_at_run_time_are_fine_and_not_asked_for():
-    from flowc.codegen.bind import value_dependent_inputs
+    from flowc.codegen.plan.bind import value_dependent_inputs
 
     x = RNG.standard_normal((4, 3)).astype(np.float32)
     g, node = single_node_graph("gather", [x, TensorType(i64, ("K",))])

@@ -111,7 +111,7 @@ def test_default_pipeline_rewrites_then_fuses_the_epilogue():
 
 
 def resnet_like_graph() -> Graph:
-    from flowc.codegen.bind import bind_dims
+    from flowc.codegen.plan.bind import bind_dims
     from flowc.frontend.onnx import import_onnx
 
     return bind_dims(import_onnx(resnet_like()), 2, None, strict=False)[0]

@@ -11,7 +11,7 @@ import naive_backend
 import pytest
 
 import flowc
-from flowc.codegen.entry import X86_FEATURES
+from flowc.codegen.emit.entry import X86_FEATURES
 from flowc.examples import zoo
 from flowc.runtime import RuntimeStatusError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from flowc.codegen.link import RUNTIME_DIR, RUNTIME_SOURCES
+from flowc.codegen.emit.link import RUNTIME_DIR, RUNTIME_SOURCES
 
 PROGRAM = r"""
 #include <stdint.h>

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from flowc.codegen.link import RUNTIME_DIR, RUNTIME_SOURCES
+from flowc.codegen.emit.link import RUNTIME_DIR, RUNTIME_SOURCES
 from flowc.ir.limits import MAX_ARENA_BYTES, MAX_TENSOR_BYTES, MAX_WEIGHTS_BYTES
 from flowc.runtime.abi import DTYPES
 

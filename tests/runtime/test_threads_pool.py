@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from flowc.codegen.link import RUNTIME_DIR, RUNTIME_SOURCES
+from flowc.codegen.emit.link import RUNTIME_DIR, RUNTIME_SOURCES
 
 STRESS = Path(__file__).with_name("threads_pool_stress.c")
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs cc")

@@ -2,7 +2,7 @@
 
 Contract: `exp_f32(x)`, `tanh_f32(x)` and `erf_f32(x)` take a scalar f32 and emit the
 function at the current insertion point as branch-free arithmetic (selects, no calls) that
-LLVM's loop vectorizer turns into vector code; `codegen/vmath.py` substitutes them for the
+LLVM's loop vectorizer turns into vector code; `codegen/cpu/vmath.py` substitutes them for the
 f32 `math` ops of every kernel (f64 keeps libm). NaN in gives NaN out, +-inf give the limits
 (exp: inf/0, tanh and erf: +-1), exp overflows to inf and underflows through the denormals
 to 0, tanh and erf keep the sign of -0.

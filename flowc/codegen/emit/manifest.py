@@ -7,9 +7,9 @@ dtype, shape), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
 `memory_plan` (the planner's report: `arena_bytes`, `intermediate_bytes` (all intermediates
 without reuse), `lower_bound_bytes` (largest live set in the program's order), `in_place`
 (results written over a dying operand), `scratch_bytes` (the largest scratch of one kernel
-call, inside the arena); see codegen/memplan.py), `working_memory` (the figures that bound
+call, inside the arena); see codegen/plan/memplan.py), `working_memory` (the figures that bound
 a context's whole memory: arena, per-thread scratch, weights, input/output and channel
-buffers; codegen/working_memory.py), `devices` only when nodes
+buffers; codegen/plan/working_memory.py), `devices` only when nodes
 are placed (per device: `arena_offset` and `arena_bytes` of its arena region, and its
 `intermediate_bytes`, `lower_bound_bytes`, `in_place`), `partitions` (per device of a
 partitioned graph, in partition order: the channels it sends on; else empty),
@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowc.codegen.header import ModelInfo, TensorInfo
-from flowc.codegen.link import LINK_LIBS
-from flowc.codegen.partitions import partition_manifest
-from flowc.codegen.program import Program
-from flowc.codegen.working_memory import working_memory
+from flowc.codegen.emit.header import ModelInfo, TensorInfo
+from flowc.codegen.emit.link import LINK_LIBS
+from flowc.codegen.plan.partitions import partition_manifest
+from flowc.codegen.plan.program import Program
+from flowc.codegen.plan.working_memory import working_memory
 from flowc.runtime.abi import ABI_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 
 

@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flowc.codegen.arena import align
 from flowc.codegen.kernel_object import KernelScratch
 from flowc.codegen.kernels import kernel_operands, single_node_body
-from flowc.codegen.memplan import MemoryPlan, ScratchSlot, Step, in_place_inputs, plan_memory
-from flowc.codegen.partitions import (
+from flowc.codegen.plan.arena import align
+from flowc.codegen.plan.memplan import MemoryPlan, ScratchSlot, Step, in_place_inputs, plan_memory
+from flowc.codegen.plan.partitions import (
     TRANSFER_OPS,
     Region,
     call_device,

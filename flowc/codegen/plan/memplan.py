@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from flowc.codegen.arena import Buffer, align, lower_bound, plan_arena
+from flowc.codegen.plan.arena import Buffer, align, lower_bound, plan_arena
 from flowc.ir.graph import Graph, Value
 from flowc.ir.ops import ELEMENTWISE, OPS
 from flowc.ir.types import TensorType

@@ -33,7 +33,8 @@ from mlir import ir
 from mlir.dialects import arith, gpu, scf
 from mlir.dialects import llvm as llvm_dialect
 
-from flowc.codegen import cpu_pipeline, gpu_matmul
+from flowc.codegen.cpu import pipeline as cpu_pipeline
+from flowc.codegen.gpu import matmul as gpu_matmul
 from flowc.codegen.mlir_walk import inside
 from flowc.codegen.scratch import scratch_arguments
 from flowc.ir.errors import FlowcError

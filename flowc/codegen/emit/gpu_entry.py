@@ -28,10 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from flowc.codegen.c_text import c_comment, c_string
-from flowc.codegen.gpu_kernels import GpuBinary
-from flowc.codegen.partitions import Region, call_device, channel_of, channels
-from flowc.codegen.program import Call, Program, Storage, nbytes
+from flowc.codegen.emit.c_text import c_comment, c_string
+from flowc.codegen.gpu.kernels import GpuBinary
+from flowc.codegen.plan.partitions import Region, call_device, channel_of, channels
+from flowc.codegen.plan.program import Call, Program, Storage, nbytes
 
 KINDS = {"input": "FLOWC_GPU_INPUT", "output": "FLOWC_GPU_OUTPUT",
          "weight": "FLOWC_GPU_WEIGHT", "arena": "FLOWC_GPU_ARENA"}

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flowc.codegen.arena import align
+from flowc.codegen.plan.arena import align
 
 
 def working_memory(program: Any) -> dict[str, int]:
-    from flowc.codegen.partitions import channels, is_partitioned
-    from flowc.codegen.program import nbytes
+    from flowc.codegen.plan.partitions import channels, is_partitioned
+    from flowc.codegen.plan.program import nbytes
 
     partitioned = is_partitioned(program.graph)
     plan = program.memory

@@ -36,7 +36,9 @@ import math
 
 from mlir import ir
 
-from flowc.codegen import cpu_pipeline  # (which calls lower_parallel: import the module)
+from flowc.codegen.cpu import (
+    pipeline as cpu_pipeline,  # (which calls lower_parallel: import the module)
+)
 from flowc.codegen.mlir_walk import inside, ops_named
 
 # Below this many scalar operations (a few microseconds of one core's vector work) a loop

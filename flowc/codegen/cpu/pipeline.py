@@ -21,7 +21,7 @@ Steps:
    loop becomes an argument of the kernel after its outputs (scratch the caller passes:
    memory planned in the artifact's arena), so a kernel never allocates.
 4. `parallel.lower_parallel`: big top-level linalg ops split into parallel loops, small
-   parallel loops made serial, the rest OpenMP regions (see flowc/codegen/parallel.py).
+   parallel loops made serial, the rest OpenMP regions (see flowc/codegen/cpu/omp.py).
    `scratch.thread_scratch`: the buffers allocated inside parallel loops (one per thread)
    become slices of the thread-scratch region, one last argument (see scratch.py).
    `TO_LLVM`: loops, everything down to the LLVM dialect.
@@ -41,11 +41,13 @@ from mlir import ir, passmanager
 from mlir.dialects import llvm as llvm_dialect
 from mlir.dialects.transform import interpreter
 
-from flowc.codegen import parallel, scratch, vmath
+from flowc.codegen import scratch
+from flowc.codegen.cpu import omp as parallel
+from flowc.codegen.cpu import vmath
+from flowc.codegen.cpu.strategy import STRATEGIES, epilogue
+from flowc.codegen.cpu.strategy.common import FINISH_VECTORS
 from flowc.codegen.kernel_object import KernelScratch
 from flowc.codegen.mlir_walk import inside, ops_named
-from flowc.codegen.strategy import STRATEGIES, epilogue
-from flowc.codegen.strategy.common import FINISH_VECTORS
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 

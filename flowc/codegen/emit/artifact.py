@@ -19,15 +19,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from flowc.codegen.entry import render_model_c
-from flowc.codegen.header import ModelInfo, TensorInfo, accessor_names, render_header
-from flowc.codegen.link import link
-from flowc.codegen.manifest import build_manifest, write_manifest
-from flowc.codegen.outdir import staged
-from flowc.codegen.partitions import host_kernels
-from flowc.codegen.profile_c import profile_header
-from flowc.codegen.program import Program, weights_blob
-from flowc.codegen.working_memory import statement, working_memory
+from flowc.codegen.emit.entry import render_model_c
+from flowc.codegen.emit.header import ModelInfo, TensorInfo, accessor_names, render_header
+from flowc.codegen.emit.link import link
+from flowc.codegen.emit.manifest import build_manifest, write_manifest
+from flowc.codegen.emit.outdir import staged
+from flowc.codegen.emit.profile_c import profile_header
+from flowc.codegen.plan.partitions import host_kernels
+from flowc.codegen.plan.program import Program, weights_blob
+from flowc.codegen.plan.working_memory import statement, working_memory
 from flowc.ir.errors import FlowcError
 from flowc.runtime.abi import weights_header
 

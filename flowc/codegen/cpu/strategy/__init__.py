@@ -11,12 +11,12 @@ from collections.abc import Callable
 
 from mlir import ir
 
-from flowc.codegen.strategy.conv import conv_strategy
-from flowc.codegen.strategy.depthwise import depthwise_strategy
-from flowc.codegen.strategy.elementwise import elementwise_strategy
-from flowc.codegen.strategy.matmul import matmul_strategy
-from flowc.codegen.strategy.transpose import transpose_strategy
-from flowc.codegen.strategy.winograd import fuse_epilogue
+from flowc.codegen.cpu.strategy.conv import conv_strategy
+from flowc.codegen.cpu.strategy.depthwise import depthwise_strategy
+from flowc.codegen.cpu.strategy.elementwise import elementwise_strategy
+from flowc.codegen.cpu.strategy.matmul import matmul_strategy
+from flowc.codegen.cpu.strategy.transpose import transpose_strategy
+from flowc.codegen.cpu.strategy.winograd import fuse_epilogue
 from flowc.codegen.target import Target
 
 Strategy = Callable[[ir.Operation, Target, int], "str | None"]

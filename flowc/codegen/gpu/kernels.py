@@ -29,8 +29,10 @@ from pathlib import Path
 
 from mlir import ir
 
-from flowc.codegen import gpu_pipeline, gpu_target, parallel_compile
+from flowc.codegen import compile_pool as parallel_compile
 from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
+from flowc.codegen.gpu import pipeline as gpu_pipeline
+from flowc.codegen.gpu import target as gpu_target
 from flowc.codegen.kernels import _check_body, build_module, check_supported
 from flowc.codegen.target import Target
 from flowc.codegen.target import get_target as _get_target

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flowc.codegen.memplan import ScratchSlot, value_nbytes
-from flowc.codegen.working_memory import statement, working_memory
+from flowc.codegen.plan.memplan import ScratchSlot, value_nbytes
+from flowc.codegen.plan.working_memory import statement, working_memory
 from flowc.ir.graph import Value
 
 CHART_STEPS = 64  # wider schedules get the table without the per-step chart

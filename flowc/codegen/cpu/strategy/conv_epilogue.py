@@ -40,7 +40,7 @@ import math
 
 from mlir import ir
 
-from flowc.codegen.strategy.common import divisor, ints
+from flowc.codegen.cpu.strategy.common import divisor, ints
 
 EPILOGUE = """
     %{n}_ep = transform.structured.match ops{{["linalg.generic"]}}

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flowc.codegen.c_text import c_comment, c_string
-from flowc.codegen.entry import ENTRY_PARAMS, ENTRY_UNUSED, call_arguments, pointer
-from flowc.codegen.partitions import Channel, call_device, channel_of, channels, is_gpu_device
-from flowc.codegen.profile_c import timed, transfer_event
-from flowc.codegen.program import Program, Storage
+from flowc.codegen.emit.c_text import c_comment, c_string
+from flowc.codegen.emit.entry import ENTRY_PARAMS, ENTRY_UNUSED, call_arguments, pointer
+from flowc.codegen.emit.profile_c import timed, transfer_event
+from flowc.codegen.plan.partitions import Channel, call_device, channel_of, channels, is_gpu_device
+from flowc.codegen.plan.program import Program, Storage
 
 
 def _step(program: Program, step: int, table: dict, ptr: Callable[[Storage], str],
@@ -64,7 +64,7 @@ def render_partitioned(program: Program, gpu=None, profile: bool = False) -> lis
     for k, region in enumerate(program.regions):
         device, base, nbytes = region.device, region.offset, region.nbytes
         if is_gpu_device(device):
-            from flowc.codegen.gpu_entry import gpu_copies, render_gpu_partition
+            from flowc.codegen.emit.gpu_entry import gpu_copies, render_gpu_partition
 
             lines += [*render_gpu_partition(program, gpu, region), ""]
             rows.append(f"  {{{c_string(device)}, {base}u, {nbytes}u, 0, &gpu_partition}},")

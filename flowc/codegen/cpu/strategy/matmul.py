@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import linalg
 
-from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
+from flowc.codegen.cpu.strategy.common import VECTOR_CONTRACTS, divisor, ints
 from flowc.codegen.target import Target
 
 # Matmul: A and B are packed into MR-row and NR-column panels (k-major), C is computed in

@@ -23,16 +23,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flowc.codegen.artifact import write_artifact
-from flowc.codegen.partitions import gpu_devices, gpu_kernels_of, host_kernels
-from flowc.codegen.program import ALIAS_OPS, Program
+from flowc.codegen.emit.artifact import write_artifact
+from flowc.codegen.plan.partitions import gpu_devices, gpu_kernels_of, host_kernels
+from flowc.codegen.plan.program import ALIAS_OPS, Program
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.ir.printer import print_graph
 
 
 def gpu_supports(op: str) -> bool:
-    from flowc.codegen.gpu_kernels import get_target
+    from flowc.codegen.gpu.kernels import get_target
     from flowc.codegen.lower import lookup
 
     return op in ALIAS_OPS or lookup(op, get_target("nvptx")) is not None
@@ -41,9 +41,11 @@ def gpu_supports(op: str) -> bool:
 def compile_mixed(graph: Graph, program: Program, target: Any, backend: Any, output_dir: Any,
                   sizes: Any, weights: str, dump: Path | None, gpu_archs: Any,
                   cache: Any, explain_memory: Any = None) -> dict[str, Any]:
-    from flowc.codegen import driver, gpu_kernels, gpu_target
-    from flowc.codegen.memreport import report_memory
-    from flowc.codegen.program import set_scratch
+    from flowc.codegen import driver
+    from flowc.codegen.gpu import kernels as gpu_kernels
+    from flowc.codegen.gpu import target as gpu_target
+    from flowc.codegen.plan.memreport import report_memory
+    from flowc.codegen.plan.program import set_scratch
 
     archs = tuple(gpu_archs or gpu_target.DEFAULT_ARCHS)
     nvptx = gpu_kernels.get_target("nvptx")

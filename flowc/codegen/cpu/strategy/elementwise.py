@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from mlir import ir
 
-from flowc.codegen.strategy.common import ints
+from flowc.codegen.cpu.strategy.common import ints
 from flowc.codegen.target import Target
 
 ELEMENTWISE = """

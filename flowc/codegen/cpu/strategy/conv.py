@@ -6,8 +6,8 @@ import math
 
 from mlir import ir
 
-from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
-from flowc.codegen.strategy.conv_epilogue import epilogue, fused_rows
+from flowc.codegen.cpu.strategy.common import VECTOR_CONTRACTS, divisor, ints
+from flowc.codegen.cpu.strategy.conv_epilogue import epilogue, fused_rows
 from flowc.codegen.target import Target
 
 # 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by

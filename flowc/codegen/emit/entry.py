@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from flowc.codegen.c_text import c_comment, c_string
-from flowc.codegen.header import C_TYPES, ModelInfo, TensorInfo
+from flowc.codegen.emit.c_text import c_comment, c_string
+from flowc.codegen.emit.header import C_TYPES, ModelInfo, TensorInfo
+from flowc.codegen.emit.profile_c import timed
 from flowc.codegen.kernel_object import KernelScratch
-from flowc.codegen.profile_c import timed
-from flowc.codegen.program import Kernel, Program, Storage
+from flowc.codegen.plan.program import Kernel, Program, Storage
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES
 
 # CPU features the runtime checks before running (gcc's __builtin_cpu_supports names).
@@ -166,9 +166,9 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
     (gpu_entry.py), or, for a partitioned program, those of its GPU partition
     (partition_entry.py); `profile`: time each kernel call and transfer (profile_c.py;
     CPU models, partitioned or not)."""
-    from flowc.codegen.partition_entry import model_fields, render_partitioned
-    from flowc.codegen.partitions import host_kernels
-    from flowc.codegen.profile_c import profile_api, profile_prelude
+    from flowc.codegen.emit.partition_entry import model_fields, render_partitioned
+    from flowc.codegen.emit.profile_c import profile_api, profile_prelude
+    from flowc.codegen.plan.partitions import host_kernels
 
     if gpu is not None and not model_fields(program):
         return _render_gpu_model_c(program, info, graph_hash, embedded, gpu)
@@ -220,7 +220,7 @@ def _render_gpu_model_c(program: Program, info: ModelInfo, graph_hash: str, embe
                         gpu: Any) -> str:
     """The model file of a GPU model: no CPU kernels; the runtime's CUDA backend runs the
     launches of `gpu_program`, so the entry function does nothing."""
-    from flowc.codegen.gpu_entry import model_field, render_gpu_program
+    from flowc.codegen.emit.gpu_entry import model_field, render_gpu_program
 
     n = info.name
     has_weights = program.weights_bytes > 0

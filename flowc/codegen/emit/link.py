@@ -23,11 +23,11 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from flowc.codegen.c_text import c_string
 from flowc.codegen.cache import CompileCache, digest, resolve
+from flowc.codegen.emit.c_text import c_string
 from flowc.ir.errors import FlowcError
 
-RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime"
 RUNTIME_SOURCES = ("runtime.c", "tables.c", "pool.c", "partition.c", "cuda.c")
 RUNTIME_HEADER = "flowc_rt.h"
 CFLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=gnu11", "-Wall")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from flowc.codegen.c_text import c_comment, c_identifier
+from flowc.codegen.emit.c_text import c_comment, c_identifier
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES, STATUS
 
 C_TYPES = {

@@ -6,9 +6,9 @@ import math
 
 from mlir import ir
 
-from flowc.codegen.strategy.common import VECTOR_CONTRACTS, divisor, ints
-from flowc.codegen.strategy.conv import PARALLEL_ELEMENTS, channel_tile, rows_loop
-from flowc.codegen.strategy.conv_epilogue import epilogue
+from flowc.codegen.cpu.strategy.common import VECTOR_CONTRACTS, divisor, ints
+from flowc.codegen.cpu.strategy.conv import PARALLEL_ELEMENTS, channel_tile, rows_loop
+from flowc.codegen.cpu.strategy.conv_epilogue import epilogue
 from flowc.codegen.target import Target
 
 # linalg.depthwise_conv_2d_nhwc_hwc, loops (n, oh, ow, c, kh, kw): output rows are a

@@ -24,7 +24,7 @@ import math
 from mlir import ir
 from mlir.dialects import linalg
 
-from flowc.codegen.strategy.matmul import contraction
+from flowc.codegen.cpu.strategy.matmul import contraction
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 
@@ -103,7 +103,7 @@ def _epilogue_of(mm: ir.Operation) -> ir.Operation | None:
 
 def fuse(module: ir.Module, target: Target, what: str) -> ir.Module:
     """See the module docstring."""
-    from flowc.codegen.cpu_pipeline import apply_script, run_passes  # (imports this module)
+    from flowc.codegen.cpu.pipeline import apply_script, run_passes  # (imports this module)
 
     steps = []
     i64 = ir.IntegerType.get_signless(64)

@@ -1,0 +1,142 @@
+"""`CompileOptions`: every option of `flowc.compile`, typed, in one place.
+
+Contract:
+- `CompileOptions(...)` is a frozen dataclass; its fields are the options `flowc.compile`
+  takes (`compile(model, out, options)` or `compile(model, out, target=..., ...)`, the
+  keywords overriding `options`' fields: `with_overrides`). An unknown keyword is a
+  FlowcError naming it and the known ones.
+- Fields that a user sets on the command line carry their flag in `metadata["flag"]` and
+  their help text in `metadata["help"]`; `flowc compile`'s options are generated from these
+  fields (`add_arguments`) and read back (`from_args`), so the API and the CLI cannot drift.
+  Callbacks, the cache object, the progress reporter and the backend are API-only.
+- Values are checked where they are used (the driver, the passes, the cache), so that each
+  error names the option as the user spelled it (`--devices: ...`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from flowc.ir.errors import FlowcError
+
+if TYPE_CHECKING:
+    from flowc.codegen.cache import CompileCache
+    from flowc.codegen.target import Target
+    from flowc.progress import Progress
+
+Weights = Literal["auto", "embed", "file"]
+Report = Callable[[str], Any]
+
+
+def _cli(flags: str | tuple[str, ...], help: str, **argparse_kw: Any) -> dict[str, Any]:
+    return {"flag": (flags,) if isinstance(flags, str) else flags, "help": help,
+            "argparse": argparse_kw}
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How to compile a model into an artifact (see `flowc.codegen.driver.compile`)."""
+
+    target: str | Target = field(default="host", metadata=_cli(
+        "--target", "target (default: this host; x86-64, aarch64; nvptx: the whole graph on "
+                    "an NVIDIA GPU)", metavar="TARGET"))
+    gpu_archs: tuple[str, ...] = field(default=(), metadata=_cli(
+        "--gpu-arch", "with --target nvptx or nodes on gpu:0 (--devices cpu:0,gpu:0): a GPU "
+                      "architecture to build a cubin for (repeatable; default sm_80 and sm_90)",
+        metavar="SM", action="append"))
+    name: str | None = field(default=None, metadata=_cli(
+        "--name", "symbol prefix (default: the model file's name)", metavar="NAME"))
+    batch: int | None = field(default=1, metadata=_cli(
+        "--batch", "size of symbolic leading dims (default 1)", metavar="N"))
+    dims: Mapping[str, int] = field(default_factory=dict, metadata=_cli(
+        "--dim", "size of a symbolic dim by name; repeatable", metavar="SYM=SIZE",
+        action="append"))
+    pipeline: str = field(default="default", metadata=_cli(
+        ("-p", "--pipeline"), "pass pipeline (default)", metavar="PIPELINE"))
+    weights: Weights = field(default="auto", metadata=_cli(
+        "--weights", "embed the weights in the library, or write NAME.weights (auto: a file "
+                     "above 64 MiB)", choices=("auto", "embed", "file")))
+    dump_dir: str | os.PathLike | None = field(default=None, metadata=_cli(
+        "--dump-dir", "write the optimized graph, the generated C and kernel IR here",
+        metavar="DIR"))
+    print_ir_after_all: bool = field(default=False, metadata=_cli(
+        "--print-ir-after-all", "print the graph to stderr after each pass"))
+    devices: str | None = field(default=None, metadata=_cli(
+        "--devices", "place the graph on these devices (e.g. cpu:0,gpu:0): the place pass "
+                     "runs before partitioning", metavar="DEV,DEV"))
+    place: tuple[str, ...] = field(default=(), metadata=_cli(
+        "--place", "with --devices: run NODE (a node name or the source ONNX node's name) on "
+                   "DEVICE (gpu:0, or partial: gpu); repeatable", metavar="NODE=DEVICE",
+        action="append"))
+    device_profiles: str | None = field(default=None, metadata=_cli(
+        "--device-profiles", "with --devices: a JSON file of device and link figures "
+                             "overriding the built-in ones (see flowc/passes/place_devices.py)",
+        metavar="FILE"))
+    profile: bool = field(default=False, metadata=_cli(
+        "--profile", "time every kernel call (for 'flowc run DIR --profile' and 'flowc "
+                     "profile DIR'); off by default: no cost, no symbols"))
+    # API only: objects and callbacks
+    cache: CompileCache | bool | None = None
+    """None: the environment's cache ($FLOWC_CACHE_DIR); False: none; or a CompileCache."""
+    explain_placement: Report | None = None
+    """Receives the placer's report (with `devices`)."""
+    explain_memory: Report | None = None
+    """Receives the arena layout over time (plan/memreport.py)."""
+    progress: Progress | None = None
+    """Hears the passes, the kernels and the link stage; None: silent."""
+    backend: Any = None
+    """The kernel compiler (None: flowc's MLIR/LLVM one); tests substitute their own."""
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> CompileOptions:
+        """These options with `overrides`' fields replaced; an unknown name is an error."""
+        known = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise FlowcError(f"flowc.compile: unknown option{'s' * (len(unknown) > 1)} "
+                             f"{', '.join(unknown)}; the options are {', '.join(sorted(known))}")
+        fixed = {k: tuple(v) if k in ("gpu_archs", "place") and v is not None else v
+                 for k, v in overrides.items()}
+        if fixed.get("gpu_archs") is None and "gpu_archs" in fixed:
+            fixed["gpu_archs"] = ()
+        if fixed.get("dims") is None and "dims" in fixed:
+            fixed["dims"] = {}
+        return dataclasses.replace(self, **fixed)
+
+
+def cli_fields() -> list[dataclasses.Field]:
+    """The fields `flowc compile` exposes as flags, in declaration order."""
+    return [f for f in dataclasses.fields(CompileOptions) if "flag" in f.metadata]
+
+
+def add_arguments(parser: argparse.ArgumentParser,
+                  types: Mapping[str, Callable[[str], Any]] | None = None) -> None:
+    """Add one flag per CLI field of CompileOptions to `parser` (`types`: a converter per
+    field name, for fields whose text needs one, e.g. a checked count for `batch`)."""
+    types = types or {}
+    for f in cli_fields():
+        kw = dict(f.metadata["argparse"])
+        if f.type == "bool":
+            kw["action"] = "store_true"
+        elif kw.get("action") == "append":
+            kw["default"] = []
+        else:
+            kw["default"] = f.default
+        if f.name in types:
+            kw["type"] = types[f.name]
+        parser.add_argument(*f.metadata["flag"], dest=f.name, help=f.metadata["help"], **kw)
+
+
+def from_args(args: argparse.Namespace,
+              parse: Mapping[str, Callable[[Any], Any]] | None = None,
+              **api: Any) -> CompileOptions:
+    """The CompileOptions of parsed `args` (`parse`: a converter per field for values that
+    need one after argparse, e.g. `--dim` lists into a mapping); `api` sets API-only fields."""
+    parse = parse or {}
+    values = {f.name: parse.get(f.name, lambda v: v)(getattr(args, f.name))
+              for f in cli_fields()}
+    return CompileOptions().with_overrides({**values, **api})
