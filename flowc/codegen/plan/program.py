@@ -211,7 +211,8 @@ def set_scratch(program: Program, scratch: dict[str, KernelScratch]) -> None:
                        if k.symbol in scratch}
     program.thread_scratch_bytes = max(
         (program.needs(c).per_thread for c in program.calls), default=0)
-    _plan_arena(program)
+    if any(program.needs(c).buffers for c in program.calls):  # else the plan stands
+        _plan_arena(program)
 
 
 def _assign_storage(program: Program) -> None:
