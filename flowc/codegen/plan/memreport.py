@@ -6,7 +6,7 @@ nothing is planned here) as a JSON-able dict:
   `in_place` (count);
 - `working_memory`: the figures bounding a context's whole memory
   (`working_memory.working_memory`: arena, per-thread scratch, weights, input/output and
-  channel buffers), which the text states first;
+  channel buffers), which the text states after the plan's figures;
 - `steps`: one per program step in order: `step`, `kernel` (its symbol, or `send`/`recv`
   for a transfer), `nodes` (the graph nodes it runs), `device` (or null);
 - `buffers`: one per planned value, by offset then first step: `value` (the producing
@@ -89,13 +89,13 @@ def _scratch_bytes(program: Any, slot: ScratchSlot) -> int:
 def format_memory(layout: dict[str, Any]) -> str:
     """`memory.txt`: the layout as text (see the module contract)."""
     steps, buffers = layout["steps"], layout["buffers"]
-    lines = [*statement(layout["working_memory"], layout["name"]), ""]
-    lines += [f"memory plan of '{layout['name']}': arena {layout['arena_bytes']} bytes "
+    lines = [f"memory plan of '{layout['name']}': arena {layout['arena_bytes']} bytes "
              f"(lower bound {layout['lower_bound_bytes']}; "
              f"{layout['intermediate_bytes']} without reuse; {layout['in_place']} written "
              f"in place), {len(steps)} steps, {len(buffers)} arena values"]
     lines += [f"  region {r['device']}: {r['bytes']} bytes at offset {r['offset']}"
               for r in layout.get("regions", [])]
+    lines += ["", *statement(layout["working_memory"], layout["name"])]
     lines += ["", "steps:"]
     for st in steps:
         where = f"  @{st['device']}" if st["device"] else ""
