@@ -105,8 +105,8 @@ def test_no_import_cycles():
 
 def test_layers():
     """ir reaches no later stage; the runtime none of the compiler; codegen's target-neutral
-    parts (plan/, emit/, kernels.py) none of the target pipelines (cpu/, gpu/). "Reaches": through any
-    chain of imports, so a module in between cannot carry the dependency."""
+    parts (plan/, emit/, kernels.py) none of the target pipelines (cpu/, gpu/). "Reaches":
+    through any chain of imports, so a module in between cannot carry the dependency."""
     graph = import_graph()
     rules = [
         ("flowc.ir", ("flowc.frontend", "flowc.passes", "flowc.codegen", "flowc.runtime")),

@@ -14,8 +14,7 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    for a GPU target without `pack-weights` and `winograd`, whose panels and transformed
    filters the GPU's kernels do not read), then requires every type static
    (`require_static`), so every kernel has static shapes;
-4. builds the program (`build_program`: kernels, weights, arena plan) and reports its
-   memory (`explain_memory`, DUMP_DIR/memory.txt and memory.json);
+4. builds the program (`build_program`: kernels, weights, arena plan);
 5. splits its kernels into parts (`kernel_parts`), each a backend (flowc/codegen/backend.py)
    and a target: one part for a CPU target (`backend`, default `CpuBackend`: `target`
    `host`, `x86-64`, `aarch64`; a target this machine cannot run is linked only when `$CC`
@@ -25,8 +24,10 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    and a GPU part (the GPU steps'; its dumps are named `gpu.NAME`);
 6. `compile_parts`, the one compile tail: checks every kernel of every part before any
    codegen (one FlowcError per part naming every unsupported node), compiles each part,
-   writes the artifact once (`write_artifact`: a new directory replacing `output_dir`
-   whole) from the parts' joined `KernelCode`, and with `dump_dir` the final graph and the
+   plans the arena again with the CPU kernels' scratch (`set_scratch`) and reports the
+   memory (`explain_memory`, DUMP_DIR/memory.txt and memory.json), writes the artifact
+   once (`write_artifact`: a new directory replacing `output_dir` whole) from the parts'
+   joined `KernelCode`, and with `dump_dir` the final graph and the
    dump index (`write_index`). The manifest's `target` is the first part's target (name,
    triple, cpu, features) plus what each backend adds (`manifest_target`).
 `name` (the C symbol prefix, sanitized) defaults to the model file's name without its
@@ -58,7 +59,7 @@ from flowc.codegen.options import CompileOptions
 from flowc.codegen.plan.bind import bind_dims, format_sizes, require_static
 from flowc.codegen.plan.memreport import report_memory
 from flowc.codegen.plan.partitions import call_device, gpu_devices, gpu_kernels_of, host_kernels
-from flowc.codegen.plan.program import Program, build_program
+from flowc.codegen.plan.program import Program, build_program, set_scratch
 from flowc.codegen.target import is_gpu_target
 from flowc.ir.devices import is_gpu_device
 from flowc.ir.errors import FlowcError
@@ -249,7 +250,6 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
                         dump_dir=dump, progress=opts.progress).run(graph)
     graph = require_static(graph, format_sizes(sizes))
     program = build_program(graph, model_prefix(opts.name, default_name(model, graph)))
-    report_memory(program, dump, opts.explain_memory)
     parts = kernel_parts(program, backend, target, opts)
     return compile_parts(graph, program, parts, Path(output_dir), sizes, opts)
 
@@ -306,6 +306,9 @@ def compile_parts(graph: Graph, program: Program, parts: list[Part], output_dir:
         (dump / f"{program.name}.flowc").write_text(print_graph(graph))
     cache = resolve_cache(opts.cache)
     codes = [compile_part(part, dump, cache, opts.progress) for part in parts]
+    code = KernelCode.join(codes)
+    set_scratch(program, code.scratch)  # the CPU kernels' (the GPU's are in its binary)
+    report_memory(program, dump, opts.explain_memory)
     target = describe_target(parts[0].target)
     for part, code in zip(parts, codes, strict=True):
         target.update(part.backend.manifest_target(code))
@@ -313,7 +316,7 @@ def compile_parts(graph: Graph, program: Program, parts: list[Part], output_dir:
             target[f"{part.backend.name}_devices"] = [part.device]
     if opts.progress is not None:
         opts.progress.stage("linking")
-    manifest = write_artifact(program, output_dir, KernelCode.join(codes), target=target,
+    manifest = write_artifact(program, output_dir, code, target=target,
                               sizes=sizes, graph_hash=graph_hash(graph, target),
                               flowc_version=flowc_version(), weights=opts.weights,
                               dump_dir=dump, cache=cache, profile=opts.profile)

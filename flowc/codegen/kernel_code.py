@@ -1,10 +1,12 @@
 """What a backend's `compile` returns and the artifact writer links: compiled kernels.
 
 Contract:
-- `KernelCode(object, gpu)`: `object` is one relocatable object file defining exactly the
-  symbols of the kernels that run on the CPU (`void SYM(const T0 *in0, ..., T *out0, ...)`,
-  see flowc/codegen/README.md "Kernels"; b"" when none does); `gpu` is the `GpuBinary` of
-  the kernels that run on a GPU (None when none does). `join` puts the parts of a mixed
+- `KernelCode(object, scratch, gpu)`: `object` is one relocatable object file defining
+  exactly the symbols of the kernels that run on the CPU (`void SYM(const T0 *in0, ...,
+  T *out0, ..., scratch...)`, see flowc/codegen/README.md "Kernels"; b"" when none does),
+  `scratch[SYM]` the `KernelScratch` each of them takes after its outputs (none when
+  absent); `gpu` is the `GpuBinary` of the kernels that run on a GPU (None when none
+  does; their scratch is in it). `join` puts the parts of a mixed
   compile (one CPU part, one GPU part) into one; two parts of one kind are an error.
 - `GpuBinary`: per architecture of `archs`, the PTX module defining every stage of every GPU
   kernel (`ptx[arch]`; the first arch's is the JIT fallback) and ptxas's cubin (`cubins`,
@@ -21,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from flowc.codegen.kernel_object import KernelScratch
 from flowc.ir.errors import FlowcError
 
 
@@ -57,6 +60,7 @@ class KernelCode:
     """The compiled kernels of an artifact: a CPU object, a GPU binary, or both."""
 
     object: bytes = b""
+    scratch: dict[str, KernelScratch] = field(default_factory=dict)
     gpu: GpuBinary | None = None
 
     @staticmethod
@@ -67,4 +71,6 @@ class KernelCode:
         if len(objects) > 1 or len(binaries) > 1:
             raise FlowcError(f"kernel code of {len(objects)} CPU objects and {len(binaries)} GPU "
                              "binaries: an artifact links at most one of each")
-        return KernelCode(objects[0] if objects else b"", binaries[0] if binaries else None)
+        scratch = {sym: k for p in parts for sym, k in p.scratch.items()}
+        return KernelCode(objects[0] if objects else b"", scratch,
+                          binaries[0] if binaries else None)

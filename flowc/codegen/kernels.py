@@ -4,14 +4,14 @@ Contract (flowc/codegen/README.md, "Kernels"):
 - `single_node_body(node)`: the one-node body of a registry op; its inputs are
   `kernel_operands(node)`, in order (small constants are copied into the body instead).
 - `check_supported(graph, target)`: a FlowcError naming every node (op, node, target) that
-  no lowering rule covers, or that computes on a narrow dtype (only `NARROW_OPS` handle
-  those), nested bodies included, before any codegen work.
+  no lowering rule covers, or that computes on a narrow dtype (only ops whose
+  `OpDef.narrow` holds run on those), nested bodies included, before any codegen work.
 - `check_body(sym, body)`: a FlowcError unless every body input and output has a static
   tensor type.
 - `build_module(sym, body, target)`: the kernel as one MLIR function `SYM` over memrefs
   (inputs, then outputs; 64-byte aligned, noalias unless the memory planner may run it in
   place), its body lowered to linalg on tensors by the lowering table: what the CPU
-  (cpu/kernel_object.py) and GPU (gpu/kernels.py) kernel compilers start from.
+  (cpu/compiler.py) and GPU (gpu/kernels.py) kernel compilers start from.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from flowc.codegen.plan.memplan import in_place_inputs
 from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
-from flowc.ir.ops import HAS_BODY, get_op
+from flowc.ir.ops import HAS_BODY, OPS, get_op
 from flowc.ir.ops.fused import MAX_INLINE_CONSTANT
 from flowc.ir.types import TensorType
 
@@ -83,7 +83,7 @@ def _unsupported_nodes(graph: Graph, target: Target) -> list[str]:
             continue
         if lookup(node.op, target) is None:
             problems.append(unsupported(node, target))
-        elif node.op not in NARROW_OPS:
+        elif not get_op(node.op).narrow:
             problems += _narrow_values(node)
         if get_op(node.op).has(HAS_BODY):
             for value in node.attrs.values():
@@ -92,21 +92,19 @@ def _unsupported_nodes(graph: Graph, target: Target) -> list[str]:
     return problems
 
 
-# Ops that kernels run on narrow dtypes (see lower/narrow.py): conversions, and ops that only
-# move whole elements (stored one per byte).
-NARROW_OPS = frozenset({"cast", "constant", "identity", "reshape", "flatten", "squeeze",
-                        "unsqueeze"})
-
-
 def _narrow_values(node: Node) -> list[str]:
-    """A problem per narrow-typed operand or result of `node` (an op outside NARROW_OPS)."""
+    """A problem per narrow-typed operand or result of `node` (an op kernels do not run on
+    narrow dtypes: not `OpDef.narrow`)."""
     types = [v.type for v in node.inputs if v is not None] + list(node.types)
     narrow = sorted({str(t.dtype) for t in types if isinstance(t, TensorType) and t.dtype.narrow})
     if not narrow:
         return []
-    return [f"node {node.label()} ({node.op}) computes on {', '.join(narrow)}: kernels do "
-            f"only cast ({', '.join(sorted(NARROW_OPS - {'cast'}))} move data) on narrow "
-            "dtypes; cast to a wider type first"]
+    return [f"node {node.label()} ({node.op}) computes on {', '.join(narrow)}: kernels run "
+            f"only {', '.join(_narrow_ops())} on narrow dtypes; cast to a wider type first"]
+
+
+def _narrow_ops() -> list[str]:
+    return sorted(name for name, opdef in OPS.items() if opdef.narrow)
 
 
 def check_body(sym: str, body: Graph) -> None:

@@ -111,7 +111,7 @@ class ExtraSymbolBackend(NaiveBackend):
     def compile(self, kernels, target, dump, cache, progress) -> KernelCode:
         obj = compile_object(kernels)
         extra = compile_object([("helper_not_prefixed", kernels[0][1])])
-        return KernelCode(object=_link_relocatable(obj, extra))
+        return KernelCode(_link_relocatable(obj.object, extra.object), obj.scratch)
 
 
 def _link_relocatable(a: bytes, b: bytes) -> bytes:

@@ -8,7 +8,7 @@ from mlir import ir
 
 from flowc.codegen.cpu import pipeline as cpu_pipeline
 from flowc.codegen.cpu import vmath
-from flowc.codegen.cpu.kernel_object import compile_kernels
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.cpu.strategy import epilogue
 from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType

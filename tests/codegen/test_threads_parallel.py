@@ -12,7 +12,7 @@ from mlir import ir
 import flowc
 from flowc.codegen.cpu import omp as parallel
 from flowc.codegen.cpu import pipeline as cpu_pipeline
-from flowc.codegen.cpu.kernel_object import compile_kernels
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernels import build_module
 from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType
@@ -70,7 +70,7 @@ def test_threads_big_kernels_get_nowait_parallel_loops(kind):
 
 
 def test_threads_dynamic_loops_without_barrier_in_the_object():
-    obj = compile_kernels([("k", graph("gelu"))], HOST, dump=None)
+    obj = compile_kernels([("k", graph("gelu"))], HOST, dump=None).object
     assert b"__kmpc_fork_call" in obj and b"__kmpc_dispatch_next_8u" in obj
     assert b"__kmpc_barrier" not in obj and b"__kmpc_for_static_init" not in obj
 

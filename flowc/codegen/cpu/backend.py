@@ -2,8 +2,9 @@
 
 Contract: targets `host`, `x86-64`, `aarch64` (flowc/codegen/target.py); `check_supported`
 is `kernels.check_supported` (a lowering rule for every node, narrow dtypes only where
-kernels handle them); `compile` is `kernel_object.compile_kernels`: one relocatable object
-(`KernelCode.object`) defining exactly the kernels' symbols, through the compile cache,
+kernels handle them); `compile` is `compiler.compile_kernels`: one relocatable object
+(`KernelCode.object`) defining exactly the kernels' symbols and their scratch
+(`KernelCode.scratch`), through the compile cache,
 reporting each kernel to `progress`. It adds nothing to the manifest's target entry.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from flowc.codegen.backend import Dump, Kernels
-from flowc.codegen.cpu.kernel_object import compile_kernels
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.kernels import check_supported
 from flowc.codegen.target import Target, get_target
@@ -37,7 +38,8 @@ class CpuBackend:
 
     def compile(self, kernels: Kernels, target: Target, dump: Dump | None, cache: Any,
                 progress: Any) -> KernelCode:
-        return KernelCode(object=compile_kernels(kernels, target, dump, cache, progress))
+        compiled = compile_kernels(kernels, target, dump, cache, progress)
+        return KernelCode(object=compiled.object, scratch=compiled.scratch)
 
     def manifest_target(self, code: KernelCode) -> dict[str, Any]:
         return {}

@@ -21,10 +21,10 @@ from flowc.codegen.gpu.kernels import compile_gpu_kernels
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.kernels import check_supported
 from flowc.codegen.lower import lookup
-from flowc.codegen.plan.program import ALIAS_OPS
 from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
+from flowc.ir.ops import is_view
 
 
 class GpuBackend:
@@ -59,4 +59,4 @@ class GpuBackend:
 
     @staticmethod
     def supports(op: str) -> bool:
-        return op in ALIAS_OPS or lookup(op, get_target("nvptx")) is not None
+        return is_view(op) or lookup(op, get_target("nvptx")) is not None
