@@ -310,8 +310,8 @@ def compile_parts(graph: Graph, program: Program, parts: list[Part], output_dir:
     set_scratch(program, code.scratch)  # the CPU kernels' (the GPU's are in its binary)
     report_memory(program, dump, opts.explain_memory)
     target = describe_target(parts[0].target)
-    for part, code in zip(parts, codes, strict=True):
-        target.update(part.backend.manifest_target(code))
+    for part, part_code in zip(parts, codes, strict=True):
+        target.update(part.backend.manifest_target(part_code))
         if part.device is not None:
             target[f"{part.backend.name}_devices"] = [part.device]
     if opts.progress is not None:

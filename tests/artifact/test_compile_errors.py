@@ -192,7 +192,7 @@ def test_kernel_code_joins_one_object_and_one_gpu_binary():
 
     binary = GpuBinary(("sm_80",), [])
     joined = KernelCode.join([KernelCode(object=b"obj"), KernelCode(), KernelCode(gpu=binary)])
-    assert joined == KernelCode(b"obj", binary)
+    assert joined == KernelCode(b"obj", gpu=binary)
     with pytest.raises(FlowcError, match=re.escape(
             "kernel code of 2 CPU objects and 0 GPU binaries: an artifact links at most one "
             "of each")):
