@@ -13,7 +13,7 @@ calls), `throughput_per_s` (timed calls per second of their total time) and
 `peak_rss_bytes` (the process's resident-set high-water mark, from getrusage: the Python
 process included, so compare artifacts by it, not to the arena size). `run(args)` prints it
 and with `--json FILE` writes it. Errors are the loader's ArtifactError or FlowcError,
-one line each.
+one line each. `add_parser(subparsers)` registers the command.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ folder when it was compiled without --profile), runs it `runs` times on seeded r
 inputs and returns (manifest, one event array per run). `write_trace` writes Chrome
 trace-event JSON (Perfetto, chrome://tracing and `flowc view` open it) and prints a line
 saying so. `run(args)` prints the top kernels (and transfers) by total time with the
-graph nodes each runs.
+graph nodes each runs. `add_parser(subparsers)` registers the command.
 """
 
 from __future__ import annotations

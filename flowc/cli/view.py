@@ -10,7 +10,7 @@ a dump folder holding a memory report (`memory.json`, from `flowc compile --dump
 shows the arena over time, and `--memory` draws only that chart (`.svg` or `.html`). A
 `.json` file is a runtime profile (`flowc run DIR --profile trace.json`), drawn as a
 timeline (`.svg` or `.html`). Bad paths, stages, suffixes, traces and a `--memory` without
-a report are `FlowcError`s naming the path.
+a report are `FlowcError`s naming the path. `add_parser(subparsers)` registers the command.
 """
 
 from __future__ import annotations
