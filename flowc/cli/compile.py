@@ -6,8 +6,9 @@ fields of `flowc.codegen.options.CompileOptions` (`add_arguments`), so the comma
 the command's own: MODEL, `-o`, `--no-cache`, `--explain-placement` / `--explain-memory`
 (flags here, callbacks printing the reports on stdout in the API) and `-q` / `-v`.
 `run(args)` reads the options back (`from_args`), compiles, prints a summary (the files,
-kernels, arena, bound symbolic dims and the cache's hits) unless `-q`, and returns 0;
-every problem is a FlowcError raised before anything is written where it can be.
+kernels, arena, bound symbolic dims and the cache's hits) unless `-q`, and returns 0.
+A bad `--dim` is a FlowcError naming it before anything compiles; the other values are
+checked by the driver, whose errors name the option too.
 """
 
 from __future__ import annotations
