@@ -51,8 +51,11 @@ def load(body, target: str):
     from flowc.codegen.kernels import compile_kernels
 
     start = time.perf_counter()
-    obj = compile_kernels([("bench_kernel", body)], target)
+    compiled = compile_kernels([("bench_kernel", body)], target)
     seconds = time.perf_counter() - start
+    obj, needs = compiled.object, compiled.scratch["bench_kernel"]
+    scratch = [aligned(np.zeros(max(n, 1), np.uint8))
+               for n in (*needs.buffers, *([needs.per_thread] if needs.per_thread else []))]
     work = Path(tempfile.mkdtemp(prefix="flowc-bench-"))
     (work / "k.o").write_bytes(obj)
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(work / "k.so"), str(work / "k.o"),
@@ -60,7 +63,7 @@ def load(body, target: str):
     fn = ctypes.CDLL(str(work / "k.so")).bench_kernel
 
     def call(*arrays: np.ndarray) -> None:
-        fn(*[ctypes.c_void_p(a.ctypes.data) for a in arrays])
+        fn(*[ctypes.c_void_p(a.ctypes.data) for a in (*arrays, *scratch)])
 
     return call, seconds
 

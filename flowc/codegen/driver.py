@@ -17,7 +17,9 @@ explain_placement=None)`
    turned computed shapes into constants), so every kernel has static shapes;
 4. builds the program (`program.build_program`: kernels, weights, arena plan);
 5. checks every kernel body is supported (`backend.check_supported`) before any codegen, then
-   compiles all kernels into one object (`backend.compile_kernels(kernels, target, dump)`);
+   compiles all kernels into one object (`backend.compile_kernels(kernels, target, dump)`,
+   a `kernel_object.KernelObject`) and plans the arena again with each call's scratch
+   buffers (`program.set_scratch`);
 6. writes the artifact (`artifact.write_artifact`: a new directory that replaces
    `output_dir` whole; `output_dir` must be absent, empty or an artifact, which is checked
    before any work) and returns its manifest; with
@@ -40,7 +42,8 @@ with the same three functions (`get_target`, `check_supported`, `compile_kernels
 compile's hits and misses): unchanged kernels and the runtime's objects come from it, and
 the artifact is byte for byte what a cold compile writes.
 `explain_memory(text)` receives the arena layout over time (`memreport.py`; also
-DUMP_DIR/memory.txt and memory.json). `progress` (a `flowc.progress.Progress`; None:
+DUMP_DIR/memory.txt and memory.json), once the kernels' scratch is planned in it (after the
+kernel compile: `program.set_scratch`). `progress` (a `flowc.progress.Progress`; None:
 silent) hears the passes, the kernels (backends whose `compile_kernels` takes `progress`)
 and the link stage.
 """
@@ -61,10 +64,11 @@ from flowc.codegen.emit.artifact import write_artifact
 from flowc.codegen.emit.c_text import check_table_names, model_prefix
 from flowc.codegen.emit.dump_index import write_index
 from flowc.codegen.emit.outdir import check_output_dir
+from flowc.codegen.kernel_object import KernelObject
 from flowc.codegen.options import CompileOptions
 from flowc.codegen.plan.bind import bind_dims, format_sizes, require_static
 from flowc.codegen.plan.memreport import report_memory
-from flowc.codegen.plan.program import build_program
+from flowc.codegen.plan.program import build_program, set_scratch
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.ir.printer import print_graph
@@ -151,12 +155,13 @@ def check_all(backend: ModuleType, graph: Graph, kernels: list, target: Any) -> 
 
 
 def compile_kernels(backend: ModuleType, kernels: list, target: Any, dump: Any,
-                    cache: Any = None, progress: Any = None) -> bytes:
-    """The kernel object; a failure of the kernel compiler that is not a FlowcError still
-    becomes one naming the kernels (the cause stays chained for debugging). `cache` and
-    `progress` go to backends whose `compile_kernels` takes them."""
+                    cache: Any = None, progress: Any = None) -> KernelObject:
+    """The kernel object and the kernels' scratch (`kernel_object.KernelObject`); a failure
+    of the kernel compiler that is not a FlowcError still becomes one naming the kernels
+    (the cause stays chained for debugging). `cache` and `progress` go to backends whose
+    `compile_kernels` takes them."""
     if not kernels:
-        return b""
+        return KernelObject(b"")
     takes = inspect.signature(backend.compile_kernels).parameters
     extra = {k: v for k, v in (("cache", cache), ("progress", progress)) if k in takes}
     try:
@@ -248,13 +253,13 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     graph = require_static(graph, format_sizes(sizes))
     prefix = model_prefix(name, default_name(model, graph))
     program = build_program(graph, prefix)
-    report_memory(program, dump, opts.explain_memory)
     if profile and (getattr(resolved, "is_gpu", False) or _runs_on_gpu(program)):
         raise FlowcError("--profile times kernels of CPU models only; this one runs "
                          "(wholly or in part) on a GPU")
     if getattr(resolved, "is_gpu", False):
         if progress is not None:
             progress.stage("compiling GPU kernels")
+        report_memory(program, dump, opts.explain_memory)
         return _compile_gpu(graph, program, resolved, output_dir, sizes, weights, dump,
                             gpu_archs, cache)
     if _runs_on_gpu(program):  # placed on a GPU: wholly (as --target nvptx) or in part
@@ -262,10 +267,11 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         from flowc.codegen.target import get_target
 
         if not program.regions:
+            report_memory(program, dump, opts.explain_memory)
             return _compile_gpu(graph, program, get_target("nvptx"), output_dir,
                                 sizes, weights, dump, gpu_archs, cache)
         return compile_mixed(graph, program, resolved, backend, output_dir, sizes, weights,
-                             dump, gpu_archs, cache)
+                             dump, gpu_archs, cache, opts.explain_memory)
     if gpu_archs:
         raise FlowcError(f"gpu_archs {list(gpu_archs)} given for the CPU target "
                          f"{resolved.name} and no node on a GPU; use target='nvptx' or place "
@@ -282,9 +288,12 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         write_dump(f"{prefix}.flowc", print_graph(graph))
     cache = resolve_cache(cache)
     obj = compile_kernels(backend, kernels, resolved, write_dump, cache, progress)
+    set_scratch(program, obj.scratch)
+    report_memory(program, dump, opts.explain_memory)
     if progress is not None:
         progress.stage("linking")
-    manifest = write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
+    manifest = write_artifact(program, Path(output_dir), kernel_object=obj.object,
+                              target=target_info,
                               sizes=sizes, graph_hash=graph_hash(graph, target_info),
                               flowc_version=flowc_version(), weights=weights, dump_dir=dump,
                               cache=cache, profile=profile)

@@ -1,20 +1,24 @@
 """The kernel compiler: closed static-shaped body graphs -> one relocatable object file.
 
 Contract (flowc/codegen/README.md, "Kernels"):
-- `compile_kernels(kernels, target, dump=None) -> bytes`: `kernels` is a sequence of
-  `(symbol, body)`; the object defines exactly those symbols, each
-  `void SYM(const T0 *in0, ..., T *out0, ...)` over dense row-major 64-byte-aligned buffers
-  (bool as one byte), and needs only libc/libm at run time. Same input, same bytes.
+- `compile_kernels(kernels, target, dump=None) -> KernelObject`: `kernels` is a sequence of
+  `(symbol, body)`; `.object` defines exactly those symbols, each
+  `void SYM(const T0 *in0, ..., T *out0, ..., void *scratch0, ..., void *thread_scratch)`
+  over dense row-major 64-byte-aligned buffers (bool as one byte): `.scratch[SYM]` (a
+  `KernelScratch`) says which scratch arguments follow the outputs and their
+  sizes. Kernels never allocate: they need only libm and memcpy/memset at run time. Same
+  input, same bytes.
 - `single_node_body(node)`: the one-node body of a registry op; its inputs are
   `kernel_operands(node)`, in order (small constants are copied into the body instead).
 - `check_supported(graph, target)`: a FlowcError naming every node (op, node, target) that
-  no lowering rule covers, or that computes on a narrow dtype (only `NARROW_OPS` handle
-  those), nested bodies included, before any codegen work.
+  no lowering rule covers, or that computes on a narrow dtype (only ops whose
+  `OpDef.narrow` holds run on those), nested bodies included, before any codegen work.
 - `dump(name, text)`, when given, receives per kernel `SYM.input.mlir`,
   `SYM.schedule.mlir`, `SYM.llvm.mlir`, `SYM.ll` and `SYM.s`.
 - `cache` (flowc/codegen/cache.py; None: the environment's, False: none): each kernel is
-  lowered and optimized (O3) alone into bitcode stored under `kernel_key(sym, body,
-  target)`, and the object under the digest of all its kernels' keys; a compile finds
+  lowered and optimized (O3) alone into bitcode stored (with its scratch sizes,
+  `scratch.pack`) under `kernel_key(sym, body, target)`, and the object (with every
+  kernel's scratch) under the digest of all its kernels' keys; a compile finds
   both, so an unchanged kernel is never lowered again and an unchanged set of kernels is
   not even emitted again. Cold or warm, the object is emitted from the kernels' bitcode,
   so it is byte for byte the same. With `dump`, nothing is read from the cache (every
@@ -38,6 +42,7 @@ from mlir.dialects import bufferization, func
 from flowc.codegen import compile_pool as parallel_compile
 from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
 from flowc.codegen.cpu import pipeline as cpu_pipeline
+from flowc.codegen.kernel_object import KernelObject, KernelScratch, pack, unpack
 from flowc.codegen.lower import NOT_KERNELS, lookup
 from flowc.codegen.lower.context import (
     empty,
@@ -51,7 +56,7 @@ from flowc.codegen.plan.memplan import in_place_inputs
 from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
-from flowc.ir.ops import HAS_BODY, get_op
+from flowc.ir.ops import HAS_BODY, OPS, get_op
 from flowc.ir.ops.fused import MAX_INLINE_CONSTANT
 from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
@@ -106,7 +111,7 @@ def _unsupported_nodes(graph: Graph, target: Target) -> list[str]:
             continue
         if lookup(node.op, target) is None:
             problems.append(unsupported(node, target))
-        elif node.op not in NARROW_OPS:
+        elif not get_op(node.op).narrow:
             problems += _narrow_values(node)
         if get_op(node.op).has(HAS_BODY):
             for value in node.attrs.values():
@@ -115,26 +120,24 @@ def _unsupported_nodes(graph: Graph, target: Target) -> list[str]:
     return problems
 
 
-# Ops that kernels run on narrow dtypes (see lower/narrow.py): conversions, and ops that only
-# move whole elements (stored one per byte).
-NARROW_OPS = frozenset({"cast", "constant", "identity", "reshape", "flatten", "squeeze",
-                        "unsqueeze"})
-
-
 def _narrow_values(node: Node) -> list[str]:
-    """A problem per narrow-typed operand or result of `node` (an op outside NARROW_OPS)."""
+    """A problem per narrow-typed operand or result of `node` (an op kernels do not run on
+    narrow dtypes: not `OpDef.narrow`)."""
     types = [v.type for v in node.inputs if v is not None] + list(node.types)
     narrow = sorted({str(t.dtype) for t in types if isinstance(t, TensorType) and t.dtype.narrow})
     if not narrow:
         return []
-    return [f"node {node.label()} ({node.op}) computes on {', '.join(narrow)}: kernels do "
-            f"only cast ({', '.join(sorted(NARROW_OPS - {'cast'}))} move data) on narrow "
-            "dtypes; cast to a wider type first"]
+    return [f"node {node.label()} ({node.op}) computes on {', '.join(narrow)}: kernels run "
+            f"only {', '.join(_narrow_ops())} on narrow dtypes; cast to a wider type first"]
+
+
+def _narrow_ops() -> list[str]:
+    return sorted(name for name, opdef in OPS.items() if opdef.narrow)
 
 
 def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str = "host",
                     dump: Dump | None = None, cache: CompileCache | bool | None = None,
-                    progress: Progress | None = None) -> bytes:
+                    progress: Progress | None = None) -> KernelObject:
     """One object file defining every kernel of `kernels` (see the module docstring)."""
     target = get_target(target)
     cache = resolve(cache)
@@ -150,13 +153,17 @@ def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str =
     object_key = digest("object", *keys)
     progress = progress or Progress(level="quiet")
     progress.kernels_started(len(kernels))
-    if not dump and (obj := cache.get("object", object_key)) is not None:
+    if not dump and (data := cache.get("object", object_key)) is not None:
         for sym in symbols:
             progress.kernel_done(sym, 0.0, True)
-        return obj
+        sizes, obj = unpack(data)
+        return KernelObject(obj, sizes)
     tm = target.target_machine()
     linked = None
-    for bitcode in _bitcodes(kernels, keys, target, tm, dump, cache, progress):
+    sizes = {}
+    for packed in _bitcodes(kernels, keys, target, tm, dump, cache, progress):
+        one, bitcode = unpack(packed)
+        sizes.update(one)
         mod = llvm.parse_bitcode(bitcode)
         if linked is None:
             linked = mod
@@ -168,14 +175,15 @@ def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str =
         dump("kernels.ll", str(linked))
         dump("kernels.s", tm.emit_assembly(linked))
     obj = tm.emit_object(linked)
-    cache.put("object", object_key, obj)
-    return obj
+    cache.put("object", object_key, pack(sizes, obj))
+    return KernelObject(obj, sizes)
 
 
 def _bitcodes(kernels: Sequence[tuple[str, Graph]], keys: list[str], target: Target,
               tm: llvm.TargetMachine, dump: Dump | None, cache: CompileCache,
               progress: Progress) -> list[bytes]:
-    """Each kernel's optimized bitcode, in order: from the cache, else built and stored. With
+    """Each kernel's optimized bitcode with its scratch (`scratch.pack`), in order: from the
+    cache, else built and stored. With
     `dump`, every kernel is built here in order; otherwise the misses are built over worker
     processes (`parallel_compile.run_all`: the same bytes as a serial build)."""
     if dump:
@@ -210,12 +218,14 @@ def kernel_key(sym: str, body: Graph, target: Target) -> str:
 
 def _kernel_bitcode(sym: str, body: Graph, target: Target, tm: llvm.TargetMachine,
                     dump: Dump | None) -> bytes:
-    """One kernel lowered through MLIR, verified and optimized (O3), as LLVM bitcode."""
-    mod = llvm.parse_assembly(_kernel_llvm_ir(sym, body, target, dump))
+    """One kernel lowered through MLIR, verified and optimized (O3), as LLVM bitcode packed
+    with its scratch (`scratch.pack`)."""
+    text, needs = _kernel_llvm_ir(sym, body, target, dump)
+    mod = llvm.parse_assembly(text)
     mod.triple, mod.data_layout = target.triple, str(tm.target_data)
     mod.verify()
     _optimize(mod, tm)
-    return mod.as_bitcode()
+    return pack({sym: needs}, mod.as_bitcode())
 
 
 def _check_body(sym: str, body: Graph) -> None:
@@ -234,7 +244,8 @@ def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
-def _kernel_llvm_ir(sym: str, body: Graph, target: Target, dump: Dump | None) -> str:
+def _kernel_llvm_ir(sym: str, body: Graph, target: Target,
+                    dump: Dump | None) -> tuple[str, KernelScratch]:
     what = f"kernel {sym}"
     with parallel_compile.mlir_context(), ir.Location.unknown():
         module = build_module(sym, body, target)
@@ -242,11 +253,12 @@ def _kernel_llvm_ir(sym: str, body: Graph, target: Target, dump: Dump | None) ->
             dump(f"{sym}.input.mlir", module.operation.get_asm(enable_debug_info=True))
         sub_dump = (lambda name, text: dump(f"{sym}.{name}", text)) if dump else None
         module = cpu_pipeline.lower(module, target, what, sub_dump)
+        needs = cpu_pipeline.scratch_of(module)
         cpu_pipeline.check_bare_pointer_signature(module, sym, len(body.inputs)
-                                                  + len(body.outputs), what)
+                                                  + len(body.outputs) + needs.arguments, what)
         if dump:
             dump(f"{sym}.llvm.mlir", module.operation.get_asm(enable_debug_info=True))
-        return cpu_pipeline.to_llvm_ir(module)
+        return cpu_pipeline.to_llvm_ir(module), needs
 
 
 def build_module(sym: str, body: Graph, target: Target) -> ir.Module:

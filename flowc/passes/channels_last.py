@@ -10,7 +10,8 @@ converted value a channels-last *twin*:
   a `transpose` [0, 2, 3, 1] when the input has none; a `transpose` [0, 3, 1, 2] producing
   the input is looked through), its filter transposed here to [KH, KW, C/group, M] as a
   new constant: weights are laid out at compile time, never per run;
-- `max_pool` (one result) and `average_pool` on a twin become channels-last pools;
+- the other ops with a `channels_last` attribute (`max_pool` with one result,
+  `average_pool`: single-operand window ops) on a twin become their channels-last forms;
 - `global_average_pool` / `global_max_pool` on a twin become `reduce_mean` / `reduce_max`
   over axes [1, 2] (result [N, 1, 1, C]);
 - an elementwise op of rank-4 result with an operand that has a twin, whose other operands
@@ -115,7 +116,8 @@ class _Converter:
         x = node.inputs[0] if node.inputs else None
         if x is None:
             return None
-        if node.op in ("max_pool", "average_pool"):
+        opdef = OPS.get(node.op)
+        if opdef is not None and "channels_last" in opdef.attr_specs:
             if x not in self.twin or not _is_4d_float(x.type) or node.attrs.get(
                     "channels_last") or node.attrs.get("num_outputs", 1) != 1:
                 return None
@@ -126,7 +128,6 @@ class _Converter:
                 return None
             axes = self.rw.constant(np.array([1, 2], np.int64), node)
             return self.stand_in(node, GLOBAL_POOLS[node.op], [self.twin[x], axes], {})
-        opdef = OPS.get(node.op)
         if opdef is not None and opdef.has(ELEMENTWISE):
             return self.elementwise(node)
         return None

@@ -35,7 +35,7 @@ from flowc.ir.attrs import Tensor
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.interpret import Bindings, State, run_node
-from flowc.ir.ops import OPS, KernelContext
+from flowc.ir.ops import OPS, SELECTS, KernelContext
 from flowc.ir.types import TensorType, tensor_type_of
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Pattern, Result, Rewriter, apply_patterns, in_bodies, is_pure
@@ -44,9 +44,11 @@ MiB = 1024 * 1024
 # Ops whose kernel may run for a time no operand or result size bounds (a `loop` with a
 # constant trip count of 10**9): never run at compile time.
 UNBOUNDED = ("loop",)
-# Ops that move shape elements around (their data operand may hold symbolic dims).
-_SELECT_OPS = ("gather", "slice", "concat")
-_RESHAPE_LIKE = ("reshape", "squeeze", "unsqueeze", "identity", "flatten", "cast")
+# Shape chains pass symbolic dims through the ops that select elements (`SELECTS`: their
+# kernels run on object arrays), that keep operand 0's elements in order (`reshape_like`),
+# and through `shape` and the integer arithmetic of `_ARITH`.
+_SYMBOLIC_OPS = tuple(name for name, opdef in OPS.items()
+                      if opdef.has(SELECTS) or opdef.reshape_like)
 _ARITH = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
           "div": lambda a, b: abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)}
 
@@ -126,15 +128,15 @@ class ShapeValues:
             return None
         if not any(v in self.known for v in node.inputs if v is not None):
             return None  # all constant: plain folding handles it
-        if node.op in _SELECT_OPS:
-            opdef = OPS[node.op]
+        opdef = OPS[node.op]
+        if opdef.has(SELECTS):
             ctx = KernelContext(opdef.resolve_attrs(node.attrs), node.types, node.label())
             try:
                 result = opdef.kernel(ctx, *args)
             except (ValueError, IndexError, TypeError):
                 return None
             return np.asarray(result, dtype=object).reshape(out.shape)
-        if node.op in _RESHAPE_LIKE:
+        if opdef.reshape_like:
             return args[0].reshape(out.shape)
         if node.op in _ARITH and len(args) == 2:
             a, b = np.broadcast_arrays(args[0], args[1])
@@ -219,7 +221,7 @@ class ConstantFold:
         graph = in_bodies(graph, self.run)
         shapes = ShapeValues()
         by_op: dict[str, list] = {op: [("shape-values-folded", shapes.pattern)]
-                                  for op in ("shape", *_SELECT_OPS, *_RESHAPE_LIKE, *_ARITH)}
+                                  for op in ("shape", *_SYMBOLIC_OPS, *_ARITH)}
         by_op["reshape"].insert(0, ("reshapes-made-static", shapes.static_reshape))
         by_op["expand"] = [("expands-made-static", shapes.static_expand)]
         return apply_patterns(graph, by_op, [("nodes-folded", fold_node(self.max_bytes))])

@@ -6,8 +6,9 @@ body may hold), placed where the group's root was. Groups are formed from the en
 graph backwards: each not-yet-grouped elementwise or reduction node is a root, and it
 absorbs producers
 - elementwise ops (into an elementwise root, or into a reduction root as its prologue);
-- one `matmul`/`gemm`/`packed_matmul` or `conv` into an elementwise root of the same shape
-  (an epilogue); the anchor's own operands become the kernel's inputs (no prologue);
+- one op anchoring a matmul or conv epilogue (`OpDef.anchor`: `matmul`, `gemm`,
+  `packed_matmul`, `conv`, `winograd_conv`) into an elementwise root of the same shape (an
+  epilogue); the anchor's own operands become the kernel's inputs (no prologue);
 - small constants (at most MAX_INLINE_CONSTANT elements, no control dependencies), which
   are copied into the body; the outer constant is dropped when nothing else uses it.
 A producer is absorbed only if every user of it is already in the group (it is not a graph
@@ -36,7 +37,6 @@ from flowc.ir.errors import FlowcError
 from flowc.ir.graph import INPUT_OP, Graph, Node, Value
 from flowc.ir.ops import OPS
 from flowc.ir.ops.fused import (
-    ANCHORS,
     elementwise_op,
     kernel_op,
     small_constant,
@@ -45,10 +45,19 @@ from flowc.ir.ops.fused import (
 from flowc.passes import stats
 from flowc.passes.registry import register
 
-REDUCTIONS = ANCHORS["reduction"]
 MAX_NODES = 128  # measured: 2,000-op chain 51 s as one kernel, 4.2 s in kernels of 128
-EPILOGUE_KIND = {op: kind for kind in ("matmul_epilogue", "conv_epilogue")
-                 for op in ANCHORS[kind]}
+
+
+def anchor(node: Node) -> str | None:
+    """The fused kind `node`'s op anchors (`OpDef.anchor`), None for other ops."""
+    opdef = OPS.get(node.op)
+    return None if opdef is None else opdef.anchor
+
+
+def epilogue_kind(node: Node) -> str | None:
+    """The kind of kernel `node` would anchor as the producer of an elementwise epilogue."""
+    kind = anchor(node)
+    return kind if kind in ("matmul_epilogue", "conv_epilogue") else None
 
 
 def fusible(node: Node) -> bool:
@@ -100,12 +109,12 @@ class Analysis:
         self.fusible: dict[Node, bool] = {}
         for node in reversed(graph.nodes):
             if node not in self.group_of and self.can_fuse(node) and (elementwise(node) or (
-                    node.op in REDUCTIONS and all(inlinable(v.node) for v in node.inputs[1:]
+                    anchor(node) == "reduction" and all(inlinable(v.node) for v in node.inputs[1:]
                                                   if v is not None))):
                 self.grow(node)
 
     def grow(self, root: Node) -> None:
-        kind = "reduction" if root.op in REDUCTIONS else "elementwise"
+        kind = "reduction" if anchor(root) == "reduction" else "elementwise"
         group = Group(root, kind, {root})
         # candidates, latest first: when one is popped, all of its users that will ever
         # join the group have joined, so "every user is in the group" is decided right
@@ -116,8 +125,7 @@ class Analysis:
             if not self.absorbable(group, node):
                 continue
             group.members.add(node)
-            if node.op in EPILOGUE_KIND:
-                group.kind = EPILOGUE_KIND[node.op]
+            group.kind = epilogue_kind(node) or group.kind
             self.push_operands(heap, group, node)
         if len(group.members) < 2:
             return
@@ -131,7 +139,7 @@ class Analysis:
                 continue
             if inlinable(v.node):
                 group.constants.add(v.node)
-            elif node.op not in EPILOGUE_KIND:  # an anchor's operands are kernel inputs
+            elif epilogue_kind(node) is None:  # an anchor's operands are kernel inputs
                 group.pushed.add(v.node)
                 heapq.heappush(heap, (-self.position[v.node], v.node))
 
@@ -148,7 +156,7 @@ class Analysis:
             return False
         if elementwise(node):
             return True
-        return (node.op in EPILOGUE_KIND and group.kind == "elementwise"
+        return (epilogue_kind(node) is not None and group.kind == "elementwise"
                 and node.types[0].shape == root.types[0].shape)
 
 

@@ -3,7 +3,7 @@ bytes, who keeps them alive, and the peak an order reaches.
 
 Contract (it mirrors what codegen does with a graph, without importing codegen):
 - A value's *root* is the value whose buffer holds it: the result of a view op
-  (`VIEW_OPS`: identity, reshape, flatten, squeeze, unsqueeze) is its operand's buffer;
+  (`OpDef.is_view`: identity, reshape, flatten, squeeze, unsqueeze) is its operand's buffer;
   every other result is its own root.
 - `cost(root)`: the bytes the root takes from its device's arena: 0 for graph inputs,
   constants (weights) and results that are graph outputs (the caller's buffer); otherwise
@@ -24,10 +24,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from flowc.ir.graph import INPUT_OP, Graph, Node
+from flowc.ir.ops import is_view
 from flowc.ir.types import TensorType
 
 Key = tuple  # (node, result index): a value, as the model's dictionaries key it
-VIEW_OPS = frozenset({"identity", "reshape", "flatten", "squeeze", "unsqueeze"})
 FREE_OPS = frozenset({INPUT_OP, "constant"})  # their results take no arena bytes
 
 
@@ -55,7 +55,7 @@ class MemoryModel:
         # Values are keyed as (node, index): hashing that tuple is much cheaper than a Value
         root: dict[Key, Key] = {}  # view results only: others are their own root
         for node in graph.nodes:
-            if node.op in VIEW_OPS and node.inputs and node.inputs[0] is not None:
+            if is_view(node.op) and node.inputs and node.inputs[0] is not None:
                 v = node.inputs[0]
                 root[(node, 0)] = root.get((v.node, v.index), (v.node, v.index))
         self.root = root
@@ -69,7 +69,7 @@ class MemoryModel:
         owned: list[list[int]] = []
         for node in graph.nodes:
             alloc, mine = 0, []
-            if node.op not in FREE_OPS and node.op not in VIEW_OPS:
+            if node.op not in FREE_OPS and not is_view(node.op):
                 for k, t in enumerate(node.types):
                     key = (node, k)
                     if key in outputs:

@@ -9,6 +9,14 @@
  * No global mutable state: everything lives in a flowc_ctx; the only per-thread variable is
  * the pool of the run in progress, used by the OpenMP entry points that kernels may call.
  *
+ * Memory: create allocates the context, its input/output buffers, the arena (every
+ * intermediate tensor and kernel scratch buffer), the thread-scratch region and maps the
+ * weights; set_threads replaces the pool and the thread-scratch region; a partitioned model's
+ * partition threads and rendezvous are made by create. A run allocates nothing (kernels
+ * never allocate: flowc/codegen/scratch.py), except that glibc allocates this library's
+ * thread-local block (dynamic TLS, when it is dlopen'ed) at a thread's first access: pool
+ * workers touch it before pool_create returns, a calling thread in its first run.
+ *
  * Calls on one context are serialized by its `lock`: every entry point that reads or
  * changes the context (run, run_with, set_threads, set_arena, set_input, set_output, the
  * input/output accessors, destroy) takes it, so a control call made while another thread
@@ -62,9 +70,12 @@ typedef struct {
 } flowc_tensor_desc;
 
 /* Runs the kernels in order: inputs[i] and outputs[j] are 64-byte aligned buffers of the
- * described sizes, arena holds arena_bytes, weights the weights blob. Cannot fail. */
+ * described sizes, arena holds arena_bytes (kernels' scratch buffers included), weights the
+ * weights blob, thread_scratch the thread-scratch region (thread_scratch_bytes per thread
+ * slot of the pool, slot t at t * thread_scratch_bytes; kernels index it by their slot,
+ * `__kmpc_global_thread_num`). Cannot fail, and allocates nothing. */
 typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *arena,
-                               const char *weights);
+                               const char *weights, char *thread_scratch);
 
 /* ---- partitions (partition.c): a graph split over devices by the partition pass ----
  * Each partition (one per device) has its own entry function (a CPU device) or GPU program
@@ -76,7 +87,7 @@ typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *
  * instead). Channels are reset at the start of every run. */
 typedef struct flowc_rendezvous flowc_rendezvous;
 typedef void (*flowc_part_fn)(void *const *inputs, void *const *outputs, char *arena,
-                              const char *weights, flowc_rendezvous *rv);
+                              const char *weights, char *thread_scratch, flowc_rendezvous *rv);
 struct flowc_gpu_program_s;
 typedef struct {
   const char *device;  /* cpu:0, cpu:1 ... gpu:0 */
@@ -150,6 +161,7 @@ typedef struct {
   int32_t num_outputs;
   const flowc_tensor_desc *outputs;
   size_t arena_bytes;
+  size_t thread_scratch_bytes;  /* per thread slot (kernels' per-thread buffers); 0: none */
   const unsigned char *weights; /* embedded blob, or NULL when weights_file is used */
   size_t weights_bytes;
   const char *weights_file; /* side file name (next to the library), or NULL */
@@ -179,6 +191,9 @@ typedef struct flowc_ctx {
   size_t map_bytes;
   flowc_pool *pool;
   int threads;
+  /* The thread-scratch region: thread_scratch_bytes per slot, `threads` slots per partition
+   * (partition p's slots from p * threads), allocated by create and set_threads. */
+  char *thread_scratch;
   flowc_rendezvous *rendezvous; /* partitioned models: created on the first run */
   struct flowc_gpu_ctx *gpu;    /* GPU models: driver, device memory, module, stream */
 } flowc_ctx;
@@ -210,10 +225,14 @@ static inline size_t flowc_round_up(size_t n) {
   return (n + FLOWC_ALIGN - 1) / FLOWC_ALIGN * FLOWC_ALIGN;
 }
 
-/* Partitions (partition.c): run every partition of ctx->model, partition 0 on the calling
- * thread (with the context's pool), each other one on a worker thread the context keeps
- * (started on the first run, joined by rendezvous_destroy); returns when all are done.
- * send/recv are what the generated partition functions call. */
+/* Partitions (partition.c): rt_partitions_create (by create) makes the rendezvous and
+ * starts a worker thread per partition after the first (joined by rendezvous_destroy);
+ * rt_partitions_sync (by set_threads) gives each worker a pool of the context's thread
+ * count; rt_run_partitions runs every partition of ctx->model, partition 0 on the calling
+ * thread (with the context's pool), each other one on its worker, and returns when all are
+ * done. send/recv are what the generated partition functions call. */
+FLOWC_HIDDEN int FLOWC_RT(rt_partitions_create)(flowc_ctx *ctx);
+FLOWC_HIDDEN int FLOWC_RT(rt_partitions_sync)(flowc_ctx *ctx);
 FLOWC_HIDDEN int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx);
 FLOWC_HIDDEN void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv);
 FLOWC_HIDDEN void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data);

@@ -1,10 +1,11 @@
 /* partition.c: running a partitioned model (one entry function per device) and the
  * rendezvous its send/recv steps go through. See flowc_rt.h.
  *
- * Each context holds, from its first run on, one worker thread per partition after the
- * first; partition 0 runs on the caller with the context's pool, each worker with a pool
- * of its own of the same thread count (made, or remade after set_threads, by the caller
- * before a run starts, while the workers wait). A run resets every channel, bumps the run generation (waking the
+ * Each context holds, from its creation on (rt_partitions_create), one worker thread per
+ * partition after the first; partition 0 runs on the caller with the context's pool, each
+ * worker with a pool of its own of the same thread count (made, or remade by set_threads,
+ * rt_partitions_sync, while the workers wait between runs), so a run allocates nothing.
+ * A run resets every channel, bumps the run generation (waking the
  * workers), runs partition 0 and waits until every worker has finished its partition.
  * A send copies its tensor into the channel's staging buffer and marks the channel full;
  * a recv waits (condition variable) until it is full and copies the tensor out. Sends
@@ -37,6 +38,7 @@ struct flowc_rendezvous {
   unsigned char *full; /* per channel: the send of this run has happened */
   char **slot;         /* per channel: staging buffer (NULL for a control channel) */
   pthread_t *workers;  /* partitions 1 .. num_partitions-1 */
+  struct worker_arg *args; /* each worker's argument */
   flowc_pool **pools;  /* per partition (index 0 unused): its worker's pool, or NULL */
   int pool_threads;    /* the thread count the pools were made for (1: none) */
   int started;         /* workers running */
@@ -46,7 +48,7 @@ struct flowc_rendezvous {
   int status;          /* the run's first failure (under mu; 0: none) */
 };
 
-typedef struct {
+typedef struct worker_arg {
   flowc_rendezvous *rv;
   int part;
   unsigned long seen; /* the generation before the worker's first run */
@@ -67,8 +69,9 @@ static flowc_rendezvous *rendezvous_create(flowc_ctx *ctx) {
   rv->slot = calloc(n + 1, sizeof *rv->slot);
   rv->workers = calloc((size_t)m->num_partitions + 1, sizeof *rv->workers);
   rv->pools = calloc((size_t)m->num_partitions + 1, sizeof *rv->pools);
+  rv->args = calloc((size_t)m->num_partitions + 1, sizeof *rv->args);
   rv->pool_threads = 1;
-  int ok = rv->full && rv->slot && rv->workers && rv->pools;
+  int ok = rv->full && rv->slot && rv->workers && rv->pools && rv->args;
   for (size_t k = 0; ok && k < n; k++) {
     size_t bytes = m->channels[k].bytes;
     if (bytes && posix_memalign((void **)&rv->slot[k], FLOWC_ALIGN, bytes) != 0) ok = 0;
@@ -94,6 +97,7 @@ void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv) {
   free(rv->slot);
   free(rv->full);
   free(rv->workers);
+  free(rv->args);
   pthread_cond_destroy(&rv->done);
   pthread_cond_destroy(&rv->start);
   pthread_cond_destroy(&rv->filled);
@@ -147,12 +151,14 @@ static void run_part(flowc_ctx *ctx, const flowc_partition *p) {
     FLOWC_RT(cuda_run_partition)(ctx, p);
   else
     p->run(ctx->inputs, ctx->outputs, ctx->arena + p->arena_offset, ctx->weights,
+           ctx->thread_scratch ? ctx->thread_scratch + (size_t)(p - ctx->model->partitions) *
+                                     (size_t)ctx->threads * ctx->model->thread_scratch_bytes
+                               : NULL,
            ctx->rendezvous);
 }
 
 static void *worker(void *arg) {
   worker_arg w = *(worker_arg *)arg;
-  free(arg);
   flowc_rendezvous *rv = w.rv;
   unsigned long seen = w.seen;
   pthread_mutex_lock(&rv->mu);
@@ -176,13 +182,10 @@ static int start_workers(flowc_ctx *ctx) {
   flowc_rendezvous *rv = ctx->rendezvous;
   const flowc_model *m = ctx->model;
   while (rv->started < m->num_partitions - 1) {
-    int part = rv->started + 1, err = ENOMEM;
-    worker_arg *arg = malloc(sizeof *arg);
-    if (arg) {
-      *arg = (worker_arg){rv, part, rv->generation}; /* only this thread bumps it */
-      err = pthread_create(&rv->workers[rv->started], NULL, worker, arg);
-      if (err) free(arg);
-    }
+    int part = rv->started + 1;
+    worker_arg *arg = &rv->args[part];
+    *arg = (worker_arg){rv, part, rv->generation}; /* only this thread bumps it */
+    int err = pthread_create(&rv->workers[rv->started], NULL, worker, arg);
     if (err) {
       snprintf(ctx->error, sizeof ctx->error, "%s: cannot start the thread of partition %s: "
                "%s", m->name, m->partitions[part].device, strerror(err));
@@ -194,14 +197,14 @@ static int start_workers(flowc_ctx *ctx) {
 }
 
 /* Each worker's pool at the context's thread count (workers are idle: between runs). */
-static int sync_pools(flowc_ctx *ctx) {
+int FLOWC_RT(rt_partitions_sync)(flowc_ctx *ctx) {
   flowc_rendezvous *rv = ctx->rendezvous;
   if (rv->pool_threads == ctx->threads) return FLOWC_OK;
   for (int p = 1; p < ctx->model->num_partitions; p++) {
     if (rv->pools[p]) FLOWC_RT(pool_destroy)(rv->pools[p]);
     rv->pools[p] = NULL;
   }
-  rv->pool_threads = 1;
+  rv->pool_threads = 0; /* some pools may be missing until the loop completes */
   for (int p = 1; ctx->threads > 1 && p < ctx->model->num_partitions; p++) {
     if (ctx->model->partitions[p].gpu) continue; /* runs no CPU kernel */
     char why[256];
@@ -216,20 +219,26 @@ static int sync_pools(flowc_ctx *ctx) {
   return FLOWC_OK;
 }
 
+int FLOWC_RT(rt_partitions_create)(flowc_ctx *ctx) {
+  const flowc_model *m = ctx->model;
+  if (!(ctx->rendezvous = rendezvous_create(ctx))) {
+    snprintf(ctx->error, sizeof ctx->error, "%s: out of memory allocating the rendezvous "
+             "of %d channels", m->name, m->num_channels);
+    return FLOWC_ERR_NOMEM;
+  }
+  if (ctx->gpu) FLOWC_RT(cuda_pin_channels)(ctx);
+  int status = start_workers(ctx);
+  if (status) { /* no half-started partitions: the context is unusable */
+    FLOWC_RT(rendezvous_destroy)(ctx->rendezvous);
+    ctx->rendezvous = NULL;
+  }
+  return status;
+}
+
 int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
   const flowc_model *m = ctx->model;
-  if (!ctx->rendezvous) {
-    if (!(ctx->rendezvous = rendezvous_create(ctx))) {
-      snprintf(ctx->error, sizeof ctx->error, "%s: out of memory allocating the rendezvous "
-               "of %d channels", m->name, m->num_channels);
-      return FLOWC_ERR_NOMEM;
-    }
-    if (ctx->gpu) FLOWC_RT(cuda_pin_channels)(ctx);
-  }
-  int status = start_workers(ctx);
-  if (!status) status = sync_pools(ctx);
-  if (status) return status;
   flowc_rendezvous *rv = ctx->rendezvous;
+  int status;
   pthread_mutex_lock(&rv->mu);
   memset(rv->full, 0, (size_t)m->num_channels);
   rv->status = 0;

@@ -80,6 +80,7 @@ struct flowc_pool {
   _Alignas(64) uint32_t done;  /* atomic: slots finished (the caller's futex) */
   uint32_t caller_sleeps;      /* atomic: the caller sleeps on `done` */
   _Alignas(64) uint32_t sleepers; /* atomic: workers asleep on `wake` */
+  uint32_t started;               /* atomic: workers that have touched their TLS */
   /* __kmpc_barrier: a central counter and a generation (futex) */
   _Alignas(64) uint32_t bar_arrived; /* atomic */
   uint32_t bar_gen;                  /* atomic */
@@ -236,6 +237,10 @@ static void run_unclaimed(flowc_pool *pool) {
 static void *worker(void *p) {
   flowc_pool *pool = ((worker_arg *)p)->pool;
   uint32_t seen = 0;
+  /* This library's thread-local block (dynamic TLS when it is dlopen'ed) is allocated by
+   * glibc at a thread's first access: here, while pool_create waits, not in a run. */
+  in_region = 0;
+  __atomic_add_fetch(&pool->started, 1, __ATOMIC_SEQ_CST);
   for (;;) {
     wait_change(&pool->wake, seen, &pool->sleepers);
     if (LOAD(pool->stop)) return NULL;
@@ -341,6 +346,7 @@ flowc_pool *FLOWC_RT(pool_create)(int n, char *error, size_t error_bytes) {
       return NULL;
     }
   }
+  while (LOAD_SC(pool->started) != (uint32_t)n - 1) sched_yield(); /* see worker() */
   pin_workers(pool);
   return pool;
 }

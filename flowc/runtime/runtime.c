@@ -60,6 +60,21 @@ static void format_shape(char *buf, size_t size, int rank, const int64_t *shape)
   if (used < size) snprintf(buf + used, size - used, "]");
 }
 
+/* The thread-scratch region for `threads` slots per partition (see flowc_rt.h), replacing
+ * the old one; 0 or FLOWC_ERR_NOMEM. */
+static int alloc_thread_scratch(flowc_ctx *ctx, int threads) {
+  const flowc_model *m = ctx->model;
+  size_t parts = m->num_partitions > 1 ? (size_t)m->num_partitions : 1, bytes;
+  free(ctx->thread_scratch);
+  ctx->thread_scratch = NULL;
+  int overflow = __builtin_mul_overflow(m->thread_scratch_bytes, (size_t)threads * parts, &bytes);
+  if (!overflow && !bytes) return FLOWC_OK;
+  if (overflow || !(ctx->thread_scratch = alloc_aligned(bytes)))
+    return fail(ctx, FLOWC_ERR_NOMEM, "%s: out of memory allocating %zu bytes of per-thread "
+                "scratch (%zu per thread)", m->name, bytes, m->thread_scratch_bytes);
+  return FLOWC_OK;
+}
+
 static int setup(flowc_ctx *ctx, const char *weights_file) {
   const flowc_model *m = ctx->model;
   const char *missing = m->cpu_missing ? m->cpu_missing() : NULL;
@@ -86,6 +101,8 @@ static int setup(flowc_ctx *ctx, const char *weights_file) {
   bind_own(ctx);
   for (int i = 0; i < m->num_inputs; i++) memset(ctx->inputs[i], 0, m->inputs[i].bytes);
   ctx->threads = 1;
+  int scratch = alloc_thread_scratch(ctx, 1);
+  if (scratch) return scratch;
   if (m->weights || m->weights_bytes == 0) {
     ctx->weights = (const char *)m->weights;
     return FLOWC_OK;
@@ -114,6 +131,7 @@ int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_file, flowc_ct
   }
   int status = setup(ctx, weights_file);
   if (status == FLOWC_OK && uses_gpu(m)) status = FLOWC_RT(cuda_create)(ctx);
+  if (status == FLOWC_OK && m->num_partitions) status = FLOWC_RT(rt_partitions_create)(ctx);
   return status;
 }
 
@@ -129,6 +147,7 @@ void FLOWC_RT(rt_destroy)(flowc_ctx *ctx) {
   if (ctx->rendezvous) FLOWC_RT(rendezvous_destroy)(ctx->rendezvous);
   if (ctx->map) munmap(ctx->map, ctx->map_bytes);
   if (ctx->arena_owned) free(ctx->arena);
+  free(ctx->thread_scratch);
   free(ctx->owned);
   free(ctx->inputs);
   free(ctx);
@@ -145,7 +164,10 @@ const char *FLOWC_RT(rt_error)(const flowc_ctx *ctx) {
 static int unusable(flowc_ctx *ctx) {
   if (!ctx) return FLOWC_ERR_ARGUMENT;
   const flowc_model *m = ctx->model;
-  if (ctx->owned && ctx->arena && (ctx->weights || !m->weights_bytes)) return FLOWC_OK;
+  if (ctx->owned && ctx->arena && (ctx->weights || !m->weights_bytes) &&
+      (ctx->thread_scratch || !m->thread_scratch_bytes) &&
+      (ctx->rendezvous || !m->num_partitions))
+    return FLOWC_OK;
   if (strstr(ctx->error, "is unusable")) return FLOWC_ERR_ARGUMENT; /* said already */
   char why[FLOWC_ERROR_BYTES / 2];
   snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, ctx->error[0] ? ctx->error : "unknown");
@@ -318,7 +340,8 @@ int FLOWC_RT(rt_run_with)(flowc_ctx *ctx, const void *const *inputs, void *const
   return status;
 }
 
-/* Replaces the pool; the lock guarantees no run is using the old one. */
+/* Replaces the pool, the partitions' pools and the thread-scratch region; the lock
+ * guarantees no run is using the old ones. On failure the context runs on one thread. */
 static int set_threads(flowc_ctx *ctx, int threads) {
   int bad = unusable(ctx);
   if (bad) return bad;
@@ -328,12 +351,24 @@ static int set_threads(flowc_ctx *ctx, int threads) {
   if (threads == ctx->threads) return FLOWC_OK;
   if (ctx->pool) FLOWC_RT(pool_destroy)(ctx->pool);
   ctx->pool = NULL;
-  ctx->threads = 1;
-  if (threads > 1) {
-    ctx->pool = FLOWC_RT(pool_create)(threads, ctx->error, sizeof ctx->error);
-    if (!ctx->pool) return FLOWC_ERR_THREADS;
-  }
   ctx->threads = threads;
+  int status = alloc_thread_scratch(ctx, threads);
+  if (!status && threads > 1) {
+    ctx->pool = FLOWC_RT(pool_create)(threads, ctx->error, sizeof ctx->error);
+    if (!ctx->pool) status = FLOWC_ERR_THREADS;
+  }
+  if (!status && ctx->rendezvous) status = FLOWC_RT(rt_partitions_sync)(ctx);
+  if (status) { /* back to one thread, keeping the message */
+    char why[FLOWC_ERROR_BYTES];
+    memcpy(why, ctx->error, sizeof why);
+    if (ctx->pool) FLOWC_RT(pool_destroy)(ctx->pool);
+    ctx->pool = NULL;
+    ctx->threads = 1;
+    (void)alloc_thread_scratch(ctx, 1);
+    if (ctx->rendezvous) (void)FLOWC_RT(rt_partitions_sync)(ctx);
+    memcpy(ctx->error, why, sizeof why);
+    return status;
+  }
   return FLOWC_OK;
 }
 
@@ -379,7 +414,8 @@ static int run(flowc_ctx *ctx) {
   }
   FLOWC_RT(pool_enter)(ctx->pool);
   int status = m->num_partitions ? FLOWC_RT(rt_run_partitions)(ctx) : FLOWC_OK;
-  if (status == FLOWC_OK) m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights);
+  if (status == FLOWC_OK)
+    m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights, ctx->thread_scratch);
   FLOWC_RT(pool_leave)();
   if (status) return status;
   for (int i = 0; i < m->num_outputs; i++)

@@ -132,10 +132,12 @@ int FLOWC_RT(rt_check_sizes)(flowc_ctx *ctx) {
                   "bytes together (flowc's limit)", m->name, (unsigned long long)FLOWC_MAX_BYTES);
   }
   const char *big = (uint64_t)m->arena_bytes > FLOWC_MAX_BYTES ? "arena" :
-                    (uint64_t)m->weights_bytes > FLOWC_MAX_BYTES ? "weights" : NULL;
+                    (uint64_t)m->weights_bytes > FLOWC_MAX_BYTES ? "weights" :
+                    (uint64_t)m->thread_scratch_bytes > FLOWC_MAX_BYTES ? "thread_scratch" : NULL;
   if (big)
     return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s_bytes is %zu, more than %llu (flowc's "
-                "limit)", m->name, big, big[0] == 'a' ? m->arena_bytes : m->weights_bytes,
+                "limit)", m->name, big, big[0] == 'a' ? m->arena_bytes :
+                big[0] == 'w' ? m->weights_bytes : m->thread_scratch_bytes,
                 (unsigned long long)FLOWC_MAX_BYTES);
   for (int i = 0; i < m->num_partitions; i++) {
     const flowc_partition *p = &m->partitions[i];

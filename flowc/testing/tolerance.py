@@ -32,7 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-KINDS = ("exact", "elementwise", "transcendental", "reduction", "matmul", "composite")
+from flowc.ir.ops import TOLERANCES, get_op
+
+KINDS = (*TOLERANCES, "composite")  # an op's class (OpDef.tolerance), or a whole graph
 _ULPS = {"elementwise": 8.0, "transcendental": 16.0}
 # composite: whole random graphs (chains of any ops, whose condition numbers multiply, so no
 # per-op bound composes); 2^11 ulp relative, 2^8 ulp absolute (f32: 1.2e-4, 1.5e-5), what
@@ -88,29 +90,11 @@ def tolerance(dtype, kind: str = "elementwise", n: int = 1) -> Tol:
     return Tol(rtol, rtol * root)
 
 
-# Op classes of the registry ops (flowc/ir/ops/), for harnesses that check one op at a time.
-TRANSCENDENTAL_OPS = frozenset({
-    "exp", "log", "tanh", "erf", "sigmoid", "softplus", "gelu", "sin", "cos", "pow",
-    "rsqrt", "hard_sigmoid", "leaky_relu"})
-REDUCTION_OPS = frozenset({
-    "reduce_sum", "reduce_mean", "reduce_prod", "softmax", "log_softmax",
-    "layer_normalization", "batch_normalization", "average_pool", "global_average_pool"})
-MATMUL_OPS = frozenset({"matmul", "gemm", "packed_matmul", "conv", "conv_transpose", "fused",
-                        "winograd_conv"})
-EXACT_OPS = frozenset({
-    "relu", "neg", "abs", "sign", "floor", "ceil", "max", "min", "clip", "where", "cast",
-    "reduce_max", "reduce_min", "arg_max", "arg_min", "max_pool", "global_max_pool"})
-
-
 def op_kind(op: str) -> str:
-    """The tolerance kind of registry op `op`: exact for data movement and selection,
-    transcendental, reduction, matmul (conv too; `fused` bodies hold matmul epilogues or
-    reductions, so they get matmul), else elementwise."""
-    for kind, ops in (("exact", EXACT_OPS), ("transcendental", TRANSCENDENTAL_OPS),
-                      ("reduction", REDUCTION_OPS), ("matmul", MATMUL_OPS)):
-        if op in ops:
-            return kind
-    return "elementwise"
+    """The tolerance kind of registry op `op`: its `OpDef.tolerance` (flowc/ir/ops: exact for
+    data movement and selection, transcendental, reduction, matmul for matmuls, convs and
+    `fused` bodies, which hold matmul epilogues or reductions; elementwise by default)."""
+    return get_op(op).tolerance
 
 
 def assert_close(got, want, kind: str = "elementwise", n: int = 1, scale: float = 1.0,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowc.codegen.kernel_object import KernelObject, KernelScratch
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 
@@ -135,7 +136,9 @@ def _node_c(node: Node, ref: dict[Value, str], out: str) -> list[str]:
     raise FlowcError(f"no naive kernel for {node.label()}")
 
 
-def kernel_c(symbol: str, body: Graph) -> str:
+def kernel_c(symbol: str, body: Graph) -> tuple[str, KernelScratch]:
+    """The kernel's C: its temporaries are scratch arguments after the outputs (the kernel
+    contract: a kernel never allocates)."""
     ref: dict[Value, str] = {}
     params = []
     for i, node in enumerate(body.inputs):
@@ -143,7 +146,7 @@ def kernel_c(symbol: str, body: Graph) -> str:
         params.append(f"const float *restrict in{i}")
     params += [f"float *restrict out{i}" for i in range(len(body.outputs))]
     outputs = {v: f"out{i}" for i, (_, v) in enumerate(body.outputs)}
-    lines = [f"void {symbol}({', '.join(params)}) {{"]
+    lines = []
     temps = []
     for j, node in enumerate(body.nodes):
         v = node.out()
@@ -156,18 +159,19 @@ def kernel_c(symbol: str, body: Graph) -> str:
         name = outputs.get(v)
         if name is None:
             name = f"t{j}"
-            lines.append(f"  float *{name} = malloc({max(v.type.num_elements, 1)} * 4);")
-            temps.append(name)
+            params.append(f"float *restrict {name}")
+            temps.append(max(v.type.num_elements, 1) * 4)
         ref[v] = name
         lines += ["  " + s for s in _node_c(node, ref, name)]
-    lines += [f"  free({t});" for t in temps] + ["}"]
-    return "\n".join(lines)
+    lines = [f"void {symbol}({', '.join(params)}) {{", *lines, "}"]
+    return "\n".join(lines), KernelScratch(tuple(temps))
 
 
-def compile_kernels(kernels, target: HostTarget, dump=None) -> bytes:
-    source = "#include <math.h>\n#include <stdlib.h>\n\n" + "\n\n".join(
-        kernel_c(sym, body) for sym, body in kernels) + "\n"
+def compile_kernels(kernels, target: HostTarget, dump=None) -> KernelObject:
+    made = {sym: kernel_c(sym, body) for sym, body in kernels}
+    source = "#include <math.h>\n\n" + "\n\n".join(c for c, _ in made.values()) + "\n"
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "k.c").write_text(source)
         subprocess.run(["cc", "-O1", "-fPIC", "-c", "k.c", "-o", "k.o"], cwd=tmp, check=True)
-        return (Path(tmp) / "k.o").read_bytes()
+        return KernelObject((Path(tmp) / "k.o").read_bytes(),
+                            {sym: needs for sym, (_, needs) in made.items()})

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from artifact_util import compile_naive
 
+from flowc.codegen.kernel_object import KernelObject
 from flowc.codegen.plan.arena import Buffer, plan_arena
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
@@ -81,10 +82,10 @@ class ExtraSymbolBackend:
     check_supported = staticmethod(naive_backend.check_supported)
 
     @staticmethod
-    def compile_kernels(kernels, target, dump=None) -> bytes:
+    def compile_kernels(kernels, target, dump=None) -> KernelObject:
         obj = naive_backend.compile_kernels(kernels, target, dump)
         extra = naive_backend.compile_kernels([("helper_not_prefixed", kernels[0][1])], target)
-        return _link_relocatable(obj, extra)
+        return KernelObject(_link_relocatable(obj.object, extra.object), obj.scratch)
 
 
 def _link_relocatable(a: bytes, b: bytes) -> bytes:

@@ -3,7 +3,8 @@ ctypes, compare with the reference interpreter.
 
 `run_body(body, inputs)` compiles `body` (cached by its text and target), links the object
 into a shared library with `cc -shared`, calls the kernel on 64-byte-aligned copies of
-`inputs` and returns the outputs as numpy arrays.
+`inputs` (then its scratch buffers, `scratch_args`) and returns the outputs as numpy
+arrays.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import flowc.runtime
+from flowc.codegen.kernel_object import KernelObject, KernelScratch
 from flowc.codegen.kernels import compile_kernels, single_node_body
 from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
@@ -26,7 +28,7 @@ from flowc.testing.tolerance import assert_close, op_kind
 
 _WORK = Path(tempfile.mkdtemp(prefix="flowc-codegen-tests-"))
 _CACHE: dict[tuple[str, str], ctypes.CDLL] = {}
-_OBJECTS: dict[tuple[str, str], bytes] = {}
+_OBJECTS: dict[tuple[str, str], KernelObject] = {}
 
 
 def aligned(array: np.ndarray) -> np.ndarray:
@@ -38,10 +40,32 @@ def aligned(array: np.ndarray) -> np.ndarray:
 
 
 def compile_body(body: Graph, target: str = "host") -> bytes:
+    return compiled_body(body, target).object
+
+
+def compiled_body(body: Graph, target: str = "host") -> KernelObject:
     key = (print_graph(body), target)
     if key not in _OBJECTS:
         _OBJECTS[key] = compile_kernels([("kernel", body)], target)
     return _OBJECTS[key]
+
+
+def scratch_args(needs: KernelScratch) -> list[ctypes.c_void_p]:
+    """Fresh 64-byte aligned scratch buffers for a kernel call (one thread slot of its
+    thread scratch: the serial OpenMP shim's thread is slot 0); kept alive with the
+    returned pointers by `_KEEP`."""
+    sizes = [*needs.buffers, *([needs.per_thread] if needs.per_thread else [])]
+    buffers = [aligned_empty((max(n, 1),), np.dtype(np.uint8)) for n in sizes]
+    _KEEP[:] = buffers
+    return [ctypes.c_void_p(b.ctypes.data) for b in buffers]
+
+
+_KEEP: list[np.ndarray] = []
+
+
+def body_scratch(body: Graph, target: str = "host") -> list[ctypes.c_void_p]:
+    """Scratch arguments for a call of `body`'s compiled kernel."""
+    return scratch_args(compiled_body(body, target).scratch["kernel"])
 
 
 # The OpenMP entry points parallel kernels call, run serially (the artifact's runtime
@@ -69,7 +93,8 @@ def run_body(body: Graph, inputs: list[np.ndarray], target: str = "host") -> lis
     ins = [aligned(np.asarray(a, dtype=t.dtype.np)) for a, t in
            zip(inputs, body.input_types, strict=True)]
     outs = [aligned(np.zeros(t.shape, t.dtype.np)) for t in body.output_types]
-    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in [*ins, *outs]])
+    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in [*ins, *outs]],
+               *body_scratch(body, target))
     return outs
 
 

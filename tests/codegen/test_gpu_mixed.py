@@ -120,7 +120,7 @@ def test_mixed_mlp_matches_interpreter_and_copies_in_order(mlp_mixed, driver, mo
     trace = work / "mlp.trace"
     use(monkeypatch, driver, kernels, trace)
     model = load(out)
-    created = trace.read_text().split("\n")[:3]  # own input/output buffers page-locked
+    created = trace.read_text().split("\n")[:5]  # own input/output buffers page-locked
     assert created[0] == f"pin {2 * 64 * 4 + 128}"  # x: 512 bytes; probs: 80, rounded to 64
     assert created[1].startswith("htod ") and created[2] == "sync"  # the weights span
     feeds = zoo.sample_input(zoo.mlp(), batch=2)
@@ -128,14 +128,13 @@ def test_mixed_mlp_matches_interpreter_and_copies_in_order(mlp_mixed, driver, mo
     sends = {s["key"]: s["bytes"] for p in manifest["partitions"] for s in p["sends"]}
     to_gpu, to_cpu = sends["cpu:0;fc1/Relu:0;gpu:0"], sends["gpu:0;fc2/Gemm:0;cpu:0"]
     assert (to_gpu, to_cpu) == (2 * 128 * 4, 2 * 10 * 4)
-    for run in range(2):  # the second run reuses the channels, events and device memory
+    # create makes the rendezvous (a run allocates nothing): its GPU channels page-locked
+    assert created[3:] == [f"pin {to_gpu}", f"pin {to_cpu}"]
+    for _ in range(2):  # the second run reuses the channels, events and device memory
         trace.unlink()
         got = model.run(**feeds)
         assert_close(got["probs"], want["probs"], "composite")
         calls = trace.read_text().split("\n")[:-1]
-        if run == 0:  # the first run makes the rendezvous: its GPU channels are page-locked
-            assert calls[:2] == [f"pin {to_gpu}", f"pin {to_cpu}"]
-            calls = calls[2:]
         # the GPU partition: the received relu in, the gemm's stages, its result out, the
         # event recorded; the host recv waits on that event; the stream synchronized last
         launches = [c for c in calls if c.startswith("launch mlp_k1_s")]

@@ -21,7 +21,7 @@ from flowc.ir.errors import FlowcError
 
 LIBM = {"exp", "expf", "log", "logf", "erff", "erf", "tanhf", "tanh", "sinf", "cosf", "sin",
         "cos", "powf", "pow", "log1pf", "log1p", "fmodf", "fmod", "memcpy", "memset",
-        "memmove", "malloc", "free", "aligned_alloc", "sqrtf", "floorf", "ceilf",
+        "memmove", "sqrtf", "floorf", "ceilf",
         # OpenMP entry points of parallel loops: the artifact renames them to its runtime's
         "__kmpc_fork_call", "__kmpc_global_thread_num", "__kmpc_for_static_init_8",
         "__kmpc_for_static_init_8u", "__kmpc_for_static_fini", "__kmpc_barrier"}
@@ -50,7 +50,7 @@ def _bodies():
 
 
 def test_object_defines_only_kernels_and_needs_only_libc_libm(tmp_path):
-    obj = compile_kernels(_bodies(), "host")
+    obj = compile_kernels(_bodies(), "host").object
     defined, undefined = symbols(obj, tmp_path)
     assert defined == {"model_k0", "model_k1", "model_k2", "model_k3"}
     undefined.discard("_GLOBAL_OFFSET_TABLE_")
@@ -64,7 +64,7 @@ def test_same_input_same_bytes():
 
 @pytest.mark.parametrize("target,machine", [("x86-64", "X86-64"), ("aarch64", "AArch64")])
 def test_cross_targets_emit_objects(tmp_path, target, machine):
-    obj = compile_kernels(_bodies()[:2], target)
+    obj = compile_kernels(_bodies()[:2], target).object
     path = tmp_path / "k.o"
     path.write_bytes(obj)
     header = subprocess.run(["readelf", "-h", str(path)], capture_output=True, text=True,
@@ -143,3 +143,22 @@ def test_single_node_body_inputs_are_kernel_operands_in_order():
     big = g.append(make_node("reshape", [w.out(), g.append(make_node(
         "constant", [], {"value": Tensor(np.array([4, 8], np.int64))})).out()]))
     assert kernel_operands(big) == [w.out()] and len(single_node_body(big).inputs) == 1
+
+
+def test_scratch_sizes_come_back_from_the_cache(tmp_path):
+    """A kernel's scratch (a padded conv input: one buffer) is cached with its code: a warm
+    compile (object hit) and one from the kernels' entries alone report the same sizes."""
+    from flowc.codegen.cache import CompileCache
+
+    x, w = np.zeros((1, 4, 10, 10), np.float32), np.zeros((8, 4, 3, 3), np.float32)
+    bodies = [("cached_k0", op_body("conv", [x, w], {"pads": (1, 1, 1, 1)}))]
+    cache = CompileCache(tmp_path / "cache")
+    cold = compile_kernels(bodies, "host", cache=cache)
+    assert cold.scratch["cached_k0"].buffers  # the padded input
+    assert compile_kernels(bodies, "host", cache=cache) == cold
+    assert cache.stats["object.hits"] == 1
+    for path in (tmp_path / "cache").rglob("*"):
+        if path.parent.parent.name == "object":
+            path.unlink()
+    assert compile_kernels(bodies, "host", cache=cache) == cold
+    assert cache.stats["kernel.hits"] == 1

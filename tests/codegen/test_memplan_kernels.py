@@ -47,7 +47,7 @@ def case(op: str):
 @pytest.fixture(scope="module")
 def library():
     bodies = [(f"k_{op}", case(op)[2]) for op in OPS_ELEMENTWISE if op not in NO_IN_PLACE]
-    return ctypes.CDLL(str(link(compile_kernels(bodies), "memplan_in_place")))
+    return ctypes.CDLL(str(link(compile_kernels(bodies).object, "memplan_in_place")))
 
 
 @pytest.mark.parametrize("op", OPS_ELEMENTWISE)
@@ -81,7 +81,7 @@ def test_fused_elementwise_body_may_write_over_its_input():
     (fused,) = Fuse().run(g).nodes
     body = fused.attrs["body"]
     assert in_place_inputs(body) == {0: (0,)}
-    lib = ctypes.CDLL(str(link(compile_kernels([("k_fused", body)]), "memplan_fused")))
+    lib = ctypes.CDLL(str(link(compile_kernels([("k_fused", body)]).object, "memplan_fused")))
     r = rng.uniform(-1, 1, (1, SHAPE[1])).astype(np.float32)
     xs, rs = aligned(G), aligned(r)
     lib.k_fused(ctypes.c_void_p(xs.ctypes.data), ctypes.c_void_p(rs.ctypes.data),

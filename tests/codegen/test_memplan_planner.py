@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from flowc.codegen.kernels import single_node_body
 from flowc.codegen.plan.arena import ORDERS, Buffer, align, lower_bound, place, plan_arena
-from flowc.codegen.plan.memplan import Step, in_place_inputs, plan_memory
+from flowc.codegen.plan.memplan import ScratchSlot, Step, in_place_inputs, plan_memory
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.graph import Value
@@ -88,7 +88,27 @@ def test_elementwise_chain_reuses_one_buffer():
     assert plan.arena_bytes == plan.lower_bound_bytes == 128
     assert plan.intermediate_bytes == 4 * 128
     assert plan.report() == {"arena_bytes": 128, "intermediate_bytes": 512,
-                             "lower_bound_bytes": 128, "in_place": 3}
+                             "lower_bound_bytes": 128, "scratch_bytes": 0, "in_place": 3}
+
+
+def test_kernel_scratch_lives_at_its_call_only():
+    """A call's scratch buffers never overlap its operands, results or each other, and take
+    the space of values dead by then (a -> b -> c, b's call with two scratch buffers)."""
+    g = Graph("g")
+    a, b, c = values(g, 3, shape=(64, 64))  # 16 KiB each
+    steps = [Step((), (a,)), Step((a,), (b,), scratch=(1000, 3000)), Step((b,), (c,)),
+             Step((c,), (), scratch=(16384,))]
+    plan = plan_memory(steps, {a, b, c})
+    s0, s1 = plan.scratch[ScratchSlot(1, 0)], plan.scratch[ScratchSlot(1, 1)]
+    live = [(plan.offsets[a], 16384), (plan.offsets[b], 16384), (s0, 1000), (s1, 3000)]
+    for i, (x, n) in enumerate(live):
+        assert x % ALIGN == 0
+        for y, m in live[i + 1:]:
+            assert not overlap(x, x + n, y, y + m)
+    assert plan.scratch[ScratchSlot(3, 0)] != plan.offsets[c]  # c is read at step 3
+    assert plan.arena_bytes == plan.lower_bound_bytes == 2 * 16384 + align(1000) + align(3000)
+    assert plan.scratch_bytes == 16384 and plan.report()["scratch_bytes"] == 16384
+    assert plan.intermediate_bytes == 4 * 16384 + align(1000) + align(3000)
 
 
 def test_no_in_place_over_an_operand_read_later_or_kept_or_elsewhere():

@@ -48,8 +48,11 @@ def conv_body(x, w, attrs, epilogue: str | None = "relu", residual: bool = False
 
 
 def compiled(body: Graph) -> dict[str, str]:
-    seen: dict[str, str] = {}
-    compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    """The dumps of `body`'s kernel, and its scratch (`"scratch"`: a KernelScratch)."""
+    seen: dict = {}
+    obj = compile_kernels([("k", body)], "host",
+                          dump=lambda name, text: seen.__setitem__(name, text))
+    seen["scratch"] = obj.scratch["k"]
     return seen
 
 
@@ -157,14 +160,15 @@ def test_small_cnn_artifact_matches_at_any_thread_count(small_cnn, threads):
 def test_padded_input_fills_only_its_border(x, w, attrs):
     """The padded copy of a conv's input: x inserted, then only the border strips filled
     (no fill of the whole padded tensor), each strip in place (no temporary beyond the
-    padded buffer); results as the interpreter's."""
+    padded buffer, a scratch argument); results as the interpreter's."""
     body = conv_body(x, w, attrs, None)
     seen = compiled(body)
     pads = attrs["pads"]
     padded = f"{x[1] + pads[0] + pads[2]}x{x[2] + pads[1] + pads[3]}x{x[3]}"
     fills = [line for line in seen["k.input.mlir"].splitlines() if "linalg.fill" in line]
     assert fills and not [line for line in fills if padded in line]
-    assert seen["k.llvm.mlir"].count("llvm.call @aligned_alloc") == 1
+    assert len(seen["scratch"].buffers) == 1 and seen["scratch"].per_thread == 0
+    assert "aligned_alloc" not in seen["k.llvm.mlir"]
     check(body, w[0] * w[1] * w[2])
 
 

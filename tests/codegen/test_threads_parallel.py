@@ -69,7 +69,7 @@ def test_threads_big_kernels_get_nowait_parallel_loops(kind):
 
 
 def test_threads_dynamic_loops_without_barrier_in_the_object():
-    obj = compile_kernels([("k", graph("gelu"))], HOST, dump=None)
+    obj = compile_kernels([("k", graph("gelu"))], HOST, dump=None).object
     assert b"__kmpc_fork_call" in obj and b"__kmpc_dispatch_next_8u" in obj
     assert b"__kmpc_barrier" not in obj and b"__kmpc_for_static_init" not in obj
 

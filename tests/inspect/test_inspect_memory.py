@@ -86,16 +86,22 @@ def test_compile_reports_memory_to_stdout_and_the_dump(tmp_path, capsys):
     assert main(["compile", str(MLP), "-o", str(tmp_path / "art"), "--batch", "4",
                  "--dump-dir", str(dump), "--explain-memory", "-q"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("memory plan of 'mlp': arena 512 bytes")
-    assert out == (dump / "memory.txt").read_text()
     saved = json.loads((dump / "memory.json").read_text())
-    assert [b["value"] for b in saved["buffers"]] == ["fc1/relu"]
+    # the arena: fc1/relu (512 bytes) and each gemm call's scratch, live at its step only
+    assert out.startswith(f"memory plan of 'mlp': arena {saved['arena_bytes']} bytes")
+    assert out == (dump / "memory.txt").read_text()
+    assert [b["value"] for b in saved["buffers"] if b["op"] != "scratch"] == ["fc1/relu"]
+    scratch = [b for b in saved["buffers"] if b["op"] == "scratch"]
+    assert all(b["first"] == b["last"] for b in scratch)
+    assert saved["arena_bytes"] <= 512 + sum(b["bytes"] for b in scratch) + 64 * len(scratch)
+    assert "Working memory per context" in out and "a run\nallocates nothing" in out
     index = (dump / "index.md").read_text()
     assert "| `memory.txt` | memory report" in index and "| `memory.json` |" in index
 
     assert main(["view", str(dump), "-o", str(tmp_path / "g.html")]) == 0
     page = (tmp_path / "g.html").read_text()
-    assert '<section id="memory">' in page and page.count('class="buffer"') == 1
+    assert '<section id="memory">' in page
+    assert page.count('class="buffer"') == len(saved["buffers"])
     assert main(["view", str(dump), "--memory", "-o", str(tmp_path / "m.svg")]) == 0
     assert (tmp_path / "m.svg").read_text().startswith('<svg xmlns="http://www.w3.org/2000/svg"'
                                                        ' class="flowc-memory"')

@@ -185,6 +185,16 @@ def test_unary_float(op, onnx_op, low, high, dt, shape):
     check(op, onnx_op, [rand(shape, dt, seed=20, low=low, high=high)])
 
 
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+@pytest.mark.parametrize("shape", UNARY_SHAPES)
+def test_softsign(dt, shape):
+    x = rand(shape, dt, seed=20, low=-8, high=8)
+    if shape == ():  # onnx.reference (1.23) fails on rank 0: np.divide(out=) of a scalar
+        assert_close(flowc_run("softsign", [x]), (x / (1 + np.abs(x))).astype(x.dtype))
+        return
+    check("softsign", "Softsign", [x])
+
+
 @pytest.mark.parametrize("op, onnx_op", [("neg", "Neg"), ("abs", "Abs"), ("sign", "Sign"),
                                          ("relu", "Relu")])
 @pytest.mark.parametrize("dt", ["i32", "i64"])

@@ -29,11 +29,13 @@ UNARY = {  # ONNX op -> numpy in f64
     "Abs": np.abs, "Sign": np.sign, "Reciprocal": lambda x: 1.0 / x,
     "Sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "Softplus": lambda x: np.logaddexp(0.0, x),
+    "Softsign": lambda x: x / (1.0 + np.abs(x)),
 }
 BINARY = {"Max": np.maximum, "Min": np.minimum, "Add": np.add, "Sub": np.subtract,
           "Mul": np.multiply, "Div": np.divide}
 KIND = {**dict.fromkeys(["Relu", "Neg", "Abs", "Sign", "Max", "Min"], "exact"),
-        **dict.fromkeys(["Sqrt", "Reciprocal", "Add", "Sub", "Mul", "Div"], "elementwise")}
+        **dict.fromkeys(["Sqrt", "Reciprocal", "Softsign", "Add", "Sub", "Mul", "Div"],
+                        "elementwise")}
 DTYPES = {np.float16: TP.FLOAT16, np.float32: TP.FLOAT, np.float64: TP.DOUBLE}
 
 

@@ -122,7 +122,7 @@ def test_compiled_matches_onnxruntime(name, threads, tmp_path):
 def test_placement_cost_of_a_channels_last_conv_is_its_onnx_forms():
     from flowc.ir import Graph, TensorType
     from flowc.ir.build import make_node
-    from flowc.passes.place_cost import FLOPS
+    from flowc.ir.ops import OPS
 
     g = Graph("t")
     x = g.add_input("x", TensorType("f32", (1, 8, 8, 4)))
@@ -131,4 +131,4 @@ def test_placement_cost_of_a_channels_last_conv_is_its_onnx_forms():
     wf = g.add_input("wf", TensorType("f32", (16, 4, 3, 3)))
     last = make_node("conv", [x, w], {"channels_last": True, "pads": (1, 1, 1, 1)})
     first = make_node("conv", [xf, wf], {"pads": (1, 1, 1, 1)})
-    assert FLOPS["conv"](last) == FLOPS["conv"](first) == 2 * 8 * 8 * 16 * 4 * 9
+    assert OPS["conv"].flops(last) == OPS["conv"].flops(first) == 2 * 8 * 8 * 16 * 4 * 9

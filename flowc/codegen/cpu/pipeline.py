@@ -3,7 +3,9 @@
 Contract: `lower(module, target, what, dump)` takes a module holding one kernel function
 over memref arguments (inputs read through `bufferization.to_tensor restrict`, outputs
 written by `bufferization.materialize_in_destination`) and returns it in the LLVM dialect
-with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps:
+with the bare-pointer calling convention; `to_llvm_ir` then translates it. The kernel's
+scratch (`KernelScratch`) is recorded on the module (`scratch_of` reads it).
+Steps:
 
 1. `PREPARE`: fuse elementwise producers into consumers, clean up; then f32 exp, tanh and
    erf become arith polynomials (`vmath`), so that their loops vectorize.
@@ -15,17 +17,17 @@ with the bare-pointer calling convention; `to_llvm_ir` then translates it. Steps
    the caller's buffers) and the function is
    bufferized with `linalg.copy` as the copy op (never `memref.copy`: that would need
    the MLIR runner-utils' `memrefCopy` at run time).
-3. `free_temporaries`: every buffer bufferization allocated is hoisted to the function's
-   entry and freed before its return, or, if allocated inside a parallel loop (a buffer
-   per thread), to the entry of that loop's body and freed at its end (static shapes make
-   that always possible; MLIR's own
-   deallocation pipeline would emit a global helper function and i1 buffers, which abort
-   the LLVM lowering).
+3. `scratch.scratch_arguments`: every buffer bufferization allocated outside a parallel
+   loop becomes an argument of the kernel after its outputs (scratch the caller passes:
+   memory planned in the artifact's arena), so a kernel never allocates.
 4. `parallel.lower_parallel`: big top-level linalg ops split into parallel loops, small
    parallel loops made serial, the rest OpenMP regions (see flowc/codegen/cpu/omp.py).
+   `scratch.thread_scratch`: the buffers allocated inside parallel loops (one per thread)
+   become slices of the thread-scratch region, one last argument (see scratch.py).
    `TO_LLVM`: loops, everything down to the LLVM dialect.
 5. `check_llvm_only` refuses, with the ops named, a module still holding ops other than
-   the LLVM and OpenMP dialects' (translating one would abort the process). Parallel
+   the LLVM and OpenMP dialects' (translating one would abort the process), or calling an
+   allocator (`ALLOCATORS`). Parallel
    loops become OpenMP regions whose translation calls `__kmpc_fork_call`,
    `__kmpc_global_thread_num` and `__kmpc_dispatch_init_*`/`_next_*` (see parallel.py),
    which the artifact's runtime provides under its prefix.
@@ -37,14 +39,15 @@ from collections.abc import Callable
 
 from mlir import ir, passmanager
 from mlir.dialects import llvm as llvm_dialect
-from mlir.dialects import memref
 from mlir.dialects.transform import interpreter
 
+from flowc.codegen import scratch
 from flowc.codegen.cpu import omp as parallel
 from flowc.codegen.cpu import vmath
 from flowc.codegen.cpu.strategy import STRATEGIES, epilogue
 from flowc.codegen.cpu.strategy.common import FINISH_VECTORS
-from flowc.codegen.mlir_walk import ops_named
+from flowc.codegen.kernel_object import KernelScratch
+from flowc.codegen.mlir_walk import inside, ops_named
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 
@@ -146,56 +149,66 @@ def lower(module: ir.Module, target: Target, what: str,
     if dump:
         dump("schedule.mlir", script)
     run_passes(module, "canonicalize", what)
-    free_temporaries(module)
+    fn = kernel_function(module, what)
+    buffers = scratch.scratch_arguments(fn, lambda op: inside(op, "scf.forall"))
     parallel.lower_parallel(module, what)  # foralls: split, serialized or OpenMP regions
+    per_thread = scratch.thread_scratch(kernel_function(module, what), module)
+    record_scratch(module, KernelScratch(tuple(buffers), per_thread))
     run_passes(module, TO_LLVM, what)
     check_llvm_only(module, what)
     return module
 
 
-def free_temporaries(module: ir.Module) -> None:
-    """Hoist every `memref.alloc` of each function to its entry, or, inside a parallel loop
-    (`scf.forall`: a buffer per thread), to the entry of the innermost one's body; dealloc
-    before the return, or at the end of that body."""
-    for fn in module.body.operations:
-        if fn.operation.name != "func.func":  # (a FuncOp view's `.name` is its symbol)
-            continue
-        blocks: dict[ir.Block, list[ir.Operation]] = {}
-        for alloc in ops_named(fn.operation, "memref.alloc"):
-            blocks.setdefault(_parallel_body(alloc) or fn.regions[0].blocks[0], []).append(alloc)
-        for block, allocs in blocks.items():
-            first = block.operations[0]
-            for alloc in allocs:
-                if alloc != first:
-                    alloc.move_before(first)
-            with ir.InsertionPoint(block.operations[len(block.operations) - 1]):
-                for alloc in allocs:
-                    memref.DeallocOp(alloc.result)
+SCRATCH_ATTR = "flowc.scratch"  # on the module: buffers' sizes, then the per-thread bytes
 
 
-def _parallel_body(op: ir.Operation) -> ir.Block | None:
-    """The body of the innermost `scf.forall` around `op`, if any."""
-    parent = op.parent
-    while parent is not None and parent.name != "func.func":
-        if parent.name == "scf.forall":
-            return parent.regions[0].blocks[0]
-        parent = parent.parent
-    return None
+def record_scratch(module: ir.Module, k: KernelScratch) -> None:
+    module.operation.attributes[SCRATCH_ATTR] = ir.DenseI64ArrayAttr.get(
+        [*k.buffers, k.per_thread])
+
+
+def scratch_of(module: ir.Module) -> KernelScratch:
+    """The scratch `lower` recorded on `module` (removed from it: translation to LLVM IR
+    would not know the attribute)."""
+    values = list(ir.DenseI64ArrayAttr(module.operation.attributes[SCRATCH_ATTR]))
+    del module.operation.attributes[SCRATCH_ATTR]
+    return KernelScratch(tuple(values[:-1]), values[-1])
+
+
+def kernel_function(module: ir.Module, what: str) -> ir.Operation:
+    """The module's kernel: its one defined `func.func`."""
+    for op in module.body.operations:
+        op = op.operation
+        if op.name == "func.func" and op.regions[0].blocks:
+            return op
+    raise FlowcError(f"{what}: no kernel function in the module")
+
+
+# Calls a lowered kernel must not make: all its memory is its caller's (scratch.py).
+ALLOCATORS = ("malloc", "aligned_alloc", "calloc", "realloc", "free", "posix_memalign")
 
 
 def check_llvm_only(module: ir.Module, what: str) -> None:
     left: set[str] = set()
+    calls: set[str] = set()
 
     def visit(op: ir.Operation) -> ir.WalkResult:
         name = op.name
         if not name.startswith(("llvm.", "omp.")) and name != "builtin.module":
             left.add(name)
+        if name == "llvm.call" and "callee" in op.attributes:
+            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            if callee in ALLOCATORS:
+                calls.add(callee)
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
     if left:
         raise FlowcError(f"{what}: lowering to the LLVM dialect left non-LLVM ops: "
                          f"{', '.join(sorted(left))}")
+    if calls:
+        raise FlowcError(f"{what}: the lowered kernel calls {', '.join(sorted(calls))}: "
+                         "kernels take all their memory from the caller (scratch.py)")
 
 
 def check_bare_pointer_signature(module: ir.Module, sym: str, n_buffers: int,

@@ -27,6 +27,7 @@ from flowc.codegen.emit.outdir import staged
 from flowc.codegen.emit.profile_c import profile_header
 from flowc.codegen.plan.partitions import host_kernels
 from flowc.codegen.plan.program import Program, weights_blob
+from flowc.codegen.plan.working_memory import statement, working_memory
 from flowc.ir.errors import FlowcError
 from flowc.runtime.abi import weights_header
 
@@ -41,7 +42,8 @@ def model_info(program: Program, weights_file: str | None) -> ModelInfo:
                      for (name, t), c in zip(items, c_names, strict=True))
 
     return ModelInfo(program.name, tensors(program.inputs), tensors(program.outputs),
-                     program.arena_bytes, weights_file, tuple(program.regions))
+                     program.arena_bytes, weights_file, tuple(program.regions),
+                     tuple(statement(working_memory(program), program.name)))
 
 
 def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,

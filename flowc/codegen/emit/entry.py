@@ -4,20 +4,23 @@ Contract: `render_model_c(program, info, graph_hash, cpu_features, embedded)` re
 source that (with the runtime compiled under the prefix `NAME_`, the kernels object and,
 when `embedded`, the weights object defining `NAME_weights`) implements every function
 `NAME.h` declares. The entry function calls the kernels in program order with pointers
-into the inputs, outputs, weights and arena, then copies the outputs that no kernel wrote
-in place. Only the functions of `NAME.h` have default visibility. Names (tensors, nodes)
-appear only as `c_text.c_string` literals and in `c_text.c_comment` comments.
+into the inputs, outputs, weights and arena (then the call's scratch buffers, arena slots
+the plan gave it, and `ts`, the thread-scratch region, for a kernel that takes one), then
+copies the outputs that no kernel wrote in place. Only the functions of `NAME.h` have
+default visibility. Names (tensors, nodes) appear only as `c_text.c_string` literals and
+in `c_text.c_comment` comments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from flowc.codegen.emit.c_text import c_comment, c_string
 from flowc.codegen.emit.header import C_TYPES, ModelInfo, TensorInfo
 from flowc.codegen.emit.profile_c import timed
-from flowc.codegen.plan.program import Program, Storage
+from flowc.codegen.kernel_object import KernelScratch
+from flowc.codegen.plan.program import Kernel, Program, Storage
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES
 
 # CPU features the runtime checks before running (gcc's __builtin_cpu_supports names).
@@ -60,12 +63,32 @@ def _cpu_check(features: Sequence[str]) -> list[str]:
     return lines
 
 
+ENTRY_PARAMS = "void *const *in, void *const *out, char *arena, const char *w, char *ts"
+ENTRY_UNUSED = "(void)in; (void)out; (void)arena; (void)w; (void)ts;"
+
+
+def call_arguments(program: Program, step: int,
+                   ptr: Callable[[Storage], str] = lambda where: pointer(where)) -> list[str]:
+    """The C arguments of the program's `step`-th call (a kernel call): its operands,
+    results and scratch buffers through `ptr`, then `ts` when it takes thread scratch."""
+    call = program.calls[step]
+    args = [ptr(program.where(v)) for v in (*call.operands, *call.results)]
+    args += [ptr(where) for where in program.scratch_at(step)]
+    return args + (["ts"] if program.needs(call).per_thread else [])
+
+
+def kernel_prototype(program: Program, kernel: Kernel) -> str:
+    needs = program.scratch.get(kernel.symbol, KernelScratch())
+    params = (["const void *"] * len(kernel.body.inputs) + ["void *"] * len(kernel.body.outputs)
+              + ["void *"] * needs.arguments)
+    return f"FLOWC_HIDDEN void {kernel.symbol}({', '.join(params)});"
+
+
 def _entry(program: Program, profile: bool = False) -> list[str]:
-    lines = ["static void entry(void *const *in, void *const *out, char *arena, "
-             "const char *w) {", "  (void)in; (void)out; (void)arena; (void)w;"]
+    lines = [f"static void entry({ENTRY_PARAMS}) {{", f"  {ENTRY_UNUSED}"]
     index = {k.symbol: i for i, k in enumerate(program.kernels)}
-    for call in program.calls:
-        args = [pointer(program.where(v)) for v in (*call.operands, *call.results)]
+    for step, call in enumerate(program.calls):
+        args = call_arguments(program, step)
         lines.append(f"  /* {c_comment(', '.join(call.nodes))} */")
         call_c = f"{call.kernel.symbol}({', '.join(args)});"
         if profile:  # profile_c.py: time the call into the run's event buffer
@@ -151,10 +174,7 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         return _render_gpu_model_c(program, info, graph_hash, embedded, gpu)
 
     n = info.name
-    kernels = [f"FLOWC_HIDDEN void {k.symbol}("
-               + ", ".join(["const void *"] * len(k.body.inputs)
-                           + ["void *"] * len(k.body.outputs)) + ");"
-               for k in host_kernels(program)]
+    kernels = [kernel_prototype(program, k) for k in host_kernels(program)]
     has_weights = program.weights_bytes > 0
     weights = ([f"FLOWC_HIDDEN extern const unsigned char {n}_weights[];"]
                if has_weights and embedded else [])
@@ -164,7 +184,8 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         "static const flowc_model model = {",
         f"  {c_string(n)}, {c_string(graph_hash)}, {ABI_VERSION},",
         f"  {len(info.inputs)}, inputs, {len(info.outputs)}, outputs,",
-        f"  {program.arena_bytes}u, {blob}, {program.weights_bytes}u, {side},",
+        f"  {program.arena_bytes}u, {program.thread_scratch_bytes}u, {blob}, "
+        f"{program.weights_bytes}u, {side},",
         "  cpu_missing, entry,",
         *model_fields(program),
         "};",
@@ -218,14 +239,14 @@ def _render_gpu_model_c(program: Program, info: ModelInfo, graph_hash: str, embe
         "",
         *render_gpu_program(program, gpu),
         "",
-        "static void entry(void *const *in, void *const *out, char *arena, const char *w) {",
-        "  (void)in; (void)out; (void)arena; (void)w;",
+        f"static void entry({ENTRY_PARAMS}) {{",
+        f"  {ENTRY_UNUSED}",
         "}",
         "",
         "static const flowc_model model = {",
         f"  {c_string(n)}, {c_string(graph_hash)}, {ABI_VERSION},",
         f"  {len(info.inputs)}, inputs, {len(info.outputs)}, outputs,",
-        f"  {program.arena_bytes}u, {blob}, {program.weights_bytes}u, {side},",
+        f"  {program.arena_bytes}u, 0u, {blob}, {program.weights_bytes}u, {side},",
         "  0, entry,",
         model_field(),
         "};",

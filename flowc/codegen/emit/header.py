@@ -41,6 +41,7 @@ class ModelInfo:
     arena_bytes: int
     weights_file: str | None
     regions: tuple = ()  # partitions.Region per device, when the graph is partitioned
+    memory: tuple[str, ...] = ()  # the working-memory statement (working_memory.py)
 
 
 def accessor_names(names: list[str]) -> list[str]:
@@ -72,6 +73,10 @@ def _regions(info: ModelInfo) -> str:
             "context, each in its own\n * region of the arena:" + rows)
 
 
+def _memory(info: ModelInfo) -> str:
+    return "".join(f"\n * {c_comment(line)}" for line in info.memory)
+
+
 def render_header(info: ModelInfo) -> str:
     n = info.name
     guard = f"FLOWC_MODEL_{n.upper()}_H"
@@ -90,6 +95,7 @@ def render_header(info: ModelInfo) -> str:
         accessors.append(f"/* Output {i} '{c_comment(t.name)}', {_shape(t)}: read it after "
                          f"{n}_run. */\nconst {C_TYPES[t.dtype]} *{n}_output_{t.c_name}"
                          f"(const {n}_ctx *ctx);")
+    memory = _memory(info)
     weights = (f"Its weights are in '{c_comment(info.weights_file)}', mapped read-only from "
                f"the library's directory\n * (or from the path given to {n}_create_with_weights)."
                if info.weights_file else "Its weights are embedded in the library.")
@@ -105,7 +111,7 @@ def render_header(info: ModelInfo) -> str:
  * {weights}
  * Tensors are dense row-major; shapes are fixed at compile time:
 {tables}
- * Temporaries live in one arena of {info.arena_bytes} bytes per context.{_regions(info)}
+ * Temporaries live in one arena of {info.arena_bytes} bytes per context.{_regions(info)}{memory}
  */
 #ifndef {guard}
 #define {guard}

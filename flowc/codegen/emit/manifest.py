@@ -6,7 +6,10 @@ Contract: `build_manifest(...)` returns a JSON-ready dict with, in this order: `
 dtype, shape), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
 `memory_plan` (the planner's report: `arena_bytes`, `intermediate_bytes` (all intermediates
 without reuse), `lower_bound_bytes` (largest live set in the program's order), `in_place`
-(results written over a dying operand); see codegen/plan/memplan.py), `devices` only when nodes
+(results written over a dying operand), `scratch_bytes` (the largest scratch of one kernel
+call, inside the arena); see codegen/plan/memplan.py), `working_memory` (the figures that bound
+a context's whole memory: arena, per-thread scratch, weights, input/output and channel
+buffers; codegen/plan/working_memory.py), `devices` only when nodes
 are placed (per device: `arena_offset` and `arena_bytes` of its arena region, and its
 `intermediate_bytes`, `lower_bound_bytes`, `in_place`), `partitions` (per device of a
 partitioned graph, in partition order: the channels it sends on; else empty),
@@ -29,6 +32,7 @@ from flowc.codegen.emit.header import ModelInfo, TensorInfo
 from flowc.codegen.emit.link import LINK_LIBS
 from flowc.codegen.plan.partitions import partition_manifest
 from flowc.codegen.plan.program import Program
+from flowc.codegen.plan.working_memory import working_memory
 from flowc.runtime.abi import ABI_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 
 
@@ -56,6 +60,7 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         "symbolic_dims": dict(sorted(sizes.items())),
         "arena_bytes": program.arena_bytes,
         "memory_plan": program.memory.report(),
+        "working_memory": working_memory(program),
         **({"devices": devices} if (devices := program.memory.device_report()) else {}),
         "partitions": partition_manifest(program),
         "threads_default": 0,

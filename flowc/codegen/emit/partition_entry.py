@@ -2,10 +2,12 @@
 
 Contract: for a program whose graph the `partition` pass split (`partitions.is_partitioned`),
 `render_partitioned(program, profile=False)` returns C lines defining
-- `part_K(in, out, arena, w, rv)` for each device in order of first appearance (K = 0 is
+- `part_K(in, out, arena, w, ts, rv)` for each device in order of first appearance (K = 0 is
   the device of the program's first step: it runs on the caller's thread): its kernel calls
   and transfers in program order, `arena` pointing at the device's region
-  (`Program.regions`), every arena pointer relative to that region; a send calls
+  (`Program.regions`), every arena pointer relative to that region (scratch too), `ts` at
+  the partition's own thread-scratch region (the runtime gives each partition one); a
+  send calls
   `NAME_rt_send(rv, channel, ptr)`, a recv `NAME_rt_recv(rv, channel, ptr)` (a control
   channel passes no pointer's worth of data: its bytes are 0);
 - `channels[]` (rendezvous key, bytes) and `partitions[]` (device, region, function, GPU
@@ -14,7 +16,7 @@ Contract: for a program whose graph the `partition` pass split (`partitions.is_p
   the `flowc_gpu_program gpu_partition` table (`gpu_entry.render_gpu_partition`, from
   `gpu`, the `gpu_kernels.GpuBinary` of its kernels), which the runtime's CUDA backend runs
   on that partition's thread;
-- `entry(in, out, arena, w)`, which the runtime calls after every partition finished: the
+- `entry(in, out, arena, w, ts)`, which the runtime calls after every partition finished: the
   copies of outputs no step wrote in place (except those whose source is in a GPU region:
   the GPU partition copies them out of the device itself).
 With `profile` (CPU partitions only), every kernel call and transfer is timed and each
@@ -28,16 +30,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from flowc.codegen.emit.c_text import c_comment, c_string
-from flowc.codegen.emit.entry import pointer
+from flowc.codegen.emit.entry import ENTRY_PARAMS, ENTRY_UNUSED, call_arguments, pointer
 from flowc.codegen.emit.profile_c import timed, transfer_event
 from flowc.codegen.plan.partitions import Channel, call_device, channel_of, channels, is_gpu_device
-from flowc.codegen.plan.program import Call, Program, Storage
+from flowc.codegen.plan.program import Program, Storage
 
 
-def _step(program: Program, call: Call, table: dict, ptr: Callable[[Storage], str],
+def _step(program: Program, step: int, table: dict, ptr: Callable[[Storage], str],
           profile: bool) -> list[str]:
+    call = program.calls[step]
     if call.transfer is None:
-        args = [ptr(program.where(v)) for v in (*call.operands, *call.results)]
+        args = call_arguments(program, step, ptr)
         call_c = f"{call.kernel.symbol}({', '.join(args)});"
         if profile:
             call_c = timed(call_c, program.kernels.index(call.kernel))
@@ -73,20 +76,18 @@ def render_partitioned(program: Program, gpu=None, profile: bool = False) -> lis
 
         lines += [f"/* partition {k}: {c_comment(device)}, arena region of {nbytes} bytes at "
                   f"{base} */",
-                  f"static void part_{k}(void *const *in, void *const *out, char *arena, "
-                  "const char *w, flowc_rendezvous *rv) {",
-                  "  (void)in; (void)out; (void)arena; (void)w; (void)rv;",
+                  f"static void part_{k}({ENTRY_PARAMS}, flowc_rendezvous *rv) {{",
+                  f"  {ENTRY_UNUSED} (void)rv;",
                   *([f"  prof_join(rv, {k});"] if profile else [])]
-        for call in program.calls:
+        for step, call in enumerate(program.calls):
             if call_device(call) == device:
-                lines += _step(program, call, table, ptr, profile)
+                lines += _step(program, step, table, ptr, profile)
         lines += [*(["  prof_leave();"] if profile else []), "}", ""]
         rows.append(f"  {{{c_string(device)}, {base}u, {nbytes}u, part_{k}, 0}},")
     chans = [f"  {{{c_string(c.key)}, {c.nbytes}u}}," for c in table.values()] or ["  {0}"]
     lines += ["static const flowc_channel channels[] = {", *chans, "};",
               "static const flowc_partition partitions[] = {", *rows, "};", "",
-              "static void entry(void *const *in, void *const *out, char *arena, "
-              "const char *w) {", "  (void)in; (void)out; (void)arena; (void)w;"]
+              f"static void entry({ENTRY_PARAMS}) {{", f"  {ENTRY_UNUSED}"]
     for j, source, nbytes in program.copies:
         if j not in skip:
             lines.append(f"  memcpy(out[{j}], {pointer(source)}, {nbytes}u);")

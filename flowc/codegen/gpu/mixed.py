@@ -25,9 +25,10 @@ from typing import Any
 
 from flowc.codegen.emit.artifact import write_artifact
 from flowc.codegen.plan.partitions import gpu_devices, gpu_kernels_of, host_kernels
-from flowc.codegen.plan.program import ALIAS_OPS, Program
+from flowc.codegen.plan.program import Program
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
+from flowc.ir.ops import is_view
 from flowc.ir.printer import print_graph
 
 
@@ -35,15 +36,17 @@ def gpu_supports(op: str) -> bool:
     from flowc.codegen.gpu.kernels import get_target
     from flowc.codegen.lower import lookup
 
-    return op in ALIAS_OPS or lookup(op, get_target("nvptx")) is not None
+    return is_view(op) or lookup(op, get_target("nvptx")) is not None
 
 
 def compile_mixed(graph: Graph, program: Program, target: Any, backend: Any, output_dir: Any,
                   sizes: Any, weights: str, dump: Path | None, gpu_archs: Any,
-                  cache: Any) -> dict[str, Any]:
+                  cache: Any, explain_memory: Any = None) -> dict[str, Any]:
     from flowc.codegen import driver
     from flowc.codegen.gpu import kernels as gpu_kernels
     from flowc.codegen.gpu import target as gpu_target
+    from flowc.codegen.plan.memreport import report_memory
+    from flowc.codegen.plan.program import set_scratch
 
     archs = tuple(gpu_archs or gpu_target.DEFAULT_ARCHS)
     nvptx = gpu_kernels.get_target("nvptx")
@@ -61,10 +64,13 @@ def compile_mixed(graph: Graph, program: Program, target: Any, backend: Any, out
     gpu_dump = (lambda name, text: write_dump(f"gpu.{name}", text)) if write_dump else None
     cache = driver.resolve_cache(cache)
     obj = driver.compile_kernels(backend, host, target, write_dump, cache)
+    set_scratch(program, obj.scratch)  # the CPU calls' scratch (the GPU's is its own)
+    report_memory(program, dump, explain_memory)
     binary = gpu_kernels.compile_gpu_kernels(gpu, archs, gpu_dump, nvptx, cache)
     target_info = {**driver.describe_target(target), "gpu_archs": list(archs),
                    "cubins": sorted(binary.cubins), "ptx": archs[0], "gpu_devices": [device]}
-    manifest = write_artifact(program, Path(output_dir), kernel_object=obj, target=target_info,
+    manifest = write_artifact(program, Path(output_dir), kernel_object=obj.object,
+                              target=target_info,
                               sizes=sizes, graph_hash=driver.graph_hash(graph, target_info),
                               flowc_version=driver.flowc_version(), weights=weights,
                               dump_dir=dump, cache=cache, gpu=binary)

@@ -35,7 +35,8 @@ from mlir.dialects import llvm as llvm_dialect
 
 from flowc.codegen.cpu import pipeline as cpu_pipeline
 from flowc.codegen.gpu import matmul as gpu_matmul
-from flowc.codegen.mlir_walk import inside, ops_named
+from flowc.codegen.mlir_walk import inside
+from flowc.codegen.scratch import scratch_arguments
 from flowc.ir.errors import FlowcError
 
 Dump = Callable[[str, str], None]
@@ -90,7 +91,8 @@ def lower_kernel(sym: str, module: ir.Module, what: str, dump: Dump | None = Non
     cpu_pipeline.run_passes(module, cpu_pipeline.PREPARE, what)
     cpu_pipeline.apply_script(module, cpu_pipeline.BUFFERIZE, what)
     fn = _the_function(module, sym, what)
-    scratch = _scratch_arguments(fn)
+    scratch = scratch_arguments(  # per-iteration buffers stay (device heap)
+        fn, lambda op: inside(op, "scf.parallel") or inside(op, "scf.forall"))
     gpu_matmul.claim(module, fn)
     cpu_pipeline.run_passes(module, TO_LOOPS, what)
     fn = _the_function(module, sym, what)
@@ -113,44 +115,6 @@ def _the_function(module: ir.Module, sym: str, what: str) -> ir.Operation:
         if op.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == sym:
             return op
     raise FlowcError(f"{what}: no function @{sym} in the kernel module")
-
-
-def _scratch_arguments(fn: ir.Operation) -> list[int]:
-    """Turn each `memref.alloc` outside parallel loops into a new argument of `fn` (after
-    the others) and drop its deallocs; the byte sizes of those arguments, in order.
-    Allocations inside a parallel loop stay (per-iteration device heap buffers)."""
-    entry = fn.regions[0].blocks[0]
-    sizes = []
-    for alloc in ops_named(fn, "memref.alloc"):
-        if inside(alloc, "scf.parallel") or inside(alloc, "scf.forall"):
-            continue
-        t = ir.MemRefType(alloc.result.type)
-        if not t.has_static_shape or (ir.AffineMapAttr(t.layout).value
-                                       != ir.AffineMap.get_identity(t.rank)):
-            raise FlowcError(f"kernel: temporary of type {t} is not a dense static buffer")
-        sizes.append(_bytes(t))
-        arg = entry.add_argument(t, ir.Location.unknown())
-        for use in list(alloc.result.uses):
-            if use.owner.name == "memref.dealloc":
-                use.owner.erase()
-        alloc.result.replace_all_uses_with(arg)
-        alloc.erase()
-    types = [a.type for a in entry.arguments]
-    fn.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(types, []))
-    if sizes and "arg_attrs" in fn.attributes:
-        attrs = list(ir.ArrayAttr(fn.attributes["arg_attrs"]))
-        attrs += [attrs[0]] * len(sizes)
-        fn.attributes["arg_attrs"] = ir.ArrayAttr.get(attrs)
-    return sizes
-
-
-def _bytes(t: ir.MemRefType) -> int:
-    n = 1
-    for d in t.shape:
-        n *= d
-    et = t.element_type
-    width = ir.IntegerType(et).width if isinstance(et, ir.IntegerType) else ir.FloatType(et).width
-    return max(n * max(width, 8) // 8, 1)
 
 
 def _is_pure(op: ir.Operation) -> bool:

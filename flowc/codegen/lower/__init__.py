@@ -4,12 +4,14 @@ Contract: `lookup(op, target)` returns the rule lowering `op` for `target` (a ru
 registered for the target's architecture overrides the generic one) or None. Every
 registry op either has a rule here or is listed in `NOT_KERNELS` with the reason no kernel
 computes it (the artifact handles it); tests/codegen asserts that for every target.
-Rules are written in one module per op family, listed in `_FAMILIES`.
+Rules are written in one module per op family: the first `lookup` imports every module of
+this package (a new family is a new module, listed nowhere else).
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from collections.abc import Callable
 
 from flowc.codegen.target import Target
@@ -27,9 +29,6 @@ NOT_KERNELS: dict[str, str] = {
     "send": "a runtime transport call, not a computation",
     "recv": "a runtime transport call, not a computation",
 }
-
-_FAMILIES = ("elementwise", "matmul", "reduce", "shape", "nn", "conv", "pool",
-             "control", "winograd")
 
 
 def register(*ops: str, arch: str | None = None) -> Callable[[Rule], Rule]:
@@ -61,5 +60,5 @@ def _load() -> None:
     global _loaded
     if not _loaded:
         _loaded = True
-        for family in _FAMILIES:
-            importlib.import_module(f"flowc.codegen.lower.{family}")
+        for module in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{module.name}")

@@ -152,6 +152,9 @@ def _softplus(ctx: RuleCtx, dts: list, x):
     return arith.addf(arith.maximumf(x, s.const(dt, 0)), tail)
 
 
+rule("softsign")(lambda ctx, dts, x: arith.divf(x, arith.addf(s.const(dts[0], 1), math.absf(x))))
+
+
 @rule("leaky_relu")
 def _leaky_relu(ctx: RuleCtx, dts: list, x):
     dt = dts[0]

@@ -2,29 +2,35 @@
 a report of how good the plan is.
 
 Contract: `plan_memory(steps, planned, live_to_end)` takes the program's steps in order
-(`Step`: the values a kernel call reads, the values it writes, and which of its operands
-each result may overwrite), the set of values that need arena memory, and those that must
-survive the last step (arena values read by an output copy). It returns a `MemoryPlan`:
+(`Step`: the values a kernel call reads, the values it writes, which of its operands
+each result may overwrite, and the byte sizes of the kernel's scratch buffers), the set of
+values that need arena memory, and those that must survive the last step (arena values
+read by an output copy). It returns a `MemoryPlan`:
 - liveness: a value is live from the step that writes it to the last step that reads it
   (to the end for `live_to_end`; a value nobody reads only at its own step);
 - in place: a result takes over an operand's buffer when the kernel allows it
   (`Step.in_place`), the operand is an arena value whose last read is this step, and both
   have the same byte size; each operand is taken over at most once; chains follow (a
   buffer may pass through several elementwise kernels);
-- packing: the buffers (one per chain) packed by `arena.plan_arena`, so buffers live at the
-  same step never overlap, except a result and the operand it overwrites;
+- scratch: each scratch buffer of a step is live at that step only (`ScratchSlot(step,
+  k)`), so it never overlaps the step's operands, results or other scratch, and reuses
+  the space of buffers dead by then; `MemoryPlan.scratch` holds its offset;
+- packing: the buffers (one per chain, one per scratch buffer) packed by
+  `arena.plan_arena`, so buffers live at the same step never overlap, except a result and
+  the operand it overwrites;
 - devices: a value belongs to the device of the step writing it (`Step.device`); each
   device's buffers are packed into a region of their own, the regions laid one after the
   other (devices without a name first, then by name); in place only within one device.
   Liveness stays in the global order, so a value read from another device (before
   partitioning puts a send/recv there) lives until that read;
 - the report: `arena_bytes` (planned), `intermediate_bytes` (sum of every planned value's
-  aligned size, what an arena without reuse would take), `lower_bound_bytes` (the largest
-  aligned total live at one step over the buffers planned; with devices, the sum of each
-  region's), `in_place` (result, operand) pairs, per device (`devices`) its region's
-  offset and figures, and each planned value's own live steps (`lifetimes`: first, last;
-  `len(steps)` for one live to the end), which `memreport.py` draws. The same input gives
-  the same plan.
+  aligned size, what an arena without reuse would take; scratch included),
+  `lower_bound_bytes` (the largest aligned total live at one step over the buffers
+  planned; with devices, the sum of each region's), `scratch_bytes` (the largest aligned
+  total of one step's scratch), `in_place` (result, operand) pairs, per device
+  (`devices`) its region's offset and figures, and each planned value's own live steps
+  (`lifetimes`: first, last; `len(steps)` for one live to the end), which `memreport.py`
+  draws. The same input gives the same plan.
 
 `in_place_inputs(body)` says which inputs a kernel body's outputs may overwrite: only in a
 body made of ELEMENTWISE registry ops (and inline constants), an input with the output's
@@ -53,6 +59,15 @@ class Step:
     results: tuple[Value, ...]
     in_place: dict[int, tuple[int, ...]] = field(default_factory=dict)
     device: str | None = None
+    scratch: tuple[int, ...] = ()  # the kernel's scratch buffers' byte sizes
+
+
+@dataclass(frozen=True)
+class ScratchSlot:
+    """Scratch buffer `k` of step `step`: an arena buffer live at that step only."""
+
+    step: int
+    k: int
 
 
 @dataclass(frozen=True)
@@ -76,11 +91,14 @@ class MemoryPlan:
     buffers: list[Buffer]  # what was packed: one per in-place chain, keyed by its head
     devices: dict[str | None, DeviceArena]
     lifetimes: dict[Value, tuple[int, int]] = field(default_factory=dict)
+    scratch: dict[ScratchSlot, int] = field(default_factory=dict)  # offsets
+    scratch_bytes: int = 0
 
     def report(self) -> dict[str, int]:
         """The figures as the manifest states them."""
         return {"arena_bytes": self.arena_bytes, "intermediate_bytes": self.intermediate_bytes,
-                "lower_bound_bytes": self.lower_bound_bytes, "in_place": len(self.in_place)}
+                "lower_bound_bytes": self.lower_bound_bytes,
+                "scratch_bytes": self.scratch_bytes, "in_place": len(self.in_place)}
 
     def device_report(self) -> dict[str, dict[str, int]]:
         """Per named device: its region's offset and figures ({} when no step has one)."""
@@ -153,6 +171,11 @@ def plan_memory(steps: Sequence[Step], planned: Collection[Value],
         if owner[head] == head:
             groups.setdefault(device[head], []).append(
                 Buffer(head, value_nbytes(head), first[head], ends[head]))
+    scratch_total: dict[str | None, int] = {}
+    for s, step in enumerate(steps):
+        for k, nbytes in enumerate(step.scratch):
+            groups.setdefault(step.device, []).append(Buffer(ScratchSlot(s, k), nbytes, s, s))
+            scratch_total[step.device] = scratch_total.get(step.device, 0) + align(nbytes)
     offsets: dict[Value, int] = {}
     regions: dict[str | None, DeviceArena] = {}
     total = 0
@@ -160,11 +183,14 @@ def plan_memory(steps: Sequence[Step], planned: Collection[Value],
         placed, size = plan_arena(groups[d])
         offsets.update({head: total + at for head, at in placed.items()})
         regions[d] = DeviceArena(
-            total, size, sum(align(value_nbytes(v)) for v in first if device[v] == d),
+            total, size, sum(align(value_nbytes(v)) for v in first if device[v] == d)
+            + scratch_total.get(d, 0),
             lower_bound(groups[d]), sum(1 for r, _ in pairs if device[r] == d))
         total += size
     return MemoryPlan({v: offsets[owner[v]] for v in first}, total,
                       sum(a.intermediate_bytes for a in regions.values()),
                       sum(a.lower_bound_bytes for a in regions.values()), pairs,
                       [b for d in groups for b in groups[d]], regions,
-                      {v: (first[v], last[v]) for v in first})
+                      {v: (first[v], last[v]) for v in first},
+                      {key: at for key, at in offsets.items() if isinstance(key, ScratchSlot)},
+                      max((sum(align(n) for n in step.scratch) for step in steps), default=0))

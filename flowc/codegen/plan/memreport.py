@@ -2,14 +2,19 @@
 
 Contract: `memory_layout(program)` describes `program.memory` (the plan `memplan.py` made;
 nothing is planned here) as a JSON-able dict:
-- `name`, `arena_bytes`, `lower_bound_bytes`, `intermediate_bytes`, `in_place` (count);
+- `name`, `arena_bytes`, `lower_bound_bytes`, `intermediate_bytes`, `scratch_bytes`,
+  `in_place` (count);
+- `working_memory`: the figures bounding a context's whole memory
+  (`working_memory.working_memory`: arena, per-thread scratch, weights, input/output and
+  channel buffers), which the text states after the plan's figures;
 - `steps`: one per program step in order: `step`, `kernel` (its symbol, or `send`/`recv`
   for a transfer), `nodes` (the graph nodes it runs), `device` (or null);
 - `buffers`: one per planned value, by offset then first step: `value` (the producing
   node's name, `:K` for result K > 0), `op` (the node's op; `fused` kernels as
   `fused:KIND`), `offset`, `bytes`, `first`, `last` (the steps it is live; `last` is
   `len(steps)` for a value the output copies read at the end), `device`, and `in_place_of`
-  (the value whose buffer it took over, or null);
+  (the value whose buffer it took over, or null); a kernel call's scratch buffer K (live
+  at its step only) is one too, `value` `SYMBOL.scratchK`, `op` `scratch`;
 - `regions`: for a graph placed on devices, each device's arena region (`device`,
   `offset`, `bytes`) in arena order; empty otherwise.
 `format_memory(layout)` renders it as text (`memory.txt`): the figures, the steps, and a
@@ -27,7 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flowc.codegen.plan.memplan import value_nbytes
+from flowc.codegen.plan.memplan import ScratchSlot, value_nbytes
+from flowc.codegen.plan.working_memory import statement, working_memory
 from flowc.ir.graph import Value
 
 CHART_STEPS = 64  # wider schedules get the table without the per-step chart
@@ -60,13 +66,24 @@ def memory_layout(program: Any) -> dict[str, Any]:
                         "bytes": value_nbytes(v), "first": first, "last": last,
                         "device": v.node.device,
                         "in_place_of": value_name(took[v]) if v in took else None})
+    for slot, offset in (plan.scratch.items() if plan is not None else ()):
+        call = program.calls[slot.step]
+        buffers.append({"value": f"{call.kernel.symbol}.scratch{slot.k}", "op": "scratch",
+                        "offset": offset, "bytes": _scratch_bytes(program, slot),
+                        "first": slot.step, "last": slot.step,
+                        "device": steps[slot.step]["device"], "in_place_of": None})
     buffers.sort(key=lambda b: (b["offset"], b["first"], b["value"]))
     report = plan.report() if plan is not None else {
-        "arena_bytes": 0, "intermediate_bytes": 0, "lower_bound_bytes": 0, "in_place": 0}
+        "arena_bytes": 0, "intermediate_bytes": 0, "lower_bound_bytes": 0, "scratch_bytes": 0,
+        "in_place": 0}
     regions = [{"device": d, "offset": r["arena_offset"], "bytes": r["arena_bytes"]}
                for d, r in (plan.device_report() if plan is not None else {}).items()]
-    return {"name": program.name, **report, "steps": steps, "buffers": buffers,
-            "regions": regions}
+    return {"name": program.name, **report, "working_memory": working_memory(program),
+            "steps": steps, "buffers": buffers, "regions": regions}
+
+
+def _scratch_bytes(program: Any, slot: ScratchSlot) -> int:
+    return program.needs(program.calls[slot.step]).buffers[slot.k]
 
 
 def format_memory(layout: dict[str, Any]) -> str:
@@ -78,6 +95,7 @@ def format_memory(layout: dict[str, Any]) -> str:
              f"in place), {len(steps)} steps, {len(buffers)} arena values"]
     lines += [f"  region {r['device']}: {r['bytes']} bytes at offset {r['offset']}"
               for r in layout.get("regions", [])]
+    lines += ["", *statement(layout["working_memory"], layout["name"])]
     lines += ["", "steps:"]
     for st in steps:
         where = f"  @{st['device']}" if st["device"] else ""

@@ -7,13 +7,18 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
 - `constant` nodes feed kernels as weights (one blob, 64-byte aligned entries, equal
   constants stored once), except small ones (`kernel_operands` leaves them out) which are
   copied into the kernel bodies that use them, as the kernel contract allows;
-- view ops (`ALIAS_OPS`: identity, reshape, flatten, squeeze, unsqueeze) move no data: their
-  result is their operand's buffer;
+- view ops (`OpDef.is_view`: identity, reshape, flatten, squeeze, unsqueeze) move no data:
+  their result is their operand's buffer;
 - each value lives in one place (`Storage`): a graph input, the weights blob, an output
   buffer (a kernel writes a graph output in place when it can) or the arena, planned by
   `memplan.plan_memory` over the calls' order (`Program.memory`: offsets and report);
   outputs that are inputs, weights, views or repeated are copied at the
   end (`Program.copies`);
+- kernel scratch: `set_scratch(program, scratch)` takes what the kernel compiler reported
+  (`kernel_object.KernelScratch` per symbol) and plans the arena again with each CPU
+  call's scratch buffers in it, live during that call only (`Program.scratch_at`); the
+  per-thread scratch of the whole program is the largest kernel's (`thread_scratch_bytes`,
+  bytes per thread slot, which the runtime allocates per thread outside the arena);
 - the arena, the weights and the inputs and outputs together each stay within 2**48 bytes
   (`ir/limits.py`); a FlowcError names the buffer at the arena's top (its node), the largest
   weight or the largest input/output otherwise (`check_sizes`).
@@ -29,9 +34,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from flowc.codegen.kernel_object import KernelScratch
 from flowc.codegen.kernels import kernel_operands, single_node_body
 from flowc.codegen.plan.arena import align
-from flowc.codegen.plan.memplan import MemoryPlan, Step, in_place_inputs, plan_memory
+from flowc.codegen.plan.memplan import MemoryPlan, ScratchSlot, Step, in_place_inputs, plan_memory
 from flowc.codegen.plan.partitions import (
     TRANSFER_OPS,
     Region,
@@ -39,18 +45,17 @@ from flowc.codegen.plan.partitions import (
     check_devices,
     check_no_deadlock,
     device_regions,
+    is_gpu_device,
     is_partitioned,
 )
 from flowc.ir.attrs import Tensor
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.limits import MAX_ARENA_BYTES, MAX_WEIGHTS_BYTES, check_total
-from flowc.ir.ops import OPS, PURE
+from flowc.ir.ops import OPS, PURE, is_view
 from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
-from flowc.passes.schedule_model import VIEW_OPS
 
-ALIAS_OPS = VIEW_OPS  # one definition, shared with the scheduler's memory model
 FUSED_OP = "fused"
 
 
@@ -95,9 +100,27 @@ class Program:
     arena_bytes: int = 0
     memory: MemoryPlan | None = None  # the arena plan and its report (memplan.py)
     regions: list[Region] = field(default_factory=list)  # per device, when partitioned
+    scratch: dict[str, KernelScratch] = field(default_factory=dict)  # per kernel symbol
+    thread_scratch_bytes: int = 0  # per thread slot: the largest kernel's
+    views: dict[Value, Value] = field(default_factory=dict)  # a view's result -> its base
+    kept: set[Value] = field(default_factory=set)  # arena values the output copies read
 
     def where(self, value: Value) -> Storage:
         return self.storage[value]
+
+    def needs(self, call: Call) -> KernelScratch:
+        """The scratch the kernel of `call` takes (none for a transfer or a GPU call, whose
+        kernels the GPU path gives scratch of its own)."""
+        if call.kernel is None or is_gpu_device(call_device(call)):
+            return KernelScratch()
+        return self.scratch.get(call.kernel.symbol, KernelScratch())
+
+    def scratch_at(self, step: int) -> list[Storage]:
+        """Where the scratch buffers of the program's `step`-th call are (arena offsets)."""
+        plan = self.memory
+        assert plan is not None
+        n = len(self.needs(self.calls[step]).buffers)
+        return [Storage("arena", plan.scratch[ScratchSlot(step, k)]) for k in range(n)]
 
 
 def nbytes(t: TensorType) -> int:
@@ -158,7 +181,7 @@ def build_program(graph: Graph, prefix: str) -> Program:
                                       node.outputs, (node.name or node.op,), node))
             continue
         check_node(node)
-        if node.op in ALIAS_OPS:
+        if is_view(node.op):
             root[node.out()] = root.get(node.inputs[0], node.inputs[0])
             continue
         body, operands = fused_body(node) if node.op == FUSED_OP else (
@@ -175,14 +198,23 @@ def build_program(graph: Graph, prefix: str) -> Program:
                                   tuple(root.get(v, v) for v in operands),
                                   node.outputs, names))
     check_no_deadlock(program.calls)
-    _assign_storage(program, root)
-    if is_partitioned(graph):
-        program.regions = device_regions(program.memory, program.calls)
+    program.views = root
+    _assign_storage(program)
     return program
 
 
-def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
-    graph = program.graph
+def set_scratch(program: Program, scratch: dict[str, KernelScratch]) -> None:
+    """Record the kernels' scratch and plan the arena again with it (module docstring)."""
+    program.scratch = {k.symbol: scratch[k.symbol] for k in program.kernels
+                       if k.symbol in scratch}
+    program.thread_scratch_bytes = max(
+        (program.needs(c).per_thread for c in program.calls), default=0)
+    if any(program.needs(c).buffers for c in program.calls):  # else the plan stands
+        _plan_arena(program)
+
+
+def _assign_storage(program: Program) -> None:
+    graph, root = program.graph, program.views
     storage = program.storage
     for i, node in enumerate(graph.inputs):
         storage[node.out()] = Storage("input", i)
@@ -214,7 +246,19 @@ def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
     for base in kept:
         if base.node.op == "constant":
             storage.setdefault(base, weight(base))
-    program.memory = plan_arena_storage(program, kept)
+    program.kept = kept
+    _plan_arena(program)
+
+
+def _plan_arena(program: Program) -> None:
+    """Plan the arena (with the kernels' scratch known so far) and place the arena values,
+    their views and the output copies."""
+    graph, root, storage = program.graph, program.views, program.storage
+    for v in [v for v, where in storage.items() if where.kind == "arena"]:
+        del storage[v]
+    for view in root:
+        storage.pop(view, None)
+    program.memory = plan_arena_storage(program, program.kept)
     program.arena_bytes = program.memory.arena_bytes
     check_sizes(program)
     for v, offset in program.memory.offsets.items():
@@ -222,10 +266,13 @@ def _assign_storage(program: Program, root: dict[Value, Value]) -> None:
     for view, base in root.items():
         if base in storage:
             storage[view] = storage[base]
+    program.copies = []
     for j, (_, value) in enumerate(graph.outputs):
         where = storage[root.get(value, value)]
         if where != Storage("output", j):
             program.copies.append((j, where, nbytes(value.type)))
+    if is_partitioned(graph):
+        program.regions = device_regions(program.memory, program.calls)
 
 
 def check_sizes(program: Program) -> None:
@@ -254,7 +301,8 @@ def plan_arena_storage(program: Program, kept: set[Value]) -> MemoryPlan:
     """The memory plan of the results no other storage holds, over the calls' order;
     those in `kept` (read by the output copies) live to the end."""
     steps = [Step(call.operands, call.results,
-                  in_place_inputs(call.kernel.body) if call.kernel else {}, call_device(call))
+                  in_place_inputs(call.kernel.body) if call.kernel else {}, call_device(call),
+                  program.needs(call).buffers)
              for call in program.calls]
     planned = {v for call in program.calls for v in call.results if v not in program.storage}
     return plan_memory(steps, planned, kept)

@@ -1,28 +1,28 @@
 """THE op registry of flowc: `OPS` maps each op name to its single `OpDef`.
 
-Importing this package registers every op; each module below defines one family.
+Importing this package registers every op: it imports every module of the package, in
+name order (one module per op family; a new family is a new module, listed nowhere else).
 """
 
-from flowc.ir.ops import (  # noqa: F401  (register ops)
-    control,
-    conv,
-    core,
-    elementwise,
-    fused,
-    nn,
-    reduce,
-    shape,
-    winograd,
-)
+import importlib
+import pkgutil
+
 from flowc.ir.ops.registry import (
+    ANCHOR_KINDS,
     COMMUTATIVE,
     ELEMENTWISE,
     HAS_BODY,
+    NARROW,
     ONNX_OPS,
     OPS,
     PURE,
     REQUIRED,
+    RESHAPE_LIKE,
+    SELECTS,
     STATEFUL,
+    TOLERANCES,
+    TRANSCENDENTAL,
+    VIEW,
     AttrSpec,
     InferContext,
     KernelContext,
@@ -31,11 +31,16 @@ from flowc.ir.ops.registry import (
     define,
     get_op,
     infer_types,
+    is_view,
     unknown_value_operands,
 )
 
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")
+
 __all__ = [
-    "COMMUTATIVE", "ELEMENTWISE", "HAS_BODY", "ONNX_OPS", "OPS", "PURE", "REQUIRED",
-    "STATEFUL", "AttrSpec", "InferContext", "KernelContext", "OpDef", "Trait", "define",
-    "get_op", "infer_types", "unknown_value_operands",
+    "ANCHOR_KINDS", "COMMUTATIVE", "ELEMENTWISE", "HAS_BODY", "NARROW", "ONNX_OPS", "OPS", "PURE",
+    "REQUIRED", "RESHAPE_LIKE", "SELECTS", "STATEFUL", "TOLERANCES", "TRANSCENDENTAL", "VIEW",
+    "AttrSpec", "InferContext", "KernelContext", "OpDef", "Trait", "define",
+    "get_op", "infer_types", "is_view", "unknown_value_operands",
 ]

@@ -18,6 +18,7 @@ from flowc.ir.ops.channels_last import (
     channels_last_infer,
     channels_last_kernel,
 )
+from flowc.ir.ops.cost import conv_flops, conv_transpose_flops, per_input_element, pool_flops
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.ops.rules import require_dtype, same_dtype
 from flowc.ir.types import Dim, TensorType, i64
@@ -225,7 +226,8 @@ def _conv_kernel(ctx: KernelContext, x: np.ndarray, w: np.ndarray,
 _CONV_DOC = ("ONNX Conv: N-d, grouped (depthwise when group == C), optional bias B [M]; "
              "channels_last: X [N, *S, C], W [*K, C/group, M] (see channels_last.py).")
 define("conv", ("X", "W", "B?"), channels_last_infer(_conv_infer, 1),
-       channels_last_kernel(_conv_kernel, 1), onnx="Conv", doc=_CONV_DOC,
+       channels_last_kernel(_conv_kernel, 1), onnx="Conv", doc=_CONV_DOC, flops=conv_flops,
+       tolerance="matmul", anchor="conv_epilogue",
        attrs=[*_window_attrs(), AttrSpec("group", "int", 1), CHANNELS_LAST])
 
 
@@ -339,6 +341,7 @@ def _convt_kernel(ctx: KernelContext, x: np.ndarray, w: np.ndarray,
 
 
 define("conv_transpose", ("X", "W", "B?"), _convt_infer, _convt_kernel, onnx="ConvTranspose",
+       flops=conv_transpose_flops, tolerance="matmul",
        doc="ONNX ConvTranspose: W is [C, M/group, *kernel]; output_shape overrides pads.",
        attrs=[*_window_attrs(), AttrSpec("group", "int", 1),
               AttrSpec("output_padding", "ints", None), AttrSpec("output_shape", "ints", None)])
@@ -411,13 +414,15 @@ def _avg_pool_kernel(ctx: KernelContext, x: np.ndarray) -> np.ndarray:
 
 _CEIL = AttrSpec("ceil_mode", "int", 0)
 define("max_pool", ("X",), channels_last_infer(_pool_infer),
-       channels_last_kernel(_max_pool_kernel), onnx="MaxPool",
+       channels_last_kernel(_max_pool_kernel), onnx="MaxPool", flops=pool_flops,
+       tolerance="exact",
        attrs=[*_window_attrs(), _CEIL, AttrSpec("storage_order", "int", 0),
               AttrSpec("num_outputs", "int", 1), CHANNELS_LAST],
        doc="ONNX MaxPool; num_outputs=2 adds Indices (i64 flat indices into X); "
            "channels_last: X [N, *S, C], one output.")
 define("average_pool", ("X",), channels_last_infer(_pool_infer),
-       channels_last_kernel(_avg_pool_kernel), onnx="AveragePool",
+       channels_last_kernel(_avg_pool_kernel), onnx="AveragePool", flops=pool_flops,
+       tolerance="reduction",
        attrs=[*_window_attrs(), _CEIL, AttrSpec("count_include_pad", "int", 0), CHANNELS_LAST],
        doc="ONNX AveragePool; count_include_pad counts explicit pads, never ceil-mode ones; "
            "channels_last: X [N, *S, C].")
@@ -437,7 +442,9 @@ def _global(reduce):
 
 
 define("global_max_pool", ("X",), _global_pool_infer, _global(np.max), onnx="GlobalMaxPool",
+       flops=per_input_element(1), tolerance="exact",
        doc="ONNX GlobalMaxPool: max over all spatial dims, kept as 1s.")
 define("global_average_pool", ("X",), _global_pool_infer, _global(np.mean),
-       onnx="GlobalAveragePool", doc="ONNX GlobalAveragePool: mean over all spatial dims.")
+       onnx="GlobalAveragePool", doc="ONNX GlobalAveragePool: mean over all spatial dims.",
+       flops=per_input_element(1), tolerance="reduction")
 

@@ -15,8 +15,10 @@ import numpy as np
 
 from flowc.ir.ops.registry import (
     HAS_BODY,
+    NARROW,
     PURE,
     STATEFUL,
+    VIEW,
     AttrSpec,
     InferContext,
     KernelContext,
@@ -31,10 +33,10 @@ def _constant_infer(ctx: InferContext) -> TensorType:
 
 
 define("constant", (), _constant_infer, lambda ctx: ctx.attrs["value"].data,
-       attrs=[AttrSpec("value", "tensor")], onnx="Constant",
+       attrs=[AttrSpec("value", "tensor")], onnx="Constant", traits=(PURE, NARROW),
        doc="A constant tensor (weights, literals).")
 
-define("identity", ("x",), same_rule, lambda ctx, x: x, onnx="Identity",
+define("identity", ("x",), same_rule, lambda ctx, x: x, onnx="Identity", traits=(PURE, VIEW),
        doc="Its operand, unchanged.")
 
 

@@ -15,7 +15,10 @@ import numpy as np
 from flowc.ir.ops.registry import (
     COMMUTATIVE,
     ELEMENTWISE,
+    NARROW,
     PURE,
+    RESHAPE_LIKE,
+    TRANSCENDENTAL,
     AttrSpec,
     InferContext,
     define,
@@ -35,6 +38,7 @@ from flowc.ir.types import DTYPES, DType, TensorType, bool_, dtype
 
 EW = (PURE, ELEMENTWISE)
 EWC = (PURE, ELEMENTWISE, COMMUTATIVE)
+EWT = (PURE, ELEMENTWISE, TRANSCENDENTAL)  # costs and tolerance of exp, tanh, ...
 
 
 def _typed(fn):
@@ -298,52 +302,59 @@ define("sub", ("a", "b"), numeric_broadcast_rule, _typed(np.subtract), onnx="Sub
 define("mul", ("a", "b"), numeric_broadcast_rule, _typed(np.multiply), onnx="Mul", traits=EWC)
 define("div", ("a", "b"), numeric_broadcast_rule, _float_typed(_div), onnx="Div", traits=EW,
        doc="Integer division truncates toward zero.")
-define("pow", ("x", "y"), _pow_rule, _float_typed(_pow), onnx="Pow", traits=EW,
+define("pow", ("x", "y"), _pow_rule, _float_typed(_pow), onnx="Pow", traits=EWT,
        doc="The result has the base's dtype; the exponent's dtype may differ.")
 define("max", ("inputs*",), _variadic_rule, _typed(lambda *a: _fold(np.maximum, a)),
-       onnx="Max", traits=EWC)
+       onnx="Max", traits=EWC, tolerance="exact")
 define("min", ("inputs*",), _variadic_rule, _typed(lambda *a: _fold(np.minimum, a)),
-       onnx="Min", traits=EWC)
+       onnx="Min", traits=EWC, tolerance="exact")
 define("mod", ("a", "b"), _mod_rule, _attr_kernel(_mod), onnx="Mod", traits=EW,
        attrs=[AttrSpec("fmod", "int", 0)],
        doc="fmod 0: the remainder takes the divisor's sign (floor mod); 1: the dividend's.")
 
 define("relu", ("x",), numeric_rule, _typed(lambda x: np.maximum(x, 0)), onnx="Relu",
-       traits=EW)
-define("neg", ("x",), _signed_rule, _typed(np.negative), onnx="Neg", traits=EW)
-define("abs", ("x",), numeric_rule, _typed(np.abs), onnx="Abs", traits=EW)
-define("sign", ("x",), numeric_rule, _typed(np.sign), onnx="Sign", traits=EW)
-define("sqrt", ("x",), float_rule, _float_typed(np.sqrt), onnx="Sqrt", traits=EW)
-define("rsqrt", ("x",), float_rule, _float_typed(lambda x: 1 / np.sqrt(x)), traits=EW,
+       traits=EW, tolerance="exact")
+define("neg", ("x",), _signed_rule, _typed(np.negative), onnx="Neg", traits=EW, tolerance="exact")
+define("abs", ("x",), numeric_rule, _typed(np.abs), onnx="Abs", traits=EW, tolerance="exact")
+define("sign", ("x",), numeric_rule, _typed(np.sign), onnx="Sign", traits=EW, tolerance="exact")
+define("sqrt", ("x",), float_rule, _float_typed(np.sqrt), onnx="Sqrt", traits=EWT,
+       tolerance="elementwise")  # correctly rounded, but costs as much as exp
+define("rsqrt", ("x",), float_rule, _float_typed(lambda x: 1 / np.sqrt(x)), traits=EWT,
        doc="1 / sqrt(x).")
 define("reciprocal", ("x",), float_rule, _float_typed(lambda x: 1 / x), onnx="Reciprocal",
        traits=EW)
-define("exp", ("x",), float_rule, _float_typed(np.exp), onnx="Exp", traits=EW)
-define("log", ("x",), float_rule, _float_typed(np.log), onnx="Log", traits=EW)
-define("erf", ("x",), float_rule, _float_typed(_erf), onnx="Erf", traits=EW)
-define("tanh", ("x",), float_rule, _float_typed(np.tanh), onnx="Tanh", traits=EW)
-define("sin", ("x",), float_rule, _float_typed(np.sin), onnx="Sin", traits=EW)
-define("cos", ("x",), float_rule, _float_typed(np.cos), onnx="Cos", traits=EW)
-define("floor", ("x",), float_rule, _float_typed(np.floor), onnx="Floor", traits=EW)
-define("ceil", ("x",), float_rule, _float_typed(np.ceil), onnx="Ceil", traits=EW)
-define("sigmoid", ("x",), float_rule, _float_typed(_sigmoid), onnx="Sigmoid", traits=EW)
+define("exp", ("x",), float_rule, _float_typed(np.exp), onnx="Exp", traits=EWT)
+define("log", ("x",), float_rule, _float_typed(np.log), onnx="Log", traits=EWT)
+define("erf", ("x",), float_rule, _float_typed(_erf), onnx="Erf", traits=EWT)
+define("tanh", ("x",), float_rule, _float_typed(np.tanh), onnx="Tanh", traits=EWT)
+define("sin", ("x",), float_rule, _float_typed(np.sin), onnx="Sin", traits=EWT)
+define("cos", ("x",), float_rule, _float_typed(np.cos), onnx="Cos", traits=EWT)
+define("floor", ("x",), float_rule, _float_typed(np.floor), onnx="Floor", traits=EW,
+       tolerance="exact")
+define("ceil", ("x",), float_rule, _float_typed(np.ceil), onnx="Ceil", traits=EW,
+       tolerance="exact")
+define("sigmoid", ("x",), float_rule, _float_typed(_sigmoid), onnx="Sigmoid", traits=EWT)
 define("softplus", ("x",), float_rule, _float_typed(lambda x: np.logaddexp(0, x)),
-       onnx="Softplus", traits=EW, doc="log(1 + exp(x)).")
+       onnx="Softplus", traits=EWT, doc="log(1 + exp(x)).")
+define("softsign", ("x",), float_rule, _float_typed(lambda x: x / (1 + np.abs(x))),
+       onnx="Softsign", traits=EW, doc="x / (1 + |x|).")
 define("leaky_relu", ("x",), float_rule,
        _attr_kernel(lambda attrs, x: np.where(x >= 0, x, attrs["alpha"] * x)),
-       onnx="LeakyRelu", traits=EW, attrs=[AttrSpec("alpha", "float", 0.01)])
+       onnx="LeakyRelu", traits=EW, tolerance="transcendental",
+       attrs=[AttrSpec("alpha", "float", 0.01)])
 define("hard_sigmoid", ("x",), float_rule,
        _attr_kernel(lambda attrs, x: np.clip(attrs["alpha"] * x + attrs["beta"], 0, 1)),
-       onnx="HardSigmoid", traits=EW,
+       onnx="HardSigmoid", traits=EWT,
        attrs=[AttrSpec("alpha", "float", 0.2), AttrSpec("beta", "float", 0.5)],
        doc="max(0, min(1, alpha * x + beta)).")
-define("gelu", ("x",), _gelu_rule, _attr_kernel(_gelu), onnx="Gelu", traits=EW,
+define("gelu", ("x",), _gelu_rule, _attr_kernel(_gelu), onnx="Gelu", traits=EWT,
        attrs=[AttrSpec("approximate", "str", "none")],
        doc="ONNX Gelu (opset 20): exact (erf) or the tanh approximation.")
 define("clip", ("x", "min?", "max?"), _clip_rule, _typed(_clip), onnx="Clip", traits=EW,
-       doc="ONNX Clip-13: absent bounds do not clip; min > max yields max.")
+       tolerance="exact", doc="ONNX Clip-13: absent bounds do not clip; min > max yields max.")
 define("isnan", ("x",), _isnan_rule, _typed(np.isnan), onnx="IsNaN", traits=EW)
-define("cast", ("x",), _cast_rule, _cast, onnx="Cast", traits=EW,
+define("cast", ("x",), _cast_rule, _cast, onnx="Cast", tolerance="exact",
+       traits=(*EW, RESHAPE_LIKE, NARROW),
        attrs=[AttrSpec("to", "dtype"), AttrSpec("saturate", "int", 1),
               AttrSpec("round_mode", "str", "up")],
        doc="ONNX Cast-25: float -> int truncates toward zero; nonzero -> true for bool; "
@@ -351,7 +362,7 @@ define("cast", ("x",), _cast_rule, _cast, onnx="Cast", traits=EW,
            "down, nearest) rounds casts to f8E8M0FNU.")
 
 define("where", ("cond", "x", "y"), _where_rule,
-       _typed(lambda c, x, y: np.where(c, x, y)), onnx="Where", traits=EW)
+       _typed(lambda c, x, y: np.where(c, x, y)), onnx="Where", traits=EW, tolerance="exact")
 
 define("not", ("x",), _not_rule, _typed(np.logical_not), onnx="Not", traits=EW)
 define("and", ("a", "b"), logical_rule, _typed(np.logical_and), onnx="And", traits=EWC)

@@ -10,11 +10,11 @@ kernel body may be:
   elements (graph-level weights arrive as operands);
 - shaped as its `kind` says:
   `elementwise`     only ELEMENTWISE ops (and constants);
-  `matmul_epilogue` one `matmul`, `gemm` or `packed_matmul` reading only body inputs and
-                    constants, the rest ELEMENTWISE ops;
-  `conv_epilogue`   the same around one `conv` or `winograd_conv`;
-  `reduction`       one reduction (`reduce_*`) whose result is the body's only output, fed
-                    by ELEMENTWISE ops (its `axes` operand, if any, a constant).
+  `matmul_epilogue` one op anchoring it (`OpDef.anchor`: `matmul`, `gemm`, `packed_matmul`)
+                    reading only body inputs and constants, the rest ELEMENTWISE ops;
+  `conv_epilogue`   the same around one of its anchors (`conv`, `winograd_conv`);
+  `reduction`       one of its anchors (`reduce_*`) whose result is the body's only output,
+                    fed by ELEMENTWISE ops (its `axes` operand, if any, a constant).
 The reference kernel runs the body on the interpreter.
 """
 
@@ -25,6 +25,7 @@ import math
 from typing import Any
 
 from flowc.ir.ops.registry import (
+    ANCHOR_KINDS,
     ELEMENTWISE,
     HAS_BODY,
     OPS,
@@ -39,15 +40,14 @@ from flowc.ir.types import TensorType
 
 MAX_INLINE_CONSTANT = 16  # elements; larger constants are operands of the fused node
 
-# kind -> the ops that anchor it (None: no anchor)
-ANCHORS: dict[str, frozenset[str] | None] = {
-    "elementwise": None,
-    "matmul_epilogue": frozenset({"matmul", "gemm", "packed_matmul"}),
-    "conv_epilogue": frozenset({"conv", "winograd_conv"}),
-    "reduction": frozenset({"reduce_sum", "reduce_mean", "reduce_max", "reduce_min",
-                            "reduce_prod"}),
-}
-KINDS = tuple(ANCHORS)
+KINDS = ("elementwise", *ANCHOR_KINDS)  # an elementwise body has no anchor
+
+
+@functools.cache
+def anchors(kind: str) -> frozenset[str]:
+    """The ops whose `OpDef.anchor` is `kind` (none for `elementwise`); call it once every op
+    is registered (importing flowc.ir.ops registers them)."""
+    return frozenset(name for name, opdef in OPS.items() if opdef.anchor == kind)
 
 
 @functools.cache
@@ -87,19 +87,19 @@ def _check_node(ctx: InferContext, i: int, node: Any) -> None:
 
 
 def _check_kind(ctx: InferContext, kind: str, body: Any) -> None:
-    anchors_ok = ANCHORS[kind] or frozenset()
-    anchors = [(i, n) for i, n in enumerate(body.nodes) if n.op in anchors_ok]
+    anchors_ok = anchors(kind)
+    found = [(i, n) for i, n in enumerate(body.nodes) if n.op in anchors_ok]
     for i, node in enumerate(body.nodes):
         if node.op != "constant" and node.op not in anchors_ok and not elementwise_op(node.op):
             allowed = "elementwise ops" + (f" and one of {', '.join(sorted(anchors_ok))}"
                                            if anchors_ok else "")
             ctx.fail(f"body node %{i} {node.label()}: a {kind} body holds {allowed}")
-    if ANCHORS[kind] is None:
+    if kind == "elementwise":
         return
-    if len(anchors) != 1:
+    if len(found) != 1:
         ctx.fail(f"a {kind} body holds exactly one of {', '.join(sorted(anchors_ok))}, "
-                 f"found {len(anchors)}")
-    index, anchor = anchors[0]
+                 f"found {len(found)}")
+    index, anchor = found[0]
     if kind == "reduction":
         if [v.node for _, v in body.outputs] != [anchor]:
             ctx.fail(f"body node %{index} {anchor.label()}: in a reduction body the "
@@ -116,7 +116,7 @@ def _check_kind(ctx: InferContext, kind: str, body: Any) -> None:
 
 def _fused_infer(ctx: InferContext) -> tuple:
     kind, body = ctx.attrs["kind"], ctx.attrs["body"]
-    if kind not in ANCHORS:
+    if kind not in KINDS:
         ctx.fail(f"kind must be one of {', '.join(KINDS)}, found '{kind}'")
     operands = list(ctx.types)
     if body.input_types != operands:
@@ -140,5 +140,6 @@ def _fused_kernel(ctx: KernelContext, *operands: Any) -> tuple:
 
 
 define("fused", ("operands*",), _fused_infer, _fused_kernel, traits=(PURE, HAS_BODY),
+       tolerance="matmul",
        attrs=[AttrSpec("body", "graph"), AttrSpec("kind", "str")],
        doc="One kernel: a closed static-shaped body of pure ops, shaped as `kind` says.")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowc.ir.ops.cost import gemm_flops, matmul_flops, per_input_element
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.ops.rules import broadcast_shapes, normalize_axis, require_dtype, same_dtype
 from flowc.ir.types import TensorType, f32
@@ -36,7 +37,8 @@ def _matmul_kernel(ctx: KernelContext, a: np.ndarray, b: np.ndarray) -> np.ndarr
     return np.asarray(np.matmul(a, b)).astype(ctx.types[0].dtype.np, copy=False)
 
 
-define("matmul", ("a", "b"), _matmul_infer, _matmul_kernel, onnx="MatMul",
+define("matmul", ("a", "b"), _matmul_infer, _matmul_kernel, onnx="MatMul", flops=matmul_flops,
+       tolerance="matmul", anchor="matmul_epilogue",
        doc="numpy.matmul semantics: batched, broadcasting, rank-1 operands promoted.")
 
 
@@ -75,6 +77,7 @@ def _packed_matmul_kernel(ctx: KernelContext, a: np.ndarray, panels: np.ndarray
 
 
 define("packed_matmul", ("a", "b_panels"), _packed_matmul_infer, _packed_matmul_kernel,
+       flops=matmul_flops, tolerance="matmul", anchor="matmul_epilogue",
        doc="a [..., M, K] @ B [K, N], B given as column panels b_panels [N / NR, K, NR] "
            "(panel j holds columns j*NR to j*NR + NR - 1, its K rows contiguous): the layout "
            "`pack-weights` gives a constant B so that the kernel reads it in one stream.")
@@ -122,7 +125,8 @@ def _gemm_kernel(ctx: KernelContext, a: np.ndarray, b: np.ndarray,
     return np.asarray(y).astype(ctx.types[0].dtype.np, copy=False)
 
 
-define("gemm", ("A", "B", "C?"), _gemm_infer, _gemm_kernel, onnx="Gemm",
+define("gemm", ("A", "B", "C?"), _gemm_infer, _gemm_kernel, onnx="Gemm", flops=gemm_flops,
+       tolerance="matmul", anchor="matmul_epilogue",
        attrs=[AttrSpec("alpha", "float", 1.0), AttrSpec("beta", "float", 1.0),
               AttrSpec("transA", "int", 0), AttrSpec("transB", "int", 0)],
        doc="ONNX Gemm: alpha * A' @ B' + beta * C, C unidirectionally broadcast to [M, N].")
@@ -175,6 +179,7 @@ def _batch_norm_kernel(ctx: KernelContext, x, scale, b, mean, var):
 
 define("batch_normalization", ("X", "scale", "B", "input_mean", "input_var"),
        _batch_norm_infer, _batch_norm_kernel, onnx="BatchNormalization",
+       flops=per_input_element(4), tolerance="reduction",
        attrs=[AttrSpec("epsilon", "float", 1e-5), AttrSpec("momentum", "float", 0.9),
               AttrSpec("training_mode", "int", 0)],
        doc="ONNX BatchNormalization-15: per-channel (dim 1) affine. With training_mode=1 "
@@ -232,7 +237,7 @@ def _layer_norm_kernel(ctx: KernelContext, x, scale, b=None):
 
 
 define("layer_normalization", ("X", "Scale", "B?"), _layer_norm_infer, _layer_norm_kernel,
-       onnx="LayerNormalization",
+       onnx="LayerNormalization", flops=per_input_element(8), tolerance="reduction",
        attrs=[AttrSpec("axis", "int", -1), AttrSpec("epsilon", "float", 1e-5),
               AttrSpec("stash_type", "int", 1), AttrSpec("num_outputs", "int", 1)],
        doc="ONNX LayerNormalization over dims [axis, rank); statistics in f64. "
@@ -265,6 +270,8 @@ def _softmax_kernel(log: bool):
 
 
 define("softmax", ("x",), _softmax_infer, _softmax_kernel(False), onnx="Softmax",
+       flops=per_input_element(5), tolerance="reduction",
        attrs=[AttrSpec("axis", "int", -1)], doc="ONNX Softmax (opset 13): along one axis.")
 define("log_softmax", ("x",), _softmax_infer, _softmax_kernel(True), onnx="LogSoftmax",
+       flops=per_input_element(6), tolerance="reduction",
        attrs=[AttrSpec("axis", "int", -1)], doc="ONNX LogSoftmax (opset 13): along one axis.")

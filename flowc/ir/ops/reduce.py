@@ -12,6 +12,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from flowc.ir.ops.cost import per_input_element
 from flowc.ir.ops.registry import AttrSpec, InferContext, define
 from flowc.ir.ops.rules import const_ints, normalize_axis, require_dtype
 from flowc.ir.types import TensorType, dtype, i64
@@ -98,15 +99,15 @@ def _reducer(fn):
     return kernel
 
 
-for _name, _onnx, _fn in [
-    ("reduce_sum", "ReduceSum", np.sum),
-    ("reduce_mean", "ReduceMean", np.mean),
-    ("reduce_max", "ReduceMax", np.max),
-    ("reduce_min", "ReduceMin", np.min),
-    ("reduce_prod", "ReduceProd", np.prod),
+for _name, _onnx, _fn, _tolerance in [
+    ("reduce_sum", "ReduceSum", np.sum, "reduction"),
+    ("reduce_mean", "ReduceMean", np.mean, "reduction"),
+    ("reduce_max", "ReduceMax", np.max, "exact"),
+    ("reduce_min", "ReduceMin", np.min, "exact"),
+    ("reduce_prod", "ReduceProd", np.prod, "reduction"),
 ]:
     define(_name, ("data", "axes?"), _reduce_infer, _reducer(_fn), attrs=_REDUCE_ATTRS,
-           onnx=_onnx)
+           onnx=_onnx, flops=per_input_element(1), tolerance=_tolerance, anchor="reduction")
 
 _ARG_ATTRS = [AttrSpec("axis", "int", 0), AttrSpec("keepdims", "int", 1),
               AttrSpec("select_last_index", "int", 0)]
@@ -140,5 +141,7 @@ def _arg(fn):
     return kernel
 
 
-define("arg_max", ("data",), _arg_infer, _arg(np.argmax), attrs=_ARG_ATTRS, onnx="ArgMax")
-define("arg_min", ("data",), _arg_infer, _arg(np.argmin), attrs=_ARG_ATTRS, onnx="ArgMin")
+define("arg_max", ("data",), _arg_infer, _arg(np.argmax), attrs=_ARG_ATTRS, onnx="ArgMax",
+       flops=per_input_element(1), tolerance="exact")
+define("arg_min", ("data",), _arg_infer, _arg(np.argmin), attrs=_ARG_ATTRS, onnx="ArgMin",
+       flops=per_input_element(1), tolerance="exact")

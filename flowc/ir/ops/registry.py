@@ -2,9 +2,17 @@
 
 Contract: an `OpDef` holds everything flowc knows about an op independent of any target:
 its operands (names; `?` marks optional, `*` variadic), its attribute schema with defaults,
-its traits, its type rule (`infer(ctx) -> Type | tuple[Type, ...]`), and its numpy
-reference kernel (`kernel(ctx, *arrays) -> array | tuple[array, ...]`). Ops keep ONNX
-semantics where ONNX has the op; `onnx` names the ONNX op it maps from.
+its traits, its type rule (`infer(ctx) -> Type | tuple[Type, ...]`), its numpy
+reference kernel (`kernel(ctx, *arrays) -> array | tuple[array, ...]`), and the facts
+passes, codegen and testing read about it: its FLOPs rule (`flops`, see `cost.py`), its
+tolerance class (`tolerance`, one of `TOLERANCES`) and the fused kernel kind it anchors
+(`anchor`, one of `ANCHOR_KINDS`). Ops keep ONNX semantics where ONNX has the op; `onnx`
+names the ONNX op it maps from (the ONNX importer maps it by that name).
+
+Defaults make the common case free: an ELEMENTWISE op costs one flop per result element
+(`TRANSCENDENTAL_FLOPS` if TRANSCENDENTAL), any other op none (it moves data) unless it
+gives a rule; every op's tolerance class is "elementwise" ("transcendental" if
+TRANSCENDENTAL) unless it states one.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ import numpy as np
 from flowc.ir.attrs import Attrs, Tensor
 from flowc.ir.errors import InferError
 from flowc.ir.limits import size_problem
+from flowc.ir.ops.cost import FlopsFn, elementwise_flops, no_flops
 from flowc.ir.types import DType, TensorType, Type
 
 
@@ -29,9 +38,28 @@ class Trait(enum.Enum):
     ELEMENTWISE = "elementwise"  # each output element depends on the same-index inputs
     STATEFUL = "stateful"  # reads or writes state, or communicates: never merged or dropped
     HAS_BODY = "has_body"  # holds nested graphs as attributes
+    # its result is operand 0's buffer under the result's type: no kernel, no copy
+    VIEW = "view"
+    # its result holds operand 0's elements in order, converted to the result's dtype (a
+    # VIEW is one too)
+    RESHAPE_LIKE = "reshape_like"
+    # its kernel only picks and joins operand elements, no arithmetic: it runs on arrays of
+    # Python objects (constant folding passes symbolic dims through it)
+    SELECTS = "selects"
+    # compiled kernels compute it on narrow dtypes (f8, f4, ...; a VIEW moves them too)
+    NARROW = "narrow"
+    # each element costs TRANSCENDENTAL_FLOPS (exp, tanh, erf, ...); tolerance class
+    # "transcendental" unless the op states another
+    TRANSCENDENTAL = "transcendental"
 
 
-PURE, COMMUTATIVE, ELEMENTWISE, STATEFUL, HAS_BODY = Trait
+(PURE, COMMUTATIVE, ELEMENTWISE, STATEFUL, HAS_BODY, VIEW, RESHAPE_LIKE, SELECTS, NARROW,
+ TRANSCENDENTAL) = Trait
+
+# tolerance classes of ops (flowc/testing/tolerance.py has the tolerance of each)
+TOLERANCES = ("exact", "elementwise", "transcendental", "reduction", "matmul")
+# kinds of fused kernel built around one anchor op (flowc/ir/ops/fused.py)
+ANCHOR_KINDS = ("matmul_epilogue", "conv_epilogue", "reduction")
 
 
 class Required:
@@ -138,13 +166,44 @@ class OpDef:
     traits: frozenset[Trait] = frozenset()
     onnx: str | None = None
     doc: str = ""
+    flops: FlopsFn | None = None  # None: the default of its traits (see the module docstring)
+    tolerance: str | None = None  # one of TOLERANCES; None: the default of its traits
+    anchor: str | None = None  # the ANCHOR_KINDS kind of fused kernel it anchors, if any
     attr_specs: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attr_specs", {a.name: a for a in self.attrs})
+        transcendental = TRANSCENDENTAL in self.traits
+        if self.flops is None:
+            default = elementwise_flops(transcendental) if ELEMENTWISE in self.traits else no_flops
+            object.__setattr__(self, "flops", default)
+        if self.tolerance is None:
+            default = "transcendental" if transcendental else "elementwise"
+            object.__setattr__(self, "tolerance", default)
+        if self.tolerance not in TOLERANCES:
+            raise ValueError(f"op {self.name}: tolerance must be one of {', '.join(TOLERANCES)}, "
+                             f"found {self.tolerance!r}")
+        if self.anchor is not None and self.anchor not in ANCHOR_KINDS:
+            raise ValueError(f"op {self.name}: anchor must be one of {', '.join(ANCHOR_KINDS)}, "
+                             f"found {self.anchor!r}")
 
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
+
+    @property
+    def is_view(self) -> bool:
+        """Its result aliases operand 0 (no kernel runs it)."""
+        return VIEW in self.traits
+
+    @property
+    def reshape_like(self) -> bool:
+        """Its result holds operand 0's elements in order (RESHAPE_LIKE, or a VIEW)."""
+        return RESHAPE_LIKE in self.traits or VIEW in self.traits
+
+    @property
+    def narrow(self) -> bool:
+        """Compiled kernels run it on narrow dtypes (NARROW, or a VIEW)."""
+        return NARROW in self.traits or VIEW in self.traits
 
     @property
     def arity(self) -> tuple[int, int | None]:
@@ -171,11 +230,14 @@ ONNX_OPS: dict[str, OpDef] = {}
 
 def define(name: str, inputs: Sequence[str], infer: InferFn, kernel: KernelFn, *,
            attrs: Sequence[AttrSpec] = (), traits: Sequence[Trait] = (PURE,),
-           onnx: str | None = None, doc: str = "") -> OpDef:
-    """Register an op. Pure unless `traits` says otherwise."""
+           onnx: str | None = None, doc: str = "", flops: FlopsFn | None = None,
+           tolerance: str | None = None, anchor: str | None = None) -> OpDef:
+    """Register an op. Pure unless `traits` says otherwise; `flops` and `tolerance` default
+    from its traits (see the module docstring)."""
     if name in OPS:
         raise ValueError(f"op {name} is defined twice")
-    opdef = OpDef(name, tuple(inputs), infer, kernel, tuple(attrs), frozenset(traits), onnx, doc)
+    opdef = OpDef(name, tuple(inputs), infer, kernel, tuple(attrs), frozenset(traits), onnx, doc,
+                  flops, tolerance, anchor)
     OPS[name] = opdef
     if onnx:
         ONNX_OPS[onnx] = opdef
@@ -187,6 +249,13 @@ def get_op(name: str) -> OpDef:
         return OPS[name]
     except KeyError:
         raise InferError(f"unknown op '{name}'") from None
+
+
+def is_view(op: str) -> bool:
+    """Whether `op` is a registry op whose result aliases operand 0 (`OpDef.is_view`); False
+    for names outside the registry (a graph's `input`)."""
+    opdef = OPS.get(op)
+    return opdef is not None and opdef.is_view
 
 
 def infer_types(opdef: OpDef, types: Sequence[Type | None], attrs: Attrs | dict,

@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 
-from flowc.ir.ops.registry import AttrSpec, InferContext, define
+from flowc.ir.ops.registry import PURE, SELECTS, VIEW, AttrSpec, InferContext, define
 from flowc.ir.ops.rules import broadcast_shapes, const_ints, normalize_axis, shape_product
 from flowc.ir.types import TensorType, f32, i64
 
@@ -76,7 +76,7 @@ def _reshape_kernel(ctx, x, shape):
 
 
 define("reshape", ("x", "shape"), _reshape_infer, _reshape_kernel, onnx="Reshape",
-       attrs=[AttrSpec("allowzero", "int", 0)])
+       attrs=[AttrSpec("allowzero", "int", 0)], traits=(PURE, VIEW))
 
 
 # ---------------------------------------------------------------- helpers
@@ -167,7 +167,7 @@ def _concat_infer(ctx: InferContext) -> TensorType:
 
 define("concat", ("inputs*",), _concat_infer,
        lambda ctx, *xs: np.concatenate(xs, axis=ctx.attrs["axis"]), onnx="Concat",
-       attrs=[AttrSpec("axis", "int")])
+       attrs=[AttrSpec("axis", "int")], traits=(PURE, SELECTS))
 
 
 # ---------------------------------------------------------------- split
@@ -295,7 +295,7 @@ def _slice_kernel(ctx, x, starts, ends, axes=None, steps=None):
 
 
 define("slice", ("data", "starts", "ends", "axes?", "steps?"), _slice_infer, _slice_kernel,
-       onnx="Slice")
+       onnx="Slice", traits=(PURE, SELECTS))
 
 
 # ---------------------------------------------------------------- gather
@@ -338,7 +338,7 @@ def _gather_kernel(ctx, x, idx):
 
 
 define("gather", ("data", "indices"), _gather_infer, _gather_kernel, onnx="Gather",
-       attrs=[AttrSpec("axis", "int", 0)])
+       attrs=[AttrSpec("axis", "int", 0)], traits=(PURE, SELECTS))
 
 
 # ---------------------------------------------------------------- pad
@@ -455,7 +455,8 @@ def _squeeze_kernel(ctx, x, axes=None):
     return np.squeeze(x, axis=tuple(int(a) % x.ndim for a in axes.reshape(-1)))
 
 
-define("squeeze", ("data", "axes?"), _squeeze_infer, _squeeze_kernel, onnx="Squeeze")
+define("squeeze", ("data", "axes?"), _squeeze_infer, _squeeze_kernel, onnx="Squeeze",
+       traits=(PURE, VIEW))
 
 
 def _unsqueeze_infer(ctx: InferContext) -> TensorType:
@@ -477,7 +478,8 @@ def _unsqueeze_kernel(ctx, x, axes):
     return np.expand_dims(x, tuple(sorted(int(a) % rank for a in axes.reshape(-1))))
 
 
-define("unsqueeze", ("data", "axes"), _unsqueeze_infer, _unsqueeze_kernel, onnx="Unsqueeze")
+define("unsqueeze", ("data", "axes"), _unsqueeze_infer, _unsqueeze_kernel, onnx="Unsqueeze",
+       traits=(PURE, VIEW))
 
 
 # ---------------------------------------------------------------- flatten
@@ -503,7 +505,7 @@ def _flatten_kernel(ctx, x):
 
 
 define("flatten", ("input",), _flatten_infer, _flatten_kernel, onnx="Flatten",
-       attrs=[AttrSpec("axis", "int", 1)])
+       attrs=[AttrSpec("axis", "int", 1)], traits=(PURE, VIEW))
 
 
 # ---------------------------------------------------------------- gather_elements
