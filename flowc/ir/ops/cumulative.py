@@ -1,12 +1,12 @@
 """Cumulative ops: cumsum (ONNX CumSum, opsets 11 and 14).
 
-`cumsum(x, axis)`: the running sums of `x` along `axis`, of x's type. `axis` is a 0-D or
-1-element 1-D int32/int64 tensor in [-rank, rank); negative axes count from the end. The
-result's type does not depend on its value, so the type rule checks it only where it is
-known (the interpreter runs a run-time axis, checking its range then); compiled kernels
-need it known at compile time (a constant, or folded to one: lower/cumulative.py says so,
-naming the node, otherwise). `exclusive=1` leaves each element
-out of its own sum (the first sum is 0); `reverse=1` sums from the end of the axis.
+`cumsum(x, axis)`: the running sums of `x` (numeric, rank >= 1) along `axis`, of x's type.
+`exclusive=1` leaves each element out of its own sum (the first sum is 0); `reverse=1`
+sums from the end of the axis. `axis` is a 0-D or 1-element 1-D int32/int64 tensor in
+[-rank, rank); negative axes count from the end. The result's type does not depend on
+its value, so the type rule checks it only where it is known (the interpreter runs a
+run-time axis, checking its range then); compiled kernels need it known at compile time
+(a constant, or folded to one: lower/cumulative.py says so, naming the node, otherwise).
 
 Sums are computed in x's dtype, step by step (numpy's `cumsum` with `dtype=x.dtype`):
 integers wrap, 16-bit floats round each partial sum to 16 bits (computed in f32, as
