@@ -155,7 +155,7 @@ def profile(threads: list[int], rounds: int) -> list[str]:
     import perf_models
 
     import flowc
-    from flowc.cli_profile import profiled_runs
+    from flowc.cli.profile import profiled_runs
     from flowc.passes.pipeline import PIPELINES
     from flowc.runtime.profile import top_kernels
 

@@ -46,7 +46,7 @@ def worker(device: str) -> None:
 
     import onnx.backend.test
 
-    from flowc.frontend.onnx_backend import FlowcBackend
+    from flowc.onnx_backend import FlowcBackend
 
     class Backend(FlowcBackend):
         @classmethod

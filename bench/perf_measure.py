@@ -180,7 +180,7 @@ def profile_case(case: dict[str, Any], threads: int, runs: int) -> list[dict[str
     GEMM nodes and, beside it, numpy sgemm's time for those shapes (ms)."""
     import kernels_common as kc
 
-    from flowc.cli_profile import profiled_runs
+    from flowc.cli.profile import profiled_runs
     from flowc.runtime.profile import top_kernels
 
     kc.settle(0.05, 1.0)  # no other engine's idle workers spinning during the runs

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from flowc.cli import build_parser, main
-from flowc.cli_common import Count
+from flowc.cli.common import Count
 
 GRAPH = ("graph @g(%x: f32[N,4]) -> (y: f32[N,4]) {\n"
          "  %0 = relu %x : (f32[N,4]) -> f32[N,4] loc(\"r\")\n  return %0\n}\n")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from flowc.cli import split_chunks
+from flowc.cli.common import split_chunks
 from flowc.ir.ops import OPS
 from flowc.ir.parser import parse
 from flowc.ir.printer import print_graph

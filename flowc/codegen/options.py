@@ -117,12 +117,15 @@ def cli_fields() -> list[dataclasses.Field]:
 
 def add_arguments(parser: argparse.ArgumentParser,
                   types: Mapping[str, Callable[[str], Any]] | None = None) -> None:
-    """Add one flag per CLI field of CompileOptions to `parser` (`types`: a converter per
-    field name, for fields whose text needs one, e.g. a checked count for `batch`)."""
+    """Add one flag per CLI field of CompileOptions to `parser`, in declaration order, each
+    stored under the field's name (`types`: a converter per field name, for fields whose
+    text needs one, e.g. a checked count for `batch`). A boolean field is a flag that sets
+    it; an `append` field collects a list (`from_args` makes it the field's value); any
+    other takes one value, defaulting to the field's default."""
     types = types or {}
     for f in cli_fields():
         kw = dict(f.metadata["argparse"])
-        if f.type == "bool":
+        if isinstance(f.default, bool):
             kw["action"] = "store_true"
         elif kw.get("action") == "append":
             kw["default"] = []
@@ -136,8 +139,10 @@ def add_arguments(parser: argparse.ArgumentParser,
 def from_args(args: argparse.Namespace,
               parse: Mapping[str, Callable[[Any], Any]] | None = None,
               **api: Any) -> CompileOptions:
-    """The CompileOptions of parsed `args` (`parse`: a converter per field for values that
-    need one after argparse, e.g. `--dim` lists into a mapping); `api` sets API-only fields."""
+    """The CompileOptions of `args` parsed by a parser `add_arguments` built (`parse`: a
+    converter per field name for values that need one after argparse, e.g. the `--dim`
+    list into a mapping; it raises FlowcError naming the flag for a bad value); `api`
+    sets API-only fields (and any other field, over the command line's value)."""
     parse = parse or {}
     values = {f.name: parse.get(f.name, lambda v: v)(getattr(args, f.name))
               for f in cli_fields()}

@@ -43,7 +43,7 @@ def run_onnxruntime(m: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np
 def run(m: onnx.ModelProto, feeds: dict[str, np.ndarray],
         engines: Sequence[str] = ENGINES) -> dict[str, list[np.ndarray]]:
     """`m`'s outputs, in order, per engine name (a subset of ENGINES)."""
-    from flowc.frontend.onnx_backend import FlowcBackend
+    from flowc.onnx_backend import FlowcBackend
 
     inputs = [feeds[i.name] for i in m.graph.input
               if i.name not in {t.name for t in m.graph.initializer}]

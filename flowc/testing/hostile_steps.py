@@ -27,7 +27,7 @@ def api_run(art: Path, model: Path, names: list[str] | None, check: bool,
     import numpy as np
 
     import flowc
-    from flowc.cli_common import random_array
+    from flowc.cli.common import random_array
     from flowc.runtime.errors import ArtifactError
 
     try:

@@ -7,10 +7,10 @@ import pytest
 from onnx import TensorProto, helper
 
 from flowc.codegen.session import CompiledSession
-from flowc.frontend.onnx_backend import FlowcBackend
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
+from flowc.onnx_backend import FlowcBackend
 from flowc.testing.tolerance import assert_close
 
 

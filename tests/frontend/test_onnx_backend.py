@@ -21,7 +21,7 @@ import onnx.backend.test
 import pytest
 from onnx.backend.test.loader import load_model_tests
 
-from flowc.frontend.onnx_backend import FlowcBackend, FlowcRep
+from flowc.onnx_backend import FlowcBackend, FlowcRep
 
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
@@ -107,7 +107,7 @@ def test_expected_failures_are_node_tests_in_scope():
 
 
 def test_compiled_engine_is_the_default_and_runs_every_scope_test():
-    from flowc.frontend.onnx_backend import ENGINES, compiled_engine
+    from flowc.onnx_backend import ENGINES, compiled_engine
 
     assert ENGINES["CPU"] is compiled_engine
     compiled = {a.removesuffix("_cpu") for a in vars(CompiledNodeTest) if a.startswith("test_")}

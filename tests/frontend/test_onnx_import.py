@@ -148,7 +148,7 @@ def test_wrong_input_dtype_at_run_time():
 
 
 def test_backend_devices_and_unknown_device():
-    from flowc.frontend.onnx_backend import FlowcBackend
+    from flowc.onnx_backend import FlowcBackend
 
     x = RNG.standard_normal((2, 4)).astype(np.float32)
     y, = FlowcBackend.run_model(mlp_model(), [x], device="CPU:interpret")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from flowc.cli import split_chunks
+from flowc.cli.common import split_chunks
 from flowc.frontend.onnx import import_onnx
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node

@@ -1,7 +1,8 @@
-"""What the `flowc` command's files share: options, input and output blocks.
+"""What the `flowc` commands share: options, input and output blocks.
 
 Contract: every function raises `FlowcError` (naming the option, file or input) for bad
 input or a file it cannot read or write, never a bare OSError or traceback.
+- `error(message)` prints the one `flowc: error: MESSAGE` line on stderr.
 - `Parser` is the argparse parser of every `flowc` command: a malformed command line (an
   unknown option, a value of the wrong kind) is one line, `flowc: error: COMMAND: ... (see
   'flowc COMMAND --help')`, with exit status 1, like every other error.
@@ -10,6 +11,9 @@ input or a file it cannot read or write, never a bare OSError or traceback.
   `progress_from(args, bar)` makes the `flowc.progress.Progress` they ask for (a progress bar
   on a terminal stderr, per-pass and per-kernel lines when verbose, nothing when quiet).
 - `write_text(path, text)` writes a file.
+- `read_source(path)` reads a .flowc file, stdin (`-`) or an ONNX model (imported);
+  `load_graph(path)` parses it; `source_chunks(text, split)` / `split_chunks(text)` cut a
+  text at `// -----` lines (`--split-input-file`), line numbers counting from the top.
 - `parse_binding(text, what)` splits `NAME=VALUE`; `parse_sizes(items, what)` reads
   `NAME=SIZE` bindings into a dict; `load_inputs(items)` reads `--input NAME=X.npy` feeds.
 - `random_array(rng, dtype, shape)` is one seeded random input (bools, floats, small ints).
@@ -20,13 +24,25 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from flowc.ir.errors import FlowcError
 from flowc.progress import Progress
+
+if TYPE_CHECKING:
+    from flowc.ir.graph import Graph
+
+SPLIT_RE = re.compile(r"^// -----[ \t]*$", re.MULTILINE)
+SPLIT_MARKER = "// -----\n"
+
+
+def error(message: str) -> None:
+    print(f"flowc: error: {message}", file=sys.stderr)
 
 
 class Parser(argparse.ArgumentParser):
@@ -88,6 +104,68 @@ def write_text(path: str | Path, text: str) -> None:
         raise FlowcError(f"cannot write '{path}': {exc.strerror or exc}") from None
 
 
+# ---- input graphs ----------------------------------------------------------------------
+def is_onnx_file(path: str) -> bool:
+    """Whether FILE is an ONNX model: a `.onnx` name, or content that starts as a serialized
+    ModelProto does (field 1, `ir_version`, a varint: byte 0x08, never the start of text)."""
+    if path == "-":
+        return False
+    if Path(path).suffix.lower() == ".onnx":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) == b"\x08"
+    except OSError:
+        return False
+
+
+def read_source(path: str) -> tuple[str | Graph, str]:
+    """(text, name for error messages) of FILE, or of stdin when FILE is `-`; an ONNX model
+    is imported, so its Graph stands for the text."""
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    if is_onnx_file(path):
+        from flowc.frontend.onnx import import_onnx  # onnx loads only for ONNX input
+
+        return import_onnx(path), path
+    try:
+        return Path(path).read_text(), path
+    except OSError as exc:
+        raise FlowcError(f"cannot read '{path}': {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise FlowcError(f"cannot read '{path}': not UTF-8 text ({exc.reason}); expected a "
+                         ".flowc graph or an ONNX model") from None
+
+
+def split_chunks(text: str) -> list[str]:
+    """The chunks between `// -----` lines, each padded with the newlines before it so that
+    error line numbers count from the top of the whole file."""
+    chunks, start, line = [], 0, 0
+    for m in SPLIT_RE.finditer(text):
+        chunks.append("\n" * line + text[start:m.start()])
+        line += text[start:m.end()].count("\n")
+        start = m.end()
+    chunks.append("\n" * line + text[start:])
+    return chunks
+
+
+def load_graph(path: str) -> Graph:
+    """The graph of FILE (see `read_source`), parsed and verified."""
+    text, name = read_source(path)
+    from flowc.ir.parser import parse  # after reading: a missing file is a quick error
+
+    return parse(text, name) if isinstance(text, str) else text
+
+
+def source_chunks(text: str | Graph, split: bool) -> list[str | Graph]:
+    """The graphs to process: the parts of the text (`--split-input-file`), or an imported
+    ONNX graph alone."""
+    if not isinstance(text, str):
+        return [text]
+    return split_chunks(text) if split else [text]
+
+
+# ---- bindings and feeds ------------------------------------------------------------------
 def parse_binding(text: str, what: str) -> tuple[str, str]:
     name, eq, value = text.partition("=")
     if not eq or not name or not value:

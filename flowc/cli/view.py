@@ -4,13 +4,13 @@ Contract: `load_view_graph(path, stage)` reads a `.flowc` file, an `.onnx` model
 (imported), or a dump folder written by `flowc compile --dump-dir` / `flowc opt --dump-dir`
 (the graph after the pass `stage` names, by pass name or number; by default the last one:
 the compiled graph `NAME.flowc` when present); an artifact directory stands for the dump
-folder inside it, and one without is an error saying how to draw its graph. `cmd_view`
+folder inside it, and one without is an error saying how to draw its graph. `run(args)`
 writes `-o OUT` in the format its suffix names (`.html`, `.svg`, `.dot`); the HTML page of
 a dump folder holding a memory report (`memory.json`, from `flowc compile --dump-dir`) also
 shows the arena over time, and `--memory` draws only that chart (`.svg` or `.html`). A
 `.json` file is a runtime profile (`flowc run DIR --profile trace.json`), drawn as a
 timeline (`.svg` or `.html`). Bad paths, stages, suffixes, traces and a `--memory` without
-a report are `FlowcError`s naming the path.
+a report are `FlowcError`s naming the path. `add_parser(subparsers)` registers the command.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from flowc.cli_common import Count, write_text
+from flowc.cli.common import Count, write_text
 from flowc.ir.errors import FlowcError
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def memory_report(path: str, required: bool) -> dict | None:
     return None
 
 
-def cmd_view(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from flowc.view import build_view, to_dot, to_html, to_svg
     from flowc.view.html import memory_page, timeline_page
     from flowc.view.memory import memory_svg
@@ -145,7 +145,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_view_command(sub: Any) -> None:
+def add_parser(sub: Any) -> argparse.ArgumentParser:
     view = sub.add_parser(
         "view", help="draw a graph as HTML, SVG or DOT",
         description="Draw FILE (a .flowc graph, an .onnx model, a folder written by "
@@ -165,4 +165,4 @@ def add_view_command(sub: Any) -> None:
                            "each tensor's offset and size during the steps it is live")
     view.add_argument("--run", type=Count(0, 10**9), metavar="K",
                       help="of a profile trace, draw only run K (runs count from 0)")
-    view.set_defaults(func=cmd_view)
+    return view

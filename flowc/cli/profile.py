@@ -5,8 +5,8 @@ Contract: `profiled_runs(dir, runs, seed, threads)` loads the artifact (an error
 folder when it was compiled without --profile), runs it `runs` times on seeded random
 inputs and returns (manifest, one event array per run). `write_trace` writes Chrome
 trace-event JSON (Perfetto, chrome://tracing and `flowc view` open it) and prints a line
-saying so. `cmd_profile` prints the top kernels (and transfers) by total time with the
-graph nodes each runs.
+saying so. `run(args)` prints the top kernels (and transfers) by total time with the
+graph nodes each runs. `add_parser(subparsers)` registers the command.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from flowc.cli_common import RUNS, SEED, THREADS, Count, random_array, write_text
+from flowc.cli.common import RUNS, SEED, THREADS, Count, random_array, write_text
 from flowc.ir.errors import FlowcError
 
 
@@ -47,7 +47,7 @@ def write_trace(path: str, manifest: dict[str, Any], events: list[np.ndarray]) -
           f"transfers, {len(events)} runs)")
 
 
-def cmd_profile(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from flowc.runtime.profile import top_kernels
 
     manifest, events = profiled_runs(args.dir, args.runs, args.seed, args.threads)
@@ -67,7 +67,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_profile_command(sub: Any) -> None:
+def add_parser(sub: Any) -> argparse.ArgumentParser:
     prof = sub.add_parser(
         "profile", help="run an artifact compiled with --profile; print the slowest kernels",
         description="Run DIR (compiled with 'flowc compile --profile') on seeded random "
@@ -80,4 +80,4 @@ def add_profile_command(sub: Any) -> None:
     prof.add_argument("--seed", type=SEED, default=0, help="seed of the random inputs (0)")
     prof.add_argument("--threads", type=THREADS, default=None, help="threads (default: all)")
     prof.add_argument("--trace", metavar="FILE.json", help="also write a Chrome trace")
-    prof.set_defaults(func=cmd_profile)
+    return prof

@@ -11,9 +11,9 @@ calls and `runs` timed ones, and returns a JSON-ready report: `model`, `path`, `
 (`min`, `p50`, `p90`, `p99`, `max`, `mean`: numpy's linear percentiles of the timed
 calls), `throughput_per_s` (timed calls per second of their total time) and
 `peak_rss_bytes` (the process's resident-set high-water mark, from getrusage: the Python
-process included, so compare artifacts by it, not to the arena size). `cmd_bench` prints it
+process included, so compare artifacts by it, not to the arena size). `run(args)` prints it
 and with `--json FILE` writes it. Errors are the loader's ArtifactError or FlowcError,
-one line each.
+one line each. `add_parser(subparsers)` registers the command.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from flowc.cli_common import RUNS, SEED, THREADS, Count, random_array, write_text
+from flowc.cli.common import RUNS, SEED, THREADS, Count, random_array, write_text
 
 
 def peak_rss_bytes() -> int:
@@ -87,7 +87,7 @@ def format_report(r: dict[str, Any]) -> str:
             f"  peak memory (process RSS high-water): {r['peak_rss_bytes'] / 2**20:.1f} MiB\n")
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     report = bench(args.dir, args.runs, args.warmup, args.threads, args.seed)
     sys.stdout.write(format_report(report))
     if args.json:
@@ -95,7 +95,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_bench_command(sub: Any) -> None:
+def add_parser(sub: Any) -> argparse.ArgumentParser:
     bench_p = sub.add_parser(
         "bench", help="time an artifact: latency percentiles, throughput, first call, memory",
         description="Run DIR (any artifact directory) on seeded random inputs with the runtime "
@@ -110,4 +110,4 @@ def add_bench_command(sub: Any) -> None:
                          help="threads to run on (default: FLOWC_NUM_THREADS, else all cores)")
     bench_p.add_argument("--seed", type=SEED, default=0, help="seed of the random inputs (0)")
     bench_p.add_argument("--json", metavar="FILE", help="also write the report as JSON here")
-    bench_p.set_defaults(func=cmd_bench)
+    return bench_p

@@ -1,0 +1,98 @@
+"""`flowc compile MODEL -o DIR`: compile a model into an artifact directory.
+
+Contract: `add_parser(subparsers)` registers the command; its compiler options are the CLI
+fields of `flowc.codegen.options.CompileOptions` (`add_arguments`), so the command and
+`flowc.compile` take the same options with the same help; this module adds only what is
+the command's own: MODEL, `-o`, `--no-cache`, `--explain-placement` / `--explain-memory`
+(flags here, callbacks printing the reports on stdout in the API) and `-q` / `-v`.
+`run(args)` reads the options back (`from_args`), compiles, prints a summary (the files,
+kernels, arena, bound symbolic dims and the cache's hits) unless `-q`, and returns 0.
+A bad `--dim` is a FlowcError naming it before anything compiles; the other values are
+checked by the driver, whose errors name the option too.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from flowc.cli.common import Count, add_report_options, parse_sizes, progress_from
+from flowc.codegen.options import CompileOptions, add_arguments, from_args
+
+BATCH = Count(0, 2**48)
+
+
+def options_from(args: argparse.Namespace, **api: Any) -> CompileOptions:
+    """The CompileOptions of a parsed `flowc compile` command line; `api` sets API-only
+    fields (the cache, callbacks)."""
+    return from_args(args, parse={"dims": lambda items: parse_sizes(items, "--dim")}, **api)
+
+
+def run(args: argparse.Namespace) -> int:
+    from flowc.codegen.cache import DISABLED, CompileCache, default_cache
+    from flowc.codegen.driver import compile as compile_model
+
+    out = args.output or f"{Path(args.model).stem}_artifact"
+    cache = default_cache()
+    # a fresh instance, so that its statistics are this compile's
+    cache = CompileCache(cache.root, cache.max_bytes) if cache.enabled and not args.no_cache \
+        else DISABLED
+    options = options_from(args, cache=cache)
+    progress = progress_from(args, bar=False if options.print_ir_after_all else None)
+
+    def explain(text: str) -> None:  # a report on stdout: the bar steps aside first
+        progress.hide()
+        print(text, end="")
+
+    try:
+        manifest = compile_model(
+            args.model, out, options, progress=progress,
+            explain_placement=explain if args.explain_placement else None,
+            explain_memory=explain if args.explain_memory else None)
+    finally:
+        progress.close()
+    if not args.quiet:
+        print(f"compiled {args.model} -> {out}/ (lib{manifest['name']}.so, "
+              f"lib{manifest['name']}.a, {manifest['name']}.h, manifest.json; "
+              f"{len(manifest['kernels'])} kernels, arena {manifest['arena_bytes']} bytes)")
+        bound = describe_bindings(manifest.get("symbolic_dims", {}), options.batch,
+                                  options.dims)
+        if bound:
+            print(bound)
+        dumped = "; with --dump-dir kernels are rebuilt (and dumped) without reading it" \
+            if options.dump_dir and cache.enabled else ""
+        print(cache.summary() + dumped)
+    return 0
+
+
+def describe_bindings(sizes: dict[str, int], batch: int | None, dims: dict[str, int]) -> str:
+    """The summary line naming each symbolic dim the artifact was bound to, and by what
+    (until artifacts take dynamic shapes, it runs only these sizes); "" when none."""
+    if not sizes:
+        return ""
+    parts = [f"{sym}={size} ({'--dim' if sym in dims else f'--batch {batch}'})"
+             for sym, size in sizes.items()]
+    return (f"symbolic dims bound: {', '.join(parts)}; the artifact runs only these sizes "
+            "(recompile with --batch / --dim for others)")
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    comp = sub.add_parser(
+        "compile", help="compile a model into an artifact directory",
+        description="Compile MODEL (.onnx or .flowc) into DIR: libNAME.so, libNAME.a, NAME.h, "
+                    "manifest.json (and NAME.weights for large models).")
+    comp.add_argument("model", metavar="MODEL", help="the .onnx model or .flowc graph")
+    comp.add_argument("-o", "--output", metavar="DIR",
+                      help="the artifact directory (default: MODEL's stem + _artifact)")
+    add_arguments(comp, types={"batch": BATCH})
+    comp.add_argument("--explain-placement", action="store_true",
+                      help="with --devices: print the device chosen per node, each "
+                           "candidate's estimated time and why")
+    comp.add_argument("--explain-memory", action="store_true",
+                      help="print the arena layout over time: each buffer's offset, size and "
+                           "live steps (also memory.txt in --dump-dir)")
+    comp.add_argument("--no-cache", action="store_true",
+                      help="neither read nor write the compile cache")
+    add_report_options(comp)
+    return comp
