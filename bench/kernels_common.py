@@ -48,7 +48,7 @@ def load(body, target: str):
     """(callable taking numpy arrays, compile seconds) for `body`'s kernel."""
     import numpy as np
 
-    from flowc.codegen.kernels import compile_kernels
+    from flowc.codegen.cpu.compiler import compile_kernels
 
     start = time.perf_counter()
     compiled = compile_kernels([("bench_kernel", body)], target)

@@ -3,7 +3,7 @@
 Contract:
 - `CompileCache(root, max_bytes)` stores byte strings under `root` by `(kind, key)`; `key`
   is a hex digest the caller builds with `digest(...)` from everything that decides the
-  bytes. Kernel keys (`flowc.codegen.kernels`) cover the kernel's printed body, its symbol,
+  bytes. Kernel keys (`cpu/compiler.py`) cover the kernel's printed body, its symbol,
   the target (triple, CPU, features, vector width) and `toolchain()`: the flowc version,
   a digest of flowc's own sources (so an edited lowering rule never reuses a stale
   object), and the llvmlite, LLVM and MLIR versions. Runtime-object keys (`link.py`) cover

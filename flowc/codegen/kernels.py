@@ -1,48 +1,24 @@
-"""The kernel compiler: closed static-shaped body graphs -> one relocatable object file.
+"""Kernels, target-neutral: the closed static-shaped bodies every backend compiles.
 
 Contract (flowc/codegen/README.md, "Kernels"):
-- `compile_kernels(kernels, target, dump=None) -> KernelObject`: `kernels` is a sequence of
-  `(symbol, body)`; `.object` defines exactly those symbols, each
-  `void SYM(const T0 *in0, ..., T *out0, ..., void *scratch0, ..., void *thread_scratch)`
-  over dense row-major 64-byte-aligned buffers (bool as one byte): `.scratch[SYM]` (a
-  `KernelScratch`) says which scratch arguments follow the outputs and their
-  sizes. Kernels never allocate: they need only libm and memcpy/memset at run time. Same
-  input, same bytes.
 - `single_node_body(node)`: the one-node body of a registry op; its inputs are
   `kernel_operands(node)`, in order (small constants are copied into the body instead).
 - `check_supported(graph, target)`: a FlowcError naming every node (op, node, target) that
   no lowering rule covers, or that computes on a narrow dtype (only ops whose
   `OpDef.narrow` holds run on those), nested bodies included, before any codegen work.
-- `dump(name, text)`, when given, receives per kernel `SYM.input.mlir`,
-  `SYM.schedule.mlir`, `SYM.llvm.mlir`, `SYM.ll` and `SYM.s`.
-- `cache` (flowc/codegen/cache.py; None: the environment's, False: none): each kernel is
-  lowered and optimized (O3) alone into bitcode stored (with its scratch sizes,
-  `scratch.pack`) under `kernel_key(sym, body, target)`, and the object (with every
-  kernel's scratch) under the digest of all its kernels' keys; a compile finds
-  both, so an unchanged kernel is never lowered again and an unchanged set of kernels is
-  not even emitted again. Cold or warm, the object is emitted from the kernels' bitcode,
-  so it is byte for byte the same. With `dump`, nothing is read from the cache (every
-  dump is written).
-- Kernels not found in the cache are built over worker processes
-  (`parallel_compile.run_all`, `$FLOWC_COMPILE_JOBS`; serially with `dump`): the same
-  bytes as a serial build.
-- `progress` (a `flowc.progress.Progress`; by default a quiet one) hears
-  `kernels_started(count)`, then per kernel `kernel_started(sym)` and
-  `kernel_done(sym, seconds, cached)`.
+- `check_body(sym, body)`: a FlowcError unless every body input and output has a static
+  tensor type.
+- `build_module(sym, body, target)`: the kernel as one MLIR function `SYM` over memrefs
+  (inputs, then outputs; 64-byte aligned, noalias unless the memory planner may run it in
+  place), its body lowered to linalg on tensors by the lowering table: what the CPU
+  (cpu/compiler.py) and GPU (gpu/kernels.py) kernel compilers start from.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
-import llvmlite.binding as llvm
 from mlir import ir
 from mlir.dialects import bufferization, func
 
-from flowc.codegen import compile_pool as parallel_compile
-from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
-from flowc.codegen.cpu import pipeline as cpu_pipeline
-from flowc.codegen.kernel_object import KernelObject, KernelScratch, pack, unpack
 from flowc.codegen.lower import NOT_KERNELS, lookup
 from flowc.codegen.lower.context import (
     empty,
@@ -58,11 +34,7 @@ from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import HAS_BODY, OPS, get_op
 from flowc.ir.ops.fused import MAX_INLINE_CONSTANT
-from flowc.ir.printer import print_graph
 from flowc.ir.types import TensorType
-from flowc.progress import Progress
-
-Dump = Callable[[str, str], None]
 
 
 def kernel_operands(node: Node) -> list[Value]:
@@ -135,100 +107,8 @@ def _narrow_ops() -> list[str]:
     return sorted(name for name, opdef in OPS.items() if opdef.narrow)
 
 
-def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str = "host",
-                    dump: Dump | None = None, cache: CompileCache | bool | None = None,
-                    progress: Progress | None = None) -> KernelObject:
-    """One object file defining every kernel of `kernels` (see the module docstring)."""
-    target = get_target(target)
-    cache = resolve(cache)
-    symbols = [sym for sym, _ in kernels]
-    if len(set(symbols)) != len(symbols):
-        raise FlowcError(f"compile_kernels: duplicate kernel symbols in {symbols}")
-    if not kernels:
-        raise FlowcError("compile_kernels: no kernels given")
-    for sym, body in kernels:
-        check_supported(body, target)
-        _check_body(sym, body)
-    keys = [kernel_key(sym, body, target) for sym, body in kernels]
-    object_key = digest("object", *keys)
-    progress = progress or Progress(level="quiet")
-    progress.kernels_started(len(kernels))
-    if not dump and (data := cache.get("object", object_key)) is not None:
-        for sym in symbols:
-            progress.kernel_done(sym, 0.0, True)
-        sizes, obj = unpack(data)
-        return KernelObject(obj, sizes)
-    tm = target.target_machine()
-    linked = None
-    sizes = {}
-    for packed in _bitcodes(kernels, keys, target, tm, dump, cache, progress):
-        one, bitcode = unpack(packed)
-        sizes.update(one)
-        mod = llvm.parse_bitcode(bitcode)
-        if linked is None:
-            linked = mod
-        else:
-            linked.link_in(mod)
-    assert linked is not None
-    progress.stage("emitting the object")
-    if dump:
-        dump("kernels.ll", str(linked))
-        dump("kernels.s", tm.emit_assembly(linked))
-    obj = tm.emit_object(linked)
-    cache.put("object", object_key, pack(sizes, obj))
-    return KernelObject(obj, sizes)
-
-
-def _bitcodes(kernels: Sequence[tuple[str, Graph]], keys: list[str], target: Target,
-              tm: llvm.TargetMachine, dump: Dump | None, cache: CompileCache,
-              progress: Progress) -> list[bytes]:
-    """Each kernel's optimized bitcode with its scratch (`scratch.pack`), in order: from the
-    cache, else built and stored. With
-    `dump`, every kernel is built here in order; otherwise the misses are built over worker
-    processes (`parallel_compile.run_all`: the same bytes as a serial build)."""
-    if dump:
-        found: list[bytes | None] = [None] * len(kernels)
-    else:
-        found = [cache.get("kernel", key) for key in keys]
-    for (sym, _), bitcode in zip(kernels, found, strict=True):
-        if bitcode is not None:
-            progress.kernel_done(sym, 0.0, True)
-    missing = [i for i, bitcode in enumerate(found) if bitcode is None]
-
-    def build(j: int) -> bytes:
-        sym, body = kernels[missing[j]]
-        return _kernel_bitcode(sym, body, target, tm, dump)
-
-    def done(j: int, seconds: float) -> None:
-        progress.kernel_started(kernels[missing[j]][0])
-        progress.kernel_done(kernels[missing[j]][0], seconds, None if dump else False)
-
-    built = parallel_compile.run_all(len(missing), build, done, parallel=not dump)
-    for i, bitcode in zip(missing, built, strict=True):
-        cache.put("kernel", keys[i], bitcode)
-        found[i] = bitcode
-    return [bitcode for bitcode in found if bitcode is not None]
-
-
-def kernel_key(sym: str, body: Graph, target: Target) -> str:
-    """The cache key of one kernel: everything its optimized bitcode depends on."""
-    return digest("kernel", toolchain(), target.triple, target.cpu, target.features,
-                  target.arch, str(target.vector_bits), sym, print_graph(body, resources=True))
-
-
-def _kernel_bitcode(sym: str, body: Graph, target: Target, tm: llvm.TargetMachine,
-                    dump: Dump | None) -> bytes:
-    """One kernel lowered through MLIR, verified and optimized (O3), as LLVM bitcode packed
-    with its scratch (`scratch.pack`)."""
-    text, needs = _kernel_llvm_ir(sym, body, target, dump)
-    mod = llvm.parse_assembly(text)
-    mod.triple, mod.data_layout = target.triple, str(tm.target_data)
-    mod.verify()
-    _optimize(mod, tm)
-    return pack({sym: needs}, mod.as_bitcode())
-
-
-def _check_body(sym: str, body: Graph) -> None:
+def check_body(sym: str, body: Graph) -> None:
+    """Every input and output of the kernel `sym`'s body has a static tensor type."""
     for what, types in (("input", body.input_types), ("output", body.output_types)):
         for t in types:
             if not isinstance(t, TensorType) or not t.is_static:
@@ -236,33 +116,9 @@ def _check_body(sym: str, body: Graph) -> None:
                                  f"found {t}")
 
 
-def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
-    pto = llvm.create_pipeline_tuning_options(3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-
-
-def _kernel_llvm_ir(sym: str, body: Graph, target: Target,
-                    dump: Dump | None) -> tuple[str, KernelScratch]:
-    what = f"kernel {sym}"
-    with parallel_compile.mlir_context(), ir.Location.unknown():
-        module = build_module(sym, body, target)
-        if dump:  # with locations: each op names the graph node it came from
-            dump(f"{sym}.input.mlir", module.operation.get_asm(enable_debug_info=True))
-        sub_dump = (lambda name, text: dump(f"{sym}.{name}", text)) if dump else None
-        module = cpu_pipeline.lower(module, target, what, sub_dump)
-        needs = cpu_pipeline.scratch_of(module)
-        cpu_pipeline.check_bare_pointer_signature(module, sym, len(body.inputs)
-                                                  + len(body.outputs) + needs.arguments, what)
-        if dump:
-            dump(f"{sym}.llvm.mlir", module.operation.get_asm(enable_debug_info=True))
-        return cpu_pipeline.to_llvm_ir(module), needs
-
-
 def build_module(sym: str, body: Graph, target: Target) -> ir.Module:
-    """The kernel as a function over memrefs: inputs, then outputs (see cpu_pipeline)."""
+    """The kernel as a function over memrefs: inputs, then outputs (see the module
+    docstring and cpu/pipeline.py, which lowers it for the CPU)."""
     ins, outs = body.input_types, body.output_types
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):

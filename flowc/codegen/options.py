@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from flowc.ir.errors import FlowcError
 
 if TYPE_CHECKING:
+    from flowc.codegen.backend import Backend
     from flowc.codegen.cache import CompileCache
     from flowc.codegen.target import Target
     from flowc.progress import Progress
@@ -89,8 +90,9 @@ class CompileOptions:
     """Receives the arena layout over time (plan/memreport.py)."""
     progress: Progress | None = None
     """Hears the passes, the kernels and the link stage; None: silent."""
-    backend: Any = None
-    """The kernel compiler (None: flowc's MLIR/LLVM one); tests substitute their own."""
+    backend: Backend | None = None
+    """The CPU targets' kernel compiler, a `flowc.codegen.backend.Backend` (None: flowc's
+    MLIR/LLVM `CpuBackend`); tests substitute their own. GPU kernels use `GpuBackend`."""
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> CompileOptions:
         """These options with `overrides`' fields replaced; an unknown name is an error."""

@@ -8,7 +8,9 @@ and says whether this machine can run them (`runnable`). Three exist:
 - `nvptx`: NVIDIA GPUs (`nvptx64-nvidia-cuda`, default `sm_80`): kernels go through
   `gpu_kernels` (PTX + cubins) and the artifact's host side runs on this machine's CPU.
   `is_gpu` tells the two kinds apart.
-`get_target(name)` raises a FlowcError naming the known targets for any other name.
+`get_target(name)` raises a FlowcError naming the known targets for any other name;
+`is_gpu_target(name)` says whether `name` (or a Target) is a GPU target (False for names
+it does not know: the CPU backend in use resolves, or refuses, those).
 """
 
 from __future__ import annotations
@@ -93,3 +95,10 @@ def get_target(name: str | Target = "host") -> Target:
     except KeyError:
         raise FlowcError(f"unknown target '{name}'; known targets: "
                          f"{', '.join(TARGETS)}") from None
+
+
+def is_gpu_target(name: str | Target) -> bool:
+    """Whether `name` is a GPU target (see the module docstring)."""
+    if isinstance(name, Target):
+        return name.is_gpu
+    return name in TARGETS and TARGETS[name]().is_gpu

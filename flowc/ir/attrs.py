@@ -1,7 +1,7 @@
 """Attribute values of IR nodes: hashable, immutable, printable.
 
 An attribute value is one of: `bool`, `int`, `float`, `str`, `DType`, `TensorType`,
-`Tensor` (constant data), a `Graph` (a nested body), or a tuple of those. `Attrs` is the
+`Tensor` (constant data), a `Graph` (a nested body, a `Body`), or a tuple of those. `Attrs` is the
 hashable, sorted mapping a node holds. `normalize` turns user input (lists, numpy scalars,
 numpy arrays) into these forms.
 """
@@ -73,11 +73,17 @@ def content_digest(array: np.ndarray) -> str:
     return h.hexdigest()[:16]
 
 
+class Body:
+    """The base of graph-valued attributes (nested bodies): `flowc.ir.graph.Graph` is its
+    one subclass. `normalize` and the printer test for it, so that neither imports the
+    graph module (which imports this one)."""
+
+    __slots__ = ()
+
+
 def normalize(value: Any) -> Any:
     """The canonical attribute form of `value`; TypeError for what cannot be an attribute."""
-    from flowc.ir.graph import Graph  # a body is an attribute; graph imports attrs
-
-    if isinstance(value, bool | str | DType | TensorType | Tensor | Graph):
+    if isinstance(value, bool | str | DType | TensorType | Tensor | Body):
         return value
     if isinstance(value, np.bool_):
         return bool(value)

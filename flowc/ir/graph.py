@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from flowc.ir.attrs import Attrs
+from flowc.ir.attrs import Attrs, Body
 from flowc.ir.types import Type
 
 INPUT_OP = "input"
@@ -131,7 +131,7 @@ class Value:
         return f"Value({self.node.label()}#{self.index}: {self.type})"
 
 
-class Graph:
+class Graph(Body):
     """Named inputs, nodes in topological order, named outputs. Hashed by identity."""
 
     def __init__(self, name: str = "main", inputs: Sequence[Node] = (),

@@ -22,13 +22,15 @@ with their bytes in a trailing `{-# resources: ... #-}` section when `resources=
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from flowc.ir.attrs import Tensor
-from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.attrs import Body, Tensor
 from flowc.ir.types import DType, TensorType, f64
+
+if TYPE_CHECKING:  # the graph module imports this one (Graph.__str__)
+    from flowc.ir.graph import Graph, Node, Value
 
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.$-]*\Z")
 
@@ -96,7 +98,7 @@ class Printer:
             return "[" + ", ".join(self.attr(v, indent) for v in value) + "]"
         if isinstance(value, Tensor):
             return self.tensor(value)
-        if isinstance(value, Graph):
+        if isinstance(value, Body):  # a Graph
             return self.graph(value, indent).rstrip("\n")
         raise TypeError(f"cannot print attribute {value!r}")
 

@@ -1,7 +1,7 @@
 /* The OpenMP entry points that parallel flowc kernels call (`__kmpc_fork_call`,
  * `__kmpc_dispatch_init/next_*` and a few more), run serially on the calling thread.
  * Artifacts never use this file: their runtime (pool.c) serves these entry points with its thread pool, under the artifact's prefix. It
- * is for linking bare kernel objects from `flowc.codegen.kernels.compile_kernels` on their
+ * is for linking bare kernel objects from `flowc.codegen.cpu.compiler.compile_kernels` on their
  * own: the kernel tests and the kernel benchmarks. */
 #include <stdarg.h>
 #include <stdint.h>

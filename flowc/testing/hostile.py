@@ -26,97 +26,19 @@ classifies what happened.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import onnx
 from onnx import TensorProto, helper
+
+from flowc.testing import hostile_files
+from flowc.testing.hostile_case import Case, Env, f32_tensor, model_of
+from flowc.testing.hostile_struct import structural_case
 
 FAMILIES = ("names", "sizes", "structural", "external", "manifest")
 INT64_MAX = 2**63 - 1
 HUGE = (-1, -5, 0, 2**31, 2**32, 2**40, 2**48, 2**58 + 1, 2**62, INT64_MAX, -(2**63))
-
-
-@dataclass(frozen=True)
-class Env:
-    """One campaign's fixed places: `work` (all cases live under it), `outside` (a folder no
-    model may read; `secret.bin` there holds `marker`), `canary` (a file only an executed
-    payload creates) and `base_artifact` (a real artifact the manifest family mutates)."""
-
-    work: Path
-    marker: bytes
-    canary: Path
-
-    @property
-    def outside(self) -> Path:
-        return self.work / "outside"
-
-    @property
-    def secret(self) -> Path:
-        return self.outside / "secret.bin"
-
-    @property
-    def base_artifact(self) -> Path:
-        return self.work / "base_artifact"
-
-    @property
-    def evil_library(self) -> Path:
-        return self.work / "evil" / "libevil.so"
-
-
-@dataclass
-class Case:
-    """One hostile input. `model` is saved as `model/model.onnx` (then compiled and run);
-    `setup(folder, env)` adds files beside it; `artifact(folder, env)` instead builds an
-    artifact folder to load. `what` is a one-line reproducer description."""
-
-    family: str
-    kind: str
-    seed: int
-    what: str
-    model: onnx.ModelProto | None = None
-    setup: Callable[[Path, Env], None] | None = None
-    artifact: Callable[[Path, Env], None] | None = None
-    must_fail: bool = False
-    check: bool = True
-    params: tuple = field(default_factory=tuple)
-
-    @property
-    def id(self) -> str:
-        return f"{self.family}:{self.seed}"
-
-    def key(self) -> str:
-        """Equal keys mean identical inputs: the runner runs each key once."""
-        h = hashlib.sha256(f"{self.family}|{self.kind}|{self.params!r}".encode())
-        if self.model is not None:
-            h.update(self.model.SerializeToString())
-        return h.hexdigest()[:20]
-
-
-def model_of(nodes, inputs, outputs, inits=(), opset: int | None = 18, name: str = "g",
-             functions=()) -> onnx.ModelProto:
-    """A model; `inputs` as (name, elem type, shape), `outputs` as (name, elem type, shape
-    or None). `opset=None` leaves the opset imports empty."""
-    graph = helper.make_graph(
-        list(nodes), name,
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs], list(inits))
-    imports = [] if opset is None else [helper.make_opsetid("", opset)]
-    m = helper.make_model(graph, opset_imports=imports, functions=list(functions))
-    if opset is None:
-        del m.opset_import[:]
-    return m
-
-
-def f32_tensor(name: str, shape, rng: np.random.Generator | None = None) -> TensorProto:
-    rng = rng or np.random.default_rng(0)
-    return helper.make_tensor(name, TensorProto.FLOAT, list(shape),
-                              rng.standard_normal(int(np.prod(shape))).astype(np.float32))
 
 
 def _i64(name: str, values) -> TensorProto:
@@ -279,12 +201,8 @@ def sizes_case(seed: int, env: Env) -> Case:
 def case(family: str, seed: int, env: Env) -> Case:
     """The hostile case `seed` of `family` (one of FAMILIES)."""
     if family in ("external", "manifest"):
-        from flowc.testing import hostile_files
-
         return hostile_files.case(family, seed, env)
     if family == "structural":
-        from flowc.testing.hostile_struct import structural_case
-
         return structural_case(seed, env)
     return {"names": names_case, "sizes": sizes_case}[family](seed, env)
 

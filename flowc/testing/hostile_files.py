@@ -17,7 +17,7 @@ from pathlib import Path
 
 from onnx import TensorProto, helper
 
-from flowc.testing.hostile import Case, Env, model_of
+from flowc.testing.hostile_case import Case, Env, model_of
 
 N = 8   # the external tensor: f32[8], 32 bytes, as long as the marker
 

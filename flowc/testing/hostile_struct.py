@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import onnx
 from onnx import TensorProto, helper
 
-from flowc.testing.hostile import Case, Env, f32_tensor, model_of
+from flowc.testing.hostile_case import Case, Env, f32_tensor, model_of
 
 KINDS = ("attr_type", "cycle", "self_loop", "recursion", "mutual_recursion", "dup_output",
          "dup_input", "input_is_init", "missing_input", "opset", "no_opset", "ir_version",

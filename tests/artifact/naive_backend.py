@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.kernel_object import KernelObject, KernelScratch
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -36,24 +37,6 @@ class HostTarget:
     cpu: str = "generic"
     features: str = ""
     runnable: bool = True
-
-
-def get_target(name: object = "host") -> HostTarget:
-    if isinstance(name, HostTarget):
-        return name
-    if name != "host":
-        raise FlowcError(f"the naive test backend compiles for the host only, not {name}")
-    triple = subprocess.run(["cc", "-dumpmachine"], capture_output=True, text=True,
-                            check=True).stdout.strip()
-    return HostTarget(triple=triple)
-
-
-def check_supported(body: Graph, target: HostTarget) -> None:
-    bad = [f"'{n.name}' ({n.op})" for n in body.nodes if n.op not in SUPPORTED]
-    bad += [f"'{n.name}' ({n.op}: {t})" for n in body.nodes for t in n.types
-            if t.dtype.name != "f32"]
-    if bad:
-        raise FlowcError(f"no naive kernel for node(s) {', '.join(bad)} on target {target.name}")
 
 
 def _strides(shape: tuple[int, ...]) -> list[int]:
@@ -167,7 +150,9 @@ def kernel_c(symbol: str, body: Graph) -> tuple[str, KernelScratch]:
     return "\n".join(lines), KernelScratch(tuple(temps))
 
 
-def compile_kernels(kernels, target: HostTarget, dump=None) -> KernelObject:
+def compile_object(kernels) -> KernelObject:
+    """One object file defining every kernel of `kernels` (`(symbol, body)` pairs), by cc,
+    and each kernel's scratch."""
     made = {sym: kernel_c(sym, body) for sym, body in kernels}
     source = "#include <math.h>\n\n" + "\n\n".join(c for c, _ in made.values()) + "\n"
     with tempfile.TemporaryDirectory() as tmp:
@@ -175,3 +160,33 @@ def compile_kernels(kernels, target: HostTarget, dump=None) -> KernelObject:
         subprocess.run(["cc", "-O1", "-fPIC", "-c", "k.c", "-o", "k.o"], cwd=tmp, check=True)
         return KernelObject((Path(tmp) / "k.o").read_bytes(),
                             {sym: needs for sym, (_, needs) in made.items()})
+
+
+class NaiveBackend:
+    """The naive kernels as a `flowc.codegen.backend.Backend` for the host CPU."""
+
+    name = "cpu"
+
+    def get_target(self, name: object = "host") -> HostTarget:
+        if isinstance(name, HostTarget):
+            return name
+        if name != "host":
+            raise FlowcError(f"the naive test backend compiles for the host only, not {name}")
+        triple = subprocess.run(["cc", "-dumpmachine"], capture_output=True, text=True,
+                                check=True).stdout.strip()
+        return HostTarget(triple=triple)
+
+    def check_supported(self, body: Graph, target: HostTarget) -> None:
+        bad = [f"'{n.name}' ({n.op})" for n in body.nodes if n.op not in SUPPORTED]
+        bad += [f"'{n.name}' ({n.op}: {t})" for n in body.nodes for t in n.types
+                if t.dtype.name != "f32"]
+        if bad:
+            raise FlowcError(f"no naive kernel for node(s) {', '.join(bad)} on target "
+                             f"{target.name}")
+
+    def compile(self, kernels, target: HostTarget, dump, cache, progress) -> KernelCode:
+        compiled = compile_object(kernels)
+        return KernelCode(object=compiled.object, scratch=compiled.scratch)
+
+    def manifest_target(self, code: KernelCode) -> dict:
+        return {}

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 import subprocess
 
-import naive_backend
 import numpy as np
 import pytest
 from artifact_util import compile_naive
+from naive_backend import NaiveBackend, compile_object
 
-from flowc.codegen.kernel_object import KernelObject
+from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.plan.arena import Buffer, plan_arena
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
@@ -66,6 +66,36 @@ def test_unsupported_op_is_reported_before_codegen(tmp_path):
         compile_naive(g, tmp_path)
 
 
+class RecordingBackend(NaiveBackend):
+    """The naive backend, noting each `compile` call."""
+
+    def __init__(self):
+        self.compiled = []
+
+    def compile(self, kernels, target, dump, cache, progress) -> KernelCode:
+        self.compiled.append([sym for sym, _ in kernels])
+        return super().compile(kernels, target, dump, cache, progress)
+
+
+def test_every_unsupported_kernel_is_named_before_any_codegen(tmp_path):
+    """The compile tail checks every kernel first: one error naming both unsupported nodes
+    (each its own kernel, no fusion), and the backend never compiled anything."""
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (2, 3)))
+    e = g.append(make_node("erf", [x], name="my_erf")).out()
+    r = g.append(make_node("relu", [e], name="fine")).out()
+    g.add_output("y", g.append(make_node("floor", [r], name="my_floor")).out())
+    backend = RecordingBackend()
+    with pytest.raises(FlowcError, match=re.escape(
+            "cannot compile graph @g for target host:\n"
+            "  no naive kernel for node(s) 'my_erf' (erf) on target host\n"
+            "  no naive kernel for node(s) 'my_floor' (floor) on target host")):
+        compile_naive(g, tmp_path, pipeline="", backend=backend)
+    assert backend.compiled == []
+    compile_naive(graph_with_input(TensorType("f32", (2, 3))), tmp_path / "ok", backend=backend)
+    assert backend.compiled == [["g_k0"]]
+
+
 def test_elided_constant(tmp_path):
     g = Graph("g")
     c = Tensor(None, TensorType("f32", (100,)), "0123456789abcdef")
@@ -75,17 +105,13 @@ def test_elided_constant(tmp_path):
         compile_naive(g, tmp_path)
 
 
-class ExtraSymbolBackend:
+class ExtraSymbolBackend(NaiveBackend):
     """A backend breaking the kernel contract: its object defines one global too many."""
 
-    get_target = staticmethod(naive_backend.get_target)
-    check_supported = staticmethod(naive_backend.check_supported)
-
-    @staticmethod
-    def compile_kernels(kernels, target, dump=None) -> KernelObject:
-        obj = naive_backend.compile_kernels(kernels, target, dump)
-        extra = naive_backend.compile_kernels([("helper_not_prefixed", kernels[0][1])], target)
-        return KernelObject(_link_relocatable(obj.object, extra.object), obj.scratch)
+    def compile(self, kernels, target, dump, cache, progress) -> KernelCode:
+        obj = compile_object(kernels)
+        extra = compile_object([("helper_not_prefixed", kernels[0][1])])
+        return KernelCode(_link_relocatable(obj.object, extra.object), obj.scratch)
 
 
 def _link_relocatable(a: bytes, b: bytes) -> bytes:
@@ -106,7 +132,7 @@ def test_kernel_object_breaking_the_contract(tmp_path):
             "beyond the kernels and lacks none of them")):
         import flowc
 
-        flowc.compile(g, tmp_path, backend=ExtraSymbolBackend)
+        flowc.compile(g, tmp_path, backend=ExtraSymbolBackend())
 
 
 def test_bad_weights_mode(tmp_path):
@@ -145,14 +171,10 @@ def test_every_ir_dtype_has_an_artifact_abi_code():
         assert numpy_dtype(name) == dt.np, name
 
 
-class BrokenBackend:
+class BrokenBackend(NaiveBackend):
     """A kernel compiler with a bug: it raises something other than a FlowcError."""
 
-    get_target = staticmethod(naive_backend.get_target)
-    check_supported = staticmethod(naive_backend.check_supported)
-
-    @staticmethod
-    def compile_kernels(kernels, target, dump=None) -> bytes:
+    def compile(self, kernels, target, dump, cache, progress) -> KernelCode:
         raise KeyError("oops")
 
 
@@ -162,4 +184,16 @@ def test_a_kernel_compiler_bug_is_reported_with_the_kernels(tmp_path):
     with pytest.raises(FlowcError, match=re.escape(
             "the kernel compiler failed (KeyError: 'oops') on kernels g_k0 (relu)")):
         flowc.compile(graph_with_input(TensorType("f32", (2, 3))), tmp_path,
-                      backend=BrokenBackend)
+                      backend=BrokenBackend())
+
+
+def test_kernel_code_joins_one_object_and_one_gpu_binary():
+    from flowc.codegen.kernel_code import GpuBinary
+
+    binary = GpuBinary(("sm_80",), [])
+    joined = KernelCode.join([KernelCode(object=b"obj"), KernelCode(), KernelCode(gpu=binary)])
+    assert joined == KernelCode(b"obj", gpu=binary)
+    with pytest.raises(FlowcError, match=re.escape(
+            "kernel code of 2 CPU objects and 0 GPU binaries: an artifact links at most one "
+            "of each")):
+        KernelCode.join([KernelCode(object=b"a"), KernelCode(object=b"b")])

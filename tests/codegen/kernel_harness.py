@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 
 import flowc.runtime
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernel_object import KernelObject, KernelScratch
-from flowc.codegen.kernels import compile_kernels, single_node_body
+from flowc.codegen.kernels import single_node_body
 from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret

@@ -12,9 +12,9 @@ import pytest
 from kernel_harness import op_body
 
 from flowc.codegen import compile_pool as parallel_compile
-from flowc.codegen import kernels
 from flowc.codegen.cache import CompileCache
-from flowc.codegen.kernels import compile_kernels
+from flowc.codegen.cpu import compiler
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.ir.errors import FlowcError
 
 
@@ -87,21 +87,21 @@ def test_parallel_and_serial_objects_are_byte_identical(monkeypatch, tmp_path):
     for path in (tmp_path / "cache").rglob("*"):
         if path.parent.parent.name == "object":
             path.unlink()
-    monkeypatch.setattr(kernels, "_kernel_bitcode", lambda *a: pytest.fail("recompiled"))
+    monkeypatch.setattr(compiler, "_kernel_bitcode", lambda *a: pytest.fail("recompiled"))
     assert compile_kernels(_bodies(), "host", cache=cache) == serial
     assert cache.stats["kernel.hits"] == 4
 
 
 def test_a_kernel_failing_in_a_worker_names_that_kernel(monkeypatch):
     monkeypatch.setenv("FLOWC_COMPILE_JOBS", "2")
-    real = kernels._kernel_bitcode
+    real = compiler._kernel_bitcode
 
     def broken(sym, *args):
         if sym == "cp_k2":
             raise FlowcError(f"kernel {sym}: lowering failed")
         return real(sym, *args)
 
-    monkeypatch.setattr(kernels, "_kernel_bitcode", broken)
+    monkeypatch.setattr(compiler, "_kernel_bitcode", broken)
     with pytest.raises(FlowcError, match="kernel cp_k2: lowering failed"):
         compile_kernels(_bodies(), "host", cache=False)
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from kernel_harness import check_op, op_body
 
-from flowc.codegen.kernels import compile_kernels
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.ir import FlowcError, Graph, TensorType
 from flowc.ir.build import make_node
 from flowc.testing.tolerance import assert_close

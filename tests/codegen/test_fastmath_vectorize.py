@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from kernel_harness import op_body
 
-from flowc.codegen.kernels import compile_kernels
+from flowc.codegen.cpu.compiler import compile_kernels
 
 
 @pytest.mark.parametrize(("op", "attrs"), [("softmax", {"axis": -1}),

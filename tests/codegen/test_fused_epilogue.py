@@ -8,8 +8,8 @@ from mlir import ir
 
 from flowc.codegen.cpu import pipeline as cpu_pipeline
 from flowc.codegen.cpu import vmath
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.cpu.strategy import epilogue
-from flowc.codegen.kernels import compile_kernels
 from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node

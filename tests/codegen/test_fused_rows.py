@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from kernel_harness import check_op, op_body
 
-from flowc.codegen.kernels import compile_kernels
+from flowc.codegen.cpu.compiler import compile_kernels
 
 RNG = np.random.default_rng(17)
 

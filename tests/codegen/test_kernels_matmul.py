@@ -65,7 +65,7 @@ def test_matmul_strategy_applies_without_fallback(sa, sb, packed):
     match."""
     from kernel_harness import op_body
 
-    from flowc.codegen.kernels import compile_kernels
+    from flowc.codegen.cpu.compiler import compile_kernels
 
     seen = {}
     body = op_body("matmul", [rand(*sa), rand(*sb)])
@@ -100,7 +100,7 @@ def test_matmul_with_reshaped_result_keeps_its_strategy(sa, sb, tiled):
     fallback; the results match."""
     from kernel_harness import run_body
 
-    from flowc.codegen.kernels import compile_kernels
+    from flowc.codegen.cpu.compiler import compile_kernels
     from flowc.ir import Graph, TensorType
     from flowc.ir.build import make_node
     from flowc.ir.interpret import interpret

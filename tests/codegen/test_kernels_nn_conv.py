@@ -100,7 +100,7 @@ def test_conv_strategy_applies_without_fallback(x_shape, w_shape, attrs):
     plain loops), odd sizes and strides included; the results still match."""
     from kernel_harness import op_body
 
-    from flowc.codegen.kernels import compile_kernels
+    from flowc.codegen.cpu.compiler import compile_kernels
 
     seen = {}
     body = op_body("conv", [f(*x_shape), f(*w_shape)], attrs)

@@ -8,12 +8,8 @@ import pytest
 from kernel_harness import op_body
 
 from flowc.codegen import lower
-from flowc.codegen.kernels import (
-    check_supported,
-    compile_kernels,
-    kernel_operands,
-    single_node_body,
-)
+from flowc.codegen.cpu.compiler import compile_kernels
+from flowc.codegen.kernels import check_supported, kernel_operands, single_node_body
 from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node

@@ -45,8 +45,8 @@ def test_packed_matmul_is_tiled_with_its_bias_and_relu(a_shape, k, n):
     register tiles and the rest), vector FMAs; the results match."""
     from kernel_harness import run_body
 
+    from flowc.codegen.cpu.compiler import compile_kernels
     from flowc.codegen.cpu.omp import MIN_PARALLEL_WORK
-    from flowc.codegen.kernels import compile_kernels
     from flowc.ir import Graph, TensorType
     from flowc.ir.build import make_node
     from flowc.ir.interpret import interpret

@@ -9,7 +9,7 @@ import pytest
 from kernel_harness import check_op, run_body
 
 import flowc.codegen.lower as lower
-from flowc.codegen.kernels import compile_kernels
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret

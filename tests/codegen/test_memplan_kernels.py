@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from kernel_harness import aligned, link, op_body
 
-from flowc.codegen.kernels import compile_kernels
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.plan.memplan import in_place_inputs
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node

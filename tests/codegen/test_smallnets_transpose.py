@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from kernel_harness import run_body
 
+from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.cpu.strategy.transpose import vector_tile
-from flowc.codegen.kernels import compile_kernels
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node
 

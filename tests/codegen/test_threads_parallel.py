@@ -12,7 +12,8 @@ from mlir import ir
 import flowc
 from flowc.codegen.cpu import omp as parallel
 from flowc.codegen.cpu import pipeline as cpu_pipeline
-from flowc.codegen.kernels import build_module, compile_kernels
+from flowc.codegen.cpu.compiler import compile_kernels
+from flowc.codegen.kernels import build_module
 from flowc.codegen.target import get_target
 from flowc.ir import Graph, TensorType
 from flowc.ir.build import make_node

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "artifact"))
 
-import naive_backend
+from naive_backend import NaiveBackend
 
 import flowc
 from flowc.examples import zoo
@@ -20,7 +20,7 @@ from flowc.examples import zoo
 def built_mlp(tmp_path_factory):
     """The zoo MLP at batch 2, compiled once; tests copy it before damaging it."""
     out = tmp_path_factory.mktemp("runtime_mlp")
-    flowc.compile(zoo.mlp(), out, batch=2, backend=naive_backend)
+    flowc.compile(zoo.mlp(), out, batch=2, backend=NaiveBackend())
     return out
 
 

@@ -7,8 +7,8 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-import naive_backend
 import pytest
+from naive_backend import NaiveBackend
 
 import flowc
 from flowc.codegen.emit.entry import X86_FEATURES
@@ -32,15 +32,13 @@ def test_artifact_for_a_missing_cpu_feature_is_refused(tmp_path):
     if feature is None:
         pytest.skip("this CPU has every feature the runtime checks")
 
-    class FutureCpuBackend:
-        check_supported = staticmethod(naive_backend.check_supported)
-        compile_kernels = staticmethod(naive_backend.compile_kernels)
+    class FutureCpuBackend(NaiveBackend):
+        """The naive kernels, for a CPU with `feature` (and without sse4a)."""
 
-        @staticmethod
-        def get_target(name="host"):
-            return replace(naive_backend.get_target(name), features=f"+{feature},-sse4a")
+        def get_target(self, name="host"):
+            return replace(super().get_target(name), features=f"+{feature},-sse4a")
 
-    manifest = flowc.compile(zoo.mlp(), tmp_path / "art", batch=1, backend=FutureCpuBackend)
+    manifest = flowc.compile(zoo.mlp(), tmp_path / "art", batch=1, backend=FutureCpuBackend())
     assert manifest["target"]["features"] == [feature]
     with pytest.raises(RuntimeStatusError, match=(
             f"cannot create a context: mlp: this CPU lacks '{feature}', which the artifact "

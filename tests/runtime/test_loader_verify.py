@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import naive_backend
 import pytest
+from naive_backend import NaiveBackend
 
 import flowc
 from flowc.examples import zoo
@@ -66,7 +66,7 @@ def test_fifo_manifest_is_refused_at_once(mlp_copy):
 @pytest.fixture(scope="module")
 def side_file_mlp(tmp_path_factory):
     out = tmp_path_factory.mktemp("side") / "mlp"
-    flowc.compile(zoo.mlp(), out, batch=2, weights="file", backend=naive_backend)
+    flowc.compile(zoo.mlp(), out, batch=2, weights="file", backend=NaiveBackend())
     return out
 
 

@@ -7,9 +7,9 @@ import json
 import re
 import shutil
 
-import naive_backend
 import numpy as np
 import pytest
+from naive_backend import NaiveBackend
 
 import flowc
 from flowc.examples import zoo
@@ -20,8 +20,8 @@ from flowc.runtime.abi import WEIGHTS_HEADER
 @pytest.fixture(scope="module")
 def side_file_mlp(tmp_path_factory):
     out = tmp_path_factory.mktemp("side")
-    flowc.compile(zoo.mlp(), out / "a", batch=2, weights="file", backend=naive_backend)
-    flowc.compile(zoo.mlp(seed=9), out / "b", batch=2, weights="file", backend=naive_backend)
+    flowc.compile(zoo.mlp(), out / "a", batch=2, weights="file", backend=NaiveBackend())
+    flowc.compile(zoo.mlp(seed=9), out / "b", batch=2, weights="file", backend=NaiveBackend())
     return out
 
 

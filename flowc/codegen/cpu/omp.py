@@ -36,9 +36,7 @@ import math
 
 from mlir import ir
 
-from flowc.codegen.cpu import (
-    pipeline as cpu_pipeline,  # (which calls lower_parallel: import the module)
-)
+from flowc.codegen.mlir_run import apply_script, run_passes
 from flowc.codegen.mlir_walk import inside, ops_named
 
 # Below this many scalar operations (a few microseconds of one core's vector work) a loop
@@ -74,10 +72,10 @@ _FREE = {"arith.constant", "arith.index_cast", "arith.index_castui"}
 def lower_parallel(module: ir.Module, what: str) -> None:
     """Steps 1-3 of the module docstring."""
     # identical subviews first, so that self-copies left by bufferization fold away
-    cpu_pipeline.run_passes(module, "cse,canonicalize", what)
+    run_passes(module, "cse,canonicalize", what)
     split_big_ops(module, what)
     serialize_small_loops(module, what)
-    cpu_pipeline.run_passes(module, "func.func(scf-forall-to-parallel),convert-scf-to-openmp", what)
+    run_passes(module, "func.func(scf-forall-to-parallel),convert-scf-to-openmp", what)
     for loop in ops_named(module.operation, "omp.wsloop"):
         _schedule(loop)
 
@@ -90,7 +88,7 @@ def split_big_ops(module: ir.Module, what: str) -> None:
              and work(op) >= _min_work(op)]
     if named:
         _tag(named, "flowc.par_gen")
-        cpu_pipeline.apply_script(module, _generalize_script(len(named)), what)
+        apply_script(module, _generalize_script(len(named)), what)
     scripts = []
     for op in _top_level_linalg(module):
         copy = _is_copy(op)
@@ -109,7 +107,7 @@ def split_big_ops(module: ir.Module, what: str) -> None:
             "!transform.any_op)" + (_copy_script(i, len(tiles), _inner_extent(op, tiles))
                                     if copy else ""))
     if scripts:
-        cpu_pipeline.apply_script(module, "\n".join(scripts), what)
+        apply_script(module, "\n".join(scripts), what)
 
 
 def _is_copy(op: ir.Operation) -> bool:
@@ -173,7 +171,7 @@ def serialize_small_loops(module: ir.Module, what: str) -> None:
             f"{{flowc.serial = {i} : i64}} in %root : (!transform.any_op) -> !transform.any_op\n"
             f"%s{i}_l:{rank} = transform.loop.forall_to_for %s{i} : (!transform.any_op) -> "
             f"({results})")
-    cpu_pipeline.apply_script(module, "\n".join(lines), what)
+    apply_script(module, "\n".join(lines), what)
 
 
 def work(op: ir.Operation) -> float:

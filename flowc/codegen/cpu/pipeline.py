@@ -37,9 +37,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mlir import ir, passmanager
+from mlir import ir
 from mlir.dialects import llvm as llvm_dialect
-from mlir.dialects.transform import interpreter
 
 from flowc.codegen import scratch
 from flowc.codegen.cpu import omp as parallel
@@ -47,6 +46,7 @@ from flowc.codegen.cpu import vmath
 from flowc.codegen.cpu.strategy import STRATEGIES, epilogue
 from flowc.codegen.cpu.strategy.common import FINISH_VECTORS
 from flowc.codegen.kernel_object import KernelScratch
+from flowc.codegen.mlir_run import apply_script, run_passes
 from flowc.codegen.mlir_walk import inside, ops_named
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
@@ -96,13 +96,6 @@ BUFFERIZE = """
 Dump = Callable[[str, str], None]
 
 
-def run_passes(module: ir.Module, pipeline: str, what: str) -> None:
-    try:
-        passmanager.PassManager.parse(f"builtin.module({pipeline})").run(module.operation)
-    except ir.MLIRError as exc:
-        raise FlowcError(f"{what}: MLIR pipeline failed: {exc}") from None
-
-
 def schedule(module: ir.Module, target: Target) -> str:
     """The transform script (body of the named sequence) for this kernel: the strategy of
     each op that `strategy.STRATEGIES` has one for (each such op is tagged `flowc.sched = i`
@@ -115,18 +108,6 @@ def schedule(module: ir.Module, target: Target) -> str:
             op.attributes["flowc.sched"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
             parts.append(script)
     return "\n".join([*parts, FINISH_VECTORS, BUFFERIZE])
-
-
-def apply_script(module: ir.Module, body: str, what: str) -> None:
-    text = ("module attributes {transform.with_named_sequence} {\n"
-            "  transform.named_sequence @__transform_main(%root: !transform.any_op) {\n"
-            f"{body}\n    transform.yield\n  }}\n}}")
-    script = ir.Module.parse(text)
-    main = script.body.operations[0]
-    try:
-        interpreter.apply_named_sequence(module.operation, main, script)
-    except (ir.MLIRError, ValueError) as exc:  # the interpreter raises ValueError
-        raise FlowcError(f"{what}: transform script failed: {exc}") from None
 
 
 def lower(module: ir.Module, target: Target, what: str,

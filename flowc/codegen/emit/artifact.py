@@ -1,10 +1,12 @@
 """Writing an artifact directory from a program and its compiled kernels.
 
-Contract: `write_artifact(program, out_dir, kernel_object=..., ...)` writes `NAME.h`,
+Contract: `write_artifact(program, out_dir, code, ...)` writes `NAME.h`,
 `libNAME.so`, `libNAME.a`, `manifest.json` and, when the weights are not embedded,
 `NAME.weights` (a 64-byte header naming the graph hash, then the blob), and returns the
-manifest. Weights are embedded as read-only data up to `EMBED_MAX_BYTES` (`weights="auto"`),
-always (`"embed"`) or never (`"file"`). The same arguments give byte-identical files.
+manifest. `code` is the program's compiled kernels (`KernelCode`: the CPU kernels'
+object, the GPU kernels' binary). Weights are embedded as read-only data up to
+`EMBED_MAX_BYTES` (`weights="auto"`), always (`"embed"`) or never (`"file"`). The same
+arguments give byte-identical files.
 `cache` is the compile cache the link step may take the runtime's objects from.
 The directory is written whole or not at all (`outdir.staged`): the files go into a fresh
 directory beside `out_dir`, which then replaces it, so no file of an earlier artifact stays;
@@ -25,6 +27,7 @@ from flowc.codegen.emit.link import link
 from flowc.codegen.emit.manifest import build_manifest, write_manifest
 from flowc.codegen.emit.outdir import staged
 from flowc.codegen.emit.profile_c import profile_header
+from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.plan.partitions import host_kernels
 from flowc.codegen.plan.program import Program, weights_blob
 from flowc.codegen.plan.working_memory import statement, working_memory
@@ -46,11 +49,11 @@ def model_info(program: Program, weights_file: str | None) -> ModelInfo:
                      tuple(statement(working_memory(program), program.name)))
 
 
-def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
+def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
                    target: Mapping[str, Any], sizes: Mapping[str, int], graph_hash: str,
                    flowc_version: str, weights: str = "auto",
                    dump_dir: Path | None = None, cache: Any = None,
-                   gpu: Any = None, profile: bool = False) -> dict[str, Any]:
+                   profile: bool = False) -> dict[str, Any]:
     if weights not in WEIGHTS_MODES:
         raise FlowcError(f"weights='{weights}': expected one of {', '.join(WEIGHTS_MODES)}")
     blob = weights_blob(program)
@@ -62,15 +65,15 @@ def write_artifact(program: Program, out_dir: Path, *, kernel_object: bytes,
     if profile:
         header = profile_header(header, name)
     model_c = render_model_c(program, info, graph_hash, target.get("features", ()),
-                             embedded=embed, gpu=gpu, profile=profile)
+                             embedded=embed, gpu=code.gpu, profile=profile)
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         (dump_dir / f"{name}_model.c").write_text(model_c)
     with staged(out_dir, _inside(dump_dir, out_dir)) as stage:
         with tempfile.TemporaryDirectory(prefix="flowc-link-") as tmp:
-            written = link(Path(tmp), stage, name, kernel_object, model_c, header,
+            written = link(Path(tmp), stage, name, code.object, model_c, header,
                            blob if embed and blob else None,
-                           [] if gpu is not None and not program.regions
+                           [] if code.gpu is not None and not program.regions
                            else [k.symbol for k in host_kernels(program)],
                            cache=cache)
         (stage / f"{name}.h").write_text(header)

@@ -13,25 +13,24 @@ in `c_text.c_comment` comments.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from flowc.codegen.emit.c_text import c_comment, c_string
+from flowc.codegen.emit.entry_args import ENTRY_PARAMS, ENTRY_UNUSED, call_arguments, pointer
+from flowc.codegen.emit.gpu_entry import model_field, render_gpu_program
 from flowc.codegen.emit.header import C_TYPES, ModelInfo, TensorInfo
-from flowc.codegen.emit.profile_c import timed
+from flowc.codegen.emit.partition_entry import model_fields, render_partitioned
+from flowc.codegen.emit.profile_c import profile_api, profile_prelude, timed
 from flowc.codegen.kernel_object import KernelScratch
-from flowc.codegen.plan.program import Kernel, Program, Storage
+from flowc.codegen.plan.partitions import host_kernels
+from flowc.codegen.plan.program import Kernel, Program
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES
 
 # CPU features the runtime checks before running (gcc's __builtin_cpu_supports names).
 X86_FEATURES = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "popcnt",
                 "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512vnni",
                 "avx512bf16", "avx512fp16")
-
-
-def pointer(where: Storage) -> str:
-    return {"input": f"in[{where.at}]", "output": f"out[{where.at}]",
-            "weight": f"(void *)(w + {where.at})", "arena": f"arena + {where.at}"}[where.kind]
 
 
 def _descs(kind: str, tensors: Sequence[TensorInfo], program: Program) -> list[str]:
@@ -61,20 +60,6 @@ def _cpu_check(features: Sequence[str]) -> list[str]:
         lines.append("#endif")
     lines += ["  return 0;", "}"]
     return lines
-
-
-ENTRY_PARAMS = "void *const *in, void *const *out, char *arena, const char *w, char *ts"
-ENTRY_UNUSED = "(void)in; (void)out; (void)arena; (void)w; (void)ts;"
-
-
-def call_arguments(program: Program, step: int,
-                   ptr: Callable[[Storage], str] = lambda where: pointer(where)) -> list[str]:
-    """The C arguments of the program's `step`-th call (a kernel call): its operands,
-    results and scratch buffers through `ptr`, then `ts` when it takes thread scratch."""
-    call = program.calls[step]
-    args = [ptr(program.where(v)) for v in (*call.operands, *call.results)]
-    args += [ptr(where) for where in program.scratch_at(step)]
-    return args + (["ts"] if program.needs(call).per_thread else [])
 
 
 def kernel_prototype(program: Program, kernel: Kernel) -> str:
@@ -162,14 +147,10 @@ def _api(info: ModelInfo) -> list[str]:
 def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
                    cpu_features: Sequence[str], embedded: bool, gpu: Any = None,
                    profile: bool = False) -> str:
-    """`gpu`: the `gpu_kernels.GpuBinary` of the kernels that run on a GPU: all of them
-    (gpu_entry.py), or, for a partitioned program, those of its GPU partition
+    """`gpu`: the `GpuBinary` (flowc/codegen/kernel_code.py) of the kernels that run on a
+    GPU: all of them (gpu_entry.py), or, for a partitioned program, those of its GPU partition
     (partition_entry.py); `profile`: time each kernel call and transfer (profile_c.py;
     CPU models, partitioned or not)."""
-    from flowc.codegen.emit.partition_entry import model_fields, render_partitioned
-    from flowc.codegen.emit.profile_c import profile_api, profile_prelude
-    from flowc.codegen.plan.partitions import host_kernels
-
     if gpu is not None and not model_fields(program):
         return _render_gpu_model_c(program, info, graph_hash, embedded, gpu)
 
@@ -220,8 +201,6 @@ def _render_gpu_model_c(program: Program, info: ModelInfo, graph_hash: str, embe
                         gpu: Any) -> str:
     """The model file of a GPU model: no CPU kernels; the runtime's CUDA backend runs the
     launches of `gpu_program`, so the entry function does nothing."""
-    from flowc.codegen.emit.gpu_entry import model_field, render_gpu_program
-
     n = info.name
     has_weights = program.weights_bytes > 0
     blob = f"{n}_weights" if has_weights and embedded else "0"

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from flowc.codegen.emit.c_text import c_comment, c_string
-from flowc.codegen.gpu.kernels import GpuBinary
+from flowc.codegen.kernel_code import GpuBinary
 from flowc.codegen.plan.partitions import Region, call_device, channel_of, channels
 from flowc.codegen.plan.program import Call, Program, Storage, nbytes
 

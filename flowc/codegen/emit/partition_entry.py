@@ -14,8 +14,8 @@ Contract: for a program whose graph the `partition` pass split (`partitions.is_p
   program);
 - for a GPU device (`gpu:N`, at most one per artifact), no C function: its steps become
   the `flowc_gpu_program gpu_partition` table (`gpu_entry.render_gpu_partition`, from
-  `gpu`, the `gpu_kernels.GpuBinary` of its kernels), which the runtime's CUDA backend runs
-  on that partition's thread;
+  `gpu`, the `GpuBinary` (flowc/codegen/kernel_code.py) of its kernels), which the
+  runtime's CUDA backend runs on that partition's thread;
 - `entry(in, out, arena, w, ts)`, which the runtime calls after every partition finished: the
   copies of outputs no step wrote in place (except those whose source is in a GPU region:
   the GPU partition copies them out of the device itself).
@@ -30,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from flowc.codegen.emit.c_text import c_comment, c_string
-from flowc.codegen.emit.entry import ENTRY_PARAMS, ENTRY_UNUSED, call_arguments, pointer
+from flowc.codegen.emit.entry_args import ENTRY_PARAMS, ENTRY_UNUSED, call_arguments, pointer
+from flowc.codegen.emit.gpu_entry import gpu_copies, render_gpu_partition
 from flowc.codegen.emit.profile_c import timed, transfer_event
 from flowc.codegen.plan.partitions import Channel, call_device, channel_of, channels, is_gpu_device
 from flowc.codegen.plan.program import Program, Storage
@@ -64,8 +65,6 @@ def render_partitioned(program: Program, gpu=None, profile: bool = False) -> lis
     for k, region in enumerate(program.regions):
         device, base, nbytes = region.device, region.offset, region.nbytes
         if is_gpu_device(device):
-            from flowc.codegen.emit.gpu_entry import gpu_copies, render_gpu_partition
-
             lines += [*render_gpu_partition(program, gpu, region), ""]
             rows.append(f"  {{{c_string(device)}, {base}u, {nbytes}u, 0, &gpu_partition}},")
             skip |= gpu_copies(program, region)

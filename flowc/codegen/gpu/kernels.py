@@ -1,13 +1,13 @@
 """The GPU kernel compiler: closed static-shaped body graphs -> PTX + cubins + launch table.
 
 Contract: `compile_gpu_kernels(kernels, archs=DEFAULT_ARCHS, dump=None) -> GpuBinary`
-takes the same `(symbol, body)` sequence as `kernels.compile_kernels` (same bodies, same
-lowering table, same checks) and returns:
+takes the same `(symbol, body)` sequence as `kernel_object.compile_kernels` (same bodies, same
+lowering table, same checks) and returns a `GpuBinary`:
 - `ptx[arch]`: one PTX module per architecture defining every stage of every kernel
   (the first arch's PTX is the JIT fallback for newer devices);
 - `cubins[arch]`: ptxas's cubin per architecture, empty when ptxas is absent;
-- `kernels`: per flowc kernel, its `gpu_pipeline.GpuKernel` (stages with launch shapes,
-  scratch buffer sizes), in the given order.
+- `kernels`: per flowc kernel, its `GpuKernel` (flowc/codegen/kernel_code.py: stages with
+  launch shapes, scratch buffer sizes), in the given order.
 A flowc kernel `SYM` becomes device functions `SYM_s0 ...`, each taking bare pointers to
 the body's inputs, outputs, then scratch buffers. Same input, same bytes.
 `cache` (flowc/codegen/cache.py; None: the environment's, False: none) keeps, like the CPU
@@ -24,7 +24,6 @@ import functools
 import json
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlir import ir
@@ -33,29 +32,14 @@ from flowc.codegen import compile_pool as parallel_compile
 from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
 from flowc.codegen.gpu import pipeline as gpu_pipeline
 from flowc.codegen.gpu import target as gpu_target
-from flowc.codegen.kernels import _check_body, build_module, check_supported
-from flowc.codegen.target import Target
-from flowc.codegen.target import get_target as _get_target
+from flowc.codegen.kernel_code import GpuBinary, GpuKernel, Stage
+from flowc.codegen.kernels import build_module, check_body, check_supported
+from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
 from flowc.ir.printer import print_graph
 
 Dump = Callable[[str, str], None]
-
-
-def get_target(name: Target | str = "nvptx") -> Target:
-    return _get_target(name)
-
-
-__all__ = ["GpuBinary", "check_supported", "compile_gpu_kernels", "get_target"]
-
-
-@dataclass
-class GpuBinary:
-    archs: tuple[str, ...]
-    kernels: list[gpu_pipeline.GpuKernel]
-    ptx: dict[str, str] = field(default_factory=dict)
-    cubins: dict[str, bytes] = field(default_factory=dict)
 
 
 def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
@@ -65,7 +49,7 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
     archs = tuple(gpu_target.check_arch(a) for a in archs)
     if not archs:
         raise FlowcError("compile_gpu_kernels: no GPU architecture given")
-    target = _get_target(target)
+    target = get_target(target)
     symbols = [sym for sym, _ in kernels]
     if len(set(symbols)) != len(symbols):
         raise FlowcError(f"compile_gpu_kernels: duplicate kernel symbols in {symbols}")
@@ -75,7 +59,7 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
     lowered, keys = [], []
     for sym, body in kernels:
         check_supported(body, target)
-        _check_body(sym, body)
+        check_body(sym, body)
         key = digest("gpukernel", toolchain(), target.triple, sym,
                      print_graph(body, resources=True))
         keys.append(key)
@@ -113,15 +97,15 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
     return binary
 
 
-def _kernel_to_json(k: gpu_pipeline.GpuKernel) -> bytes:
+def _kernel_to_json(k: GpuKernel) -> bytes:
     return json.dumps({"symbol": k.symbol, "scratch": list(k.scratch), "llvm_ir": k.llvm_ir,
                        "stages": [[s.symbol, s.grid, s.block] for s in k.stages]}).encode()
 
 
-def _kernel_from_json(data: bytes) -> gpu_pipeline.GpuKernel:
+def _kernel_from_json(data: bytes) -> GpuKernel:
     d = json.loads(data)
-    return gpu_pipeline.GpuKernel(d["symbol"], tuple(gpu_pipeline.Stage(*s) for s in d["stages"]),
-                                  tuple(d["scratch"]), d["llvm_ir"])
+    return GpuKernel(d["symbol"], tuple(Stage(*s) for s in d["stages"]), tuple(d["scratch"]),
+                     d["llvm_ir"])
 
 
 @functools.cache

@@ -27,7 +27,6 @@ provided by the caller; they hold nothing between launches). Steps:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from mlir import ir
 from mlir.dialects import arith, gpu, scf
@@ -35,6 +34,8 @@ from mlir.dialects import llvm as llvm_dialect
 
 from flowc.codegen.cpu import pipeline as cpu_pipeline
 from flowc.codegen.gpu import matmul as gpu_matmul
+from flowc.codegen.kernel_code import GpuKernel, Stage
+from flowc.codegen.mlir_run import apply_script, run_passes
 from flowc.codegen.mlir_walk import inside
 from flowc.codegen.scratch import scratch_arguments
 from flowc.ir.errors import FlowcError
@@ -59,26 +60,6 @@ TO_NVVM = ",".join([
 ])
 
 
-@dataclass(frozen=True)
-class Stage:
-    """One device function `symbol`, launched with `grid` x `block` threads."""
-
-    symbol: str
-    grid: int
-    block: int
-
-
-@dataclass(frozen=True)
-class GpuKernel:
-    """A flowc kernel on the GPU: its stages in launch order, the byte sizes of its scratch
-    buffers (extra arguments after the outputs) and the LLVM IR defining the stages."""
-
-    symbol: str
-    stages: tuple[Stage, ...]
-    scratch: tuple[int, ...]
-    llvm_ir: str
-
-
 # Top-level ops copied into every stage that uses them: no memory effects that matter.
 PURE_PREFIXES = ("arith.", "index.", "math.", "affine.apply", "memref.subview",
                  "memref.expand_shape", "memref.collapse_shape", "memref.reinterpret_cast",
@@ -88,13 +69,13 @@ PURE_PREFIXES = ("arith.", "index.", "math.", "affine.apply", "memref.subview",
 def lower_kernel(sym: str, module: ir.Module, what: str, dump: Dump | None = None
                  ) -> GpuKernel:
     """The kernel's stages and LLVM IR (see the module docstring)."""
-    cpu_pipeline.run_passes(module, cpu_pipeline.PREPARE, what)
-    cpu_pipeline.apply_script(module, cpu_pipeline.BUFFERIZE, what)
+    run_passes(module, cpu_pipeline.PREPARE, what)
+    apply_script(module, cpu_pipeline.BUFFERIZE, what)
     fn = _the_function(module, sym, what)
     scratch = scratch_arguments(  # per-iteration buffers stay (device heap)
         fn, lambda op: inside(op, "scf.parallel") or inside(op, "scf.forall"))
     gpu_matmul.claim(module, fn)
-    cpu_pipeline.run_passes(module, TO_LOOPS, what)
+    run_passes(module, TO_LOOPS, what)
     fn = _the_function(module, sym, what)
     if dump:
         dump("loops.mlir", str(module))
@@ -102,7 +83,7 @@ def lower_kernel(sym: str, module: ir.Module, what: str, dump: Dump | None = Non
     gpu_module, launches = _build_gpu_module(module, fn, sym, stages)
     if dump:
         dump("stages.mlir", str(gpu_module))
-    cpu_pipeline.run_passes(module, TO_NVVM, what)
+    run_passes(module, TO_NVVM, what)
     if dump:
         dump("nvvm.mlir", str(module))
     llvm_ir = _translate(gpu_module, what)

@@ -25,6 +25,7 @@ from mlir import ir
 from mlir.dialects import linalg
 
 from flowc.codegen.cpu.strategy.matmul import contraction
+from flowc.codegen.mlir_run import apply_script, run_passes
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 
@@ -103,8 +104,6 @@ def _epilogue_of(mm: ir.Operation) -> ir.Operation | None:
 
 def fuse(module: ir.Module, target: Target, what: str) -> ir.Module:
     """See the module docstring."""
-    from flowc.codegen.cpu.pipeline import apply_script, run_passes  # (imports this module)
-
     steps = []
     i64 = ir.IntegerType.get_signless(64)
     for mm in _contractions(module):
