@@ -1,6 +1,12 @@
 """What a backend's `compile` returns and the artifact writer links: compiled kernels.
 
 Contract:
+- `KernelScratch` is what a compiled kernel takes besides its inputs and outputs, in
+  argument order after the outputs: `buffers` (byte sizes; a dense 64-byte aligned buffer
+  each, holding nothing between calls), then, when `per_thread` > 0, the thread-scratch
+  region (`per_thread` bytes per thread slot, 64-byte aligned; flowc/codegen/scratch.py).
+- `pack`/`unpack` prefix a payload (bitcode, an object) with kernels' scratch, so the
+  compile cache holds sizes and code in one entry (whole or absent together).
 - `KernelCode(object, scratch, gpu)`: `object` is one relocatable object file defining
   exactly the symbols of the kernels that run on the CPU (`void SYM(const T0 *in0, ...,
   T *out0, ..., scratch...)`, see flowc/codegen/README.md "Kernels"; b"" when none does),
@@ -20,11 +26,45 @@ target's pipeline.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from flowc.codegen.kernel_object import KernelScratch
 from flowc.ir.errors import FlowcError
+
+
+@dataclass(frozen=True)
+class KernelScratch:
+    """What a kernel takes after its outputs: `buffers` (bytes each), then the
+    thread-scratch region when `per_thread` (bytes per thread slot) is non-zero."""
+
+    buffers: tuple[int, ...] = ()
+    per_thread: int = 0
+
+    @property
+    def arguments(self) -> int:
+        return len(self.buffers) + (1 if self.per_thread else 0)
+
+    def to_json(self) -> dict:
+        return {"buffers": list(self.buffers), "per_thread": self.per_thread}
+
+    @staticmethod
+    def from_json(d: Mapping) -> KernelScratch:
+        return KernelScratch(tuple(int(b) for b in d["buffers"]), int(d["per_thread"]))
+
+
+def pack(scratch: Mapping[str, KernelScratch], payload: bytes) -> bytes:
+    """`payload` prefixed with the scratch of each kernel symbol."""
+    head = json.dumps({s: k.to_json() for s, k in scratch.items()}, sort_keys=True).encode()
+    return struct.pack("<Q", len(head)) + head + payload
+
+
+def unpack(data: bytes) -> tuple[dict[str, KernelScratch], bytes]:
+    """The inverse of `pack`."""
+    (n,) = struct.unpack_from("<Q", data)
+    head = json.loads(data[8:8 + n])
+    return {s: KernelScratch.from_json(d) for s, d in head.items()}, data[8 + n:]
 
 
 @dataclass(frozen=True)
@@ -62,6 +102,10 @@ class KernelCode:
     object: bytes = b""
     scratch: dict[str, KernelScratch] = field(default_factory=dict)
     gpu: GpuBinary | None = None
+
+    def needs(self, symbol: str) -> KernelScratch:
+        """The scratch kernel `symbol` takes (none when the backend recorded none)."""
+        return self.scratch.get(symbol, KernelScratch())
 
     @staticmethod
     def join(parts: Sequence[KernelCode]) -> KernelCode:

@@ -21,7 +21,7 @@ Contract:
   thread at a time (runtime/pool.c), and nested regions run on their slot's thread, so no
   two threads ever use the same bytes. The caller passes `K * threads` bytes, 64-byte
   aligned.
-What they make is described by `kernel_object.KernelScratch`.
+What they make is described by `kernel_code.KernelScratch`.
 """
 
 from __future__ import annotations

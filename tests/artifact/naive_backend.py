@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flowc.codegen.kernel_code import KernelCode
-from flowc.codegen.kernel_object import KernelObject, KernelScratch
+from flowc.codegen.kernel_code import KernelCode, KernelScratch
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 
@@ -150,7 +149,7 @@ def kernel_c(symbol: str, body: Graph) -> tuple[str, KernelScratch]:
     return "\n".join(lines), KernelScratch(tuple(temps))
 
 
-def compile_object(kernels) -> KernelObject:
+def compile_object(kernels) -> KernelCode:
     """One object file defining every kernel of `kernels` (`(symbol, body)` pairs), by cc,
     and each kernel's scratch."""
     made = {sym: kernel_c(sym, body) for sym, body in kernels}
@@ -158,7 +157,7 @@ def compile_object(kernels) -> KernelObject:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "k.c").write_text(source)
         subprocess.run(["cc", "-O1", "-fPIC", "-c", "k.c", "-o", "k.o"], cwd=tmp, check=True)
-        return KernelObject((Path(tmp) / "k.o").read_bytes(),
+        return KernelCode((Path(tmp) / "k.o").read_bytes(),
                             {sym: needs for sym, (_, needs) in made.items()})
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 import flowc.runtime
 from flowc.codegen.cpu.compiler import compile_kernels
-from flowc.codegen.kernel_object import KernelObject, KernelScratch
+from flowc.codegen.kernel_code import KernelCode, KernelScratch
 from flowc.codegen.kernels import single_node_body
 from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
@@ -29,7 +29,7 @@ from flowc.testing.tolerance import assert_close, op_kind
 
 _WORK = Path(tempfile.mkdtemp(prefix="flowc-codegen-tests-"))
 _CACHE: dict[tuple[str, str], ctypes.CDLL] = {}
-_OBJECTS: dict[tuple[str, str], KernelObject] = {}
+_OBJECTS: dict[tuple[str, str], KernelCode] = {}
 
 
 def aligned(array: np.ndarray) -> np.ndarray:
@@ -44,7 +44,7 @@ def compile_body(body: Graph, target: str = "host") -> bytes:
     return compiled_body(body, target).object
 
 
-def compiled_body(body: Graph, target: str = "host") -> KernelObject:
+def compiled_body(body: Graph, target: str = "host") -> KernelCode:
     key = (print_graph(body), target)
     if key not in _OBJECTS:
         _OBJECTS[key] = compile_kernels([("kernel", body)], target)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from kernel_harness import op_body
 
-from flowc.codegen import compile_pool as parallel_compile
+from flowc.codegen import compile_pool
 from flowc.codegen.cache import CompileCache
 from flowc.codegen.cpu import compiler
 from flowc.codegen.cpu.compiler import compile_kernels
@@ -29,10 +29,10 @@ def _bodies():
 def test_run_all_uses_other_processes_and_keeps_order(monkeypatch):
     monkeypatch.setenv("FLOWC_COMPILE_JOBS", "2")
     parent = os.getpid()
-    got = parallel_compile.run_all(5, lambda i: f"{i}:{os.getpid()}".encode())
+    got = compile_pool.run_all(5, lambda i: f"{i}:{os.getpid()}".encode())
     assert [g.split(b":")[0] for g in got] == [b"0", b"1", b"2", b"3", b"4"]
     assert all(int(g.split(b":")[1]) != parent for g in got)
-    serial = parallel_compile.run_all(3, lambda i: str(os.getpid()).encode(), parallel=False)
+    serial = compile_pool.run_all(3, lambda i: str(os.getpid()).encode(), parallel=False)
     assert serial == [str(parent).encode()] * 3
 
 
@@ -40,14 +40,14 @@ def test_run_all_uses_other_processes_and_keeps_order(monkeypatch):
 def test_by_default_small_work_stays_in_the_parent(monkeypatch):
     monkeypatch.delenv("FLOWC_COMPILE_JOBS", raising=False)
     parent = os.getpid()
-    quick = parallel_compile.run_all(6, lambda i: str(os.getpid()).encode())
+    quick = compile_pool.run_all(6, lambda i: str(os.getpid()).encode())
     assert quick == [str(parent).encode()] * 6  # a pool would cost more than it saves
 
     def slow(i: int) -> bytes:
         time.sleep(0.3)
         return str(os.getpid()).encode()
 
-    pids = [int(p) for p in parallel_compile.run_all(4, slow)]
+    pids = [int(p) for p in compile_pool.run_all(4, slow)]
     assert pids[0] == parent  # the probe: 0.3 s x 3 left >= MIN_POOL_SECONDS
     assert all(p != parent for p in pids[1:])
 
@@ -63,7 +63,7 @@ def test_a_failing_item_raises_the_serial_error_in_the_parent(monkeypatch):
         return b"ok"
 
     with pytest.raises(FlowcError, match="item 2 failed in the parent"):
-        parallel_compile.run_all(4, build)
+        compile_pool.run_all(4, build)
 
 
 @pytest.mark.parametrize("value", ["0", "two", "-1"])
@@ -115,7 +115,7 @@ def test_crashed_workers_fall_back_to_the_parent(monkeypatch):
             os._exit(3)  # a worker dies (as on a crash inside LLVM)
         return bytes([i])
 
-    assert parallel_compile.run_all(3, build) == [b"\0", b"\1", b"\2"]
+    assert compile_pool.run_all(3, build) == [b"\0", b"\1", b"\2"]
 
 
 def test_cli_start_up_skips_the_graph_viewer():
@@ -130,12 +130,12 @@ def test_kernel_contexts_have_no_thread_pool():
     """A context with a thread pool alive when the compiler forks its workers left a child
     joining threads that do not exist in it (a hang): kernel compiles use contexts with
     multithreading off."""
-    context = parallel_compile.mlir_context()
+    context = compile_pool.mlir_context()
     assert context.get_num_threads() == 1
 
 
 def _pids_in_daemon(count: int) -> list[bytes]:
-    return parallel_compile.run_all(count, lambda i: str(os.getpid()).encode())
+    return compile_pool.run_all(count, lambda i: str(os.getpid()).encode())
 
 
 def test_a_daemonic_process_compiles_in_process(monkeypatch):
@@ -151,14 +151,14 @@ def test_a_daemonic_process_compiles_in_process(monkeypatch):
 
 _KILLED_PARENT = """
 import os, sys, time
-from flowc.codegen import compile_pool as parallel_compile
+from flowc.codegen import compile_pool
 
 def build(i):
     print("started", os.getpid(), flush=True)
     time.sleep(120)
     return b""
 
-parallel_compile.run_all(4, build)
+compile_pool.run_all(4, build)
 """
 
 

@@ -10,7 +10,7 @@ from mlir import ir
 
 from flowc.codegen import scratch
 from flowc.codegen.cpu import pipeline as cpu_pipeline
-from flowc.codegen.kernel_object import KernelScratch, pack, unpack
+from flowc.codegen.kernel_code import KernelScratch, pack, unpack
 from flowc.codegen.mlir_walk import inside, ops_named
 from flowc.ir.errors import FlowcError
 

@@ -10,7 +10,7 @@ import pytest
 from mlir import ir
 
 import flowc
-from flowc.codegen.cpu import omp as parallel
+from flowc.codegen.cpu import omp
 from flowc.codegen.cpu import pipeline as cpu_pipeline
 from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernels import build_module
@@ -103,9 +103,9 @@ def test_threads_work_estimate_scales_with_the_loops():
         ops = list(module.body.operations[0].regions[0].blocks[0].operations)
         loop = next(op for op in ops if op.operation.name == "scf.for")
         gen = next(op for op in ops if op.operation.name == "linalg.generic")
-        assert parallel.work(loop.operation) == 64 * 3 * 16
-        assert parallel.work(gen.operation) == 64 * 4096 * 2
-        assert parallel.work(gen.operation) >= parallel.MIN_PARALLEL_WORK
+        assert omp.work(loop.operation) == 64 * 3 * 16
+        assert omp.work(gen.operation) == 64 * 4096 * 2
+        assert omp.work(gen.operation) >= omp.MIN_PARALLEL_WORK
 
 
 @pytest.fixture(scope="module")

@@ -38,8 +38,7 @@ class CpuBackend:
 
     def compile(self, kernels: Kernels, target: Target, dump: Dump | None, cache: Any,
                 progress: Any) -> KernelCode:
-        compiled = compile_kernels(kernels, target, dump, cache, progress)
-        return KernelCode(object=compiled.object, scratch=compiled.scratch)
+        return compile_kernels(kernels, target, dump, cache, progress)
 
     def manifest_target(self, code: KernelCode) -> dict[str, Any]:
         return {}

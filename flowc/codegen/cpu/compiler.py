@@ -1,7 +1,7 @@
 """The CPU kernel compiler: closed static-shaped body graphs -> one relocatable object file.
 
 Contract (flowc/codegen/README.md, "Kernels"):
-- `compile_kernels(kernels, target, dump=None) -> KernelObject`: `kernels` is a sequence of
+- `compile_kernels(kernels, target, dump=None) -> KernelCode`: `kernels` is a sequence of
   `(symbol, body)`; `.object` defines exactly those symbols, each
   `void SYM(const T0 *in0, ..., T *out0, ..., void *scratch0, ..., void *thread_scratch)`
   over dense row-major 64-byte-aligned buffers (bool as one byte): `.scratch[SYM]` (a
@@ -34,10 +34,10 @@ from collections.abc import Callable, Sequence
 import llvmlite.binding as llvm
 from mlir import ir
 
-from flowc.codegen import compile_pool as parallel_compile
+from flowc.codegen import compile_pool
 from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
 from flowc.codegen.cpu import pipeline as cpu_pipeline
-from flowc.codegen.kernel_object import KernelObject, KernelScratch, pack, unpack
+from flowc.codegen.kernel_code import KernelCode, KernelScratch, pack, unpack
 from flowc.codegen.kernels import build_module, check_body, check_supported
 from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
@@ -50,7 +50,7 @@ Dump = Callable[[str, str], None]
 
 def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str = "host",
                     dump: Dump | None = None, cache: CompileCache | bool | None = None,
-                    progress: Progress | None = None) -> KernelObject:
+                    progress: Progress | None = None) -> KernelCode:
     """One object file defining every kernel of `kernels` (see the module docstring)."""
     target = get_target(target)
     cache = resolve(cache)
@@ -70,7 +70,7 @@ def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str =
         for sym in symbols:
             progress.kernel_done(sym, 0.0, True)
         sizes, obj = unpack(data)
-        return KernelObject(obj, sizes)
+        return KernelCode(obj, sizes)
     tm = target.target_machine()
     linked = None
     sizes = {}
@@ -89,7 +89,7 @@ def compile_kernels(kernels: Sequence[tuple[str, Graph]], target: Target | str =
         dump("kernels.s", tm.emit_assembly(linked))
     obj = tm.emit_object(linked)
     cache.put("object", object_key, pack(sizes, obj))
-    return KernelObject(obj, sizes)
+    return KernelCode(obj, sizes)
 
 
 def _bitcodes(kernels: Sequence[tuple[str, Graph]], keys: list[str], target: Target,
@@ -98,7 +98,7 @@ def _bitcodes(kernels: Sequence[tuple[str, Graph]], keys: list[str], target: Tar
     """Each kernel's optimized bitcode with its scratch (`scratch.pack`), in order: from the
     cache, else built and stored. With
     `dump`, every kernel is built here in order; otherwise the misses are built over worker
-    processes (`parallel_compile.run_all`: the same bytes as a serial build)."""
+    processes (`compile_pool.run_all`: the same bytes as a serial build)."""
     if dump:
         found: list[bytes | None] = [None] * len(kernels)
     else:
@@ -116,7 +116,7 @@ def _bitcodes(kernels: Sequence[tuple[str, Graph]], keys: list[str], target: Tar
         progress.kernel_started(kernels[missing[j]][0])
         progress.kernel_done(kernels[missing[j]][0], seconds, None if dump else False)
 
-    built = parallel_compile.run_all(len(missing), build, done, parallel=not dump)
+    built = compile_pool.run_all(len(missing), build, done, parallel=not dump)
     for i, bitcode in zip(missing, built, strict=True):
         cache.put("kernel", keys[i], bitcode)
         found[i] = bitcode
@@ -152,7 +152,7 @@ def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine) -> None:
 def _kernel_llvm_ir(sym: str, body: Graph, target: Target,
                     dump: Dump | None) -> tuple[str, KernelScratch]:
     what = f"kernel {sym}"
-    with parallel_compile.mlir_context(), ir.Location.unknown():
+    with compile_pool.mlir_context(), ir.Location.unknown():
         module = build_module(sym, body, target)
         if dump:  # with locations: each op names the graph node it came from
             dump(f"{sym}.input.mlir", module.operation.get_asm(enable_debug_info=True))

@@ -2,7 +2,7 @@
 to OpenMP regions.
 
 Contract: `lower_parallel(module, what)` takes a kernel module after bufferization (what
-`cpu_pipeline.lower` has before `TO_LLVM`) and returns with every `scf.forall` gone:
+`cpu.pipeline.lower` has before `TO_LLVM`) and returns with every `scf.forall` gone:
 
 1. Split: each linalg op at the top level of a function (elementwise and reduction
    kernels, epilogues, pools, the strategies' leftovers) whose estimated work is at least

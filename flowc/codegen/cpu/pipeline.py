@@ -20,7 +20,7 @@ Steps:
 3. `scratch.scratch_arguments`: every buffer bufferization allocated outside a parallel
    loop becomes an argument of the kernel after its outputs (scratch the caller passes:
    memory planned in the artifact's arena), so a kernel never allocates.
-4. `parallel.lower_parallel`: big top-level linalg ops split into parallel loops, small
+4. `omp.lower_parallel`: big top-level linalg ops split into parallel loops, small
    parallel loops made serial, the rest OpenMP regions (see flowc/codegen/cpu/omp.py).
    `scratch.thread_scratch`: the buffers allocated inside parallel loops (one per thread)
    become slices of the thread-scratch region, one last argument (see scratch.py).
@@ -29,7 +29,7 @@ Steps:
    the LLVM and OpenMP dialects' (translating one would abort the process), or calling an
    allocator (`ALLOCATORS`). Parallel
    loops become OpenMP regions whose translation calls `__kmpc_fork_call`,
-   `__kmpc_global_thread_num` and `__kmpc_dispatch_init_*`/`_next_*` (see parallel.py),
+   `__kmpc_global_thread_num` and `__kmpc_dispatch_init_*`/`_next_*` (see omp.py),
    which the artifact's runtime provides under its prefix.
 """
 
@@ -41,11 +41,10 @@ from mlir import ir
 from mlir.dialects import llvm as llvm_dialect
 
 from flowc.codegen import scratch
-from flowc.codegen.cpu import omp as parallel
-from flowc.codegen.cpu import vmath
+from flowc.codegen.cpu import omp, vmath
 from flowc.codegen.cpu.strategy import STRATEGIES, epilogue
 from flowc.codegen.cpu.strategy.common import FINISH_VECTORS
-from flowc.codegen.kernel_object import KernelScratch
+from flowc.codegen.kernel_code import KernelScratch
 from flowc.codegen.mlir_run import apply_script, run_passes
 from flowc.codegen.mlir_walk import inside, ops_named
 from flowc.codegen.target import Target
@@ -132,7 +131,7 @@ def lower(module: ir.Module, target: Target, what: str,
     run_passes(module, "canonicalize", what)
     fn = kernel_function(module, what)
     buffers = scratch.scratch_arguments(fn, lambda op: inside(op, "scf.forall"))
-    parallel.lower_parallel(module, what)  # foralls: split, serialized or OpenMP regions
+    omp.lower_parallel(module, what)  # foralls: split, serialized or OpenMP regions
     per_thread = scratch.thread_scratch(kernel_function(module, what), module)
     record_scratch(module, KernelScratch(tuple(buffers), per_thread))
     run_passes(module, TO_LLVM, what)

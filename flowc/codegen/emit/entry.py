@@ -22,7 +22,7 @@ from flowc.codegen.emit.gpu_entry import model_field, render_gpu_program
 from flowc.codegen.emit.header import C_TYPES, ModelInfo, TensorInfo
 from flowc.codegen.emit.partition_entry import model_fields, render_partitioned
 from flowc.codegen.emit.profile_c import profile_api, profile_prelude, timed
-from flowc.codegen.kernel_object import KernelScratch
+from flowc.codegen.kernel_code import KernelScratch
 from flowc.codegen.plan.partitions import host_kernels
 from flowc.codegen.plan.program import Kernel, Program
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES

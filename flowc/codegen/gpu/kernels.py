@@ -1,7 +1,7 @@
 """The GPU kernel compiler: closed static-shaped body graphs -> PTX + cubins + launch table.
 
 Contract: `compile_gpu_kernels(kernels, archs=DEFAULT_ARCHS, dump=None) -> GpuBinary`
-takes the same `(symbol, body)` sequence as `kernel_object.compile_kernels` (same bodies, same
+takes the same `(symbol, body)` sequence as `cpu/compiler.compile_kernels` (same bodies, same
 lowering table, same checks) and returns a `GpuBinary`:
 - `ptx[arch]`: one PTX module per architecture defining every stage of every kernel
   (the first arch's PTX is the JIT fallback for newer devices);
@@ -28,7 +28,7 @@ from pathlib import Path
 
 from mlir import ir
 
-from flowc.codegen import compile_pool as parallel_compile
+from flowc.codegen import compile_pool
 from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
 from flowc.codegen.gpu import pipeline as gpu_pipeline
 from flowc.codegen.gpu import target as gpu_target
@@ -67,7 +67,7 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
         if cached is not None:
             lowered.append(_kernel_from_json(cached))
             continue
-        with parallel_compile.mlir_context(), ir.Location.unknown():
+        with compile_pool.mlir_context(), ir.Location.unknown():
             module = build_module(sym, body, target)
             if dump:
                 dump(f"{sym}.input.mlir", str(module))

@@ -8,7 +8,7 @@ takes the same bare-pointer arguments: the body's inputs, its outputs, then its 
 buffers (temporaries the kernel needs, `GpuKernel.scratch` bytes each, 64-byte aligned,
 provided by the caller; they hold nothing between launches). Steps:
 
-1. `cpu_pipeline.PREPARE` (the same elementwise fusion), bufferization into the caller's
+1. `cpu.pipeline.PREPARE` (the same elementwise fusion), bufferization into the caller's
    buffers (the same script as the CPU path).
 2. Temporaries allocated outside parallel loops become scratch arguments; a matmul whose
    shape allows it becomes the shared-memory tiled kernel of `gpu_matmul` (its own stage).

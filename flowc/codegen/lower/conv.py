@@ -3,7 +3,7 @@
 conv: the input is padded by one generic, then one contraction generic over
 (n, g, m, *out, c, *kernel) reads x[n, g, c, o*s + k*d]; a 2-D, ungrouped f32/f64 conv is
 instead a named `linalg.conv_2d_nhwc_hwcf` between transposes, which the CPU pipeline tiles
-and vectorizes (see cpu_pipeline.py). A channels-last conv (`channels_last = true`, which
+and vectorizes (see cpu/pipeline.py). A channels-last conv (`channels_last = true`, which
 the `channels-last` pass makes) needs no transposes: see conv_nhwc.py. conv_transpose is a
 conv over the input dilated by the strides and padded by `d*(k-1) - pad`, with the kernel
 flipped and its channels swapped.

@@ -15,7 +15,7 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
   outputs that are inputs, weights, views or repeated are copied at the
   end (`Program.copies`);
 - kernel scratch: `set_scratch(program, scratch)` takes what the kernel compiler reported
-  (`kernel_object.KernelScratch` per symbol) and plans the arena again with each CPU
+  (`kernel_code.KernelScratch` per symbol) and plans the arena again with each CPU
   call's scratch buffers in it, live during that call only (`Program.scratch_at`); the
   per-thread scratch of the whole program is the largest kernel's (`thread_scratch_bytes`,
   bytes per thread slot, which the runtime allocates per thread outside the arena);
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from flowc.codegen.kernel_object import KernelScratch
+from flowc.codegen.kernel_code import KernelScratch
 from flowc.codegen.kernels import kernel_operands, single_node_body
 from flowc.codegen.plan.arena import align
 from flowc.codegen.plan.memplan import MemoryPlan, ScratchSlot, Step, in_place_inputs, plan_memory

@@ -1,7 +1,7 @@
 """CPU tiling strategies: one transform-dialect script per op kind, keyed by the linalg op's
 name (`STRATEGIES`). A strategy is `(op, target, i) -> str | None`: the body of a transform
 script (using `%root` and naming its handles with a per-op prefix) for the op tagged
-`flowc.sched = i`, or None to leave the op to plain loops. `cpu_pipeline.schedule` tags the
+`flowc.sched = i`, or None to leave the op to plain loops. `cpu.pipeline.schedule` tags the
 ops, concatenates their scripts and appends `FINISH_VECTORS` and bufferization.
 """
 

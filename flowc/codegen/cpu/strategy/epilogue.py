@@ -7,7 +7,7 @@ activation) whose only user (possibly through an `expand_shape`) is one elementw
 alone, the matmul writes all of C and the epilogue then streams C through memory again.
 
 Contract: `fuse(module, target, what)` runs after PREPARE and before the strategies
-(`cpu_pipeline.schedule`). For each such pair whose C is wide enough, it tiles the epilogue
+(`cpu.pipeline.schedule`). For each such pair whose C is wide enough, it tiles the epilogue
 over column blocks of C (an `scf.for`, `column_tile` picks the width) and fuses the matmul
 and the fill of its accumulator into that loop (`transform.structured.fuse_into_containing_op`):
 each block of C is computed, then run through the epilogue while it is still in cache.
