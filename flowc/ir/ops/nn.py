@@ -78,6 +78,7 @@ def _packed_matmul_kernel(ctx: KernelContext, a: np.ndarray, panels: np.ndarray
 
 define("packed_matmul", ("a", "b_panels"), _packed_matmul_infer, _packed_matmul_kernel,
        flops=matmul_flops, tolerance="matmul", anchor="matmul_epilogue",
+       no_grad="made by the pack-weights pass: flowc differentiates before its rewrites",
        doc="a [..., M, K] @ B [K, N], B given as column panels b_panels [N / NR, K, NR] "
            "(panel j holds columns j*NR to j*NR + NR - 1, its K rows contiguous): the layout "
            "`pack-weights` gives a constant B so that the kernel reads it in one stream.")
