@@ -148,27 +148,44 @@ class VjpBuilder:
             value = self.op("reduce_sum", value, self.ints(axes), keepdims=1)
         return value
 
+    def shape_of(self, index: int) -> Value:
+        """Operand `index`'s shape as a 1-D i64 value: a constant where static, else a
+        `shape` node reading the operand (the op's Vjp must declare it in `inputs`)."""
+        t = self.in_type(index)
+        return self.ints(t.shape) if t.is_static else self.op("shape", self.input(index))
+
     def expand_to(self, value: Value, index: int) -> Value:
-        """`value` broadcast to operand `index`'s shape (an `expand`): its dims as a
-        constant where static, else read from the operand (a `shape` node: the op's Vjp
-        must declare the operand in `inputs`)."""
+        """`value` broadcast to operand `index`'s shape (an `expand`, see `shape_of`)."""
         t = self.in_type(index)
         if value.type.shape == t.shape and t.is_static:
             return value
-        shape = self.ints(t.shape) if t.is_static else self.op("shape", self.input(index))
-        return self.op("expand", value, shape)
+        return self.op("expand", value, self.shape_of(index))
+
+    def reshape_to(self, value: Value, index: int) -> Value:
+        """`value` reshaped to operand `index`'s shape (see `shape_of`)."""
+        return self.op("reshape", value, self.shape_of(index), allowzero=1)
+
+    def static_shape(self, t: TensorType, why: str) -> tuple[int, ...]:
+        """`t`'s dims, or a GradientError naming the node when one is not static."""
+        if not t.is_static:
+            raise GradientError(f"gradient of {self.node.label()}: {why} needs static dims, "
+                                f"found {t}")
+        return t.shape
+
+    def zeros(self, t: TensorType) -> Value:
+        """Zeros of static type `t`."""
+        zero = self.const(np.zeros((), t.dtype.np))
+        shape = self.static_shape(t, "a zero cotangent")
+        return self.op("expand", zero, self.ints(shape)) if shape else zero
 
     def ones_like(self, value: Value) -> Value:
-        """Ones of `value`'s type (an `expand` of a scalar where `value` is not rank 0)."""
-        return self.fill(1.0, value)
-
-    def fill(self, number: float, like: Value) -> Value:
-        one = self.scalar(number, like)
-        t = like.type
+        """Ones of `value`'s type (an `expand` of a scalar where `value` is not rank 0;
+        its shape is read from `value` where not static)."""
+        one, t = self.scalar(1.0, value), value.type
         if t.rank == 0:
             return one
-        shape = self.ints(t.shape) if t.is_static else self.op("shape", like)
-        return self.op("expand", one, shape)
+        return self.op("expand", one, self.ints(t.shape) if t.is_static else self.op(
+            "shape", value))
 
 
 @dataclass

@@ -6,7 +6,8 @@ graph inputs), takes L = sum_k sum(y_k * W_k) over its float results y_k with fi
 random weights W_k, and compares dL/dx from the gradient graph (run by the interpreter)
 with central differences of L (step 1e-6 in f64: pass f64 operands) for every
 float input x (with any narrower float operand or result, steps of 1e-2: pass loose
-tolerances). It returns the ops the backward graph used.
+tolerances). The graph with its gradients must verify and print/parse round-trip. It
+returns the ops the backward graph used.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ from flowc.ir import Graph, Tensor
 from flowc.ir.autodiff import backward, carries_gradient
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
+from flowc.ir.parser import parse
+from flowc.ir.printer import print_graph
 from flowc.ir.types import tensor_type_of
+from flowc.ir.verifier import verify
 
 EPS, NARROW_EPS = 1e-6, 1e-2  # steps when every float involved is f64, and otherwise
 
@@ -57,6 +61,7 @@ def one_node_loss(op: str, operands: Sequence[np.ndarray | None], attrs: dict,
 def check_gradient(op: str, operands: Sequence[np.ndarray | None], attrs: dict | None = None,
                    consts: Sequence[int] = (), rtol: float = 1e-5, atol: float = 1e-6) -> set[str]:
     attrs = attrs or {}
+    operands = [None if a is None else np.asarray(a) for a in operands]
     graph, node, loss, names = one_node_loss(op, operands, attrs, consts)
     floats = [v.type.dtype for v in (*node.inputs, *node.outputs) if carries_gradient(v)]
     eps = EPS if all(d.name == "f64" for d in floats) else NARROW_EPS
@@ -65,6 +70,9 @@ def check_gradient(op: str, operands: Sequence[np.ndarray | None], attrs: dict |
     result = backward(graph, [loss], xs)
     for x, g in zip(xs, result.grads, strict=True):
         graph.add_output(f"d{x.node.name}", g if g is not None else x)
+    verify(graph)
+    text = print_graph(graph)
+    assert print_graph(parse(text)) == text
     got = interpret(graph, feeds)
     for x, g in zip(xs, result.grads, strict=True):
         name = x.node.name
