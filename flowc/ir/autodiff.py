@@ -23,7 +23,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,8 @@ from flowc.ir.errors import GradientError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import OPS
 from flowc.ir.types import TensorType, dims_compatible, i64
+
+Namer = Callable[[str], "str | None"]  # op -> the name of a new node (unique in its graph)
 
 
 def carries_gradient(value: Value | None) -> bool:
@@ -48,11 +50,12 @@ class VjpBuilder:
     (appended to the graph, with the forward node's `loc`)."""
 
     def __init__(self, graph: Graph, node: Node, wanted: Sequence[bool], reads: dict[Value, None],
-                 added: list[Node]):
+                 added: list[Node], namer: Namer | None = None):
         self.graph, self.node = graph, node
-        self.opdef = OPS[node.op]
-        self.attrs: dict[str, Any] = self.opdef.resolve_attrs(node.attrs)
+        self.opdef = OPS.get(node.op)
+        self.attrs: dict[str, Any] = self.opdef.resolve_attrs(node.attrs) if self.opdef else {}
         self._wanted, self._reads, self._added = wanted, reads, added
+        self._namer = namer
 
     # ---- the forward node ------------------------------------------------------------
     def wants(self, index: int) -> bool:
@@ -73,7 +76,7 @@ class VjpBuilder:
 
     def input(self, index: int) -> Value:
         """Forward operand `index`; the op's `Vjp.inputs` must declare it."""
-        vjp = self.opdef.vjp
+        vjp = self.opdef.vjp if self.opdef is not None else None
         if vjp is None or not vjp.reads_input(index):
             raise GradientError(f"gradient rule of {self.node.label()} reads operand #{index}, "
                                 "which its Vjp does not declare in `inputs`")
@@ -86,7 +89,7 @@ class VjpBuilder:
 
     def output(self, index: int = 0) -> Value:
         """Forward result `index`; the op's `Vjp.outputs` must declare it."""
-        vjp = self.opdef.vjp
+        vjp = self.opdef.vjp if self.opdef is not None else None
         if vjp is None or index not in vjp.outputs:
             raise GradientError(f"gradient rule of {self.node.label()} reads result #{index}, "
                                 "which its Vjp does not declare in `outputs`")
@@ -105,7 +108,8 @@ class VjpBuilder:
     # ---- emitting nodes --------------------------------------------------------------
     def emit(self, op: str, inputs: Sequence[Value | None], attrs: dict | None = None) -> Node:
         """A new node of `op` (types inferred), appended to the graph."""
-        node = make_node(op, inputs, Attrs(attrs or {}), loc=self.node.loc)
+        name = self._namer(op) if self._namer is not None else None
+        node = make_node(op, inputs, Attrs(attrs or {}), name=name, loc=self.node.loc)
         self.graph.append(node)
         self._added.append(node)
         return node
@@ -128,8 +132,9 @@ class VjpBuilder:
 
     def sum_to(self, value: Value, target: TensorType) -> Value:
         """`value` (broadcast from a `target`-typed tensor) summed back to `target`'s
-        shape: leading axes summed away, axes where `target` has 1 summed with keepdims.
-        Refuses dims whose broadcasting is unknown (None)."""
+        shape: leading axes summed away, axes where `target` has a literal 1 summed with
+        keepdims. A symbolic dim of `target` is taken as not broadcast (as the type rules
+        take it); an unknown one (None) facing another dim is refused."""
         shape, want = value.type.shape, target.shape
         lead = len(shape) - len(want)
         if lead < 0:
@@ -141,7 +146,7 @@ class VjpBuilder:
         for i, (have, need) in enumerate(zip(value.type.shape, want, strict=True)):
             if need == 1 and have != 1:
                 axes.append(i)
-            elif need is None or (have is None and need != 1):
+            elif need is None and have != 1:
                 raise GradientError(f"gradient of {self.node.label()}: cannot tell whether "
                                     f"{target} was broadcast to {value.type} (unknown dim)")
         if axes:
@@ -200,13 +205,15 @@ class Backward:
 
 
 def gradients(graph: Graph, ys: Sequence[Value], xs: Sequence[Value],
-              grad_ys: Sequence[Value | None] | None = None) -> list[Value | None]:
-    """See the module docstring."""
-    return backward(graph, ys, xs, grad_ys).grads
+              grad_ys: Sequence[Value | None] | None = None,
+              namer: Namer | None = None) -> list[Value | None]:
+    """See the module docstring. `namer(op)` names each new node (None: unnamed)."""
+    return backward(graph, ys, xs, grad_ys, namer).grads
 
 
 def backward(graph: Graph, ys: Sequence[Value], xs: Sequence[Value],
-             grad_ys: Sequence[Value | None] | None = None) -> Backward:
+             grad_ys: Sequence[Value | None] | None = None,
+             namer: Namer | None = None) -> Backward:
     """`gradients`, with the forward values read and the nodes added (see `Backward`)."""
     ys, xs = list(ys), list(xs)
     grad_ys = list(grad_ys) if grad_ys is not None else [None] * len(ys)
@@ -215,8 +222,8 @@ def backward(graph: Graph, ys: Sequence[Value], xs: Sequence[Value],
     for what, values in (("y", ys), ("x", xs)):
         for v in values:
             if not carries_gradient(v):
-                raise GradientError(f"gradients: {what} {v.node.label()}#{v.index} is {v.type}, "
-                                    "expected a floating-point tensor")
+                raise GradientError(f"gradients: {what} (result #{v.index} of {v.node.label()}) "
+                                    f"is {v.type}, expected a floating-point tensor")
     order = graph.all_nodes()
     position = {node: i for i, node in enumerate(order)}
     for v in [*ys, *xs]:
@@ -229,7 +236,7 @@ def backward(graph: Graph, ys: Sequence[Value], xs: Sequence[Value],
         v in live for v in (*n.inputs, *n.outputs))]
     added: list[Node] = []
     reads: dict[Value, None] = {}
-    seed = VjpBuilder(graph, ys[0].node, [], reads, added)
+    seed = VjpBuilder(graph, ys[0].node, [], reads, added, namer)
     pending: dict[Value, list[Value]] = {}
     totals: dict[Value, Value | None] = {}
 
@@ -255,7 +262,7 @@ def backward(graph: Graph, ys: Sequence[Value], xs: Sequence[Value],
         if opdef is None or opdef.vjp is None:
             reason = opdef.no_grad if opdef is not None else "an input of the graph"
             raise GradientError(f"gradients: node {node.label()} has no gradient rule: {reason}")
-        g = VjpBuilder(graph, node, wanted, reads, added)
+        g = VjpBuilder(graph, node, wanted, reads, added, namer)
         results = list(opdef.vjp.rule(g, cts))
         while len(results) > len(node.inputs) and results[-1] is None:
             results.pop()  # absent trailing optional operands

@@ -272,10 +272,10 @@ def test_integer_ys_and_xs_are_refused():
     g = Graph("g")
     n = g.add_input("n", TensorType("i64", (2,)))
     x = g.add_input("x", TensorType("f32", (2,)))
-    with pytest.raises(GradientError, match=r"y 'n' \(input\)#0 is i64\[2\], expected a "
-                                            "floating-point tensor"):
+    with pytest.raises(GradientError, match=r"y \(result #0 of 'n' \(input\)\) is i64\[2\], "
+                                            "expected a floating-point tensor"):
         gradients(g, [n], [x])
-    with pytest.raises(GradientError, match=r"x 'n' \(input\)#0"):
+    with pytest.raises(GradientError, match=r"x \(result #0 of 'n' \(input\)\)"):
         gradients(g, [x], [n])
 
 
