@@ -244,6 +244,15 @@ def test_grad_ys_seed_and_x_equal_to_y():
     np.testing.assert_allclose(out["dy"], s)
 
 
+def test_backward_nodes_sit_on_their_forward_node_device():
+    g, (x,) = _graph((3,))
+    e = g.append(make_node("exp", [x], device="gpu:0", loc="m.py:3")).out()
+    y = _op(g, "reduce_sum", e, keepdims=0)
+    result = backward(g, [y], [x])
+    mul = next(n for n in result.nodes if n.op == "mul")
+    assert (mul.device, mul.loc) == ("gpu:0", "m.py:3")
+
+
 def test_kept_activations_are_what_the_rules_read():
     g, (x, w) = _graph((2, 3), (3,))
     e = _op(g, "exp", x)          # its rule reads its result
