@@ -302,3 +302,19 @@ def test_a_rule_reading_an_undeclared_value_is_refused():
     with pytest.raises(GradientError, match=r"'e' \(exp\) reads operand #0, which its Vjp "
                                             "does not declare"):
         builder.input(0)
+
+
+def test_runtime_axes_and_unknown_broadcasts_are_refused_by_name():
+    g, (x,) = _graph((2, 3))
+    axes = g.add_input("axes", TensorType("i64", (1,)))
+    s = g.append(make_node("reduce_sum", [x, axes], {"keepdims": 1}, name="s")).out()
+    y = _op(g, "reduce_sum", s, keepdims=0)
+    with pytest.raises(GradientError, match=r"gradient of 's' \(reduce_sum\): its axes must be "
+                                            "a constant"):
+        gradients(g, [y], [x])
+    g, (a, b) = _graph((None, 3), (4, 3))
+    total = g.append(make_node("add", [a, b], name="sum")).out()
+    y = _op(g, "reduce_sum", total, keepdims=0)
+    with pytest.raises(GradientError, match=r"gradient of 'sum' \(add\): cannot tell whether "
+                                            r"f64\[\?,3\] was broadcast to f64\[4,3\]"):
+        gradients(g, [y], [a])
