@@ -144,6 +144,9 @@ CASES = {
              ([f(4, 3), f(2, 4)], {"transA": 1, "transB": 1, "alpha": 1.5}, ())],
     "where": [([RNG.integers(0, 2, (2, 3)).astype(bool), f(2, 3), f(3)], {}, ()),
               ([RNG.integers(0, 2, (3, 1)).astype(bool), f(), f(1, 4)], {}, ())],
+    "softmax_cross_entropy": [([f(4, 5) * 3, np.array([0, 4, 2, 2])], {}, ()),
+                              ([f(3, 2), np.array([1, 0, 1], np.int32)], {}, (1,))],
+    "mse": [([f(3, 4), f(3, 4)], {}, ()), ([f(5), f(5)], {}, (1,)), ([f(), f()], {}, ())],
 }
 CASE_IDS = [(op, i) for op, cases in CASES.items() for i in range(len(cases))]
 
