@@ -195,9 +195,13 @@ def build_program(graph: Graph, prefix: str) -> Program:
     check_devices(graph)
     program.variables, program.variables_bytes = variable_slots(
         graph.nodes, lambda t: add_weight(program, t, f"the initial value of {t.type}"))
-    if program.variables and is_partitioned(graph):
-        raise FlowcError(f"node {program.variables[0].node.label()}: variables in a graph "
-                         "split over devices are not supported yet")
+    for slot in program.variables:
+        if is_gpu_device(slot.node.device):
+            raise FlowcError(f"node {slot.node.label()}: variables on {slot.node.device} are "
+                             "not supported yet")
+        if is_partitioned(graph):
+            raise FlowcError(f"node {slot.node.label()}: variables in a graph split over "
+                             "devices are not supported yet")
 
     def kernel_call(node: Node) -> Call:
         body, operands = fused_body(node) if node.op == FUSED_OP else (

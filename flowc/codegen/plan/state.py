@@ -173,12 +173,9 @@ def _before_write(calls, j: int, r: Value, write: int, written: dict[int, Value 
 def copy_step(program, call) -> tuple:
     """(destination, source, bytes) of a state copy step (`Call.state`): two `Storage`s,
     one of them the variable's."""
-    node = call.state
-    var = program.storage[node.inputs[0]]
-    if node.op == "read_variable":
-        return program.storage[call.results[0]], var, _nbytes(call.results[0].type)
-    return var, program.storage[call.operands[0]], _nbytes(call.operands[0].type)
-
-
-def _nbytes(t: TensorType) -> int:
-    return int(t.num_elements) * t.dtype.np.itemsize
+    handle = call.state.inputs[0]
+    var, t = program.storage[handle], handle.type.tensor
+    nbytes = int(t.num_elements) * t.dtype.np.itemsize
+    if call.state.op == "read_variable":
+        return program.storage[call.results[0]], var, nbytes
+    return var, program.storage[call.operands[0]], nbytes
