@@ -418,9 +418,12 @@ static int tensor(loading *l, reader *r, const char *name) {
     return mismatch(l, "variable '%.200s' has shape %s", name, detail), -1;
   }
   if (offsets[1] < offsets[0] || offsets[1] - offsets[0] != d->bytes ||
-      offsets[1] > l->data_bytes)
+      offsets[1] > l->data_bytes) {
+    char bytes[32];
+    snprintf(bytes, sizeof bytes, "%zu", d->bytes);
     return mismatch(l, "variable '%.200s': its data_offsets do not hold its %s bytes within "
-                    "the file (truncated?)", name, ""), -1;
+                    "the file (truncated?)", name, bytes), -1;
+  }
   if (l->seen[i]) return mismatch(l, "variable '%.200s' is in it twice%s", name, ""), -1;
   l->seen[i] = 1;
   char *dst = l->staged + m->variable_offsets[i];
