@@ -60,7 +60,7 @@ from flowc.codegen.plan.bind import bind_dims, format_sizes, require_static
 from flowc.codegen.plan.memreport import report_memory
 from flowc.codegen.plan.partitions import call_device, gpu_devices, gpu_kernels_of, host_kernels
 from flowc.codegen.plan.program import Program, build_program, set_scratch
-from flowc.codegen.plan.state import STATE_OPS
+from flowc.codegen.plan.state import writes_variable
 from flowc.codegen.target import is_gpu_target
 from flowc.ir.devices import is_gpu_device
 from flowc.ir.errors import FlowcError
@@ -230,7 +230,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         raise FlowcError(f"the dump folder '{opts.dump_dir}' is the output directory; give the "
                          "dump a folder of its own")
     graph = load_model(model)
-    if not graph.outputs and not any(n.op in STATE_OPS[1:] for n in graph.nodes):
+    if not graph.outputs and not any(writes_variable(n.op) for n in graph.nodes):
         raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
                          "nothing a caller can see (it assigns no variable either); declare "
                          "the results it should return")

@@ -53,10 +53,10 @@ from flowc.codegen.plan.partitions import (
     is_partitioned,
 )
 from flowc.codegen.plan.state import (
-    STATE_OPS,
     VariableSlot,
     place_state,
     state_steps,
+    touches_variable,
     variable_slots,
 )
 from flowc.ir.attrs import Tensor
@@ -223,7 +223,7 @@ def build_program(graph: Graph, prefix: str) -> Program:
             program.calls.append(Call(None, tuple(root.get(v, v) for v in node.inputs),
                                       node.outputs, (node.name or node.op,), node))
             continue
-        if node.op in STATE_OPS:
+        if touches_variable(node.op):
             for kind, step in state_steps(node):
                 operands = tuple(root.get(v, v) for v in step.inputs[1:])
                 program.calls.append(kernel_call(step) if kind == "kernel" else Call(
@@ -236,7 +236,7 @@ def build_program(graph: Graph, prefix: str) -> Program:
         program.calls.append(kernel_call(node))
     check_no_deadlock(program.calls)
     program.views = root
-    place_state(program, program.variables)
+    place_state(program, program.variables, lambda offset: Storage("variable", offset))
     _assign_storage(program)
     return program
 

@@ -25,17 +25,30 @@ Contract:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from flowc.codegen.plan.arena import align
 from flowc.codegen.plan.memplan import in_place_inputs
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Node, Value
+from flowc.ir.ops import OPS
 from flowc.ir.types import TensorType
 
-STATE_OPS = ("read_variable", "assign", "assign_add", "assign_sub")
+# the kernel op each read-modify-write update becomes (a lowering table)
 UPDATE_OPS = {"assign_add": "add", "assign_sub": "sub"}
+
+
+def touches_variable(op: str) -> bool:
+    """Whether registry op `op` reads or writes a variable (its operand #0 is one)."""
+    return op in OPS and OPS[op].inputs[:1] == ("var",)
+
+
+def writes_variable(op: str) -> bool:
+    """Whether registry op `op` changes a variable (`assign` and the updates)."""
+    return touches_variable(op) and OPS[op].inputs[1:2] == ("value",)
 
 
 @dataclass(frozen=True)
@@ -93,17 +106,15 @@ def state_steps(node: Node) -> list[tuple[str, Node]]:
     return [("read", read), ("kernel", new), ("assign", assign)]
 
 
-def place_state(program, slots: list[VariableSlot]) -> None:
+def place_state(program, slots: list[VariableSlot], at: Callable[[int], Any]) -> None:
     """Write in place and read as views where the order allows (module docstring); sets
-    `program.storage` of the variables (kind "variable", their block offsets), of the
-    values kernels write into them, and of the reads that are views; drops the steps that
-    became unnecessary."""
-    from flowc.codegen.plan.program import Storage  # program.py imports this module
-
+    `program.storage` of the variables (`at(offset)`: program.py's Storage of kind
+    "variable"), of the values kernels write into them, and of the reads that are views
+    (through `program.views`); drops the steps that became unnecessary."""
     calls, root = program.calls, program.views
     slot_of = {s.node: s for s in slots}
     for s in slots:
-        program.storage[s.node.out()] = Storage("variable", s.offset)
+        program.storage[s.node.out()] = at(s.offset)
     outputs = {root.get(v, v) for _, v in program.graph.outputs}
     readers: dict[Value, list[int]] = {}
     producer: dict[Value, int] = {}
@@ -128,7 +139,7 @@ def place_state(program, slots: list[VariableSlot]) -> None:
         if (k is not None and calls[k].kernel is not None and value not in outputs
                 and value not in program.storage and readers.get(value) == [i]
                 and not any(k < e < i for e in events[var])):
-            program.storage[value] = Storage("variable", slot_of[var].offset)
+            program.storage[value] = at(slot_of[var].offset)
             writes[var][k] = value
             dropped.add(i)
             merged[k] = merged.get(k, calls[k].nodes) + call.nodes
