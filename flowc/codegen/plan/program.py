@@ -332,6 +332,11 @@ def check_sizes(program: Program) -> None:
         big = max((t for _, t in program.weights), key=lambda t: t.data.nbytes)
         check_total(program.weights_bytes, MAX_WEIGHTS_BYTES,
                     f"model {program.name}: the weights (the largest: {big.type})")
+    if program.variables:
+        big = max(program.variables, key=lambda v: v.nbytes)
+        check_total(program.variables_bytes, MAX_ARENA_BYTES,
+                    f"model {program.name}: the variables (the largest: '{big.name}', "
+                    f"{big.type})")
     io = [*program.inputs, *program.outputs]
     if io:
         name, t = max(io, key=lambda item: nbytes(item[1]))
