@@ -10,7 +10,14 @@ from artifact_util import compile_naive
 
 import flowc
 from flowc.codegen.plan.program import Storage, build_program
-from flowc.frontend.api import Graph, Variable, control_dependencies, op, placeholder
+from flowc.frontend.api import (
+    Graph,
+    Variable,
+    control_dependencies,
+    device,
+    op,
+    placeholder,
+)
 from flowc.ir.errors import FlowcError
 from flowc.ir.interpret import State, interpret
 
@@ -206,3 +213,29 @@ def test_cpu_backend_runs_state(tmp_path):
             np.testing.assert_allclose(model.run(**feeds)["norm"], want["norm"], rtol=1e-5)
         assert model.variables()["n"].dtype == np.int32 and model.variables()["n"] == 3
         np.testing.assert_allclose(model.variables()["w"], state.variables["w"], rtol=1e-6)
+
+
+def placed_graph(var_device: str, read_device: str):
+    with Graph("parts") as g:
+        x = placeholder("f32", (4,), name="x")
+        with device("cpu:0"):
+            y = x * 2.0
+        with device(var_device):
+            v = Variable(np.zeros(4, np.float32), name="v")
+        with device(read_device):
+            z = v.read() + y
+        with device("cpu:0"):
+            g.output("z", z * 1.0)
+    return g.ir
+
+
+@pytest.mark.parametrize(("var_device", "read_device", "message"), [
+    ("gpu:0", "gpu:0", r"node 'v' \(variable\) at .*: variables on gpu:0 are not supported yet"),
+    ("cpu:1", "cpu:1", r"node 'v' \(variable\) at .*: variables in a graph split over devices "
+                       "are not supported yet"),
+    ("cpu:1", "cpu:0", r"node 'v' \(variable\) at .*: the variable lives on cpu:1 but a node on "
+                       "cpu:0 uses it; read or assign a variable on its own device"),
+])
+def test_placed_variables_are_refused(tmp_path, var_device, read_device, message):
+    with pytest.raises(FlowcError, match=message):
+        compile_naive(placed_graph(var_device, read_device), tmp_path / "art")
