@@ -56,6 +56,8 @@ def test_variables_start_from_their_initial_values_and_follow_runs(model):
     np.testing.assert_array_equal(out, W0 - 0.5)
     np.testing.assert_array_equal(model.variables()["w"], W0 - 0.5)
     assert model.variables()["step"] == 1
+    model.variables()["w"][:] = 100  # a copy: the variable stays
+    np.testing.assert_array_equal(model.variables()["w"], W0 - 0.5)
 
 
 def test_set_variable_checks_name_dtype_and_shape(model):
@@ -203,8 +205,9 @@ int main(int argc, char **argv) {
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs cc")
 def test_checkpoint_from_python_loads_in_c_and_back(model, sgd, tmp_path):
     (tmp_path / "main.c").write_text(C_PROGRAM)
-    subprocess.run(["cc", "-O1", "-o", str(tmp_path / "app"), str(tmp_path / "main.c"),
-                    f"-I{sgd}", str(sgd / "libsgd.so"), f"-Wl,-rpath,{sgd}"], check=True)
+    subprocess.run(["cc", "-O1", "-Werror=implicit-function-declaration", "-o",
+                    str(tmp_path / "app"), str(tmp_path / "main.c"), f"-I{sgd}",
+                    str(sgd / "libsgd.so"), f"-Wl,-rpath,{sgd}"], check=True)
     model.set_variable("w", np.full((2, 3), 4, np.float32))
     model.save_checkpoint(tmp_path / "py.safetensors")
     done = subprocess.run([str(tmp_path / "app"), str(tmp_path / "py.safetensors"),

@@ -108,8 +108,11 @@ def test_read_before_assign_consumed_after_it_is_a_copy(tmp_path):
             after = v.read()
         g.output("before", before * 2.0)  # built after the assign: runs after it
         g.output("after", after * 2.0)
+        g.output("before_itself", before)  # an output: copied at the end of the run
     run_both(g.ir, tmp_path, lambda i: {"x": np.full(4, i + 1.0, np.float32)})
     assert state_copies(g.ir) == ["read Read", "assign Assign"]
+    program = build_program(g.ir, "m")
+    assert program.where(program.calls[0].results[0]) == Storage("output", 2)
 
 
 def test_read_consumed_before_assign_is_a_view(tmp_path):
