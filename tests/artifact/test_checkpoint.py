@@ -60,6 +60,14 @@ def test_variables_start_from_their_initial_values_and_follow_runs(model):
     np.testing.assert_array_equal(model.variables()["w"], W0 - 0.5)
 
 
+def test_inspect_lists_the_variables(sgd, capsys):
+    from flowc.cli import main
+
+    assert main(["inspect", str(sgd)]) == 0
+    out = capsys.readouterr().out
+    assert "variable w: f32[2,3]\nvariable step: f32[]\n" in out
+
+
 def test_set_variable_checks_name_dtype_and_shape(model):
     model.set_variable("w", np.full((2, 3), 7, np.float32))
     np.testing.assert_array_equal(model.run(x=np.zeros((2, 3), np.float32))["w_after"], 7)
