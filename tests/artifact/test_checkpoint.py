@@ -225,3 +225,24 @@ def test_checkpoint_from_python_loads_in_c_and_back(model, sgd, tmp_path):
     model.load_checkpoint(tmp_path / "c.safetensors")
     np.testing.assert_array_equal(model.variables()["w"], 3.5)
     assert model.variables()["step"] == 1
+
+
+def test_checkpoint_metadata_hook(tmp_path, monkeypatch):
+    """Program.checkpoint_metadata (where a training entry will put its optimizer's
+    hyperparameters and step) reaches every checkpoint's __metadata__."""
+    from flowc.codegen import driver
+
+    def with_metadata(graph, prefix):
+        program = build(graph, prefix)
+        program.checkpoint_metadata = {"optimizer": "sgd", "optimizer.lr": "0.5"}
+        return program
+
+    build = driver.build_program
+    monkeypatch.setattr(driver, "build_program", with_metadata)
+    compile_naive(sgd_graph(), tmp_path / "art")
+    with flowc.runtime.load(tmp_path / "art") as m:
+        m.save_checkpoint(tmp_path / "ck.safetensors")
+    with safe_open(str(tmp_path / "ck.safetensors"), framework="np") as f:
+        meta = f.metadata()
+    assert meta["optimizer"] == "sgd" and meta["optimizer.lr"] == "0.5"
+    assert meta["flowc.model"] == "sgd"
