@@ -246,3 +246,24 @@ def test_checkpoint_metadata_hook(tmp_path, monkeypatch):
         meta = f.metadata()
     assert meta["optimizer"] == "sgd" and meta["optimizer.lr"] == "0.5"
     assert meta["flowc.model"] == "sgd"
+
+
+def test_odd_names_and_a_weights_file(tmp_path):
+    """Variable names with quotes, backslashes, newlines and non-ASCII letters survive the
+    C tables and the checkpoint's JSON; initial values come from a weights side file too."""
+    names = ['a"b', "c\\d", "e\nf", "größe"]
+    with Graph("odd") as g:
+        variables = [Variable(np.full(2, k, np.float32), name=n) for k, n in enumerate(names)]
+        for v in variables:
+            v.assign_add(np.ones(2, np.float32))
+    compile_naive(g.ir, tmp_path / "art", weights="file")
+    with flowc.runtime.load(tmp_path / "art") as m:
+        assert list(m.variables()) == names
+        m.run()
+        m.save_checkpoint(tmp_path / "ck.safetensors")
+        tensors = load_file(str(tmp_path / "ck.safetensors"))
+        assert {k: float(v[0]) for k, v in tensors.items()} == {n: k + 1.0
+                                                               for k, n in enumerate(names)}
+        m.set_variable("größe", np.zeros(2, np.float32))
+        m.load_checkpoint(tmp_path / "ck.safetensors")
+        np.testing.assert_array_equal(m.variables()["größe"], [4, 4])
