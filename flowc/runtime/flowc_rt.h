@@ -245,6 +245,30 @@ FLOWC_HIDDEN int FLOWC_RT(rt_init_variables)(flowc_ctx *ctx);
 FLOWC_HIDDEN void *FLOWC_RT(rt_variable)(flowc_ctx *ctx, const char *name);
 FLOWC_HIDDEN int FLOWC_RT(rt_save_checkpoint)(flowc_ctx *ctx, const char *path);
 FLOWC_HIDDEN int FLOWC_RT(rt_load_checkpoint)(flowc_ctx *ctx, const char *path);
+/* JSON (json.c) for the checkpoints' safetensors headers: json_put* append to a text
+ * buffer (NUL-terminated; `failed` once out of memory; the caller frees `data`), escaping
+ * strings; the reader reads [p, end): json_eat skips white space and one expected char,
+ * json_string a string (at most FLOWC_JSON_MAX_STRING bytes of UTF-8), json_integers an
+ * array of at most `max` non-negative integers; each returns 0 on a syntax error, which
+ * json_syntax records (the first one) in `error`. */
+#define FLOWC_JSON_MAX_STRING 1024
+typedef struct {
+  char *data;
+  size_t used, size;
+  int failed;
+} flowc_text;
+typedef struct {
+  const char *p, *end;
+  const char *error; /* the first syntax error, or NULL */
+} flowc_json;
+FLOWC_HIDDEN void FLOWC_RT(json_put)(flowc_text *t, const char *s, size_t n);
+FLOWC_HIDDEN void FLOWC_RT(json_puts)(flowc_text *t, const char *s);
+FLOWC_HIDDEN void FLOWC_RT(json_put_string)(flowc_text *t, const char *s);
+FLOWC_HIDDEN void FLOWC_RT(json_ws)(flowc_json *r);
+FLOWC_HIDDEN int FLOWC_RT(json_syntax)(flowc_json *r, const char *what);
+FLOWC_HIDDEN int FLOWC_RT(json_eat)(flowc_json *r, char c);
+FLOWC_HIDDEN int FLOWC_RT(json_string)(flowc_json *r, char *out);
+FLOWC_HIDDEN int FLOWC_RT(json_integers)(flowc_json *r, uint64_t *out, int max, int *count);
 /* The lock-held body of an entry point: ok (0) when ctx is usable (runtime.c). */
 FLOWC_HIDDEN int FLOWC_RT(rt_unusable)(flowc_ctx *ctx);
 /* n rounded up to a multiple of FLOWC_ALIGN. */
