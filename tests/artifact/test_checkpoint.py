@@ -290,3 +290,30 @@ def test_mangled_headers_fail_cleanly(model, tmp_path):
         except RuntimeStatusError as exc:
             assert "\n" not in str(exc)
             np.testing.assert_array_equal(model.variables()["w"], 9)
+
+
+def test_trainable_onnx_model_compiles_with_its_initializers_as_variables(tmp_path):
+    """frontend.trainable's variables (named as the ONNX initializers) run from the
+    context's variables; a checkpoint holds them under those names."""
+    from pathlib import Path
+
+    from flowc.frontend.onnx import import_onnx
+    from flowc.frontend.trainable import make_trainable
+    from flowc.ir.interpret import interpret
+
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "train" / "mlp_sgd.onnx"
+    params = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"]
+    graph, _ = make_trainable(import_onnx(source), params, source=str(source))
+    flowc.compile(graph, tmp_path / "art", batch=8)
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    with flowc.runtime.load(tmp_path / "art") as m:
+        np.testing.assert_allclose(m(x), interpret(graph, {"x": x})["out"], rtol=1e-4,
+                                   atol=1e-5)
+        m.save_checkpoint(tmp_path / "ck.safetensors")
+        assert sorted(load_file(str(tmp_path / "ck.safetensors"))) == sorted(params)
+        m.set_variable("fc3.bias", np.zeros_like(m.variables()["fc3.bias"]))
+        changed = m(x)
+        m.load_checkpoint(tmp_path / "ck.safetensors")
+        np.testing.assert_allclose(m(x), interpret(graph, {"x": x})["out"], rtol=1e-4,
+                                   atol=1e-5)
+        assert not np.allclose(changed, m(x))
