@@ -79,6 +79,8 @@ def test_optimizer_update_writes_in_place(tmp_path):
     sub = next(c for c in program.calls if "Sub" in c.nodes)
     assert program.where(sub.results[0]) == Storage("variable", 0)
     assert "Assign" in sub.nodes
+    assert not any(where.kind == "variable" for v, where in program.storage.items()
+                   if v in program.memory.offsets)  # the arena plan never holds a variable
 
 
 def test_assign_add_chains(tmp_path):
