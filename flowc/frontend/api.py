@@ -76,13 +76,17 @@ class Graph:
         self._used[full] = count + 1
         return full if count == 0 else f"{full}_{count}"
 
+    def current_device(self) -> str | None:
+        """The device of the innermost `device(...)` block naming one (None: unplaced)."""
+        return next((d for d in reversed(self._devices) if d is not None), None)
+
     def add(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any],
             name: str | None = None) -> Any:
         """Build a node of `op`; its Tensor, tuple of Tensors, or Operation (no results)."""
         values = [None if t is None else as_tensor(t, self).value for t in inputs]
         node_name = self.unique_name(name or _op_display_name(op))
         loc = user_location()
-        device = next((d for d in reversed(self._devices) if d is not None), None)
+        device = self.current_device()
         ctrl = [n for deps in self._ctrl for n in deps]
         try:
             node = make_node(op, values, attrs, name=node_name, device=device, ctrl=ctrl,
@@ -261,7 +265,7 @@ class Variable:
         node_name = graph.unique_name(name or "Variable")
         t = TensorType(dtype(init.dtype), init.shape)
         node = make_node("variable", [], {"type": t, "shared_name": node_name, "init": init},
-                         name=node_name, loc=user_location())
+                         name=node_name, loc=user_location(), device=graph.current_device())
         graph.ir.append(node)
         self.handle, self.graph, self.type = Tensor(node.out(), graph), graph, t
 
@@ -269,9 +273,18 @@ class Variable:
         return self.graph.add("read_variable", [self.handle], {}, "Read")
 
     def assign(self, value: Any) -> Operation:
+        return self._update("assign", value)
+
+    def assign_add(self, delta: Any) -> Operation:
+        return self._update("assign_add", delta)
+
+    def assign_sub(self, delta: Any) -> Operation:
+        return self._update("assign_sub", delta)
+
+    def _update(self, op: str, value: Any) -> Operation:
         if not isinstance(value, Tensor):
             value = constant(np.asarray(value, dtype=self.type.dtype.np), graph=self.graph)
-        return self.graph.add("assign", [self.handle, value], {}, "Assign")
+        return self.graph.add(op, [self.handle, value], {}, _op_display_name(op))
 
 
 @contextlib.contextmanager

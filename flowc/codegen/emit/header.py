@@ -42,6 +42,7 @@ class ModelInfo:
     weights_file: str | None
     regions: tuple = ()  # partitions.Region per device, when the graph is partitioned
     memory: tuple[str, ...] = ()  # the working-memory statement (working_memory.py)
+    variables: tuple[TensorInfo, ...] = ()  # state kept across runs (plan/state.py)
 
 
 def accessor_names(names: list[str]) -> list[str]:
@@ -86,7 +87,9 @@ def render_header(info: ModelInfo) -> str:
     tables = "\n".join(
         [f" *   input {i} '{c_comment(t.name)}': {_shape(t)}" for i, t in enumerate(info.inputs)]
         + [f" *   output {i} '{c_comment(t.name)}': {_shape(t)}"
-           for i, t in enumerate(info.outputs)])
+           for i, t in enumerate(info.outputs)]
+        + [f" *   variable {i} '{c_comment(t.name)}': {_shape(t)}"
+           for i, t in enumerate(info.variables)])
     accessors = []
     for i, t in enumerate(info.inputs):
         accessors.append(f"/* Input {i} '{c_comment(t.name)}', {_shape(t)}: write it before "
@@ -105,7 +108,8 @@ def render_header(info: ModelInfo) -> str:
  * outputs (or, on buffers of your own, {n}_run_with in one call), {n}_destroy. Functions
  * returning int return FLOWC_OK (0) or a status code; then {n}_error(ctx) is a non-empty
  * message. Calls on one context are serialized: a call made while another thread runs
- * it (set_threads, set_arena, set_input, set_output, the accessors, destroy) waits for that
+ * it (set_threads, set_arena, set_input, set_output, the accessors, variable, the
+ * checkpoints, destroy) waits for that
  * run to return, and runs take turns; for parallel runs use one context per thread. No
  * call may use a context once {n}_destroy has begun.
  * {weights}
@@ -183,6 +187,26 @@ int {n}_set_output({n}_ctx *ctx, int i, void *data, int dtype, int rank,
     const int64_t *shape);
 void *{n}_input({n}_ctx *ctx, int i);
 const void *{n}_output(const {n}_ctx *ctx, int i);
+
+/* Variables: state the model keeps across runs in the context (outside the arena), set
+ * from their initial values by {n}_create; runs read and assign them in graph order.
+ * {n}_variable gives variable `name`'s buffer (dense, its dtype and shape; valid until
+ * {n}_destroy; read or write it between runs), or NULL with {n}_error set for a name
+ * the model has none of. The tables describe variable i = 0 .. {n}_num_variables() - 1.
+ * {n}_save_checkpoint writes every variable to a safetensors file at `path` (through a
+ * temporary file in the same directory, renamed: a failed save leaves no partial file
+ * under `path`); its "__metadata__" holds the model name, flowc version and graph hash.
+ * {n}_load_checkpoint reads one back, checking names, dtypes and shapes; on any failure
+ * it changes no variable and {n}_error names the first mismatch. */
+void *{n}_variable({n}_ctx *ctx, const char *name);
+int {n}_num_variables(void);
+const char *{n}_variable_name(int i);
+int {n}_variable_dtype(int i);
+int {n}_variable_rank(int i);
+const int64_t *{n}_variable_shape(int i);
+size_t {n}_variable_bytes(int i);
+int {n}_save_checkpoint({n}_ctx *ctx, const char *path);
+int {n}_load_checkpoint({n}_ctx *ctx, const char *path);
 
 /* Typed accessors. */
 {chr(10).join(accessors)}
