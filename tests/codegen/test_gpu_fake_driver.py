@@ -3,6 +3,8 @@ fake libcuda (gpu_fake_cuda.c) whose "device functions" are the artifact's stage
 for the host (gpu_emulate.py): the zoo models' outputs match the interpreter, and the
 driver's failures become the runtime's statuses."""
 
+import subprocess
+
 import numpy as np
 import pytest
 from gpu_emulate import emulation_library, fake_driver
@@ -123,3 +125,50 @@ def test_tiled_matmul_with_barriers_matches_numpy(work, driver, monkeypatch):
     x = rng.standard_normal((128, 48)).astype(np.float32)
     y = rng.standard_normal((48, 192)).astype(np.float32)
     assert_close(load(out).run(a=x, b=y)["c"], x @ y, "matmul", 48)
+
+
+def test_device_time_and_own_buffers(mlp, driver, monkeypatch, tmp_path):
+    """`last_device_ms` is the time between the timing events around the launches (the
+    fake driver's: when its lazy stream reached them), within the run's wall time; a run
+    on `own_buffers` (the context's page-locked buffers) gives the same outputs."""
+    import time
+
+    _use(monkeypatch, driver, mlp[1], FAKE_CUDA_LAZY=1)
+    model = load(mlp[0])
+    with pytest.raises(RuntimeStatusError, match="mlp: no device time: no run completed"):
+        model.last_device_ms()
+    feeds = zoo.sample_input(zoo.mlp(), batch=2)
+    t0 = time.perf_counter()
+    want = model.run(**feeds)["probs"]
+    wall_ms = (time.perf_counter() - t0) * 1e3
+    assert 0 < model.last_device_ms() <= wall_ms
+    ins, outs = model.own_buffers()
+    for name, value in feeds.items():
+        ins[name][...] = value
+    got = model.run_into(outs, **ins)["probs"]
+    assert got is outs["probs"] and np.array_equal(got, want)
+    cpu = tmp_path / "mlp_cpu"
+    flowc.compile(zoo.mlp(), cpu, batch=2)
+    with pytest.raises(RuntimeStatusError, match="mlp: no device time: the model runs on the "
+                                                 "CPU only"):
+        load(cpu).last_device_ms()
+
+
+def test_gpu_run_allocates_nothing(mlp, driver, monkeypatch, tmp_path):
+    """A run of a GPU artifact allocates neither host nor device memory (the fake driver's
+    cuMemAlloc is aligned_alloc): everything is planned at create; the counting shim and
+    C driver of tests/artifact/test_planned_memory.py, through the fake CUDA library."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "artifact"))
+    from test_planned_memory import DRIVER, SHIM, allocations
+
+    (tmp_path / "shim.c").write_text(SHIM)
+    (tmp_path / "driver.c").write_text(DRIVER)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-o", "shim.so", "shim.c"], cwd=tmp_path,
+                   check=True)
+    subprocess.run(["cc", "-O1", "-o", "driver", "driver.c", "-ldl"], cwd=tmp_path, check=True)
+    _use(monkeypatch, driver, mlp[1])
+    in_run, control = allocations(tmp_path, mlp[0], "mlp", 1)
+    assert control > 0 and in_run == 0
