@@ -5,6 +5,7 @@ driver's failures become the runtime's statuses."""
 
 import subprocess
 
+import ml_dtypes
 import numpy as np
 import pytest
 from gpu_emulate import emulation_library, fake_driver
@@ -105,26 +106,46 @@ def test_out_of_device_memory(mlp, driver, monkeypatch):
         load(mlp[0])
 
 
-def test_tiled_matmul_with_barriers_matches_numpy(work, driver, monkeypatch):
+@pytest.mark.parametrize(("m", "k", "n", "dtype", "bias", "tile"), [  # tile: shared A's
+    (256, 48, 384, "f32", False, "8x132"),   # 128x128 tiles, 8x8 per thread
+    (64, 32, 192, "f32", False, "16x66"),    # M not a multiple of 128: 64x64 tiles
+    (128, 16, 128, "bf16", False, "8x132"),  # bf16 in, f32 accumulation, bf16 out
+    (128, 24, 256, "f32", True, "8x132"),    # gemm: the bias added by the next stage
+])
+def test_tiled_matmul_with_barriers_matches_numpy(work, driver, monkeypatch, m, k, n, dtype,
+                                                  bias, tile):
     """The shared-memory matmul stage (barriers, workgroup tiles): its block's threads run
     concurrently in the fake driver, meeting at each barrier."""
-    from flowc.ir import Graph, TensorType
+    from flowc.ir import Graph, Tensor, TensorType
     from flowc.ir.build import make_node
 
+    rng = np.random.default_rng(5)
+    key = f"mm_{m}_{k}_{n}_{dtype}_{bias}"
     g = Graph("mm")
-    a = g.add_input("a", TensorType("f32", (128, 48)))
-    b = g.add_input("b", TensorType("f32", (48, 192)))
-    g.add_output("c", g.append(make_node("matmul", [a, b])).out())
-    out, dump = work / "mm", work / "mm.dump"
+    a = g.add_input("a", TensorType(dtype, (m, k)))
+    b = g.add_input("b", TensorType(dtype, (k, n)))
+    bias_value = rng.standard_normal((n,)).astype(np.float32)
+    if bias:
+        c = g.append(make_node("constant", [], {"value": Tensor(bias_value)})).out()
+        g.add_output("c", g.append(make_node("gemm", [a, b, c])).out())
+    else:
+        g.add_output("c", g.append(make_node("matmul", [a, b])).out())
+    out, dump = work / key, work / f"{key}.dump"
     flowc.compile(g, out, target="nvptx", dump_dir=dump, cache=False)
-    assert "workgroup" in next(dump.glob("*.stages.mlir")).read_text()
-    lib_dir = work / "mm.emu"
+    stages = next(dump.glob("*.stages.mlir")).read_text()
+    assert f" : memref<{tile}xf32, #gpu.address_space<workgroup>>, %arg" in stages
+    lib_dir = work / f"{key}.emu"
     lib_dir.mkdir()
     _use(monkeypatch, driver, emulation_library(dump, lib_dir))
-    rng = np.random.default_rng(5)
-    x = rng.standard_normal((128, 48)).astype(np.float32)
-    y = rng.standard_normal((48, 192)).astype(np.float32)
-    assert_close(load(out).run(a=x, b=y)["c"], x @ y, "matmul", 48)
+    np_type = {"f32": np.float32, "bf16": ml_dtypes.bfloat16}[dtype]
+    x = rng.standard_normal((m, k)).astype(np_type)
+    y = rng.standard_normal((k, n)).astype(np_type)
+    want = x.astype(np.float32) @ y.astype(np.float32) + (bias_value if bias else 0)
+    got = load(out).run(a=x, b=y)["c"]
+    if dtype == "bf16":
+        np.testing.assert_allclose(got.astype(np.float32), want, rtol=1e-2, atol=1e-2)
+    else:
+        assert_close(got, want, "matmul", k)
 
 
 def test_device_time_and_own_buffers(mlp, driver, monkeypatch, tmp_path):
