@@ -4,12 +4,23 @@ CUDA driver only (torch optional, for comparison).
 1. every zoo model: its artifact's outputs on `inputs.npz` against the interpreter's
    `expected.npz` (rtol/atol 1e-3; prints the max error per output); then the same for
    each mixed CPU+GPU artifact of `mixed/` (half its nodes on the GPU, the send/recv
-   between them copies on the GPU's stream), with its median time per run;
-2. timings (median of --repeats runs after a warm-up, through the loader, so each includes
-   the host<->device copies of inputs and outputs): matmul 4096^3 f32 (and bf16 when built)
-   as TFLOP/s, the elementwise chain as GB/s (3 arrays of 2^24 f32 touched); torch's
-   figures for the same work when torch with CUDA is importable (device time only);
-3. a report written to BUNDLE/gpu_check.md and printed. Exit status 1 if a model mismatched.
+   between them copies on the GPU's stream). Per model, the time split below (flowc only:
+   the bundle has no torch form of the zoo models);
+2. the work items (matmul 4096^3 f32 and bf16 when built, as TFLOP/s; the elementwise
+   chain as GB/s, 3 arrays of 2^24 f32 touched): flowc's output against numpy's (relative
+   error at most 1e-4, 2e-2 for bf16), then timed six ways, medians of --repeats runs
+   after a warm-up:
+   - flowc e2e: `Model.run` on numpy arrays (pageable memory: the host<->device copies
+     the driver stages, and new output arrays each run);
+   - flowc pinned: `run_into` on `Model.own_buffers()` (the context's page-locked
+     buffers: asynchronous copies, nothing allocated);
+   - flowc device: `Model.last_device_ms()`, the CUDA events the runtime records around
+     the launches (no copies);
+   - torch device (CUDA events around the op on device tensors), torch e2e from numpy
+     (`from_numpy(...).cuda()`, the op, `.cpu()`), torch pinned (page-locked host
+     tensors, non_blocking copies both ways); when torch with CUDA is importable;
+3. a report written to BUNDLE/gpu_check.md and printed. A failing item is reported in
+   its row and the rest still run; exit status 1 if a model mismatched or an item failed.
 
     python3 bench/gpu_check.py BUNDLE [--repeats 10]
 """
@@ -21,79 +32,182 @@ import json
 import statistics
 import sys
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 
-def _median_time(fn, repeats: int) -> float:
+def _median_ms(fn: Callable[[], object], repeats: int, after: Callable[[], float] | None = None
+               ) -> tuple[float, float | None]:
+    """(median wall ms of `fn`, median of `after()` read after each call, or None)."""
     fn()
-    times = []
+    times, seconds = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        times.append((time.perf_counter() - t0) * 1e3)
+        if after is not None:
+            seconds.append(after())
+    return statistics.median(times), (statistics.median(seconds) if seconds else None)
 
 
-def _torch_times(info: dict, repeats: int) -> dict[str, float]:
+def _flowc_split(model, feeds: dict[str, np.ndarray], repeats: int) -> dict[str, float]:
+    """{'e2e', 'pinned', 'device'} ms of one flowc artifact (see the module docstring)."""
+    e2e, device = _median_ms(lambda: model.run(**feeds), repeats, model.last_device_ms)
+    ins, outs = model.own_buffers()
+    for name, value in feeds.items():
+        ins[name][...] = value
+    pinned, _ = _median_ms(lambda: model.run_into(outs, **ins), repeats)
+    return {"e2e": e2e, "pinned": pinned, "device": device}
+
+
+def _torch() -> object | None:
     try:
         import torch
     except ImportError:
-        return {}
-    if not torch.cuda.is_available():
-        return {}
-    out = {}
+        return None
+    return torch if torch.cuda.is_available() else None
 
-    def timed(fn):
-        fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
 
-    for key, t in info["timings"].items():
+def _torch_split(torch, key: str, t: dict, feeds: list[np.ndarray], repeats: int
+                 ) -> dict[str, float]:
+    """{'device', 'e2e', 'pinned'} ms of torch doing work item `key` on `feeds`."""
+    bf16 = t.get("dtype") == "bf16"
+
+    def host(x: np.ndarray):  # numpy (bf16 through its 16-bit pattern) -> CPU tensor
+        return (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) if bf16
+                else torch.from_numpy(x))
+
+    def op(*xs):
         if key.startswith("matmul"):
-            n = t["shape"][0]
-            dt = torch.float32 if t["dtype"] == "f32" else torch.bfloat16
-            a, b = (torch.randn(n, n, device="cuda", dtype=dt) for _ in range(2))
-            out[key] = timed(lambda a=a, b=b: a @ b)
-        else:
-            n = t["elements"]
-            x, y = (torch.randn(n, device="cuda") for _ in range(2))
-            out[key] = timed(lambda x=x, y=y: torch.exp(torch.tanh((x + y) * x)) - y)
-    return out
+            return xs[0] @ xs[1]
+        x, y = xs
+        return torch.exp(torch.tanh((x + y) * x)) - y
+
+    dev = [host(x).cuda() for x in feeds]
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def device() -> None:
+        start.record()
+        op(*dev)
+        end.record()
+        end.synchronize()
+
+    _, device_ms = _median_ms(device, repeats, lambda: start.elapsed_time(end))
+
+    def e2e() -> None:
+        op(*(host(x).cuda() for x in feeds)).cpu()
+
+    e2e_ms, _ = _median_ms(e2e, repeats)
+    pinned_in = [host(x).pin_memory() for x in feeds]
+    pinned_out = torch.empty(op(*dev).shape, dtype=dev[0].dtype).pin_memory()
+
+    def pinned() -> None:
+        xs = [x.to("cuda", non_blocking=True) for x in pinned_in]
+        pinned_out.copy_(op(*xs), non_blocking=True)
+        torch.cuda.synchronize()
+
+    pinned_ms, _ = _median_ms(pinned, repeats)
+    return {"device": device_ms, "e2e": e2e_ms, "pinned": pinned_ms}
 
 
-def _check_models(load, error: type, root: Path, names: list[str], label: str, lines: list[str],
-                  repeats: int) -> bool:
-    """Run each artifact `root/NAME` (loaded by `load`; `error`: what it raises) on its
-    inputs.npz against expected.npz; a table row per output (max abs error, ok, median ms
-    per run), or one row with the error when it cannot load; True when any failed."""
+def _relative_error(key: str, feeds: dict[str, np.ndarray], got: np.ndarray) -> float:
+    """max |flowc - numpy| / max |numpy| of work item `key` (numpy in f32: bf16 inputs
+    widened, as flowc accumulates)."""
+    xs = [np.asarray(x, np.float32) for x in feeds.values()]
+    if key.startswith("matmul"):
+        want = xs[0] @ xs[1]
+    else:
+        x, y = xs
+        want = np.exp(np.tanh((x + y) * x)) - y
+    return float(np.max(np.abs(np.asarray(got, np.float32) - want)) / np.max(np.abs(want)))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200].replace("|", "/")
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _check_models(load, root: Path, names: list[str], label: str, lines: list[str],
+                  split_rows: list[str], repeats: int) -> bool:
+    """Run each artifact `root/NAME` on its inputs.npz against expected.npz; a table row per
+    output (max abs error, ok) and a time-split row per model; a row with the error when
+    it cannot load or run. True when any failed."""
     failed = False
     for name in names:
         where = root / name
         try:
             model = load(where)
-        except error as exc:  # a device error: report it, check the rest
-            lines.append(f"| {label}{name} | - | {exc} | NO | - |")
+            feeds = dict(np.load(where / "inputs.npz"))
+            expected = dict(np.load(where / "expected.npz"))
+            got = model.run(**feeds)
+        except Exception as exc:  # a device error: report it, check the rest
+            lines.append(f"| {label}{name} | - | {_first_line(exc)} | NO |")
             failed = True
             continue
-        feeds = dict(np.load(where / "inputs.npz"))
-        expected = dict(np.load(where / "expected.npz"))
-        got = model.run(**feeds)
-        ms = _median_time(lambda m=model, f=feeds: m.run(**f), repeats) * 1e3
         for out_name, want in expected.items():
             have = np.asarray(got[out_name])
             err = float(np.max(np.abs(have.astype(np.float64) - want))) if want.size else 0.0
             ok = have.shape == want.shape and np.allclose(have, want, rtol=1e-3, atol=1e-3)
             failed |= not ok
-            lines.append(f"| {label}{name} | {out_name} | {err:.2e} | {'yes' if ok else 'NO'} "
-                         f"| {ms:.3f} |")
+            lines.append(f"| {label}{name} | {out_name} | {err:.2e} | {'yes' if ok else 'NO'} |")
+        try:
+            s = _flowc_split(model, feeds, repeats)
+            split_rows.append(f"| {label}{name} | {_ms(s['e2e'])} | {_ms(s['pinned'])} | "
+                              f"{_ms(s['device'])} |")
+        except Exception as exc:
+            split_rows.append(f"| {label}{name} | {_first_line(exc)} | | |")
+            failed = True
+        model.close()
+    return failed
+
+
+def _work_items(load, bundle: Path, info: dict, repeats: int, lines: list[str]) -> bool:
+    """The work items' rows (see the module docstring); True when any failed."""
+    torch = _torch()
+    failed = False
+    rng = np.random.default_rng(0)
+    for key, t in info["timings"].items():
+
+        def figure(ms: float | None, t=t) -> str:
+            if ms is None:
+                return "-"
+            rate = (f"{t['flop'] / ms / 1e9:.2f} TFLOP/s" if "flop" in t
+                    else f"{t['bytes'] / ms / 1e6:.1f} GB/s")
+            return f"{ms:.2f} ms, {rate}"
+
+        try:
+            model = load(bundle / key)
+            feeds = {name: rng.standard_normal(shape).astype(dt)
+                     for name, dt, shape in model.inputs}
+            error = _relative_error(key, feeds, next(iter(model.run(**feeds).values())))
+            f = _flowc_split(model, feeds, repeats)
+            model.close()
+        except Exception as exc:
+            lines.append(f"| {key} | {_first_line(exc)} | | | | | | |")
+            traceback.print_exc()
+            failed = True
+            continue
+        ok = error <= (2e-2 if t.get("dtype") == "bf16" else 1e-4)
+        failed |= not ok
+        try:
+            tt = (_torch_split(torch, key, t, list(feeds.values()), repeats) if torch
+                  else {"device": None, "e2e": None, "pinned": None})
+        except Exception as exc:
+            tt = {"device": None, "e2e": None, "pinned": None}
+            print(f"torch {key}: {_first_line(exc)}", file=sys.stderr)
+        lines.append(f"| {key} | {error:.1e}{'' if ok else ' NO'} | {figure(f['e2e'])} | "
+                     f"{figure(f['pinned'])} | "
+                     f"{figure(f['device'])} | {figure(tt['device'])} | {figure(tt['e2e'])} | "
+                     f"{figure(tt['pinned'])} |")
+    if torch is None:
+        lines.append("\ntorch with CUDA not importable: no torch columns")
     return failed
 
 
@@ -104,35 +218,26 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     bundle = args.bundle.resolve()
     sys.path.insert(0, str(bundle / "py"))
-    from flowc.runtime.errors import ArtifactError
     from flowc.runtime.loader import load
 
     info = json.loads((bundle / "bundle.json").read_text())
     lines = [f"# GPU check of {bundle.name}", "", f"archs built: {', '.join(info['archs'])}", ""]
-    lines += ["| model | output | max abs error | ok | ms/run |",
-              "| --- | --- | --- | --- | --- |"]
+    lines += ["| model | output | max abs error | ok |", "| --- | --- | --- | --- |"]
+    split = ["", "Per model, ms per run: flowc end to end from numpy arrays, on its own "
+             "page-locked buffers, device time of the kernels (mixed: the GPU partition's "
+             "steps, waits for the CPU partitions included).", "",
+             "| model | flowc e2e | flowc pinned | flowc device |", "| --- | --- | --- | --- |"]
     failed = False
     for section, label in (("zoo", ""), ("mixed", "mixed ")):
-        failed |= _check_models(load, ArtifactError, bundle / section, info.get(section, []),
-                                label, lines, args.repeats)
-    lines += ["", "| work | flowc (incl. copies) | figure | torch (device) | figure |",
-              "| --- | --- | --- | --- | --- |"]
-    torch_times = _torch_times(info, args.repeats)
-    rng = np.random.default_rng(0)
-    for key, t in info["timings"].items():
-        model = load(bundle / key)
-        feeds = {}
-        for in_name, dt, shape in model.inputs:
-            feeds[in_name] = rng.standard_normal(shape).astype(dt)
-        seconds = _median_time(lambda m=model, f=feeds: m.run(**f), args.repeats)
-
-        def figure(s, t=t):
-            return (f"{t['flop'] / s / 1e12:.2f} TFLOP/s" if "flop" in t
-                    else f"{t['bytes'] / s / 1e9:.1f} GB/s")
-
-        ts = torch_times.get(key)
-        lines.append(f"| {key} | {seconds * 1e3:.2f} ms | {figure(seconds)} | "
-                     f"{f'{ts * 1e3:.2f} ms' if ts else '-'} | {figure(ts) if ts else '-'} |")
+        failed |= _check_models(load, bundle / section, info.get(section, []), label, lines,
+                                split, args.repeats)
+    lines += split
+    lines += ["", "Work items: flowc's error (max abs difference from numpy's f32 result over "
+              "its max abs value), then ms per run and the rate, six ways.", "",
+              "| work | error | flowc e2e (numpy) | flowc pinned | flowc device | torch device | "
+              "torch e2e (numpy) | torch pinned |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    failed |= _work_items(load, bundle, info, args.repeats, lines)
     for skipped in sorted(bundle.glob("*/skipped.txt")):
         lines.append(f"\n{skipped.parent.name} not built: {skipped.read_text().strip()}")
     report = "\n".join(lines) + "\n"
