@@ -15,16 +15,17 @@ Contract:
   stage (same arguments as every stage of the kernel) and its launch shape.
 The kernel (the first tiling that fits: 128x128 tiles of C, 8x8 per thread, K steps of 8;
 else 64x64, 4x4, 16): one block of 256 threads per `bm` x `bn` tile of C. Per K step every
-thread loads one 4-vector of A and one of B from global memory (aligned vector loads,
-consecutive threads on consecutive addresses; bf16/f16 widened to f32), stores A's
-transposed into a padded shared tile (`bk` x `bm + pad`: the scalar stores of a warp hit
-distinct banks) and B's as is; `gpu.barrier`; then, per k of the step, each thread reads
-two vectors of A (its rows: two groups `bm / 2` apart) and two of B (its columns, two
-groups `bn / 2` apart: a warp's vector reads are consecutive, conflict-free, or broadcast)
-and does `tm x tn` fused multiply-adds into accumulators held in registers (loop-carried
-vectors, the k loop unrolled in the text); a second barrier before the next step. At the
-end each thread adds its tile into C with vector loads and stores, or stores it when the
-zero fill was dropped.
+thread stores one 4-vector of A and one of B, loaded from global memory during the step
+before (aligned vector loads, consecutive threads on consecutive addresses; bf16/f16
+widened to f32; the loads of the next step are issued before this step's multiply-adds,
+so their latency hides behind them), A's transposed into a padded shared tile
+(`bk` x `bm + pad`: the scalar stores of a warp hit distinct banks) and B's as is;
+`gpu.barrier`; then, per k of the step, each thread reads two vectors of A (its rows: two
+groups `bm / 2` apart) and two of B (its columns, two groups `bn / 2` apart: a warp's
+vector reads are consecutive, conflict-free, or broadcast) and does `tm x tn` fused
+multiply-adds into accumulators held in registers (loop-carried vectors, the k loop
+unrolled in the text); a second barrier before the next step. At the end each thread adds
+its tile into C with vector loads and stores, or stores it when the zero fill was dropped.
 """
 
 from __future__ import annotations
@@ -174,7 +175,8 @@ def _body(t: Tiling, k: int, n: int, a: tuple, b: tuple, c: tuple, zero: bool) -
     def const(name: str, value: int) -> None:
         emit(f"%{name} = arith.constant {value} : index")
 
-    for name, value in (("c0", 0), ("cK", k), ("cBK", t.bk), ("cBM", t.bm), ("cBN", t.bn),
+    for name, value in (("c0", 0), ("cK", k), ("cKlast", k - t.bk), ("cBK", t.bk),
+                        ("cBM", t.bm), ("cBN", t.bn),
                         ("cTiles", n // t.bn), ("cCols", t.bn // t.tn), ("cVM", vm),
                         ("cVN", vn), ("cHalfM", t.bm // 2), ("cHalfN", t.bn // 2),
                         ("cAq", t.bk // 4), ("cBq", t.bn // 4), ("c1", 1), ("c2", 2),
@@ -206,18 +208,25 @@ def _body(t: Tiling, k: int, n: int, a: tuple, b: tuple, c: tuple, zero: bool) -
         emit(f"%ac{i} = arith.addi %ac, %c{i} : index")
     accs = [f"%acc{h}_{i}_{g}" for h in range(2) for i in range(vm) for g in range(2)]
     vec = f"vector<{vn}xf32>"
-    inits = ", ".join(f"{x} = %zv" for x in accs)
-    emit(f"%res:{len(accs)} = scf.for %kt = %c0 to %cK step %cBK iter_args({inits}) -> "
-         f"({', '.join([vec] * len(accs))}) {{")
-    emit("  %gac = arith.addi %kt, %ac : index")
-    emit(_load4("%va", f"%arg{ia}[%gar, %gac]", ta, ea))
+    vec4 = "vector<4xf32>"
+    # this thread's 4-vectors of the first step; each step loads the next one's (the last
+    # step reloads its own: an index clamped to K - bk) before its multiply-adds
+    emit(_load4("%pa", f"%arg{ia}[%gar, %ac]", ta, ea))
+    emit(_load4("%pb", f"%arg{ib}[%br, %gbc]", tb, eb))
+    inits = ", ".join([f"{x} = %zv" for x in accs] + ["%va = %pa", "%vb = %pb"])
+    emit(f"%res:{len(accs) + 2} = scf.for %kt = %c0 to %cK step %cBK iter_args({inits}) -> "
+         f"({', '.join([vec] * len(accs) + [vec4] * 2)}) {{")
     for i in range(4):
-        emit(f"  %ae{i} = vector.extract %va[{i}] : f32 from vector<4xf32>")
+        emit(f"  %ae{i} = vector.extract %va[{i}] : f32 from {vec4}")
         emit(f"  memref.store %ae{i}, %as[{'%ac' if i == 0 else f'%ac{i}'}, %ar] : {sa}")
-    emit("  %gbr = arith.addi %kt, %br : index")
-    emit(_load4("%vb", f"%arg{ib}[%gbr, %gbc]", tb, eb))
-    emit(f"  vector.store %vb, %bs[%br, %bc] {{alignment = 16 : i64}} : {sb}, vector<4xf32>")
+    emit(f"  vector.store %vb, %bs[%br, %bc] {{alignment = 16 : i64}} : {sb}, {vec4}")
     emit("  gpu.barrier")
+    emit("  %ktn = arith.addi %kt, %cBK : index")
+    emit("  %ktl = arith.minui %ktn, %cKlast : index")
+    emit("  %gac = arith.addi %ktl, %ac : index")
+    emit(_load4("%na", f"%arg{ia}[%gar, %gac]", ta, ea))
+    emit("  %gbr = arith.addi %ktl, %br : index")
+    emit(_load4("%nb", f"%arg{ib}[%gbr, %gbc]", tb, eb))
     cur = dict(zip(accs, accs, strict=True))
     for kk in range(t.bk):
         emit(f"  %k{kk} = arith.constant {kk} : index")
@@ -238,7 +247,8 @@ def _body(t: Tiling, k: int, n: int, a: tuple, b: tuple, c: tuple, zero: bool) -
                     emit(f"  {new} = vector.fma %sb{kk}_{h}_{i}, %y{kk}_{g}, {cur[key]} : {vec}")
                     cur[key] = new
     emit("  gpu.barrier")
-    emit(f"  scf.yield {', '.join(cur[x] for x in accs)} : {', '.join([vec] * len(accs))}")
+    emit(f"  scf.yield {', '.join([cur[x] for x in accs] + ['%na', '%nb'])} : "
+         f"{', '.join([vec] * len(accs) + [vec4] * 2)}")
     emit("}")
     for n_, x in enumerate(accs):
         h, i, g = (int(v) for v in x[len("%acc"):].split("_"))
