@@ -142,8 +142,9 @@ def test_mixed_mlp_matches_interpreter_and_copies_in_order(mlp_mixed, driver, mo
         assert calls[:2] == ["record 2", f"htod {to_gpu}"]
         assert calls[2:2 + len(launches)] == launches
         after = calls[2 + len(launches):]
-        assert after[:3] == [f"dtoh {to_cpu}", "record 1", "record 3"]
-        assert sorted(after[3:]) == ["sync", "wait 1"]
+        assert after[:2] == [f"dtoh {to_cpu}", "record 1"]  # the host waits after these
+        assert "wait 1" in after[2:]
+        assert [c for c in after[2:] if c != "wait 1"] == ["record 3", "sync"]
         assert 0 <= model.last_device_ms() < 1e3
 
 
