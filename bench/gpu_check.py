@@ -19,6 +19,8 @@ CUDA driver only (torch optional, for comparison).
    - torch device (CUDA events around the op on device tensors), torch e2e from numpy
      (`from_numpy(...).cuda()`, the op, `.cpu()`), torch pinned (page-locked host
      tensors, non_blocking copies both ways); when torch with CUDA is importable;
+   then flowc's copy paths (`_copy_paths`: numpy arrays as given, 64-byte aligned,
+   reused outputs, own buffers);
 3. a report written to BUNDLE/gpu_check.md and printed. A failing item is reported in
    its row and the rest still run; exit status 1 if a model mismatched or an item failed.
 
@@ -61,6 +63,26 @@ def _flowc_split(model, feeds: dict[str, np.ndarray], repeats: int) -> dict[str,
         ins[name][...] = value
     pinned, _ = _median_ms(lambda: model.run_into(outs, **ins), repeats)
     return {"e2e": e2e, "pinned": pinned, "device": device}
+
+
+def _copy_paths(model, feeds: dict[str, np.ndarray], repeats: int) -> str:
+    """Where `run`'s copy time goes: ms of `run` on the numpy arrays as given (inputs not
+    64-byte aligned are first copied into the context's page-locked buffers by the host),
+    on 64-byte aligned copies of them (the driver copies from pageable memory), `run_into`
+    reused aligned outputs (no new pages to fault in), and on the own buffers."""
+    aligned = model.empty_inputs()
+    for name, value in feeds.items():
+        aligned[name][...] = value
+    outs = model.empty_outputs()
+    given = "/".join(str(x.ctypes.data % 64) for x in feeds.values())
+    cells = [f"{_median_ms(lambda: model.run(**feeds), repeats)[0]:.2f} (at {given} mod 64)",
+             f"{_median_ms(lambda: model.run(**aligned), repeats)[0]:.2f}",
+             f"{_median_ms(lambda: model.run_into(outs, **aligned), repeats)[0]:.2f}"]
+    ins, own = model.own_buffers()
+    for name, value in feeds.items():
+        ins[name][...] = value
+    cells.append(f"{_median_ms(lambda: model.run_into(own, **ins), repeats)[0]:.2f}")
+    return " | ".join(cells)
 
 
 def _torch() -> object | None:
@@ -172,6 +194,12 @@ def _work_items(load, bundle: Path, info: dict, repeats: int, lines: list[str]) 
     """The work items' rows (see the module docstring); True when any failed."""
     torch = _torch()
     failed = False
+    copies = ["", "flowc's copy paths, ms per run: `run` on the numpy arrays as given (inputs "
+              "not 64-byte aligned go through a host copy into the page-locked own buffers), "
+              "on 64-byte aligned inputs (the driver copies pageable memory), `run_into` "
+              "reused aligned outputs, on the own buffers.", "",
+              "| work | run (numpy) | run (aligned) | run_into (aligned, reused) | "
+              "run_into (own) |", "| --- | --- | --- | --- | --- |"]
     rng = np.random.default_rng(0)
     for key, t in info["timings"].items():
 
@@ -188,6 +216,7 @@ def _work_items(load, bundle: Path, info: dict, repeats: int, lines: list[str]) 
                      for name, dt, shape in model.inputs}
             error = _relative_error(key, feeds, next(iter(model.run(**feeds).values())))
             f = _flowc_split(model, feeds, repeats)
+            copies.append(f"| {key} | {_copy_paths(model, feeds, repeats)} |")
             model.close()
         except Exception as exc:
             lines.append(f"| {key} | {_first_line(exc)} | | | | | | |")
@@ -208,6 +237,7 @@ def _work_items(load, bundle: Path, info: dict, repeats: int, lines: list[str]) 
                      f"{figure(tt['pinned'])} |")
     if torch is None:
         lines.append("\ntorch with CUDA not importable: no torch columns")
+    lines += copies
     return failed
 
 
