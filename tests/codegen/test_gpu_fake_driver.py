@@ -133,7 +133,7 @@ def test_tiled_matmul_with_barriers_matches_numpy(work, driver, monkeypatch, m, 
     out, dump = work / key, work / f"{key}.dump"
     flowc.compile(g, out, target="nvptx", dump_dir=dump, cache=False)
     stages = next(dump.glob("*.stages.mlir")).read_text()
-    assert f" : memref<{tile}xf32, #gpu.address_space<workgroup>>, %arg" in stages
+    assert f" : memref<{tile}xf32, #gpu.address_space<workgroup>> {{llvm.align = 16" in stages
     lib_dir = work / f"{key}.emu"
     lib_dir.mkdir()
     _use(monkeypatch, driver, emulation_library(dump, lib_dir))

@@ -113,6 +113,8 @@ def test_large_matmul_gets_the_shared_memory_tiled_stage():
         assert "bar.sync" in body and "ld.shared.v" in body  # vector reads of the tiles
         assert "ld.global.v" in body and "st.global.v" in body  # vector loads and stores
         assert ".local" not in body  # the register tile stayed in registers
+        shared = re.findall(rf"\.shared \.align (\d+) \.b8 __wg_{stage.symbol}_", ptx)
+        assert shared == ["16", "16"]  # the tiles' 4-vector reads are aligned
     for stage in binary.kernels[1].stages:  # 100 rows, not a multiple of 64: plain loops
         assert "bar.sync" not in _entry(ptx, stage.symbol)
 

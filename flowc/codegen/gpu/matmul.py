@@ -155,8 +155,10 @@ def stage_text(name: str, arg_types: list[ir.Type], call: ir.Operation
     body = _body(tiling, k, n, (a, ta, ea), (b, tb, eb), (c, tc), zero)
     ws = "#gpu.address_space<workgroup>"
     t = tiling
-    text = (f"gpu.func @{name}({args}) workgroup(%as: memref<{t.bk}x{t.bm + t.pad}xf32, {ws}>, "
-            f"%bs: memref<{t.bk}x{t.bn}xf32, {ws}>) kernel {{\n{body}  gpu.return\n}}\n")
+    align = "{llvm.align = 16 : i64}"  # the tiles are read as 4-vectors
+    text = (f"gpu.func @{name}({args}) workgroup(%as: memref<{t.bk}x{t.bm + t.pad}xf32, {ws}> "
+            f"{align}, %bs: memref<{t.bk}x{t.bn}xf32, {ws}> {align}) kernel {{\n{body}"
+            "  gpu.return\n}\n")
     return text, (m // t.bm) * (n // t.bn), THREADS
 
 
