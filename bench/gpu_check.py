@@ -21,8 +21,10 @@ CUDA driver only (torch optional, for comparison).
      tensors, non_blocking copies both ways); when torch with CUDA is importable;
    then flowc's copy paths (`_copy_paths`: numpy arrays as given, 64-byte aligned,
    reused outputs, own buffers);
-3. a report written to BUNDLE/gpu_check.md and printed. A failing item is reported in
-   its row and the rest still run; exit status 1 if a model mismatched or an item failed.
+3. a report written to BUNDLE/gpu_check.md and printed. Each model and work item runs in
+   a child process of its own (`--only ITEM`, at most --item-timeout seconds), so a
+   failing item (an exception, a sticky CUDA error, a crash, a hang) is reported in its
+   row and the rest still run; exit status 1 if a model mismatched or an item failed.
 
     python3 bench/gpu_check.py BUNDLE [--repeats 10]
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 import traceback
@@ -190,91 +193,137 @@ def _check_models(load, root: Path, names: list[str], label: str, lines: list[st
     return failed
 
 
-def _work_items(load, bundle: Path, info: dict, repeats: int, lines: list[str]) -> bool:
-    """The work items' rows (see the module docstring); True when any failed."""
+def _work_item(load, bundle: Path, key: str, t: dict, repeats: int, rows: dict) -> bool:
+    """Work item `key`'s row in rows["work"] and rows["copies"] (see the module
+    docstring); True when it failed."""
     torch = _torch()
-    failed = False
-    copies = ["", "flowc's copy paths, ms per run: `run` on the numpy arrays as given (inputs "
-              "not 64-byte aligned go through a host copy into the page-locked own buffers), "
-              "on 64-byte aligned inputs (the driver copies pageable memory), `run_into` "
-              "reused aligned outputs, on the own buffers.", "",
-              "| work | run (numpy) | run (aligned) | run_into (aligned, reused) | "
-              "run_into (own) |", "| --- | --- | --- | --- | --- |"]
+
+    def figure(ms: float | None) -> str:
+        if ms is None:
+            return "-"
+        rate = (f"{t['flop'] / ms / 1e9:.2f} TFLOP/s" if "flop" in t
+                else f"{t['bytes'] / ms / 1e6:.1f} GB/s")
+        return f"{ms:.2f} ms, {rate}"
+
     rng = np.random.default_rng(0)
-    for key, t in info["timings"].items():
-
-        def figure(ms: float | None, t=t) -> str:
-            if ms is None:
-                return "-"
-            rate = (f"{t['flop'] / ms / 1e9:.2f} TFLOP/s" if "flop" in t
-                    else f"{t['bytes'] / ms / 1e6:.1f} GB/s")
-            return f"{ms:.2f} ms, {rate}"
-
-        try:
-            model = load(bundle / key)
-            feeds = {name: rng.standard_normal(shape).astype(dt)
-                     for name, dt, shape in model.inputs}
-            error = _relative_error(key, feeds, next(iter(model.run(**feeds).values())))
-            f = _flowc_split(model, feeds, repeats)
-            copies.append(f"| {key} | {_copy_paths(model, feeds, repeats)} |")
-            model.close()
-        except Exception as exc:
-            lines.append(f"| {key} | {_first_line(exc)} | | | | | | |")
-            traceback.print_exc()
-            failed = True
-            continue
-        ok = error <= (2e-2 if t.get("dtype") == "bf16" else 1e-4)
-        failed |= not ok
-        try:
-            tt = (_torch_split(torch, key, t, list(feeds.values()), repeats) if torch
-                  else {"device": None, "e2e": None, "pinned": None})
-        except Exception as exc:
-            tt = {"device": None, "e2e": None, "pinned": None}
-            print(f"torch {key}: {_first_line(exc)}", file=sys.stderr)
-        lines.append(f"| {key} | {error:.1e}{'' if ok else ' NO'} | {figure(f['e2e'])} | "
-                     f"{figure(f['pinned'])} | "
-                     f"{figure(f['device'])} | {figure(tt['device'])} | {figure(tt['e2e'])} | "
-                     f"{figure(tt['pinned'])} |")
+    try:
+        model = load(bundle / key)
+        feeds = {name: rng.standard_normal(shape).astype(dt) for name, dt, shape in model.inputs}
+        error = _relative_error(key, feeds, next(iter(model.run(**feeds).values())))
+        f = _flowc_split(model, feeds, repeats)
+        rows["copies"].append(f"| {key} | {_copy_paths(model, feeds, repeats)} |")
+        model.close()
+    except Exception as exc:
+        rows["work"].append(f"| {key} | {_first_line(exc)} | | | | | | |")
+        traceback.print_exc()
+        return True
+    ok = error <= (2e-2 if t.get("dtype") == "bf16" else 1e-4)
+    none = {"device": None, "e2e": None, "pinned": None}
+    try:
+        tt = _torch_split(torch, key, t, list(feeds.values()), repeats) if torch else none
+    except Exception as exc:
+        tt = none
+        rows["notes"].append(f"torch {key}: {_first_line(exc)}")
     if torch is None:
-        lines.append("\ntorch with CUDA not importable: no torch columns")
-    lines += copies
-    return failed
+        rows["notes"].append("torch with CUDA not importable: no torch columns")
+    rows["work"].append(f"| {key} | {error:.1e}{'' if ok else ' NO'} | {figure(f['e2e'])} | "
+                        f"{figure(f['pinned'])} | {figure(f['device'])} | "
+                        f"{figure(tt['device'])} | {figure(tt['e2e'])} | "
+                        f"{figure(tt['pinned'])} |")
+    return not ok
+
+
+def _one(bundle: Path, info: dict, item: str, repeats: int) -> dict:
+    """The rows of one item (`zoo/NAME`, `mixed/NAME` or `work/KEY`) and whether it failed."""
+    sys.path.insert(0, str(bundle / "py"))
+    from flowc.runtime.loader import load
+
+    rows: dict = {"check": [], "split": [], "work": [], "copies": [], "notes": []}
+    section, name = item.split("/", 1)
+    if section == "work":
+        rows["failed"] = _work_item(load, bundle, name, info["timings"][name], repeats, rows)
+    else:
+        rows["failed"] = _check_models(load, bundle / section, [name],
+                                       "mixed " if section == "mixed" else "", rows["check"],
+                                       rows["split"], repeats)
+    return rows
+
+
+def _isolated(bundle: Path, item: str, repeats: int, timeout: float) -> dict:
+    """`_one` in a child process (a sticky CUDA error, a crash or a hang of one item leaves
+    the others their own context); a failure row when the child fails or times out."""
+    command = [sys.executable, __file__, str(bundle), "--only", item, "--repeats", str(repeats)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              check=False)
+        sys.stderr.write(done.stderr)
+        lines = done.stdout.strip().splitlines()
+        if done.returncode == 0 and lines:
+            return json.loads(lines[-1])
+        why = f"exit status {done.returncode}: " + (done.stderr.strip().splitlines() or [""])[-1]
+    except subprocess.TimeoutExpired:
+        why = f"timed out after {timeout:.0f} s"
+    section, name = item.split("/", 1)
+    row = f"| {'' if section != 'mixed' else 'mixed '}{name} | - | {why[:200]} | NO |"
+    work = f"| {name} | {why[:200]} | | | | | | |"
+    return {"check": [] if section == "work" else [row], "split": [], "copies": [],
+            "work": [work] if section == "work" else [], "notes": [], "failed": True}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bundle", type=Path)
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--item-timeout", type=float, default=150,
+                    help="seconds one item (a model or a work item) may take")
+    ap.add_argument("--only", help="internal: run one item in this process, print its rows "
+                    "as JSON")
     args = ap.parse_args(argv)
     bundle = args.bundle.resolve()
-    sys.path.insert(0, str(bundle / "py"))
-    from flowc.runtime.loader import load
-
     info = json.loads((bundle / "bundle.json").read_text())
-    lines = [f"# GPU check of {bundle.name}", "", f"archs built: {', '.join(info['archs'])}", ""]
-    lines += ["| model | output | max abs error | ok |", "| --- | --- | --- | --- |"]
-    split = ["", "Per model, ms per run: flowc end to end from numpy arrays, on its own "
+    if args.only:
+        print(json.dumps(_one(bundle, info, args.only, args.repeats)))
+        return 0
+    items = ([f"zoo/{n}" for n in info.get("zoo", [])] +
+             [f"mixed/{n}" for n in info.get("mixed", [])] +
+             [f"work/{k}" for k in info["timings"]])
+    rows: dict = {"check": [], "split": [], "work": [], "copies": [], "notes": []}
+    failed = False
+    for item in items:
+        t0 = time.perf_counter()
+        part = _isolated(bundle, item, args.repeats, args.item_timeout)
+        print(f"{item}: {time.perf_counter() - t0:.1f} s{' FAILED' if part['failed'] else ''}",
+              file=sys.stderr, flush=True)
+        failed |= part["failed"]
+        for kind in rows:
+            rows[kind] += [r for r in part[kind] if r not in rows[kind]]
+    lines = [f"# GPU check of {bundle.name}", "", f"archs built: {', '.join(info['archs'])}", "",
+             "| model | output | max abs error | ok |", "| --- | --- | --- | --- |",
+             *rows["check"],
+             "", "Per model, ms per run: flowc end to end from numpy arrays, on its own "
              "page-locked buffers, device time of the kernels (mixed: the GPU partition's "
              "steps, waits for the CPU partitions included).", "",
-             "| model | flowc e2e | flowc pinned | flowc device |", "| --- | --- | --- | --- |"]
-    failed = False
-    for section, label in (("zoo", ""), ("mixed", "mixed ")):
-        failed |= _check_models(load, bundle / section, info.get(section, []), label, lines,
-                                split, args.repeats)
-    lines += split
-    lines += ["", "Work items: flowc's error (max abs difference from numpy's f32 result over "
-              "its max abs value), then ms per run and the rate, six ways.", "",
-              "| work | error | flowc e2e (numpy) | flowc pinned | flowc device | torch device | "
-              "torch e2e (numpy) | torch pinned |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    failed |= _work_items(load, bundle, info, args.repeats, lines)
+             "| model | flowc e2e | flowc pinned | flowc device |", "| --- | --- | --- | --- |",
+             *rows["split"],
+             "", "Work items: flowc's error (max abs difference from numpy's f32 result over "
+             "its max abs value), then ms per run and the rate, six ways.", "",
+             "| work | error | flowc e2e (numpy) | flowc pinned | flowc device | torch device | "
+             "torch e2e (numpy) | torch pinned |", "|" + " --- |" * 8,
+             *rows["work"],
+             "", "flowc's copy paths, ms per run: `run` on the numpy arrays as given (inputs "
+             "not 64-byte aligned go through a host copy into the page-locked own buffers), "
+             "on 64-byte aligned inputs (the driver copies pageable memory), `run_into` "
+             "reused aligned outputs, on the own buffers.", "",
+             "| work | run (numpy) | run (aligned) | run_into (aligned, reused) | "
+             "run_into (own) |", "| --- | --- | --- | --- | --- |",
+             *rows["copies"]]
+    lines += [f"\n{note}" for note in rows["notes"]]
     for skipped in sorted(bundle.glob("*/skipped.txt")):
         lines.append(f"\n{skipped.parent.name} not built: {skipped.read_text().strip()}")
     report = "\n".join(lines) + "\n"
     (bundle / "gpu_check.md").write_text(report)
     print(report)
     return 1 if failed else 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
