@@ -106,11 +106,11 @@ def test_out_of_device_memory(mlp, driver, monkeypatch):
         load(mlp[0])
 
 
-@pytest.mark.parametrize(("m", "k", "n", "dtype", "bias", "tile"), [  # tile: shared A's
-    (256, 48, 384, "f32", False, "8x132"),   # 128x128 tiles, 8x8 per thread
-    (64, 32, 192, "f32", False, "16x66"),    # M not a multiple of 128: 64x64 tiles
-    (128, 16, 128, "bf16", False, "8x132"),  # bf16 in, f32 accumulation, bf16 out
-    (128, 24, 256, "f32", True, "8x132"),    # gemm: the bias added by the next stage
+@pytest.mark.parametrize(("m", "k", "n", "dtype", "bias", "tile"), [  # tile: shared A (2 buffers)
+    (256, 48, 384, "f32", False, "2x8x132"),   # 128x128 tiles, 8x8 per thread
+    (64, 32, 192, "f32", False, "2x16x66"),    # M not a multiple of 128: 64x64 tiles
+    (128, 16, 128, "bf16", False, "2x8x132"),  # bf16 in, f32 accumulation, bf16 out
+    (128, 24, 256, "f32", True, "2x8x132"),    # gemm: the bias added by the next stage
 ])
 def test_tiled_matmul_with_barriers_matches_numpy(work, driver, monkeypatch, m, k, n, dtype,
                                                   bias, tile):

@@ -19,12 +19,13 @@ thread stores one 4-vector of A and one of B, loaded from global memory during t
 before (aligned vector loads, consecutive threads on consecutive addresses; bf16/f16
 widened to f32; the loads of the next step are issued before this step's multiply-adds,
 so their latency hides behind them), A's transposed into a padded shared tile
-(`bk` x `bm + pad`: the scalar stores of a warp hit distinct banks) and B's as is;
-`gpu.barrier`; then, per k of the step, each thread reads two vectors of A (its rows: two
+(`bk` x `bm + pad`: the scalar stores of a warp hit distinct banks) and B's as is, in
+the other of two shared buffers than the one this step reads (double buffering: one
+`gpu.barrier` per step); per k of the step, each thread reads two vectors of A (its rows: two
 groups `bm / 2` apart) and two of B (its columns, two groups `bn / 2` apart: a warp's
 vector reads are consecutive, conflict-free, or broadcast) and does `tm x tn` fused
 multiply-adds into accumulators held in registers (loop-carried vectors, the k loop
-unrolled in the text); a second barrier before the next step. At the end each thread adds
+unrolled in the text); then the step's barrier. At the end each thread adds
 its tile into C with vector loads and stores, or stores it when the zero fill was dropped.
 """
 
@@ -153,20 +154,23 @@ def stage_text(name: str, arg_types: list[ir.Type], call: ir.Operation
     ea, eb = _element(arg_types[a]), _element(arg_types[b])
     args = ", ".join(f"%arg{i}: {t}" for i, t in enumerate(arg_types))
     body = _body(tiling, k, n, (a, ta, ea), (b, tb, eb), (c, tc), zero)
-    ws = "#gpu.address_space<workgroup>"
     t = tiling
     align = "{llvm.align = 16 : i64}"  # the tiles are read as 4-vectors
-    text = (f"gpu.func @{name}({args}) workgroup(%as: memref<{t.bk}x{t.bm + t.pad}xf32, {ws}> "
-            f"{align}, %bs: memref<{t.bk}x{t.bn}xf32, {ws}> {align}) kernel {{\n{body}"
-            "  gpu.return\n}\n")
+    sa, sb = _shared(t)
+    text = (f"gpu.func @{name}({args}) workgroup(%as: {sa} {align}, %bs: {sb} {align}) "
+            f"kernel {{\n{body}  gpu.return\n}}\n")
     return text, (m // t.bm) * (n // t.bn), THREADS
+
+
+def _shared(t: Tiling) -> tuple[str, str]:
+    """The types of the two shared tiles (two buffers each: A transposed and padded, B)."""
+    ws = "#gpu.address_space<workgroup>"
+    return (f"memref<2x{t.bk}x{t.bm + t.pad}xf32, {ws}>", f"memref<2x{t.bk}x{t.bn}xf32, {ws}>")
 
 
 def _body(t: Tiling, k: int, n: int, a: tuple, b: tuple, c: tuple, zero: bool) -> str:
     """The kernel's statements (see the module docstring)."""
-    ws = "#gpu.address_space<workgroup>"
-    sa = f"memref<{t.bk}x{t.bm + t.pad}xf32, {ws}>"
-    sb = f"memref<{t.bk}x{t.bn}xf32, {ws}>"
+    sa, sb = _shared(t)
     vm, vn = t.tm // 2, t.tn // 2  # vector widths of a thread's row and column groups
     (ia, ta, ea), (ib, tb, eb), (ic, tc) = a, b, c
     lines = []
@@ -178,6 +182,7 @@ def _body(t: Tiling, k: int, n: int, a: tuple, b: tuple, c: tuple, zero: bool) -
         emit(f"%{name} = arith.constant {value} : index")
 
     for name, value in (("c0", 0), ("cK", k), ("cKlast", k - t.bk), ("cBK", t.bk),
+                        ("cBK2", 2 * t.bk),
                         ("cBM", t.bm), ("cBN", t.bn),
                         ("cTiles", n // t.bn), ("cCols", t.bn // t.tn), ("cVM", vm),
                         ("cVN", vn), ("cHalfM", t.bm // 2), ("cHalfN", t.bn // 2),
@@ -211,19 +216,33 @@ def _body(t: Tiling, k: int, n: int, a: tuple, b: tuple, c: tuple, zero: bool) -
     accs = [f"%acc{h}_{i}_{g}" for h in range(2) for i in range(vm) for g in range(2)]
     vec = f"vector<{vn}xf32>"
     vec4 = "vector<4xf32>"
-    # this thread's 4-vectors of the first step; each step loads the next one's (the last
-    # step reloads its own: an index clamped to K - bk) before its multiply-adds
+    # step 0 into shared buffer 0, step 1 into registers; each step then stores the next
+    # one's registers into the other buffer and loads the one after it (an index clamped
+    # to K - bk at the end) before its multiply-adds: one barrier per step
+
+    def store(va: str, vb: str, buf: str) -> None:
+        for i in range(4):
+            emit(f"  %ae{va[1:]}{i} = vector.extract {va}[{i}] : f32 from {vec4}")
+            emit(f"  memref.store %ae{va[1:]}{i}, %as[{buf}, {'%ac' if i == 0 else f'%ac{i}'}, "
+                 f"%ar] : {sa}")
+        emit(f"  vector.store {vb}, %bs[{buf}, %br, %bc] {{alignment = 16 : i64}} : {sb}, {vec4}")
+
     emit(_load4("%pa", f"%arg{ia}[%gar, %ac]", ta, ea))
     emit(_load4("%pb", f"%arg{ib}[%br, %gbc]", tb, eb))
-    inits = ", ".join([f"{x} = %zv" for x in accs] + ["%va = %pa", "%vb = %pb"])
-    emit(f"%res:{len(accs) + 2} = scf.for %kt = %c0 to %cK step %cBK iter_args({inits}) -> "
-         f"({', '.join([vec] * len(accs) + [vec4] * 2)}) {{")
-    for i in range(4):
-        emit(f"  %ae{i} = vector.extract %va[{i}] : f32 from {vec4}")
-        emit(f"  memref.store %ae{i}, %as[{'%ac' if i == 0 else f'%ac{i}'}, %ar] : {sa}")
-    emit(f"  vector.store %vb, %bs[%br, %bc] {{alignment = 16 : i64}} : {sb}, {vec4}")
-    emit("  gpu.barrier")
-    emit("  %ktn = arith.addi %kt, %cBK : index")
+    store("%pa", "%pb", "%c0")
+    emit("%kn1 = arith.minui %cBK, %cKlast : index")
+    emit("%gac1 = arith.addi %kn1, %ac : index")
+    emit(_load4("%qa", f"%arg{ia}[%gar, %gac1]", ta, ea))
+    emit("%gbr1 = arith.addi %kn1, %br : index")
+    emit(_load4("%qb", f"%arg{ib}[%gbr1, %gbc]", tb, eb))
+    emit("gpu.barrier")
+    inits = ", ".join([f"{x} = %zv" for x in accs] + ["%va = %qa", "%vb = %qb", "%p = %c0"])
+    carried = [vec] * len(accs) + [vec4] * 2 + ["index"]
+    emit(f"%res:{len(carried)} = scf.for %kt = %c0 to %cK step %cBK iter_args({inits}) -> "
+         f"({', '.join(carried)}) {{")
+    emit("  %pn = arith.subi %c1, %p : index")
+    store("%va", "%vb", "%pn")
+    emit("  %ktn = arith.addi %kt, %cBK2 : index")
     emit("  %ktl = arith.minui %ktn, %cKlast : index")
     emit("  %gac = arith.addi %ktl, %ac : index")
     emit(_load4("%na", f"%arg{ia}[%gar, %gac]", ta, ea))
@@ -233,11 +252,11 @@ def _body(t: Tiling, k: int, n: int, a: tuple, b: tuple, c: tuple, zero: bool) -
     for kk in range(t.bk):
         emit(f"  %k{kk} = arith.constant {kk} : index")
         for h in range(2):
-            emit(f"  %x{kk}_{h} = vector.load %as[%k{kk}, %r{h}] {{alignment = {4 * vm} : i64}}"
-                 f" : {sa}, vector<{vm}xf32>")
+            emit(f"  %x{kk}_{h} = vector.load %as[%p, %k{kk}, %r{h}] "
+                 f"{{alignment = {4 * vm} : i64}} : {sa}, vector<{vm}xf32>")
         for g in range(2):
-            emit(f"  %y{kk}_{g} = vector.load %bs[%k{kk}, %q{g}] {{alignment = {4 * vn} : i64}}"
-                 f" : {sb}, vector<{vn}xf32>")
+            emit(f"  %y{kk}_{g} = vector.load %bs[%p, %k{kk}, %q{g}] "
+                 f"{{alignment = {4 * vn} : i64}} : {sb}, vector<{vn}xf32>")
         for h in range(2):
             for i in range(vm):
                 s = f"%s{kk}_{h}_{i}"
@@ -249,8 +268,8 @@ def _body(t: Tiling, k: int, n: int, a: tuple, b: tuple, c: tuple, zero: bool) -
                     emit(f"  {new} = vector.fma %sb{kk}_{h}_{i}, %y{kk}_{g}, {cur[key]} : {vec}")
                     cur[key] = new
     emit("  gpu.barrier")
-    emit(f"  scf.yield {', '.join([cur[x] for x in accs] + ['%na', '%nb'])} : "
-         f"{', '.join([vec] * len(accs) + [vec4] * 2)}")
+    emit(f"  scf.yield {', '.join([cur[x] for x in accs] + ['%na', '%nb', '%pn'])} : "
+         f"{', '.join(carried)}")
     emit("}")
     for n_, x in enumerate(accs):
         h, i, g = (int(v) for v in x[len("%acc"):].split("_"))
