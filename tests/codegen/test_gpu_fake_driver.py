@@ -193,3 +193,43 @@ def test_gpu_run_allocates_nothing(mlp, driver, monkeypatch, tmp_path):
     _use(monkeypatch, driver, mlp[1])
     in_run, control = allocations(tmp_path, mlp[0], "mlp", 1)
     assert control > 0 and in_run == 0
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_a_small_bundle(tmp_path, driver):
+    """bench/gpu_check.py end to end on a small bundle (`gpu_prepare.py --small`) through
+    the fake driver: the zoo model checked, every work item correct with its flowc
+    columns; the mixed artifact's kernels are not in the emulation library (their symbols
+    clash with the zoo model's), so its item fails in its own child process and the
+    report still comes, with exit status 1."""
+    import json
+    import os
+    import shutil
+    import sys
+
+    bundle, dumps = tmp_path / "bundle", tmp_path / "dumps"
+    subprocess.run([sys.executable, "bench/gpu_prepare.py", "--small", "--output", str(bundle),
+                    "--dump-dir", str(dumps)], check=True, capture_output=True)
+    stages = tmp_path / "stages"
+    stages.mkdir()
+    for item in ("zoo/mlp", "matmul_f32", "matmul_bf16", "chain"):
+        for path in (dumps / item).glob("*.stages.mlir"):
+            shutil.copy(path, stages / path.name)
+    (tmp_path / "emu").mkdir()
+    env = {**os.environ, "FLOWC_CUDA_LIBRARY": str(driver), "FAKE_CUDA_LAZY": "1",
+           "FAKE_CUDA_KERNELS": str(emulation_library(stages, tmp_path / "emu"))}
+    run = subprocess.run([sys.executable, "bench/gpu_check.py", str(bundle), "--repeats", "1"],
+                         env=env, capture_output=True, text=True)
+    assert run.returncode == 1, run.stderr
+    report = (bundle / "gpu_check.md").read_text()
+    assert report.strip() in run.stdout
+    lines = report.splitlines()
+    (mlp,) = [line for line in lines if line.startswith("| mlp | probs |")]
+    assert mlp.endswith("| yes |")
+    (mixed,) = [line for line in lines if line.startswith("| mixed mlp | - |")]
+    assert "cannot create a context" in mixed and mixed.endswith("| NO |")
+    for key in json.loads((bundle / "bundle.json").read_text())["timings"]:
+        row = [line for line in lines if line.startswith(f"| {key} | ")]
+        error = float(row[0].split(" | ")[1])  # the work table's row comes first
+        assert error < (2e-2 if "bf16" in key else 1e-4), row
+        assert len(row) == 2 and "ms" in row[0]  # and its copy-paths row
