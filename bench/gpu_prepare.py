@@ -17,6 +17,9 @@ The bundle directory (default `bench/results/gpu_bundle`, kept well under 64 MiB
 On the GPU machine `bench/gpu_check.sh BUNDLE` runs them with numpy and the driver only.
 
     .venv/bin/python bench/gpu_prepare.py [--output DIR] [--gpu-arch sm_90 ...]
+
+(`--small` and `--dump-dir` are for tests: a small bundle whose kernels the fake CUDA
+driver of tests/codegen can run.)
 """
 
 from __future__ import annotations
@@ -75,14 +78,24 @@ def alternate_placement(graph: Graph, batch: int) -> list[str]:
     return [f"{n.name}={'gpu:0' if i % 2 else 'cpu:0'}" for i, n in enumerate(nodes)]
 
 
-def _compile_mixed(model, graph: Graph, out: Path, archs: list[str]) -> None:
+def _compile_mixed(model, graph: Graph, out: Path, archs: list[str], dump: Path | None) -> None:
     t0 = time.perf_counter()
     manifest = flowc.compile(model, out, target="x86-64", devices="cpu:0,gpu:0",
-                             gpu_archs=archs, cache=False, batch=2,
+                             gpu_archs=archs, cache=False, batch=2, dump_dir=dump,
                              place=alternate_placement(graph, 2))
     transfers = sum(len(p["sends"]) for p in manifest["partitions"])
     print(f"  mixed {out.name}: compiled in {time.perf_counter() - t0:.1f} s, partitions "
           f"{[p['device'] for p in manifest['partitions']]}, {transfers} channels")
+
+
+class _Dumps:
+    """`dumps(where)`: the dump directory of the artifact at `where` (None: no dumps)."""
+
+    def __init__(self, root: Path | None, bundle: Path):
+        self.root, self.bundle = root, bundle
+
+    def __call__(self, where: Path) -> Path | None:
+        return self.root / where.relative_to(self.bundle) if self.root else None
 
 
 def _compile(model, out: Path, archs: list[str], **kw) -> dict:
@@ -97,40 +110,46 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--output", type=Path, default=ROOT / "results" / "gpu_bundle")
     ap.add_argument("--gpu-arch", action="append", default=[], help="default sm_80, sm_90")
+    ap.add_argument("--small", action="store_true",
+                    help="tests: matmul 256^3, chain 2^12, the mlp model only")
+    ap.add_argument("--dump-dir", type=Path,
+                    help="tests: each artifact's compile dump in DIR/<its path in the bundle>")
     args = ap.parse_args(argv)
+    n, elements = (256, 1 << 12) if args.small else (MATMUL_N, CHAIN_ELEMENTS)
+    names = ["mlp"] if args.small else sorted(zoo.MODELS)
+    dumps = _Dumps(args.dump_dir, args.output)
     archs = args.gpu_arch or ["sm_80", "sm_90"]
     out = args.output
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     info: dict = {"archs": archs, "zoo": [], "mixed": [], "timings": {}}
-    for name in sorted(zoo.MODELS):
+    for name in names:
         model = zoo.MODELS[name]()
         feeds = zoo.sample_input(model, batch=2)
         graph = import_onnx(model)
         expected = interpret(graph, feeds)
-        _compile(model, out / "zoo" / name, archs, batch=2)
+        _compile(model, out / "zoo" / name, archs, batch=2, dump_dir=dumps(out / "zoo" / name))
         np.savez(out / "zoo" / name / "inputs.npz", **feeds)
         np.savez(out / "zoo" / name / "expected.npz",
                  **{k: np.asarray(v) for k, v in expected.items()})
         info["zoo"].append(name)
-        _compile_mixed(model, graph, out / "mixed" / name, archs)
+        _compile_mixed(model, graph, out / "mixed" / name, archs, dumps(out / "mixed" / name))
         for f in ("inputs.npz", "expected.npz"):
             shutil.copy(out / "zoo" / name / f, out / "mixed" / name / f)
         info["mixed"].append(name)
-    n = MATMUL_N
     for dtype in ("f32", "bf16"):
         where = out / f"matmul_{dtype}"
         try:
-            _compile(_matmul_graph(dtype, n), where, archs)
+            _compile(_matmul_graph(dtype, n), where, archs, dump_dir=dumps(where))
             info["timings"][f"matmul_{dtype}"] = {"flop": 2 * n ** 3, "shape": [n, n, n],
                                                    "dtype": dtype}
         except FlowcError as exc:
             where.mkdir(parents=True, exist_ok=True)
             (where / "skipped.txt").write_text(f"{exc}\n")
             print(f"  matmul_{dtype}: skipped: {str(exc).splitlines()[0]}")
-    _compile(_chain_graph(CHAIN_ELEMENTS), out / "chain", archs)
-    info["timings"]["chain"] = {"bytes": 3 * 4 * CHAIN_ELEMENTS, "elements": CHAIN_ELEMENTS}
+    _compile(_chain_graph(elements), out / "chain", archs, dump_dir=dumps(out / "chain"))
+    info["timings"]["chain"] = {"bytes": 3 * 4 * elements, "elements": elements}
     (out / "bundle.json").write_text(json.dumps(info, indent=1) + "\n")
     (out / "py" / "flowc" / "runtime").mkdir(parents=True)  # the numpy-only loader
     (out / "py" / "flowc" / "__init__.py").write_text('"""flowc\'s loader only."""\n')

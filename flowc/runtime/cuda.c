@@ -14,7 +14,10 @@
  * for a partition its transfers (a recv waits for the channel's host buffer and copies it
  * in with cuMemcpyHtoDAsync; a send copies out with cuMemcpyDtoHAsync, records the
  * channel's event and marks the channel full at once: the host recv waits on the event,
- * cuda_wait_channel), copies the outputs out and synchronizes the stream. The context's
+ * cuda_wait_channel), copies the outputs out and synchronizes the stream. Two timing
+ * events bracket the steps (after the input copies, before the output copies):
+ * cuda_device_ms is the device time between them in the last completed run (for a
+ * partition it includes the waits for the CPU partitions' sends). The context's
  * own input/output buffers are page-locked (cuMemHostRegister) at create, the staging
  * buffers of its channels when the rendezvous is made, so those copies are asynchronous
  * (a buffer the driver will not lock, or a caller's own buffer, stays pageable: the copy
@@ -74,6 +77,7 @@ typedef struct {
   CUresult (*EventDestroy)(CUevent);
   CUresult (*EventRecord)(CUevent, CUstream);
   CUresult (*EventSynchronize)(CUevent);
+  CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
   CUresult (*MemHostRegister)(void *, size_t, unsigned);
   CUresult (*MemHostUnregister)(void *);
   CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -93,6 +97,8 @@ struct flowc_gpu_ctx {
   CUevent *events;  /* per channel: the event a send of this program records, or NULL */
   void **pinned;    /* per channel: its staging buffer, when page-locked (cuda_pin_channels) */
   void *pinned_io;  /* the context's own input/output buffers, when page-locked */
+  CUevent span[2];  /* timing events around the steps of a run (cuda_device_ms) */
+  int timed;        /* a run recorded both since create */
   CUdeviceptr base; /* one block: arena | weights span | scratch | inputs | outputs */
   size_t weights_at, scratch_at, in_at, out_at;
   char who[128];    /* "NAME" or "NAME: partition gpu:0", heading every message */
@@ -162,6 +168,7 @@ static int load_api(struct flowc_gpu_ctx *gc) {
     {(void **)&api->EventDestroy, "cuEventDestroy_v2"},
     {(void **)&api->EventRecord, "cuEventRecord"},
     {(void **)&api->EventSynchronize, "cuEventSynchronize"},
+    {(void **)&api->EventElapsedTime, "cuEventElapsedTime"},
     {(void **)&api->MemHostRegister, "cuMemHostRegister_v2"},
     {(void **)&api->MemHostUnregister, "cuMemHostUnregister"},
     {(void **)&api->LaunchKernel, "cuLaunchKernel"},
@@ -254,8 +261,8 @@ static int open_device(struct flowc_gpu_ctx *gc) {
 
 static int on_device(const flowc_gpu_program *g, int i) { return !g->on_device || g->on_device[i]; }
 
-/* Lays out the device block, allocates it, uploads the weights span, creates the stream and
- * the events of the program's sends. */
+/* Lays out the device block, allocates it, uploads the weights span, creates the stream,
+ * the events of the program's sends, then the two timing events. */
 static int allocate(flowc_ctx *ctx, struct flowc_gpu_ctx *gc) {
   const flowc_model *m = ctx->model;
   const flowc_gpu_program *g = gc->program;
@@ -285,6 +292,8 @@ static int allocate(flowc_ctx *ctx, struct flowc_gpu_ctx *gc) {
           (r = api->EventCreate(&gc->events[g->steps[k].index], CU_EVENT_DISABLE_TIMING)))
         return cu_fail(gc, r, "cuEventCreate");
   }
+  for (int k = 0; k < 2; k++)
+    if ((r = api->EventCreate(&gc->span[k], 0))) return cu_fail(gc, r, "cuEventCreate");
   size_t io = 0; /* page-lock the context's own input/output buffers (best effort) */
   for (int i = 0; i < m->num_inputs; i++) io += round_up(m->inputs[i].bytes);
   for (int j = 0; j < m->num_outputs; j++) io += round_up(m->outputs[j].bytes);
@@ -404,6 +413,8 @@ static int run_program(flowc_ctx *ctx) {
                                                      m->inputs[i].bytes, gc->stream)))
       return cu_fail(gc, r, "copying an input to the device");
   }
+  gc->timed = 0;
+  if ((r = api->EventRecord(gc->span[0], gc->stream))) return cu_fail(gc, r, "cuEventRecord");
   int n = g->num_steps ? g->num_steps : g->num_launches;
   for (int k = 0; k < n; k++) {
     flowc_gpu_step s = g->num_steps ? g->steps[k] : (flowc_gpu_step){FLOWC_GPU_LAUNCH, k, {0, 0}};
@@ -411,12 +422,30 @@ static int run_program(flowc_ctx *ctx) {
                                           : transfer(ctx, &s);
     if (status) return status;
   }
+  if ((r = api->EventRecord(gc->span[1], gc->stream))) return cu_fail(gc, r, "cuEventRecord");
   for (int j = 0; j < m->num_outputs; j++)
     if (g->results[j].kind != FLOWC_GPU_NONE &&
         (r = api->MemcpyDtoHAsync(ctx->outputs[j], where(ctx, &g->results[j]),
                                   m->outputs[j].bytes, gc->stream)))
       return cu_fail(gc, r, "copying an output from the device");
   if ((r = api->StreamSynchronize(gc->stream))) return cu_fail(gc, r, "running the kernels");
+  gc->timed = 1;
+  return FLOWC_OK;
+}
+
+int FLOWC_RT(cuda_device_ms)(flowc_ctx *ctx, double *ms) {
+  struct flowc_gpu_ctx *gc = ctx->gpu;
+  float t = 0;
+  if (!gc->timed)
+    return FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_ARGUMENT, "%s: no device time: no run completed "
+                             "since create", gc->who);
+  CUresult r = gc->api.CtxSetCurrent(gc->context);
+  if (!r) r = gc->api.EventElapsedTime(&t, gc->span[0], gc->span[1]);
+  if (r) {
+    int status = cu_fail(gc, r, "cuEventElapsedTime");
+    return FLOWC_RT(rt_fail)(ctx, status, "%s", gc->error);
+  }
+  *ms = t;
   return FLOWC_OK;
 }
 
@@ -472,6 +501,8 @@ void FLOWC_RT(cuda_destroy)(flowc_ctx *ctx) {
   for (int k = 0; gc->pinned && k < ctx->model->num_channels; k++)
     if (gc->pinned[k]) api->MemHostUnregister(gc->pinned[k]);
   if (gc->pinned_io) api->MemHostUnregister(gc->pinned_io);
+  for (int k = 0; k < 2; k++)
+    if (gc->span[k]) api->EventDestroy(gc->span[k]);
   if (gc->stream) api->StreamDestroy(gc->stream);
   if (gc->base) api->MemFree(gc->base);
   if (gc->module) api->ModuleUnload(gc->module);

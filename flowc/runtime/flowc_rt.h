@@ -217,6 +217,8 @@ FLOWC_HIDDEN int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_p
                                      flowc_ctx **out);
 FLOWC_HIDDEN void FLOWC_RT(rt_destroy)(flowc_ctx *ctx);
 FLOWC_HIDDEN const char *FLOWC_RT(rt_error)(const flowc_ctx *ctx);
+/* The device time of the last run's kernels (GPU models; see cuda_device_ms). */
+FLOWC_HIDDEN int FLOWC_RT(rt_device_ms)(flowc_ctx *ctx, double *ms);
 /* Record a printf-style message as ctx's error and return `status` (runtime.c, cuda.c). */
 FLOWC_HIDDEN int FLOWC_RT(rt_fail)(flowc_ctx *ctx, int status, const char *fmt, ...);
 FLOWC_HIDDEN int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int index, const void *data,
@@ -311,6 +313,8 @@ FLOWC_HIDDEN void FLOWC_RT(cuda_wait_channel)(flowc_ctx *ctx, int channel);
 /* Page-locks the staging buffers of the GPU partition's channels (once the rendezvous
  * exists; best effort: a buffer the driver will not lock stays pageable). */
 FLOWC_HIDDEN void FLOWC_RT(cuda_pin_channels)(flowc_ctx *ctx);
+/* The device time (ms) between the timing events around the last completed run's steps. */
+FLOWC_HIDDEN int FLOWC_RT(cuda_device_ms)(flowc_ctx *ctx, double *ms);
 FLOWC_HIDDEN void FLOWC_RT(cuda_destroy)(flowc_ctx *ctx);
 
 /* The thread pool (pool.c). pool_run calls fn(arg, tid, n) once on each of the n threads

@@ -16,7 +16,10 @@ short path), releases the GIL while the model runs, and serializes calls on one 
 (load one per thread for parallel use): `set_threads` and `close` (and garbage collection)
 wait for a run in flight on another thread, and a call after `close` raises
 ArtifactError ('... is closed'). Inputs not 64-byte aligned (numpy aligns to 16)
-are copied by the C runtime on each call; `empty_inputs()` gives aligned ones. Every
+are copied by the C runtime on each call; `empty_inputs()` gives aligned ones. GPU
+artifacts: `last_device_ms()` is the device time of the last run's kernels (without the
+host<->device copies); `own_buffers()` are views of the context's own input and output
+buffers, page-locked at create, so a `run_into` on them copies asynchronously. Every
 problem is an `ArtifactError` naming the artifact and what is wrong.
 Variables (state kept across runs): `variables()`, `set_variable(name, array)`,
 `save_checkpoint(path)`, `load_checkpoint(path)` (variables.py).
@@ -342,6 +345,41 @@ class Model:
         """{input name: uninitialized 64-byte aligned array}: inputs filled in these are
         read in place; other arrays (numpy aligns to 16 bytes) are copied on each call."""
         return {name: aligned_empty(shape, dt) for name, dt, shape in self.inputs}
+
+    def last_device_ms(self) -> float:
+        """GPU artifacts: the device time in ms of the last run's kernels (CUDA events
+        around its launches, after the input copies and before the output copies; for a
+        mixed CPU+GPU artifact, its GPU partition's steps including its waits for the
+        CPU partitions). ArtifactError for a CPU-only artifact, before a run, or for a
+        library built before NAME_device_ms existed."""
+        fn = getattr(self._lib, f"{self.name}_device_ms", None)
+        if fn is None:
+            raise ArtifactError(f"{self.path}: the library has no {self.name}_device_ms "
+                                "(built by an older flowc); recompile it")
+        fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_double)]
+        ms = ctypes.c_double()
+        with self._lock:
+            self._check_open()
+            self._check(fn(self._ctx, ctypes.byref(ms)), "device time")
+        return ms.value
+
+    def own_buffers(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """({input name: array}, {output name: array}): views of the context's own
+        buffers (64-byte aligned; page-locked at create for a GPU artifact). Inputs
+        written there and `run_into(outputs, **inputs)` run in place, the GPU copies
+        asynchronous; the views are valid until `close`."""
+        views: list[dict[str, np.ndarray]] = [{}, {}]
+        with self._lock:
+            self._check_open()
+            for kind, (tensors, names) in enumerate(((self.inputs, "input"),
+                                                     (self.outputs, "output"))):
+                fn = self._fn(names)
+                fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_int]
+                for k, (name, dt, shape) in enumerate(tensors):
+                    nbytes = math.prod(shape) * dt.itemsize
+                    raw = (ctypes.c_char * max(nbytes, 1)).from_address(fn(self._ctx, k))
+                    views[kind][name] = np.frombuffer(raw, dt, math.prod(shape)).reshape(shape)
+        return views[0], views[1]
 
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         results = tuple(self.run(*args, **kwargs).values())

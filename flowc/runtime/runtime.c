@@ -408,6 +408,16 @@ int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes) {
   return status;
 }
 
+int FLOWC_RT(rt_device_ms)(flowc_ctx *ctx, double *ms) {
+  if (!ctx || !ms) return FLOWC_ERR_ARGUMENT;
+  pthread_mutex_lock(&ctx->lock);
+  int status = ctx->gpu ? FLOWC_RT(cuda_device_ms)(ctx, ms)
+                        : fail(ctx, FLOWC_ERR_ARGUMENT, "%s: no device time: the model runs "
+                               "on the CPU only", ctx->model->name);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
 static int run(flowc_ctx *ctx) {
   int bad = unusable(ctx);
   if (bad) return bad;

@@ -12,7 +12,8 @@
  * $FAKE_CUDA_TRACE, when set, names a file that receives one line per stream operation or
  * synchronization, in the order the runtime issues them: "htod BYTES", "dtoh BYTES",
  * "launch NAME GRID BLOCK", "record E", "wait E" (cuEventSynchronize of event number E),
- * "sync" (cuStreamSynchronize), "pin BYTES" (cuMemHostRegister). With $FAKE_CUDA_LAZY=1 the stream is really asynchronous:
+ * "sync" (cuStreamSynchronize), "pin BYTES" (cuMemHostRegister). cuEventElapsedTime is
+ * the host time between the two events' stream positions being executed. With $FAKE_CUDA_LAZY=1 the stream is really asynchronous:
  * copies and launches only queue (kernel arguments captured, NAME__nargs of them), and run
  * when the stream is synchronized or an event recorded after them is waited on, so a
  * runtime that reads a copy's destination before waiting gets stale data.
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef void (*emu_fn)(void **, int64_t, int64_t, int64_t, int64_t);
 static void *kernels;
@@ -114,6 +116,13 @@ typedef struct {
 static fake_op *queue;
 static size_t queued, capacity;
 static int events_made;
+#define MAX_EVENTS 4096
+static double reached_ms[MAX_EVENTS]; /* when each event's stream position was executed */
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
 
 static void trace(const char *fmt, ...) {
   const char *path = getenv("FAKE_CUDA_TRACE");
@@ -157,7 +166,9 @@ static void execute(fake_op *op) {
     for (int j = 0; j < op->fn->nargs && j < 64; j++) params[j] = &op->values[j];
     run_launch(op->fn, op->grid, op->block, params);
     free(op->values);
-  } /* OP_EVENT: reached; a wait drains up to it */
+  } else if (op->event > 0 && op->event < MAX_EVENTS) { /* a wait drains up to it */
+    reached_ms[op->event] = now_ms();
+  }
 }
 
 /* Runs the queued operations up to and including the one at `upto` (under mu). */
@@ -224,6 +235,14 @@ int cuEventRecord(void *e, void *st) {
   int id = (int)(intptr_t)e;
   trace("record %d", id);
   submit((fake_op){OP_EVENT, 0, 0, 0, 0, 0, 0, 0, id});
+  pthread_mutex_unlock(&mu);
+  return 0;
+}
+int cuEventElapsedTime(float *ms, void *start, void *end) {
+  int a = (int)(intptr_t)start, b = (int)(intptr_t)end;
+  if (a <= 0 || b <= 0 || a >= MAX_EVENTS || b >= MAX_EVENTS) return 400;
+  pthread_mutex_lock(&mu);
+  *ms = (float)(reached_ms[b] - reached_ms[a]);
   pthread_mutex_unlock(&mu);
   return 0;
 }

@@ -1,7 +1,8 @@
 """Numerics of the GPU pipeline without a GPU: every registry op's stages, run thread by
 thread on the CPU (gpu_emulate.py), match the reference interpreter, with threads in both
-orders. (The shared-memory matmul stage has barriers and is not emulated; on a GPU
-bench/gpu_check.sh checks it through the zoo and the 4096^3 matmul.)"""
+orders. (The shared-memory matmul stage has barriers: test_gpu_fake_driver.py runs it with a
+block's threads meeting at each barrier; on a GPU bench/gpu_check.sh checks the 4096^3
+matmuls against numpy.)"""
 
 import numpy as np
 import pytest

@@ -98,13 +98,23 @@ def _matmul_body(m, k, n, dtype="f32"):
 
 def test_large_matmul_gets_the_shared_memory_tiled_stage():
     binary = compile_gpu_kernels([("mm", _matmul_body(128, 64, 192)),
-                                  ("odd", _matmul_body(100, 64, 192))], ("sm_80",))
+                                  ("odd", _matmul_body(100, 64, 192)),
+                                  ("big", _matmul_body(256, 64, 256)),
+                                  ("half", _matmul_body(256, 64, 256, "bf16"))], ("sm_80",))
     (tiled,) = binary.kernels[0].stages  # C's zero fill folded into the tile stores
-    assert (tiled.grid, tiled.block) == ((128 // 64) * (192 // 64), 256)
+    assert (tiled.grid, tiled.block) == ((128 // 64) * (192 // 64), 256)  # 64x64 tiles
+    (big,) = binary.kernels[2].stages
+    assert (big.grid, big.block) == ((256 // 128) * (256 // 128), 256)  # 128x128 tiles
+    half = binary.kernels[3].stages  # bf16: the tiled stage, then C rounded to bf16
+    assert [(s.grid, s.block) for s in half[:1]] == [(4, 256)] and len(half) == 2
     ptx = binary.ptx["sm_80"]
-    body = _entry(ptx, tiled.symbol)
-    assert "bar.sync" in body and "ld.shared" in body
-    assert ".local" not in body  # the register tile stayed in registers
+    for stage in (tiled, big, half[0]):
+        body = _entry(ptx, stage.symbol)
+        assert "bar.sync" in body and "ld.shared.v" in body  # vector reads of the tiles
+        assert "ld.global.v" in body and "st.global.v" in body  # vector loads and stores
+        assert ".local" not in body  # the register tile stayed in registers
+        shared = re.findall(rf"\.shared \.align (\d+) \.b8 __wg_{stage.symbol}_", ptx)
+        assert shared == ["16", "16"]  # the tiles' 4-vector reads are aligned
     for stage in binary.kernels[1].stages:  # 100 rows, not a multiple of 64: plain loops
         assert "bar.sync" not in _entry(ptx, stage.symbol)
 

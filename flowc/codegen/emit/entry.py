@@ -134,6 +134,8 @@ def _api(info: ModelInfo) -> list[str]:
         f"{api} int {n}_run_with({n}_ctx *ctx, const void *const *inputs, "
         "void *const *outputs) {",
         f"  return {n}_rt_run_with({ctx}, inputs, outputs);\n}}",
+        f"{api} int {n}_device_ms({n}_ctx *ctx, double *ms) {{",
+        f"  return {n}_rt_device_ms({ctx}, ms);\n}}",
         f"{api} int {n}_set_threads({n}_ctx *ctx, int threads) {{",
         f"  return {n}_rt_set_threads({ctx}, threads);\n}}",
         f"{api} int {n}_set_arena({n}_ctx *ctx, void *arena, size_t bytes) {{",

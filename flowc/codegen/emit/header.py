@@ -155,6 +155,10 @@ int {n}_run({n}_ctx *ctx);
  * As with set_input/set_output, 64-byte aligned buffers are used in place, others copied;
  * afterwards the context uses its own buffers again (it keeps no pointer to these). */
 int {n}_run_with({n}_ctx *ctx, const void *const *inputs, void *const *outputs);
+/* GPU models: *ms = the device time of the last run's kernels (CUDA events after the
+ * input copies and before the output copies); FLOWC_ERR_ARGUMENT on a CPU-only model or
+ * before a run. */
+int {n}_device_ms({n}_ctx *ctx, double *ms);
 /* Threads used by {n}_run: 1 (the default) to 1024, else FLOWC_ERR_ARGUMENT. */
 int {n}_set_threads({n}_ctx *ctx, int threads);
 /* Uses a caller-owned arena (64-byte aligned, {n}_arena_bytes() bytes); NULL: own one. */
