@@ -5,8 +5,8 @@ Contract: `compile(model, output_dir, options=None, /, **overrides) -> manifest`
 meaning) and `overrides` replace its fields by name (an unknown name is a FlowcError).
 1. checks `output_dir` (absent, empty or an artifact) and the dump folder (not the output
    directory) before any work; imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a
-   path to `.onnx` / `.flowc`); a graph without outputs is a FlowcError (it would compile to
-   an artifact doing nothing);
+   path to `.onnx` / `.flowc`); a graph without outputs that assigns no variable is a
+   FlowcError (it would compile to an artifact doing nothing);
 2. binds symbolic dims (`bind_dims`: `batch` for leading dims, `dims` by name);
 3. runs the pass pipeline, verifying after each pass (with `devices`, the `place` pass
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
@@ -60,6 +60,7 @@ from flowc.codegen.plan.bind import bind_dims, format_sizes, require_static
 from flowc.codegen.plan.memreport import report_memory
 from flowc.codegen.plan.partitions import call_device, gpu_devices, gpu_kernels_of, host_kernels
 from flowc.codegen.plan.program import Program, build_program, set_scratch
+from flowc.codegen.plan.state import writes_variable
 from flowc.codegen.target import is_gpu_target
 from flowc.ir.devices import is_gpu_device
 from flowc.ir.errors import FlowcError
@@ -229,9 +230,10 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         raise FlowcError(f"the dump folder '{opts.dump_dir}' is the output directory; give the "
                          "dump a folder of its own")
     graph = load_model(model)
-    if not graph.outputs:
+    if not graph.outputs and not any(writes_variable(n.op) for n in graph.nodes):
         raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
-                         "nothing a caller can see; declare the results it should return")
+                         "nothing a caller can see (it assigns no variable either); declare "
+                         "the results it should return")
     check_table_names([n.name for n in graph.inputs], [name for name, _ in graph.outputs])
     graph, sizes = bind_dims(graph, opts.batch, opts.dims, strict=False)
     passes = parse_pipeline(opts.pipeline) if opts.pipeline else []
@@ -280,6 +282,9 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
                          "GPU, but this graph is split over devices; compile a mixed CPU+GPU "
                          "placement for the host target (--devices cpu:0,gpu:0 without "
                          "--target nvptx)")
+    if program.variables:
+        raise FlowcError(f"node {program.variables[0].node.label()}: variables on gpu:0 are "
+                         "not supported yet; compile this graph for a CPU target")
     gpu = backend if isinstance(backend, GpuBackend) else GpuBackend(opts.gpu_archs)
     if not program.regions:  # wholly on the GPU: --target nvptx, or every step placed there
         if not kernels:

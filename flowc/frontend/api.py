@@ -254,9 +254,18 @@ class Variable:
         return self.graph.add("read_variable", [self.handle], {}, "Read")
 
     def assign(self, value: Any) -> Operation:
+        return self._update("assign", value)
+
+    def assign_add(self, delta: Any) -> Operation:
+        return self._update("assign_add", delta)
+
+    def assign_sub(self, delta: Any) -> Operation:
+        return self._update("assign_sub", delta)
+
+    def _update(self, op: str, value: Any) -> Operation:
         if not isinstance(value, Tensor):
             value = constant(np.asarray(value, dtype=self.type.dtype.np), graph=self.graph)
-        return self.graph.add("assign", [self.handle, value], {}, "Assign")
+        return self.graph.add(op, [self.handle, value], {}, _op_display_name(op))
 
 
 @contextlib.contextmanager

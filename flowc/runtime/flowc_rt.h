@@ -19,7 +19,7 @@
  *
  * Calls on one context are serialized by its `lock`: every entry point that reads or
  * changes the context (run, run_with, set_threads, set_arena, set_input, set_output, the
- * input/output accessors, destroy) takes it, so a control call made while another thread
+ * input/output accessors, variable, save/load_checkpoint, destroy) takes it, so a control call made while another thread
  * runs the context waits for that run to return (set_threads never replaces the pool a run
  * is using; destroy never frees what a run is using). Runs on one context therefore happen
  * one at a time; parallel runs need one context per thread. Nothing may call into a context
@@ -73,9 +73,10 @@ typedef struct {
  * described sizes, arena holds arena_bytes (kernels' scratch buffers included), weights the
  * weights blob, thread_scratch the thread-scratch region (thread_scratch_bytes per thread
  * slot of the pool, slot t at t * thread_scratch_bytes; kernels index it by their slot,
- * `__kmpc_global_thread_num`). Cannot fail, and allocates nothing. */
+ * `__kmpc_global_thread_num`), variables the variables block (variables_bytes: each
+ * variable at its offset, read and written in place). Cannot fail, and allocates nothing. */
 typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *arena,
-                               const char *weights, char *thread_scratch);
+                               const char *weights, char *thread_scratch, char *variables);
 
 /* ---- partitions (partition.c): a graph split over devices by the partition pass ----
  * Each partition (one per device) has its own entry function (a CPU device) or GPU program
@@ -87,7 +88,8 @@ typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *
  * instead). Channels are reset at the start of every run. */
 typedef struct flowc_rendezvous flowc_rendezvous;
 typedef void (*flowc_part_fn)(void *const *inputs, void *const *outputs, char *arena,
-                              const char *weights, char *thread_scratch, flowc_rendezvous *rv);
+                              const char *weights, char *thread_scratch, char *variables,
+                              flowc_rendezvous *rv);
 struct flowc_gpu_program_s;
 typedef struct {
   const char *device;  /* cpu:0, cpu:1 ... gpu:0 */
@@ -172,6 +174,18 @@ typedef struct {
   int32_t num_channels;
   const flowc_channel *channels;
   const flowc_gpu_program *gpu; /* non-NULL: every kernel runs on a GPU (cuda.c) */
+  /* Variables (checkpoint.c; codegen/plan/state.py): state kept across runs in one block
+   * of variables_bytes the context owns (outside the arena); variable i has descriptor
+   * variables[i], lives at variable_offsets[i] (64-byte aligned) and starts as the
+   * weights' bytes at variable_inits[i] (-1: zeros). Checkpoints record flowc_version and
+   * the pairs of checkpoint_metadata (key, value, ..., NULL) in their "__metadata__". */
+  int32_t num_variables;
+  const flowc_tensor_desc *variables;
+  const size_t *variable_offsets;
+  const int64_t *variable_inits;
+  size_t variables_bytes;
+  const char *flowc_version;
+  const char *const *checkpoint_metadata;
 } flowc_model;
 
 typedef struct flowc_pool flowc_pool;
@@ -196,6 +210,7 @@ typedef struct flowc_ctx {
   char *thread_scratch;
   flowc_rendezvous *rendezvous; /* partitioned models: created on the first run */
   struct flowc_gpu_ctx *gpu;    /* GPU models: driver, device memory, module, stream */
+  char *variables;              /* the variables block (model->variables_bytes) */
 } flowc_ctx;
 
 FLOWC_HIDDEN int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_path,
@@ -220,6 +235,18 @@ FLOWC_HIDDEN const char *FLOWC_RT(rt_dtype_name)(int dtype);
  * the weights side file mapped (`given`, or the one next to the library). */
 FLOWC_HIDDEN int FLOWC_RT(rt_check_sizes)(flowc_ctx *ctx);
 FLOWC_HIDDEN int FLOWC_RT(rt_map_weights)(flowc_ctx *ctx, const char *given);
+/* Variables and checkpoints (checkpoint.c): rt_init_variables (by create, after the
+ * weights) allocates the variables block and fills it with the initial values;
+ * rt_variable is variable `name`'s buffer (NULL and a message for an unknown name);
+ * save writes a safetensors file through a temporary file renamed over `path`; load
+ * checks the file against the variables, reads it into a staging block and only then
+ * copies it over the variables (a failure changes nothing). */
+FLOWC_HIDDEN int FLOWC_RT(rt_init_variables)(flowc_ctx *ctx);
+FLOWC_HIDDEN void *FLOWC_RT(rt_variable)(flowc_ctx *ctx, const char *name);
+FLOWC_HIDDEN int FLOWC_RT(rt_save_checkpoint)(flowc_ctx *ctx, const char *path);
+FLOWC_HIDDEN int FLOWC_RT(rt_load_checkpoint)(flowc_ctx *ctx, const char *path);
+/* The lock-held body of an entry point: ok (0) when ctx is usable (runtime.c). */
+FLOWC_HIDDEN int FLOWC_RT(rt_unusable)(flowc_ctx *ctx);
 /* n rounded up to a multiple of FLOWC_ALIGN. */
 static inline size_t flowc_round_up(size_t n) {
   return (n + FLOWC_ALIGN - 1) / FLOWC_ALIGN * FLOWC_ALIGN;

@@ -18,6 +18,8 @@ wait for a run in flight on another thread, and a call after `close` raises
 ArtifactError ('... is closed'). Inputs not 64-byte aligned (numpy aligns to 16)
 are copied by the C runtime on each call; `empty_inputs()` gives aligned ones. Every
 problem is an `ArtifactError` naming the artifact and what is wrong.
+Variables (state kept across runs): `variables()`, `set_variable(name, array)`,
+`save_checkpoint(path)`, `load_checkpoint(path)` (variables.py).
 Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
 """
 
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from flowc.runtime import variables
 from flowc.runtime.abi import (
     ABI_VERSION,
     ALIGN,
@@ -83,6 +86,7 @@ class Model:
                        for t in self.manifest["inputs"]]
         self.outputs = [(t["name"], numpy_dtype(t["dtype"]), tuple(t["shape"]))
                         for t in self.manifest["outputs"]]
+        self.variables_declared = variables.declared(self.manifest)
         self.set_threads(threads if threads is not None else default_threads(self.manifest))
         # per-run constants: the C functions, dtype codes and shape arrays of each tensor
         self._setters = {kind: self._fn(f"set_{kind}") for kind in ("input", "output")}
@@ -124,6 +128,7 @@ class Model:
             for suffix, (restype, argtypes) in signatures.items():
                 fn = self._fn(suffix)
                 fn.restype, fn.argtypes = restype, argtypes
+            variables.bind(self._lib, self.name)
         except AttributeError as exc:
             raise ArtifactError(f"{self.path}: the library lacks the flowc API of model "
                                 f"'{self.name}' ({exc}); it is not this manifest's library") \
@@ -156,6 +161,7 @@ class Model:
                 if found != (t["name"], DTYPE_CODES[t["dtype"]], list(t["shape"])):
                     raise ArtifactError(f"{where}: {kind} {k} is {found} in the library, "
                                         f"{t['name']} {t['dtype']}{t['shape']} in the manifest")
+        variables.check_tables(self)
 
     def _error(self) -> str:
         return self._fn("error")(self._ctx).decode(errors="replace")
@@ -340,6 +346,23 @@ class Model:
     def __call__(self, *args: Any, **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         results = tuple(self.run(*args, **kwargs).values())
         return results[0] if len(results) == 1 else results
+
+    # ---- state (variables.py) ---------------------------------------------------------
+    def variables(self) -> dict[str, np.ndarray]:
+        """{variable name: a copy of its current value}."""
+        return variables.variables(self)
+
+    def set_variable(self, name: str, value: Any) -> None:
+        """Set variable `name` to `value` (its exact dtype and shape)."""
+        variables.set_variable(self, name, value)
+
+    def save_checkpoint(self, path: str | os.PathLike) -> None:
+        """Write every variable to the safetensors file `path` (replaced whole)."""
+        variables.save_checkpoint(self, path)
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Set every variable from the safetensors file `path`; nothing changes on failure."""
+        variables.load_checkpoint(self, path)
 
     def close(self) -> None:
         """Destroy the runtime context (the library stays mapped while ctypes holds it),

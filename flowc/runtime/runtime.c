@@ -105,9 +105,11 @@ static int setup(flowc_ctx *ctx, const char *weights_file) {
   if (scratch) return scratch;
   if (m->weights || m->weights_bytes == 0) {
     ctx->weights = (const char *)m->weights;
-    return FLOWC_OK;
+  } else {
+    int mapped = FLOWC_RT(rt_map_weights)(ctx, weights_file);
+    if (mapped) return mapped;
   }
-  return FLOWC_RT(rt_map_weights)(ctx, weights_file);
+  return FLOWC_RT(rt_init_variables)(ctx);
 }
 
 /* Whether the model runs kernels on a GPU (whole, or a partition): only then is the CUDA
@@ -148,6 +150,7 @@ void FLOWC_RT(rt_destroy)(flowc_ctx *ctx) {
   if (ctx->map) munmap(ctx->map, ctx->map_bytes);
   if (ctx->arena_owned) free(ctx->arena);
   free(ctx->thread_scratch);
+  free(ctx->variables);
   free(ctx->owned);
   free(ctx->inputs);
   free(ctx);
@@ -165,6 +168,7 @@ static int unusable(flowc_ctx *ctx) {
   if (!ctx) return FLOWC_ERR_ARGUMENT;
   const flowc_model *m = ctx->model;
   if (ctx->owned && ctx->arena && (ctx->weights || !m->weights_bytes) &&
+      (ctx->variables || !m->variables_bytes) &&
       (ctx->thread_scratch || !m->thread_scratch_bytes) &&
       (ctx->rendezvous || !m->num_partitions))
     return FLOWC_OK;
@@ -174,6 +178,8 @@ static int unusable(flowc_ctx *ctx) {
   return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: this context is unusable, its creation failed (%s)",
               m->name, why);
 }
+
+int FLOWC_RT(rt_unusable)(flowc_ctx *ctx) { return unusable(ctx); }
 
 static int check_tensor(flowc_ctx *ctx, const char *what, const flowc_tensor_desc *d,
                         const void *data, int dtype, int rank, const int64_t *shape) {
@@ -415,7 +421,8 @@ static int run(flowc_ctx *ctx) {
   FLOWC_RT(pool_enter)(ctx->pool);
   int status = m->num_partitions ? FLOWC_RT(rt_run_partitions)(ctx) : FLOWC_OK;
   if (status == FLOWC_OK)
-    m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights, ctx->thread_scratch);
+    m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights, ctx->thread_scratch,
+             ctx->variables);
   FLOWC_RT(pool_leave)();
   if (status) return status;
   for (int i = 0; i < m->num_outputs; i++)

@@ -116,8 +116,10 @@ static int check_desc(flowc_ctx *ctx, const char *what, const flowc_tensor_desc 
 }
 
 /* The model tables' sizes, re-checked before anything is allocated from them: every
- * input and output descriptor (check_desc), their aligned total, the arena (and each
- * partition's region inside it) and the weights, each within FLOWC_MAX_BYTES. */
+ * input, output and variable descriptor (check_desc), the inputs' and outputs' aligned
+ * total, each variable inside the variables block (and its initial value inside the
+ * weights), the arena (and each partition's region inside it), the weights and the
+ * variables block, each within FLOWC_MAX_BYTES. */
 int FLOWC_RT(rt_check_sizes)(flowc_ctx *ctx) {
   const flowc_model *m = ctx->model;
   uint64_t io = 0;
@@ -131,13 +133,28 @@ int FLOWC_RT(rt_check_sizes)(flowc_ctx *ctx) {
       return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: the inputs and outputs take more than %llu "
                   "bytes together (flowc's limit)", m->name, (unsigned long long)FLOWC_MAX_BYTES);
   }
+  for (int i = 0; i < m->num_variables; i++) {
+    int status = check_desc(ctx, "variable", &m->variables[i]);
+    if (status) return status;
+    if (m->variable_offsets[i] % FLOWC_ALIGN || m->variable_offsets[i] > m->variables_bytes ||
+        m->variables[i].bytes > m->variables_bytes - m->variable_offsets[i])
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: variable '%s' (%zu bytes at offset %zu) lies "
+                  "outside the variables block of %zu bytes", m->name, m->variables[i].name,
+                  m->variables[i].bytes, m->variable_offsets[i], m->variables_bytes);
+    if (m->variable_inits[i] >= 0 && ((uint64_t)m->variable_inits[i] > m->weights_bytes ||
+        m->variables[i].bytes > m->weights_bytes - (size_t)m->variable_inits[i]))
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: variable '%s': its initial value lies outside "
+                  "the weights", m->name, m->variables[i].name);
+  }
   const char *big = (uint64_t)m->arena_bytes > FLOWC_MAX_BYTES ? "arena" :
                     (uint64_t)m->weights_bytes > FLOWC_MAX_BYTES ? "weights" :
-                    (uint64_t)m->thread_scratch_bytes > FLOWC_MAX_BYTES ? "thread_scratch" : NULL;
+                    (uint64_t)m->thread_scratch_bytes > FLOWC_MAX_BYTES ? "thread_scratch" :
+                    (uint64_t)m->variables_bytes > FLOWC_MAX_BYTES ? "variables" : NULL;
   if (big)
     return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s_bytes is %zu, more than %llu (flowc's "
                 "limit)", m->name, big, big[0] == 'a' ? m->arena_bytes :
-                big[0] == 'w' ? m->weights_bytes : m->thread_scratch_bytes,
+                big[0] == 'w' ? m->weights_bytes : big[0] == 't' ? m->thread_scratch_bytes :
+                m->variables_bytes,
                 (unsigned long long)FLOWC_MAX_BYTES);
   for (int i = 0; i < m->num_partitions; i++) {
     const flowc_partition *p = &m->partitions[i];

@@ -10,6 +10,7 @@ import pytest
 from artifact_util import compile_naive
 from naive_backend import NaiveBackend, compile_object
 
+import flowc
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.plan.arena import Buffer, plan_arena
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
@@ -44,17 +45,20 @@ def test_named_dims_bind(tmp_path):
     assert manifest["symbolic_dims"] == {"N": 2, "S": 5}
 
 
-def test_stateful_graph_is_refused(tmp_path):
+def test_variable_without_initial_value_starts_at_zero(tmp_path):
+    """Stateful graphs compile (tests/artifact/test_state.py); a variable without `init`
+    starts as zeros."""
     g = Graph("state")
     x = g.add_input("x", TensorType("f32", (2,)))
     v = g.append(make_node("variable", [], {"type": TensorType("f32", (2,)),
                                             "shared_name": "v"}, name="v")).out()
     g.append(make_node("assign", [v, x], name="store"))
     g.add_output("y", x)
-    with pytest.raises(FlowcError, match=re.escape(
-            "node 'v' (variable): op 'variable' is stateful or communicates; flowc artifacts "
-            "run only pure tensor ops so far")):
-        compile_naive(g, tmp_path, pipeline="")
+    compile_naive(g, tmp_path, pipeline="")
+    with flowc.runtime.load(tmp_path) as model:
+        np.testing.assert_array_equal(model.variables()["v"], [0, 0])
+        model.run(x=np.array([1, 2], np.float32))
+        np.testing.assert_array_equal(model.variables()["v"], [1, 2])
 
 
 def test_unsupported_op_is_reported_before_codegen(tmp_path):

@@ -26,6 +26,7 @@ import onnxruntime as ort
 import pytest
 
 import flowc
+from flowc.codegen.emit.link import RUNTIME_SOURCES
 from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
@@ -35,7 +36,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 ALLOCATORS = {"malloc", "calloc", "realloc", "free", "aligned_alloc", "posix_memalign",
               "memalign", "valloc", "pvalloc"}
 # the runtime's objects (create/destroy/set_threads allocate there, never in run)
-RUNTIME_OBJECTS = {"runtime.o", "tables.o", "pool.o", "partition.o", "cuda.o"}
+RUNTIME_OBJECTS = {f"{Path(src).stem}.o" for src in RUNTIME_SOURCES}
 
 
 def perf_model(name: str, full: bool) -> onnx.ModelProto:

@@ -157,6 +157,8 @@ ALLOWED = {
     ("testing/graphgen.py", "REDUCE"): "the generator's menu (as UNARY_F)",
     ("passes/schedule.py", "EAGER_OPS"): "a scheduling policy for constants and the "
     "send/recv protocol, code specific to those ops",
+    ("codegen/plan/state.py", "UPDATE_OPS"): "a lowering table: the kernel op each "
+    "variable update (assign_add, assign_sub) runs as",
     ("codegen/plan/partitions.py", "TRANSFER_OPS"): "the send/recv protocol: the artifact's "
     "transport calls are code specific to those two ops",
     # tables keyed by op of what a pass or codegen does with each (conventions.md: rewrite

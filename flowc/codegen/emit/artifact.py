@@ -46,7 +46,8 @@ def model_info(program: Program, weights_file: str | None) -> ModelInfo:
 
     return ModelInfo(program.name, tensors(program.inputs), tensors(program.outputs),
                      program.arena_bytes, weights_file, tuple(program.regions),
-                     tuple(statement(working_memory(program), program.name)))
+                     tuple(statement(working_memory(program), program.name)),
+                     tensors([(v.name, v.type) for v in program.variables]))
 
 
 def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
@@ -65,7 +66,8 @@ def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
     if profile:
         header = profile_header(header, name)
     model_c = render_model_c(program, info, graph_hash, target.get("features", ()),
-                             embedded=embed, gpu=code.gpu, profile=profile)
+                             embedded=embed, gpu=code.gpu, profile=profile,
+                             flowc_version=flowc_version)
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
         (dump_dir / f"{name}_model.c").write_text(model_c)

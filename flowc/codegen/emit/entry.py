@@ -25,6 +25,7 @@ from flowc.codegen.emit.profile_c import profile_api, profile_prelude, timed
 from flowc.codegen.kernel_code import KernelScratch
 from flowc.codegen.plan.partitions import host_kernels
 from flowc.codegen.plan.program import Kernel, Program
+from flowc.codegen.plan.state import copy_step
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES
 
 # CPU features the runtime checks before running (gcc's __builtin_cpu_supports names).
@@ -38,15 +39,21 @@ def _descs(kind: str, tensors: Sequence[TensorInfo], program: Program) -> list[s
     for i, t in enumerate(tensors):
         dims = ", ".join(str(d) for d in t.shape) or "0"
         lines.append(f"static const int64_t {kind}_shape_{i}[] = {{{dims}}};")
-    sizes = program.inputs if kind == "input" else program.outputs
     rows = []
-    for i, (t, (_, tt)) in enumerate(zip(tensors, sizes, strict=True)):
+    for i, (t, tt) in enumerate(zip(tensors, _types(kind, program), strict=True)):
         nbytes = int(tt.num_elements) * tt.dtype.np.itemsize
         rows.append(f"  {{{c_string(t.name)}, {DTYPE_CODES[t.dtype]}, {len(t.shape)}, "
                     f"{kind}_shape_{i}, {nbytes}u}},")
     body = "\n".join(rows) or "  {0}"
     lines.append(f"static const flowc_tensor_desc {kind}s[] = {{\n{body}\n}};")
     return lines
+
+
+def _types(kind: str, program: Program) -> list:
+    """The TensorTypes of the program's inputs, outputs or variables."""
+    if kind == "variable":
+        return [v.type for v in program.variables]
+    return [t for _, t in (program.inputs if kind == "input" else program.outputs)]
 
 
 def _cpu_check(features: Sequence[str]) -> list[str]:
@@ -73,8 +80,12 @@ def _entry(program: Program, profile: bool = False) -> list[str]:
     lines = [f"static void entry({ENTRY_PARAMS}) {{", f"  {ENTRY_UNUSED}"]
     index = {k.symbol: i for i, k in enumerate(program.kernels)}
     for step, call in enumerate(program.calls):
-        args = call_arguments(program, step)
         lines.append(f"  /* {c_comment(', '.join(call.nodes))} */")
+        if call.state is not None:  # a variable copied out or in (plan/state.py)
+            dst, src, nbytes = copy_step(program, call)
+            lines.append(f"  memmove({pointer(dst)}, {pointer(src)}, {nbytes}u);")
+            continue
+        args = call_arguments(program, step)
         call_c = f"{call.kernel.symbol}({', '.join(args)});"
         if profile:  # profile_c.py: time the call into the run's event buffer
             call_c = timed(call_c, index[call.kernel.symbol])
@@ -83,6 +94,28 @@ def _entry(program: Program, profile: bool = False) -> list[str]:
         lines.append(f"  memcpy(out[{j}], {pointer(source)}, {nbytes}u);")
     lines.append("}")
     return lines
+
+
+def _state_tables(program: Program, info: ModelInfo, flowc_version: str) -> list[str]:
+    """The variables' tables (descriptors, block offsets, initial values' weights offsets,
+    -1 for zeros) and the checkpoint metadata (key, value pairs, then NULL)."""
+    offsets = ", ".join(f"{v.offset}u" for v in program.variables) or "0"
+    inits = ", ".join(str(-1 if v.init is None else v.init) for v in program.variables) or "0"
+    meta = "".join(f"{c_string(k)}, {c_string(v)}, "
+                   for k, v in program.checkpoint_metadata.items())
+    return [*_descs("variable", info.variables, program),
+            f"static const size_t variable_offsets[] = {{{offsets}}};",
+            f"static const int64_t variable_inits[] = {{{inits}}};",
+            f"static const char *const checkpoint_metadata[] = {{{meta}0}};",
+            f"static const char flowc_version[] = {c_string(flowc_version)};"]
+
+
+def _state_fields(program: Program) -> list[str]:
+    """The model descriptor's variable fields (designated: they follow the optional ones)."""
+    return [f"  .num_variables = {len(program.variables)}, .variables = variables,",
+            "  .variable_offsets = variable_offsets, .variable_inits = variable_inits,",
+            f"  .variables_bytes = {program.variables_bytes}u, .flowc_version = flowc_version,",
+            "  .checkpoint_metadata = checkpoint_metadata,"]
 
 
 def _api(info: ModelInfo) -> list[str]:
@@ -111,7 +144,16 @@ def _api(info: ModelInfo) -> list[str]:
         f"{api} int {n}_num_inputs(void) {{ return model.num_inputs; }}",
         f"{api} int {n}_num_outputs(void) {{ return model.num_outputs; }}",
     ]
-    for kind in ("input", "output"):
+    lines += [
+        f"{api} void *{n}_variable({n}_ctx *ctx, const char *name) {{",
+        f"  return {n}_rt_variable({ctx}, name);\n}}",
+        f"{api} int {n}_save_checkpoint({n}_ctx *ctx, const char *path) {{",
+        f"  return {n}_rt_save_checkpoint({ctx}, path);\n}}",
+        f"{api} int {n}_load_checkpoint({n}_ctx *ctx, const char *path) {{",
+        f"  return {n}_rt_load_checkpoint({ctx}, path);\n}}",
+        f"{api} int {n}_num_variables(void) {{ return model.num_variables; }}",
+    ]
+    for kind in ("input", "output", "variable"):
         count = f"model.num_{kind}s"
         get = f"(i >= 0 && i < {count} ? &{kind}s[i] : 0)"
         lines += [
@@ -146,13 +188,13 @@ def _api(info: ModelInfo) -> list[str]:
 
 def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
                    cpu_features: Sequence[str], embedded: bool, gpu: Any = None,
-                   profile: bool = False) -> str:
+                   profile: bool = False, flowc_version: str = "") -> str:
     """`gpu`: the `GpuBinary` (flowc/codegen/kernel_code.py) of the kernels that run on a
     GPU: all of them (gpu_entry.py), or, for a partitioned program, those of its GPU partition
     (partition_entry.py); `profile`: time each kernel call and transfer (profile_c.py;
     CPU models, partitioned or not)."""
     if gpu is not None and not model_fields(program):
-        return _render_gpu_model_c(program, info, graph_hash, embedded, gpu)
+        return _render_gpu_model_c(program, info, graph_hash, embedded, gpu, flowc_version)
 
     n = info.name
     kernels = [kernel_prototype(program, k) for k in host_kernels(program)]
@@ -169,6 +211,7 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         f"{program.weights_bytes}u, {side},",
         "  cpu_missing, entry,",
         *model_fields(program),
+        *_state_fields(program),
         "};",
     ]
     parts = [
@@ -182,6 +225,7 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         "",
         *_descs("input", info.inputs, program),
         *_descs("output", info.outputs, program),
+        *_state_tables(program, info, flowc_version),
         "",
         *_cpu_check(cpu_features),
         "",
@@ -198,7 +242,7 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
 
 
 def _render_gpu_model_c(program: Program, info: ModelInfo, graph_hash: str, embedded: bool,
-                        gpu: Any) -> str:
+                        gpu: Any, flowc_version: str) -> str:
     """The model file of a GPU model: no CPU kernels; the runtime's CUDA backend runs the
     launches of `gpu_program`, so the entry function does nothing."""
     n = info.name
@@ -215,6 +259,7 @@ def _render_gpu_model_c(program: Program, info: ModelInfo, graph_hash: str, embe
           if has_weights and embedded else []),
         *_descs("input", info.inputs, program),
         *_descs("output", info.outputs, program),
+        *_state_tables(program, info, flowc_version),
         "",
         *render_gpu_program(program, gpu),
         "",
@@ -228,6 +273,7 @@ def _render_gpu_model_c(program: Program, info: ModelInfo, graph_hash: str, embe
         f"  {program.arena_bytes}u, 0u, {blob}, {program.weights_bytes}u, {side},",
         "  0, entry,",
         model_field(),
+        *_state_fields(program),
         "};",
         "",
         *_api(info),

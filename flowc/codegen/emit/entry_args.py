@@ -1,11 +1,11 @@
 """The C every entry function shares: its parameters, where a value lives, a call's
 arguments.
 
-Contract, in the scope of an entry function `(in, out, arena, w, ts)` (entry.py,
+Contract, in the scope of an entry function `(in, out, arena, w, ts, vars)` (entry.py,
 partition_entry.py):
 - `ENTRY_PARAMS`, `ENTRY_UNUSED`: the parameter list, and the statement marking each used;
 - `pointer(where)`: a C pointer expression for a `Storage`: `in[i]`, `out[i]`,
-  `(void *)(w + offset)` or `arena + offset`;
+  `(void *)(w + offset)`, `arena + offset` or `vars + offset` (a variable);
 - `call_arguments(program, step, ptr)`: the arguments of the program's `step`-th call (a
   kernel call): its operands, results and scratch buffers through `ptr` (default
   `pointer`), then `ts` when the kernel takes thread scratch.
@@ -20,11 +20,13 @@ from flowc.codegen.plan.program import Program, Storage
 
 def pointer(where: Storage) -> str:
     return {"input": f"in[{where.at}]", "output": f"out[{where.at}]",
-            "weight": f"(void *)(w + {where.at})", "arena": f"arena + {where.at}"}[where.kind]
+            "weight": f"(void *)(w + {where.at})", "arena": f"arena + {where.at}",
+            "variable": f"vars + {where.at}"}[where.kind]
 
 
-ENTRY_PARAMS = "void *const *in, void *const *out, char *arena, const char *w, char *ts"
-ENTRY_UNUSED = "(void)in; (void)out; (void)arena; (void)w; (void)ts;"
+ENTRY_PARAMS = ("void *const *in, void *const *out, char *arena, const char *w, char *ts, "
+                "char *vars")
+ENTRY_UNUSED = "(void)in; (void)out; (void)arena; (void)w; (void)ts; (void)vars;"
 
 
 def call_arguments(program: Program, step: int,

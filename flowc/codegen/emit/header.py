@@ -42,6 +42,7 @@ class ModelInfo:
     weights_file: str | None
     regions: tuple = ()  # partitions.Region per device, when the graph is partitioned
     memory: tuple[str, ...] = ()  # the working-memory statement (working_memory.py)
+    variables: tuple[TensorInfo, ...] = ()  # state kept across runs (plan/state.py)
 
 
 def accessor_names(names: list[str]) -> list[str]:
@@ -86,7 +87,9 @@ def render_header(info: ModelInfo) -> str:
     tables = "\n".join(
         [f" *   input {i} '{c_comment(t.name)}': {_shape(t)}" for i, t in enumerate(info.inputs)]
         + [f" *   output {i} '{c_comment(t.name)}': {_shape(t)}"
-           for i, t in enumerate(info.outputs)])
+           for i, t in enumerate(info.outputs)]
+        + [f" *   variable {i} '{c_comment(t.name)}': {_shape(t)}"
+           for i, t in enumerate(info.variables)])
     accessors = []
     for i, t in enumerate(info.inputs):
         accessors.append(f"/* Input {i} '{c_comment(t.name)}', {_shape(t)}: write it before "
@@ -183,6 +186,26 @@ int {n}_set_output({n}_ctx *ctx, int i, void *data, int dtype, int rank,
     const int64_t *shape);
 void *{n}_input({n}_ctx *ctx, int i);
 const void *{n}_output(const {n}_ctx *ctx, int i);
+
+/* Variables: state the model keeps across runs in the context (outside the arena), set
+ * from their initial values by {n}_create; runs read and assign them in graph order.
+ * {n}_variable gives variable `name`'s buffer (dense, its dtype and shape; valid until
+ * {n}_destroy; read or write it between runs), or NULL with {n}_error set for a name
+ * the model has none of. The tables describe variable i = 0 .. {n}_num_variables() - 1.
+ * {n}_save_checkpoint writes every variable to a safetensors file at `path` (through a
+ * temporary file in the same directory, renamed: a failed save leaves no partial file
+ * under `path`); its "__metadata__" holds the model name, flowc version and graph hash.
+ * {n}_load_checkpoint reads one back, checking names, dtypes and shapes; on any failure
+ * it changes no variable and {n}_error names the first mismatch. */
+void *{n}_variable({n}_ctx *ctx, const char *name);
+int {n}_num_variables(void);
+const char *{n}_variable_name(int i);
+int {n}_variable_dtype(int i);
+int {n}_variable_rank(int i);
+const int64_t *{n}_variable_shape(int i);
+size_t {n}_variable_bytes(int i);
+int {n}_save_checkpoint({n}_ctx *ctx, const char *path);
+int {n}_load_checkpoint({n}_ctx *ctx, const char *path);
 
 /* Typed accessors. */
 {chr(10).join(accessors)}

@@ -3,7 +3,8 @@
 Contract: `build_manifest(...)` returns a JSON-ready dict with, in this order: `format`
 ("flowc-artifact"), `abi_version`, `flowc_version`, `name` (the symbol prefix),
 `graph_hash`, `target` (triple, cpu, features), `inputs` and `outputs` (name, c_name,
-dtype, shape), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
+dtype, shape), `variables` (likewise: the state a context keeps across runs, in
+the order of the C tables), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
 `memory_plan` (the planner's report: `arena_bytes`, `intermediate_bytes` (all intermediates
 without reuse), `lower_bound_bytes` (largest live set in the program's order), `in_place`
 (results written over a dying operand), `scratch_bytes` (the largest scratch of one kernel
@@ -57,6 +58,7 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         "target": dict(target),
         "inputs": [_tensor(t) for t in info.inputs],
         "outputs": [_tensor(t) for t in info.outputs],
+        "variables": [_tensor(t) for t in info.variables],
         "symbolic_dims": dict(sorted(sizes.items())),
         "arena_bytes": program.arena_bytes,
         "memory_plan": program.memory.report(),

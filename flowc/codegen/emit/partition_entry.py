@@ -2,8 +2,8 @@
 
 Contract: for a program whose graph the `partition` pass split (`partitions.is_partitioned`),
 `render_partitioned(program, profile=False)` returns C lines defining
-- `part_K(in, out, arena, w, ts, rv)` for each device in order of first appearance (K = 0 is
-  the device of the program's first step: it runs on the caller's thread): its kernel calls
+- `part_K(in, out, arena, w, ts, vars, rv)` for each device in order of first appearance (K =
+  0 is the device of the program's first step: it runs on the caller's thread): its kernel calls
   and transfers in program order, `arena` pointing at the device's region
   (`Program.regions`), every arena pointer relative to that region (scratch too), `ts` at
   the partition's own thread-scratch region (the runtime gives each partition one); a
@@ -16,7 +16,7 @@ Contract: for a program whose graph the `partition` pass split (`partitions.is_p
   the `flowc_gpu_program gpu_partition` table (`gpu_entry.render_gpu_partition`, from
   `gpu`, the `GpuBinary` (flowc/codegen/kernel_code.py) of its kernels), which the
   runtime's CUDA backend runs on that partition's thread;
-- `entry(in, out, arena, w, ts)`, which the runtime calls after every partition finished: the
+- `entry(in, out, arena, w, ts, vars)`, which the runtime calls after every partition finished: the
   copies of outputs no step wrote in place (except those whose source is in a GPU region:
   the GPU partition copies them out of the device itself).
 With `profile` (CPU partitions only), every kernel call and transfer is timed and each

@@ -24,8 +24,12 @@ ARCH_RULES: dict[tuple[str, str], Rule] = {}
 # Ops that never become a kernel: the artifact implements them itself.
 NOT_KERNELS: dict[str, str] = {
     "variable": "state lives in the runtime context; the artifact owns its buffer",
-    "read_variable": "the artifact passes the variable's buffer to the kernels reading it",
-    "assign": "the artifact copies the value into the variable's buffer",
+    "read_variable": "the artifact passes the variable's buffer to the kernels reading it, "
+    "or a copy of it (codegen/plan/state.py)",
+    "assign": "the artifact copies the value into the variable's buffer, or has the kernel "
+    "computing the value write it there",
+    "assign_add": "the artifact runs it as an `add` kernel writing the variable in place",
+    "assign_sub": "the artifact runs it as a `sub` kernel writing the variable in place",
     "send": "a runtime transport call, not a computation",
     "recv": "a runtime transport call, not a computation",
 }

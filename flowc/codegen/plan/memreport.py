@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from flowc.codegen.plan.memplan import ScratchSlot, value_nbytes
+from flowc.codegen.plan.partitions import call_device
 from flowc.codegen.plan.working_memory import statement, working_memory
 from flowc.ir.graph import Value
 
@@ -54,10 +55,10 @@ def memory_layout(program: Any) -> dict[str, Any]:
     plan = program.memory
     steps = []
     for s, call in enumerate(program.calls):
-        kernel = call.kernel.symbol if call.kernel is not None else call.transfer.op
-        node = call.transfer if call.transfer is not None else call.results[0].node
+        step_node = call.transfer or call.state  # a transfer or a variable copy
+        kernel = call.kernel.symbol if call.kernel is not None else step_node.op
         steps.append({"step": s, "kernel": kernel, "nodes": list(call.nodes),
-                      "device": node.device})
+                      "device": call_device(call)})
     took = {r: o for r, o in plan.in_place} if plan is not None else {}
     buffers = []
     for v, offset in (plan.offsets.items() if plan is not None else ()):

@@ -112,7 +112,7 @@ def is_partitioned(graph: Graph) -> bool:
 
 def call_device(call) -> str | None:
     """The device a program step (`program.Call`) runs on (None: unplaced)."""
-    return (call.transfer if call.transfer is not None else call.results[0].node).device
+    return (call.transfer or call.state or call.results[0].node).device
 
 
 def devices(calls: Sequence) -> list[str]:

@@ -22,10 +22,14 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
 - the arena, the weights and the inputs and outputs together each stay within 2**48 bytes
   (`ir/limits.py`); a FlowcError names the buffer at the arena's top (its node), the largest
   weight or the largest input/output otherwise (`check_sizes`).
-Stateful ops, variables and nested control flow are refused with a FlowcError naming the
-node: artifacts do not run them yet. A graph the `partition` pass split over devices keeps
-its send/recv nodes as transfer steps (`Call.transfer`) and lists its devices' arena
-regions in `Program.regions`, partition 0 first; see `partitions.py`.
+Variables (`state.py`) live in the context's variables block (`Storage("variable",
+offset)`, `Program.variables`), outside the arena; reads and assigns are copy steps
+(`Call.state`) unless the order lets a read be a view of the variable or a kernel write
+the variable in place. Send/recv aside, other stateful ops and nested control flow are
+refused with a FlowcError naming the node: artifacts do not run them yet. A graph the
+`partition` pass split over devices keeps its send/recv nodes as transfer steps
+(`Call.transfer`) and lists its devices' arena regions in `Program.regions`, partition 0
+first; see `partitions.py`.
 """
 
 from __future__ import annotations
@@ -48,6 +52,13 @@ from flowc.codegen.plan.partitions import (
     is_gpu_device,
     is_partitioned,
 )
+from flowc.codegen.plan.state import (
+    VariableSlot,
+    place_state,
+    state_steps,
+    touches_variable,
+    variable_slots,
+)
 from flowc.ir.attrs import Tensor
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -61,7 +72,8 @@ FUSED_OP = "fused"
 
 @dataclass(frozen=True)
 class Storage:
-    """Where a tensor lives: kind is input|output|weight|arena; index or byte offset."""
+    """Where a tensor lives: kind is input|output|weight|arena|variable; index or byte
+    offset (a variable's: in the variables block)."""
 
     kind: str
     at: int
@@ -76,13 +88,15 @@ class Kernel:
 @dataclass(frozen=True)
 class Call:
     """One step of the entry function: a kernel applied to graph values, or (kernel None)
-    the send/recv node `transfer` moving a value through the runtime's rendezvous."""
+    the send/recv node `transfer` moving a value through the runtime's rendezvous, or the
+    read_variable/assign node `state` copying a variable out or in (`state.copy_step`)."""
 
     kernel: Kernel | None
     operands: tuple[Value, ...]
     results: tuple[Value, ...]
     nodes: tuple[str, ...]
     transfer: Node | None = None
+    state: Node | None = None
 
 
 @dataclass
@@ -104,6 +118,12 @@ class Program:
     thread_scratch_bytes: int = 0  # per thread slot: the largest kernel's
     views: dict[Value, Value] = field(default_factory=dict)  # a view's result -> its base
     kept: set[Value] = field(default_factory=set)  # arena values the output copies read
+    variables: list[VariableSlot] = field(default_factory=list)  # state.py
+    variables_bytes: int = 0
+    # extra checkpoint "__metadata__" entries (string -> string); the optimizer's
+    # hyperparameters and step go here once training entries exist
+    checkpoint_metadata: dict[str, str] = field(default_factory=dict)
+    digests: dict[str, int] = field(default_factory=dict)  # weight digest -> offset
 
     def where(self, value: Value) -> Storage:
         return self.storage[value]
@@ -173,17 +193,17 @@ def build_program(graph: Graph, prefix: str) -> Program:
     root: dict[Value, Value] = {}  # a view's result -> the value whose buffer it is
     by_key: dict[str, Kernel] = {}
     check_devices(graph)
-    for node in graph.nodes:
-        if node.op == "constant":
-            continue
-        if node.op in TRANSFER_OPS:
-            program.calls.append(Call(None, tuple(root.get(v, v) for v in node.inputs),
-                                      node.outputs, (node.name or node.op,), node))
-            continue
-        check_node(node)
-        if is_view(node.op):
-            root[node.out()] = root.get(node.inputs[0], node.inputs[0])
-            continue
+    program.variables, program.variables_bytes = variable_slots(
+        graph.nodes, lambda t: add_weight(program, t, f"the initial value of {t.type}"))
+    for slot in program.variables:
+        if is_gpu_device(slot.node.device):
+            raise FlowcError(f"node {slot.node.label()}: variables on {slot.node.device} are "
+                             "not supported yet")
+        if is_partitioned(graph):
+            raise FlowcError(f"node {slot.node.label()}: variables in a graph split over "
+                             "devices are not supported yet")
+
+    def kernel_call(node: Node) -> Call:
         body, operands = fused_body(node) if node.op == FUSED_OP else (
             single_node_body(node), kernel_operands(node))
         key = _structure_key(body)
@@ -194,11 +214,29 @@ def build_program(graph: Graph, prefix: str) -> Program:
         # nodes rewrites merged into them (Node.merged)
         names = tuple(name for n in (body.nodes if node.op == FUSED_OP else [node])
                       if n.op != "constant" for name in n.source_names())
-        program.calls.append(Call(by_key[key],
-                                  tuple(root.get(v, v) for v in operands),
-                                  node.outputs, names))
+        return Call(by_key[key], tuple(root.get(v, v) for v in operands), node.outputs, names)
+
+    for node in graph.nodes:
+        if node.op in ("constant", "variable"):
+            continue
+        if node.op in TRANSFER_OPS:
+            program.calls.append(Call(None, tuple(root.get(v, v) for v in node.inputs),
+                                      node.outputs, (node.name or node.op,), node))
+            continue
+        if touches_variable(node.op):
+            for kind, step in state_steps(node):
+                operands = tuple(root.get(v, v) for v in step.inputs[1:])
+                program.calls.append(kernel_call(step) if kind == "kernel" else Call(
+                    None, operands, step.outputs, (step.name or step.op,), state=step))
+            continue
+        check_node(node)
+        if is_view(node.op):
+            root[node.out()] = root.get(node.inputs[0], node.inputs[0])
+            continue
+        program.calls.append(kernel_call(node))
     check_no_deadlock(program.calls)
     program.views = root
+    place_state(program, program.variables, lambda offset: Storage("variable", offset))
     _assign_storage(program)
     return program
 
@@ -218,18 +256,10 @@ def _assign_storage(program: Program) -> None:
     storage = program.storage
     for i, node in enumerate(graph.inputs):
         storage[node.out()] = Storage("input", i)
-    digests: dict[str, int] = {}
 
     def weight(value: Value) -> Storage:
-        tensor = value.node.attrs["value"]
-        if tensor.is_elided:
-            raise FlowcError(f"constant {value.node.label()} ({tensor.type}) has no data: it "
-                             "was elided from the IR text; print it with --emit-resources")
-        if tensor.digest not in digests:
-            digests[tensor.digest] = program.weights_bytes
-            program.weights.append((program.weights_bytes, tensor))
-            program.weights_bytes += align(tensor.data.nbytes)
-        return Storage("weight", digests[tensor.digest])
+        return Storage("weight", add_weight(program, value.node.attrs["value"],
+                                            f"constant {value.node.label()}"))
 
     written = {v for call in program.calls for v in call.results}
     claimed: set[Value] = set()
@@ -248,6 +278,19 @@ def _assign_storage(program: Program) -> None:
             storage.setdefault(base, weight(base))
     program.kept = kept
     _plan_arena(program)
+
+
+def add_weight(program: Program, tensor: Tensor, what: str) -> int:
+    """The offset of `tensor` in the weights blob, added there unless an equal tensor is;
+    `what` names it in the error for a tensor without data."""
+    if tensor.is_elided:
+        raise FlowcError(f"{what} ({tensor.type}) has no data: it was elided from the IR "
+                         "text; print it with --emit-resources")
+    if tensor.digest not in program.digests:
+        program.digests[tensor.digest] = program.weights_bytes
+        program.weights.append((program.weights_bytes, tensor))
+        program.weights_bytes += align(tensor.data.nbytes)
+    return program.digests[tensor.digest]
 
 
 def _plan_arena(program: Program) -> None:
@@ -289,6 +332,11 @@ def check_sizes(program: Program) -> None:
         big = max((t for _, t in program.weights), key=lambda t: t.data.nbytes)
         check_total(program.weights_bytes, MAX_WEIGHTS_BYTES,
                     f"model {program.name}: the weights (the largest: {big.type})")
+    if program.variables:
+        big = max(program.variables, key=lambda v: v.nbytes)
+        check_total(program.variables_bytes, MAX_ARENA_BYTES,
+                    f"model {program.name}: the variables (the largest: '{big.name}', "
+                    f"{big.type})")
     io = [*program.inputs, *program.outputs]
     if io:
         name, t = max(io, key=lambda item: nbytes(item[1]))

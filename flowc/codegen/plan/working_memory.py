@@ -10,7 +10,9 @@ kernels take every temporary from the arena or the thread-scratch region):
   (`set_threads`) and `thread_scratch_regions` (one per partition of a partitioned graph);
 - `weights_bytes`: embedded, or mapped read-only from the side file;
 - `io_bytes`: the context's own input and output buffers;
-- `channel_bytes`: a partitioned graph's rendezvous staging buffers (0 otherwise).
+- `channel_bytes`: a partitioned graph's rendezvous staging buffers (0 otherwise);
+- `variables_bytes`: the variables block (state kept across runs; plan/state.py);
+  a checkpoint load takes as much again while it runs (its staging block).
 `total(figures, threads)` is their sum for a thread count; `statement(figures, name)` is
 the sentence saying so, as lines of text (no comment markers).
 """
@@ -37,6 +39,7 @@ def working_memory(program: Any) -> dict[str, int]:
         "io_bytes": sum(align(nbytes(t)) for _, t in [*program.inputs, *program.outputs]),
         "channel_bytes": sum(c.nbytes for c in channels(program.calls).values())
         if partitioned else 0,
+        "variables_bytes": program.variables_bytes,
     }
 
 
@@ -44,7 +47,8 @@ def total(figures: dict[str, int], threads: int) -> int:
     """The working memory of one context running `threads` threads."""
     return (figures["arena_bytes"] + figures["thread_scratch_bytes"] * threads
             * figures["thread_scratch_regions"] + figures["weights_bytes"]
-            + figures["io_bytes"] + figures["channel_bytes"])
+            + figures["io_bytes"] + figures["channel_bytes"]
+            + figures.get("variables_bytes", 0))
 
 
 def statement(figures: dict[str, int], name: str) -> list[str]:
@@ -65,5 +69,8 @@ def statement(figures: dict[str, int], name: str) -> list[str]:
     if figures["channel_bytes"]:
         lines[-1] += ","
         lines.append(f"+ the partitions' channel buffers, {figures['channel_bytes']} bytes")
+    if figures["variables_bytes"]:
+        lines[-1] += ","
+        lines.append(f"+ the variables, {figures['variables_bytes']} bytes")
     lines[-1] += f"; at 1 thread {total(figures, 1)} bytes in all."
     return lines

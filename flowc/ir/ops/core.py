@@ -1,10 +1,10 @@
 """Structural ops: constants, identity, state (variables), communication, and nested bodies.
 
 State: a `variable` node names one piece of state (its node name is the variable's name);
-`read_variable` and `assign` are the only ops that touch it. Order among them is what data
-and control edges say, as in the TensorFlow paper. `send`/`recv` move one tensor between
-devices; a pair matches on `tensor_name` and the two devices. `if` runs one of two closed
-bodies on its operands after the condition.
+`read_variable`, `assign`, `assign_add` and `assign_sub` are the only ops that touch it.
+Order among them is what data and control edges say, as in the TensorFlow paper.
+`send`/`recv` move one tensor between devices; a pair matches on `tensor_name` and the two
+devices. `if` runs one of two closed bodies on its operands after the condition.
 """
 
 from __future__ import annotations
@@ -93,6 +93,17 @@ def _assign_kernel(ctx: KernelContext, handle: VarHandle, value: np.ndarray) -> 
     return ()
 
 
+def _update_kernel(sign: int):
+    """The kernel of assign_add (sign 1) and assign_sub (-1): the variable's value becomes
+    value +/- delta, in the variable's dtype."""
+    def kernel(ctx: KernelContext, handle: VarHandle, delta: np.ndarray) -> tuple:
+        old = ctx.state.variables[handle.name]
+        new = old + delta if sign > 0 else old - delta
+        ctx.state.variables[handle.name] = np.asarray(new, dtype=old.dtype)
+        return ()
+    return kernel
+
+
 define("variable", (), _variable_infer, _variable_kernel, traits=(STATEFUL,),
        attrs=[AttrSpec("type", "type"), AttrSpec("shared_name", "str"),
               AttrSpec("init", "tensor", None)],
@@ -102,6 +113,10 @@ define("read_variable", ("var",), _read_infer,
        doc="The variable's current value.")
 define("assign", ("var", "value"), _assign_infer, _assign_kernel, traits=(STATEFUL,),
        doc="Sets the variable's value; no results (order users with control edges).")
+define("assign_add", ("var", "value"), _assign_infer, _update_kernel(1), traits=(STATEFUL,),
+       doc="Adds `value` to the variable in place; no results (like `assign` of read + value).")
+define("assign_sub", ("var", "value"), _assign_infer, _update_kernel(-1), traits=(STATEFUL,),
+       doc="Subtracts `value` from the variable in place; no results.")
 
 
 # ---- communication ----------------------------------------------------------------------
