@@ -13,7 +13,8 @@ also `op("name", *inputs, **attrs)`); tensors overload `+ - * / @`, comparisons,
 and `[...]` slicing. Nodes get unique TF-style names (`fc/Add`, `fc/Add_1`) and the user's
 `file:line` as location; a shape or dtype error raises FlowcError naming the op, the node
 and that line. `device`, `control_dependencies`, `colocate_with` and `name_scope` are
-context managers that apply to the nodes built inside them.
+context managers that apply to the nodes built inside them. `Graph.gradients(ys, xs)`
+adds the nodes of d ys / d xs (reverse mode, `flowc.ir.autodiff`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 from flowc.frontend.partial import partial_graph
 from flowc.ir import Graph as IRGraph
 from flowc.ir import TensorType, Value, dtype
+from flowc.ir.autodiff import gradients
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError, InferError
 from flowc.ir.graph import Node
@@ -101,6 +103,19 @@ class Graph:
         results = interpret(self.ir, {_key(k): v for k, v in (feeds or {}).items()}, names,
                             self.state)
         return [results.get(n) for n in names]
+
+    def gradients(self, ys: Sequence[Tensor], xs: Sequence[Tensor],
+                  grad_ys: Sequence[Tensor | None] | None = None) -> list[Tensor | None]:
+        """d(sum_i <grad_ys[i], ys[i]>)/d xs[j] for each j as new nodes of this graph
+        (`flowc.ir.autodiff.gradients`, TensorFlow's `tf.gradients`), named
+        `gradients/...`; None where xs[j] does not reach ys (a symbolic zero). Seeds
+        default to ones. Raises FlowcError naming a node that cannot be differentiated."""
+        grads = gradients(self.ir, [as_tensor(y, self).value for y in ys],
+                          [as_tensor(x, self).value for x in xs],
+                          None if grad_ys is None else [
+                              None if g is None else as_tensor(g, self).value for g in grad_ys],
+                          lambda op: self.unique_name(f"gradients/{_op_display_name(op)}"))
+        return [None if g is None else Tensor(g, self) for g in grads]
 
     def prune(self, feeds: Sequence[Tensor | str], fetches: Sequence[Tensor | str | Operation]
               ) -> IRGraph:

@@ -15,7 +15,7 @@ _LAZY = {
     "Attrs": "flowc.ir.attrs", "Tensor": "flowc.ir.attrs",
     "FlowcError": "flowc.ir.errors", "InferError": "flowc.ir.errors",
     "InterpretError": "flowc.ir.errors", "ParseError": "flowc.ir.errors",
-    "VerifyError": "flowc.ir.errors",
+    "VerifyError": "flowc.ir.errors", "GradientError": "flowc.ir.errors",
     "Graph": "flowc.ir.graph", "Node": "flowc.ir.graph", "Value": "flowc.ir.graph",
     "rebuild": "flowc.ir.graph", "topological_order": "flowc.ir.graph",
     "DTYPES": "flowc.ir.types", "DType": "flowc.ir.types", "TensorType": "flowc.ir.types",

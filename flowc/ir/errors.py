@@ -34,3 +34,7 @@ class InferError(FlowcError):
 
 class InterpretError(FlowcError):
     """A failure while running a graph: bad feeds, a kernel error, a missing value."""
+
+
+class GradientError(FlowcError):
+    """A gradient cannot be built (flowc/ir/autodiff.py): names the node, op and reason."""

@@ -2,7 +2,7 @@
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
 `fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
-`winograd`).
+`winograd`, `gradients`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -10,6 +10,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     constant_fold,
     cse,
     fuse,
+    gradients,
     pack_weights,
     partition,
     place,

@@ -55,7 +55,7 @@ B = RNG.integers(0, 2, (2, 3)).astype(bool)
 # op -> (operands, attrs, indices of constant operands)
 CASES = {
     "constant": ([], {"value": Tensor(f(3, 5))}, ()),
-    "identity": ([X], {}, ()),
+    "identity": ([X], {}, ()), "stop_gradient": ([X], {}, ()),
     "add": ([X, f(4)], {}, ()), "sub": ([X, f(3, 1)], {}, ()), "mul": ([X, X], {}, ()),
     "div": ([X, f(1)], {}, ()), "pow": ([np.abs(X), f(4)], {}, ()),
     "max": ([X, f(4), f(3, 1)], {}, ()), "min": ([X, X * 2], {}, ()),

@@ -35,6 +35,7 @@ X = RNG.integers(-9, 9, (2, 3, 4)).astype(np.int64)
 # and SELECTS ops): op -> (operands, attributes)
 SAMPLES = {
     "identity": ([X], {}),
+    "stop_gradient": ([X], {}),
     "reshape": ([X, np.array([4, -1])], {}),
     "flatten": ([X], {"axis": 2}),
     "squeeze": ([X[:1], np.array([0])], {}),

@@ -62,7 +62,7 @@ def _constant(ctx: RuleCtx) -> list:
     return [dense_constant(ctx.attrs["value"].data, ctx.out.dtype)]
 
 
-@register("identity")
+@register("identity", "stop_gradient")
 def _identity(ctx: RuleCtx, x) -> list:
     return [x]
 

@@ -28,6 +28,7 @@ from flowc.ir.ops.registry import (
     KernelContext,
     OpDef,
     Trait,
+    Vjp,
     define,
     get_op,
     infer_types,
@@ -41,6 +42,6 @@ for _module in pkgutil.iter_modules(__path__):
 __all__ = [
     "ANCHOR_KINDS", "COMMUTATIVE", "ELEMENTWISE", "HAS_BODY", "NARROW", "ONNX_OPS", "OPS", "PURE",
     "REQUIRED", "RESHAPE_LIKE", "SELECTS", "STATEFUL", "TOLERANCES", "TRANSCENDENTAL", "VIEW",
-    "AttrSpec", "InferContext", "KernelContext", "OpDef", "Trait", "define",
+    "AttrSpec", "InferContext", "KernelContext", "OpDef", "Trait", "Vjp", "define",
     "get_op", "infer_types", "is_view", "unknown_value_operands",
 ]

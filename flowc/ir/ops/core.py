@@ -22,6 +22,7 @@ from flowc.ir.ops.registry import (
     AttrSpec,
     InferContext,
     KernelContext,
+    Vjp,
     define,
 )
 from flowc.ir.ops.rules import same_rule
@@ -34,10 +35,14 @@ def _constant_infer(ctx: InferContext) -> TensorType:
 
 define("constant", (), _constant_infer, lambda ctx: ctx.attrs["value"].data,
        attrs=[AttrSpec("value", "tensor")], onnx="Constant", traits=(PURE, NARROW),
+       no_grad="no operands",
        doc="A constant tensor (weights, literals).")
 
 define("identity", ("x",), same_rule, lambda ctx, x: x, onnx="Identity", traits=(PURE, VIEW),
-       doc="Its operand, unchanged.")
+       vjp=Vjp(lambda g, cts: cts), doc="Its operand, unchanged.")
+define("stop_gradient", ("x",), same_rule, lambda ctx, x: x, traits=(PURE, VIEW),
+       vjp=Vjp(lambda g, cts: [None]),
+       doc="Its operand, unchanged; gradients (flowc.ir.autodiff) pass nothing through it.")
 
 
 # ---- state ------------------------------------------------------------------------------
@@ -107,11 +112,14 @@ def _update_kernel(sign: int):
 define("variable", (), _variable_infer, _variable_kernel, traits=(STATEFUL,),
        attrs=[AttrSpec("type", "type"), AttrSpec("shared_name", "str"),
               AttrSpec("init", "tensor", None)],
+       no_grad="state: gradients are taken with respect to `read_variable` results",
        doc="Names a piece of state that lives across runs; initialized from `init`.")
 define("read_variable", ("var",), _read_infer,
        lambda ctx, handle: np.array(ctx.state.variables[handle.name]), traits=(STATEFUL,),
+       no_grad="its operand is a variable handle; take gradients with respect to its result",
        doc="The variable's current value.")
 define("assign", ("var", "value"), _assign_infer, _assign_kernel, traits=(STATEFUL,),
+       no_grad="state: it has no results",
        doc="Sets the variable's value; no results (order users with control edges).")
 define("assign_add", ("var", "value"), _assign_infer, _update_kernel(1), traits=(STATEFUL,),
        doc="Adds `value` to the variable in place; no results (like `assign` of read + value).")
@@ -151,9 +159,11 @@ def _recv_infer(ctx: InferContext) -> TensorType | tuple:
 
 
 define("send", ("x?",), lambda ctx: (), _send_kernel, traits=(STATEFUL,), attrs=CHANNEL_ATTRS,
+       no_grad="communication: placement inserts it after differentiation",
        doc="Sends its operand to `recv_device` under `tensor_name`; without an operand it "
            "only signals (a control edge across devices: it runs after its `ctrl` nodes).")
 define("recv", (), _recv_infer, _recv_kernel, traits=(STATEFUL,),
+       no_grad="communication: placement inserts it after differentiation",
        attrs=[*CHANNEL_ATTRS, AttrSpec("type", "type", None)],
        doc="Receives the tensor a matching `send` sent; without `type` it has no result and "
            "only waits for the matching operand-less `send` (a control edge across devices).")
@@ -191,4 +201,5 @@ def _if_kernel(ctx: KernelContext, cond: np.ndarray, *operands: np.ndarray) -> t
 
 define("if", ("cond", "operands*"), _if_infer, _if_kernel, traits=(PURE, HAS_BODY),
        attrs=[AttrSpec("then_branch", "graph"), AttrSpec("else_branch", "graph")],
+       no_grad="control flow: gradients of bodies are issue [11]",
        doc="Runs then_branch or else_branch on the operands; bodies are closed graphs.")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowc.ir.ops.cost import per_input_element
-from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
+from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, Vjp, define
 from flowc.ir.ops.rules import const_ints, normalize_axis, numeric_rule
 from flowc.ir.types import TensorType
 
@@ -65,5 +65,12 @@ def _kernel(ctx: KernelContext, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.flip(y, a) if reverse else y)
 
 
+def _cumsum_vjp(g, cts):
+    """The cotangent's running sums in the other direction, with the same `exclusive`."""
+    return [g.op("cumsum", cts[0], g.input(1), exclusive=g.attrs["exclusive"],
+                 reverse=1 - g.attrs["reverse"]), None]
+
+
 define("cumsum", ("x", "axis"), _infer, _kernel, attrs=_ATTRS, onnx="CumSum",
-       flops=per_input_element(1), tolerance="reduction")
+       flops=per_input_element(1), tolerance="reduction",
+       vjp=Vjp(_cumsum_vjp, inputs=(1,)))

@@ -12,6 +12,7 @@ import math
 import ml_dtypes
 import numpy as np
 
+from flowc.ir.ops import elementwise_grad as grad
 from flowc.ir.ops.registry import (
     COMMUTATIVE,
     ELEMENTWISE,
@@ -297,82 +298,124 @@ def _fold(fn, arrays):
 
 # --- ops ----------------------------------------------------------------------------------
 
-define("add", ("a", "b"), numeric_broadcast_rule, _typed(np.add), onnx="Add", traits=EWC)
-define("sub", ("a", "b"), numeric_broadcast_rule, _typed(np.subtract), onnx="Sub", traits=EW)
-define("mul", ("a", "b"), numeric_broadcast_rule, _typed(np.multiply), onnx="Mul", traits=EWC)
+define("add", ("a", "b"), numeric_broadcast_rule, _typed(np.add), onnx="Add", traits=EWC,
+       vjp=grad.add)
+define("sub", ("a", "b"), numeric_broadcast_rule, _typed(np.subtract), onnx="Sub", traits=EW,
+       vjp=grad.sub)
+define("mul", ("a", "b"), numeric_broadcast_rule, _typed(np.multiply), onnx="Mul", traits=EWC,
+       vjp=grad.mul)
 define("div", ("a", "b"), numeric_broadcast_rule, _float_typed(_div), onnx="Div", traits=EW,
-       doc="Integer division truncates toward zero.")
+       doc="Integer division truncates toward zero.",
+       vjp=grad.div)
 define("pow", ("x", "y"), _pow_rule, _float_typed(_pow), onnx="Pow", traits=EWT,
-       doc="The result has the base's dtype; the exponent's dtype may differ.")
+       doc="The result has the base's dtype; the exponent's dtype may differ.",
+       vjp=grad.pow_)
 define("max", ("inputs*",), _variadic_rule, _typed(lambda *a: _fold(np.maximum, a)),
-       onnx="Max", traits=EWC, tolerance="exact")
+       onnx="Max", traits=EWC, tolerance="exact",
+       vjp=grad.extremum)
 define("min", ("inputs*",), _variadic_rule, _typed(lambda *a: _fold(np.minimum, a)),
-       onnx="Min", traits=EWC, tolerance="exact")
+       onnx="Min", traits=EWC, tolerance="exact",
+       vjp=grad.extremum)
 define("mod", ("a", "b"), _mod_rule, _attr_kernel(_mod), onnx="Mod", traits=EW,
        attrs=[AttrSpec("fmod", "int", 0)],
-       doc="fmod 0: the remainder takes the divisor's sign (floor mod); 1: the dividend's.")
+       doc="fmod 0: the remainder takes the divisor's sign (floor mod); 1: the dividend's.",
+       vjp=grad.mod)
 
 define("relu", ("x",), numeric_rule, _typed(lambda x: np.maximum(x, 0)), onnx="Relu",
-       traits=EW, tolerance="exact")
-define("neg", ("x",), _signed_rule, _typed(np.negative), onnx="Neg", traits=EW, tolerance="exact")
-define("abs", ("x",), numeric_rule, _typed(np.abs), onnx="Abs", traits=EW, tolerance="exact")
-define("sign", ("x",), numeric_rule, _typed(np.sign), onnx="Sign", traits=EW, tolerance="exact")
+       traits=EW, tolerance="exact",
+       vjp=grad.relu)
+define("neg", ("x",), _signed_rule, _typed(np.negative), onnx="Neg", traits=EW, tolerance="exact",
+       vjp=grad.neg)
+define("abs", ("x",), numeric_rule, _typed(np.abs), onnx="Abs", traits=EW, tolerance="exact",
+       vjp=grad.abs_)
+define("sign", ("x",), numeric_rule, _typed(np.sign), onnx="Sign", traits=EW, tolerance="exact",
+       vjp=grad.zero)
 define("sqrt", ("x",), float_rule, _float_typed(np.sqrt), onnx="Sqrt", traits=EWT,
-       tolerance="elementwise")  # correctly rounded, but costs as much as exp
+       tolerance="elementwise",
+       vjp=grad.sqrt)  # correctly rounded, but costs as much as exp
 define("rsqrt", ("x",), float_rule, _float_typed(lambda x: 1 / np.sqrt(x)), traits=EWT,
-       doc="1 / sqrt(x).")
+       doc="1 / sqrt(x).",
+       vjp=grad.rsqrt)
 define("reciprocal", ("x",), float_rule, _float_typed(lambda x: 1 / x), onnx="Reciprocal",
-       traits=EW)
-define("exp", ("x",), float_rule, _float_typed(np.exp), onnx="Exp", traits=EWT)
-define("log", ("x",), float_rule, _float_typed(np.log), onnx="Log", traits=EWT)
-define("erf", ("x",), float_rule, _float_typed(_erf), onnx="Erf", traits=EWT)
-define("tanh", ("x",), float_rule, _float_typed(np.tanh), onnx="Tanh", traits=EWT)
-define("sin", ("x",), float_rule, _float_typed(np.sin), onnx="Sin", traits=EWT)
-define("cos", ("x",), float_rule, _float_typed(np.cos), onnx="Cos", traits=EWT)
+       traits=EW,
+       vjp=grad.reciprocal)
+define("exp", ("x",), float_rule, _float_typed(np.exp), onnx="Exp", traits=EWT,
+       vjp=grad.exp)
+define("log", ("x",), float_rule, _float_typed(np.log), onnx="Log", traits=EWT,
+       vjp=grad.log)
+define("erf", ("x",), float_rule, _float_typed(_erf), onnx="Erf", traits=EWT,
+       vjp=grad.erf)
+define("tanh", ("x",), float_rule, _float_typed(np.tanh), onnx="Tanh", traits=EWT,
+       vjp=grad.tanh)
+define("sin", ("x",), float_rule, _float_typed(np.sin), onnx="Sin", traits=EWT,
+       vjp=grad.sin)
+define("cos", ("x",), float_rule, _float_typed(np.cos), onnx="Cos", traits=EWT,
+       vjp=grad.cos)
 define("floor", ("x",), float_rule, _float_typed(np.floor), onnx="Floor", traits=EW,
-       tolerance="exact")
+       tolerance="exact",
+       vjp=grad.zero)
 define("ceil", ("x",), float_rule, _float_typed(np.ceil), onnx="Ceil", traits=EW,
-       tolerance="exact")
-define("sigmoid", ("x",), float_rule, _float_typed(_sigmoid), onnx="Sigmoid", traits=EWT)
+       tolerance="exact",
+       vjp=grad.zero)
+define("sigmoid", ("x",), float_rule, _float_typed(_sigmoid), onnx="Sigmoid", traits=EWT,
+       vjp=grad.sigmoid)
 define("softplus", ("x",), float_rule, _float_typed(lambda x: np.logaddexp(0, x)),
-       onnx="Softplus", traits=EWT, doc="log(1 + exp(x)).")
+       onnx="Softplus", traits=EWT, doc="log(1 + exp(x)).",
+       vjp=grad.softplus)
 define("softsign", ("x",), float_rule, _float_typed(lambda x: x / (1 + np.abs(x))),
-       onnx="Softsign", traits=EW, doc="x / (1 + |x|).")
+       onnx="Softsign", traits=EW, doc="x / (1 + |x|).",
+       vjp=grad.softsign)
 define("leaky_relu", ("x",), float_rule,
        _attr_kernel(lambda attrs, x: np.where(x >= 0, x, attrs["alpha"] * x)),
        onnx="LeakyRelu", traits=EW, tolerance="transcendental",
-       attrs=[AttrSpec("alpha", "float", 0.01)])
+       attrs=[AttrSpec("alpha", "float", 0.01)],
+       vjp=grad.leaky_relu)
 define("hard_sigmoid", ("x",), float_rule,
        _attr_kernel(lambda attrs, x: np.clip(attrs["alpha"] * x + attrs["beta"], 0, 1)),
        onnx="HardSigmoid", traits=EWT,
        attrs=[AttrSpec("alpha", "float", 0.2), AttrSpec("beta", "float", 0.5)],
-       doc="max(0, min(1, alpha * x + beta)).")
+       doc="max(0, min(1, alpha * x + beta)).",
+       vjp=grad.hard_sigmoid)
 define("gelu", ("x",), _gelu_rule, _attr_kernel(_gelu), onnx="Gelu", traits=EWT,
        attrs=[AttrSpec("approximate", "str", "none")],
-       doc="ONNX Gelu (opset 20): exact (erf) or the tanh approximation.")
+       doc="ONNX Gelu (opset 20): exact (erf) or the tanh approximation.",
+       vjp=grad.gelu)
 define("clip", ("x", "min?", "max?"), _clip_rule, _typed(_clip), onnx="Clip", traits=EW,
-       tolerance="exact", doc="ONNX Clip-13: absent bounds do not clip; min > max yields max.")
-define("isnan", ("x",), _isnan_rule, _typed(np.isnan), onnx="IsNaN", traits=EW)
+       tolerance="exact", doc="ONNX Clip-13: absent bounds do not clip; min > max yields max.",
+       vjp=grad.clip)
+define("isnan", ("x",), _isnan_rule, _typed(np.isnan), onnx="IsNaN", traits=EW,
+       no_grad="its result is bool")
 define("cast", ("x",), _cast_rule, _cast, onnx="Cast", tolerance="exact",
        traits=(*EW, RESHAPE_LIKE, NARROW),
        attrs=[AttrSpec("to", "dtype"), AttrSpec("saturate", "int", 1),
               AttrSpec("round_mode", "str", "up")],
        doc="ONNX Cast-25: float -> int truncates toward zero; nonzero -> true for bool; "
            "`saturate` clips to the finite range of the float8 types; `round_mode` (up, "
-           "down, nearest) rounds casts to f8E8M0FNU.")
+           "down, nearest) rounds casts to f8E8M0FNU.",
+       vjp=grad.cast)
 
 define("where", ("cond", "x", "y"), _where_rule,
-       _typed(lambda c, x, y: np.where(c, x, y)), onnx="Where", traits=EW, tolerance="exact")
+       _typed(lambda c, x, y: np.where(c, x, y)), onnx="Where", traits=EW, tolerance="exact",
+       vjp=grad.where)
 
-define("not", ("x",), _not_rule, _typed(np.logical_not), onnx="Not", traits=EW)
-define("and", ("a", "b"), logical_rule, _typed(np.logical_and), onnx="And", traits=EWC)
-define("or", ("a", "b"), logical_rule, _typed(np.logical_or), onnx="Or", traits=EWC)
-define("xor", ("a", "b"), logical_rule, _typed(np.logical_xor), onnx="Xor", traits=EWC)
+define("not", ("x",), _not_rule, _typed(np.logical_not), onnx="Not", traits=EW,
+       no_grad="logic on bool")
+define("and", ("a", "b"), logical_rule, _typed(np.logical_and), onnx="And", traits=EWC,
+       no_grad="logic on bool")
+define("or", ("a", "b"), logical_rule, _typed(np.logical_or), onnx="Or", traits=EWC,
+       no_grad="logic on bool")
+define("xor", ("a", "b"), logical_rule, _typed(np.logical_xor), onnx="Xor", traits=EWC,
+       no_grad="logic on bool")
 
-define("equal", ("a", "b"), compare_rule, _typed(np.equal), onnx="Equal", traits=EWC)
-define("less", ("a", "b"), _order_rule, _typed(np.less), onnx="Less", traits=EW)
-define("greater", ("a", "b"), _order_rule, _typed(np.greater), onnx="Greater", traits=EW)
+define("equal", ("a", "b"), compare_rule, _typed(np.equal), onnx="Equal", traits=EWC,
+       no_grad="a comparison: its result is bool")
+define("less", ("a", "b"), _order_rule, _typed(np.less), onnx="Less", traits=EW,
+       no_grad="a comparison: its result is bool")
+define("greater", ("a", "b"), _order_rule, _typed(np.greater), onnx="Greater", traits=EW,
+       no_grad="a comparison: its result is bool")
 define("less_or_equal", ("a", "b"), _order_rule, _typed(np.less_equal), onnx="LessOrEqual",
-       traits=EW)
+       traits=EW,
+       no_grad="a comparison: its result is bool")
 define("greater_or_equal", ("a", "b"), _order_rule, _typed(np.greater_equal),
-       onnx="GreaterOrEqual", traits=EW)
+       onnx="GreaterOrEqual", traits=EW,
+       no_grad="a comparison: its result is bool")

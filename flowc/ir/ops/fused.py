@@ -142,4 +142,5 @@ def _fused_kernel(ctx: KernelContext, *operands: Any) -> tuple:
 define("fused", ("operands*",), _fused_infer, _fused_kernel, traits=(PURE, HAS_BODY),
        tolerance="matmul",
        attrs=[AttrSpec("body", "graph"), AttrSpec("kind", "str")],
+       no_grad="made by the fuse pass: flowc differentiates before fusion",
        doc="One kernel: a closed static-shaped body of pure ops, shaped as `kind` says.")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowc.ir.ops import matmul_grad
 from flowc.ir.ops.cost import gemm_flops, matmul_flops, per_input_element
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.ops.rules import broadcast_shapes, normalize_axis, require_dtype, same_dtype
@@ -39,7 +40,8 @@ def _matmul_kernel(ctx: KernelContext, a: np.ndarray, b: np.ndarray) -> np.ndarr
 
 define("matmul", ("a", "b"), _matmul_infer, _matmul_kernel, onnx="MatMul", flops=matmul_flops,
        tolerance="matmul", anchor="matmul_epilogue",
-       doc="numpy.matmul semantics: batched, broadcasting, rank-1 operands promoted.")
+       doc="numpy.matmul semantics: batched, broadcasting, rank-1 operands promoted.",
+       vjp=matmul_grad.matmul)
 
 
 def _packed_matmul_infer(ctx: InferContext) -> TensorType:
@@ -78,6 +80,7 @@ def _packed_matmul_kernel(ctx: KernelContext, a: np.ndarray, panels: np.ndarray
 
 define("packed_matmul", ("a", "b_panels"), _packed_matmul_infer, _packed_matmul_kernel,
        flops=matmul_flops, tolerance="matmul", anchor="matmul_epilogue",
+       no_grad="made by the pack-weights pass: flowc differentiates before its rewrites",
        doc="a [..., M, K] @ B [K, N], B given as column panels b_panels [N / NR, K, NR] "
            "(panel j holds columns j*NR to j*NR + NR - 1, its K rows contiguous): the layout "
            "`pack-weights` gives a constant B so that the kernel reads it in one stream.")
@@ -129,7 +132,8 @@ define("gemm", ("A", "B", "C?"), _gemm_infer, _gemm_kernel, onnx="Gemm", flops=g
        tolerance="matmul", anchor="matmul_epilogue",
        attrs=[AttrSpec("alpha", "float", 1.0), AttrSpec("beta", "float", 1.0),
               AttrSpec("transA", "int", 0), AttrSpec("transB", "int", 0)],
-       doc="ONNX Gemm: alpha * A' @ B' + beta * C, C unidirectionally broadcast to [M, N].")
+       doc="ONNX Gemm: alpha * A' @ B' + beta * C, C unidirectionally broadcast to [M, N].",
+       vjp=matmul_grad.gemm)
 
 
 # --- normalization ----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from flowc.ir.ops import reduce_grad as grad
 from flowc.ir.ops.cost import per_input_element
 from flowc.ir.ops.registry import AttrSpec, InferContext, define
 from flowc.ir.ops.rules import const_ints, normalize_axis, require_dtype
@@ -107,7 +108,8 @@ for _name, _onnx, _fn, _tolerance in [
     ("reduce_prod", "ReduceProd", np.prod, "reduction"),
 ]:
     define(_name, ("data", "axes?"), _reduce_infer, _reducer(_fn), attrs=_REDUCE_ATTRS,
-           onnx=_onnx, flops=per_input_element(1), tolerance=_tolerance, anchor="reduction")
+           onnx=_onnx, flops=per_input_element(1), tolerance=_tolerance, anchor="reduction",
+           vjp=grad.RULES[_name])
 
 _ARG_ATTRS = [AttrSpec("axis", "int", 0), AttrSpec("keepdims", "int", 1),
               AttrSpec("select_last_index", "int", 0)]
@@ -142,6 +144,6 @@ def _arg(fn):
 
 
 define("arg_max", ("data",), _arg_infer, _arg(np.argmax), attrs=_ARG_ATTRS, onnx="ArgMax",
-       flops=per_input_element(1), tolerance="exact")
+       flops=per_input_element(1), tolerance="exact", no_grad="its result is an index")
 define("arg_min", ("data",), _arg_infer, _arg(np.argmin), attrs=_ARG_ATTRS, onnx="ArgMin",
-       flops=per_input_element(1), tolerance="exact")
+       flops=per_input_element(1), tolerance="exact", no_grad="its result is an index")

@@ -6,7 +6,8 @@ its traits, its type rule (`infer(ctx) -> Type | tuple[Type, ...]`), its numpy
 reference kernel (`kernel(ctx, *arrays) -> array | tuple[array, ...]`), and the facts
 passes, codegen and testing read about it: its FLOPs rule (`flops`, see `cost.py`), its
 tolerance class (`tolerance`, one of `TOLERANCES`) and the fused kernel kind it anchors
-(`anchor`, one of `ANCHOR_KINDS`). Ops keep ONNX semantics where ONNX has the op; `onnx`
+(`anchor`, one of `ANCHOR_KINDS`), and its reverse-mode derivative: a `Vjp` rule (`vjp`) or
+the reason it has none (`no_grad`). Ops keep ONNX semantics where ONNX has the op; `onnx`
 names the ONNX op it maps from (the ONNX importer maps it by that name).
 
 Defaults make the common case free: an ELEMENTWISE op costs one flop per result element
@@ -157,6 +158,41 @@ KernelFn = Callable[..., Any]
 
 
 @dataclass(frozen=True)
+class Vjp:
+    """An op's vector-Jacobian product: how `flowc.ir.autodiff.gradients` sends cotangents
+    from a node's results back to its operands, as new graph nodes.
+
+    `rule(g, cts) -> Sequence[Value | None]` gets `g`, a `flowc.ir.autodiff.VjpBuilder` for
+    one forward node (its attributes `g.attrs`, operand and result types `g.in_type(i)`,
+    `g.out_type(i)`, forward values `g.input(i)` and `g.output(i)`, which operands want a
+    cotangent `g.wants(i)`, and `g.op(...)`, `g.const(...)`, `g.sum_to(...)` to emit
+    nodes), and `cts`, one cotangent per result: a Value of that result's type, or None
+    for a symbolic zero (at least one is not None). It returns one entry per operand of
+    the node: a Value of exactly that operand's type, or None (a zero, or an operand that
+    takes none: absent, integer or bool, off every path, `g.wants(i)` False); entries for
+    absent trailing optional operands may be left in (as None).
+
+    `inputs` and `outputs` declare the operand and result indices whose forward values
+    the rule may read ("all": every operand, for variadic ops); `g.input`/`g.output`
+    refuse others. They bound the activations a training step keeps (`autodiff.Backward
+    .reads` lists the ones a backward graph did read). Backward rules emit ops that have
+    compiled lowerings (matmul, reductions, elementwise), not interpreter-only ones.
+    """
+
+    rule: Callable[..., Sequence[Any]]
+    inputs: tuple[int, ...] | str = ()
+    outputs: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.inputs, str) and self.inputs != "all":
+            raise ValueError(f"Vjp inputs must be a tuple of indices or 'all', "
+                             f"found {self.inputs!r}")
+
+    def reads_input(self, index: int) -> bool:
+        return self.inputs == "all" or index in self.inputs
+
+
+@dataclass(frozen=True)
 class OpDef:
     name: str
     inputs: tuple[str, ...]
@@ -169,6 +205,8 @@ class OpDef:
     flops: FlopsFn | None = None  # None: the default of its traits (see the module docstring)
     tolerance: str | None = None  # one of TOLERANCES; None: the default of its traits
     anchor: str | None = None  # the ANCHOR_KINDS kind of fused kernel it anchors, if any
+    vjp: Vjp | None = None  # its reverse-mode rule (flowc/ir/autodiff.py)
+    no_grad: str | None = None  # why it has no Vjp (gradients() refuses to cross it)
     attr_specs: dict[str, AttrSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -186,6 +224,8 @@ class OpDef:
         if self.anchor is not None and self.anchor not in ANCHOR_KINDS:
             raise ValueError(f"op {self.name}: anchor must be one of {', '.join(ANCHOR_KINDS)}, "
                              f"found {self.anchor!r}")
+        if self.vjp is not None and self.no_grad is not None:
+            raise ValueError(f"op {self.name}: give a vjp rule or a no_grad reason, not both")
 
     def has(self, trait: Trait) -> bool:
         return trait in self.traits
@@ -231,13 +271,15 @@ ONNX_OPS: dict[str, OpDef] = {}
 def define(name: str, inputs: Sequence[str], infer: InferFn, kernel: KernelFn, *,
            attrs: Sequence[AttrSpec] = (), traits: Sequence[Trait] = (PURE,),
            onnx: str | None = None, doc: str = "", flops: FlopsFn | None = None,
-           tolerance: str | None = None, anchor: str | None = None) -> OpDef:
+           tolerance: str | None = None, anchor: str | None = None, vjp: Vjp | None = None,
+           no_grad: str | None = None) -> OpDef:
     """Register an op. Pure unless `traits` says otherwise; `flops` and `tolerance` default
-    from its traits (see the module docstring)."""
+    from its traits (see the module docstring). Every op gives `vjp` (its `Vjp` rule) or
+    `no_grad` (why it has none; tests/ir/test_gradients.py checks)."""
     if name in OPS:
         raise ValueError(f"op {name} is defined twice")
     opdef = OpDef(name, tuple(inputs), infer, kernel, tuple(attrs), frozenset(traits), onnx, doc,
-                  flops, tolerance, anchor)
+                  flops, tolerance, anchor, vjp, no_grad)
     OPS[name] = opdef
     if onnx:
         ONNX_OPS[onnx] = opdef

@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 
+from flowc.ir.ops import shape_grad as grad
 from flowc.ir.ops.registry import PURE, SELECTS, VIEW, AttrSpec, InferContext, define
 from flowc.ir.ops.rules import broadcast_shapes, const_ints, normalize_axis, shape_product
 from flowc.ir.types import TensorType, f32, i64
@@ -76,7 +77,8 @@ def _reshape_kernel(ctx, x, shape):
 
 
 define("reshape", ("x", "shape"), _reshape_infer, _reshape_kernel, onnx="Reshape",
-       attrs=[AttrSpec("allowzero", "int", 0)], traits=(PURE, VIEW))
+       attrs=[AttrSpec("allowzero", "int", 0)], traits=(PURE, VIEW),
+       vjp=grad.reshape_back)
 
 
 # ---------------------------------------------------------------- helpers
@@ -126,7 +128,8 @@ def _transpose_infer(ctx: InferContext) -> TensorType:
 
 define("transpose", ("data",), _transpose_infer,
        lambda ctx, x: np.transpose(x, _perm(ctx.attrs["perm"], x.ndim)), onnx="Transpose",
-       attrs=[AttrSpec("perm", "ints", None)])
+       attrs=[AttrSpec("perm", "ints", None)],
+       vjp=grad.transpose)
 
 
 # ---------------------------------------------------------------- concat
@@ -167,7 +170,8 @@ def _concat_infer(ctx: InferContext) -> TensorType:
 
 define("concat", ("inputs*",), _concat_infer,
        lambda ctx, *xs: np.concatenate(xs, axis=ctx.attrs["axis"]), onnx="Concat",
-       attrs=[AttrSpec("axis", "int")], traits=(PURE, SELECTS))
+       attrs=[AttrSpec("axis", "int")], traits=(PURE, SELECTS),
+       vjp=grad.concat)
 
 
 # ---------------------------------------------------------------- split
@@ -231,7 +235,8 @@ def _split_kernel(ctx, x, split=None):
 
 
 define("split", ("input", "split?"), _split_infer, _split_kernel, onnx="Split",
-       attrs=[AttrSpec("axis", "int", 0), AttrSpec("num_outputs", "int", None)])
+       attrs=[AttrSpec("axis", "int", 0), AttrSpec("num_outputs", "int", None)],
+       vjp=grad.split)
 
 
 # ---------------------------------------------------------------- slice
@@ -295,7 +300,8 @@ def _slice_kernel(ctx, x, starts, ends, axes=None, steps=None):
 
 
 define("slice", ("data", "starts", "ends", "axes?", "steps?"), _slice_infer, _slice_kernel,
-       onnx="Slice", traits=(PURE, SELECTS))
+       onnx="Slice", traits=(PURE, SELECTS),
+       vjp=grad.slice_)
 
 
 # ---------------------------------------------------------------- gather
@@ -401,7 +407,8 @@ def _pad_kernel(ctx, x, pads, constant_value=None, axes=None):
 
 
 define("pad", ("data", "pads", "constant_value?", "axes?"), _pad_infer, _pad_kernel,
-       onnx="Pad", attrs=[AttrSpec("mode", "str", "constant")])
+       onnx="Pad", attrs=[AttrSpec("mode", "str", "constant")],
+       vjp=grad.pad)
 
 
 # ---------------------------------------------------------------- expand
@@ -425,7 +432,8 @@ def _expand_kernel(ctx, x, shape):
     return np.array(np.broadcast_to(x, out))
 
 
-define("expand", ("input", "shape"), _expand_infer, _expand_kernel, onnx="Expand")
+define("expand", ("input", "shape"), _expand_infer, _expand_kernel, onnx="Expand",
+       vjp=grad.expand)
 
 
 # ---------------------------------------------------------------- squeeze / unsqueeze
@@ -456,7 +464,8 @@ def _squeeze_kernel(ctx, x, axes=None):
 
 
 define("squeeze", ("data", "axes?"), _squeeze_infer, _squeeze_kernel, onnx="Squeeze",
-       traits=(PURE, VIEW))
+       traits=(PURE, VIEW),
+       vjp=grad.reshape_back)
 
 
 def _unsqueeze_infer(ctx: InferContext) -> TensorType:
@@ -479,7 +488,8 @@ def _unsqueeze_kernel(ctx, x, axes):
 
 
 define("unsqueeze", ("data", "axes"), _unsqueeze_infer, _unsqueeze_kernel, onnx="Unsqueeze",
-       traits=(PURE, VIEW))
+       traits=(PURE, VIEW),
+       vjp=grad.reshape_back)
 
 
 # ---------------------------------------------------------------- flatten
@@ -505,7 +515,8 @@ def _flatten_kernel(ctx, x):
 
 
 define("flatten", ("input",), _flatten_infer, _flatten_kernel, onnx="Flatten",
-       attrs=[AttrSpec("axis", "int", 1)], traits=(PURE, VIEW))
+       attrs=[AttrSpec("axis", "int", 1)], traits=(PURE, VIEW),
+       vjp=grad.reshape_back)
 
 
 # ---------------------------------------------------------------- gather_elements
@@ -551,7 +562,8 @@ def _shape_infer(ctx: InferContext) -> TensorType:
 define("shape", ("data",), _shape_infer,
        lambda ctx, x: np.array([x.shape[i] for i in _shape_range(
            x.ndim, ctx.attrs["start"], ctx.attrs["end"])], np.int64), onnx="Shape",
-       attrs=[AttrSpec("start", "int", 0), AttrSpec("end", "int", None)])
+       attrs=[AttrSpec("start", "int", 0), AttrSpec("end", "int", None)],
+       no_grad="its result is integer shape data")
 
 
 # ---------------------------------------------------------------- range
@@ -584,7 +596,8 @@ def _range_kernel(ctx, start, limit, delta):
     return (s + d * np.arange(n)).astype(start.dtype)
 
 
-define("range", ("start", "limit", "delta"), _range_infer, _range_kernel, onnx="Range")
+define("range", ("start", "limit", "delta"), _range_infer, _range_kernel, onnx="Range",
+       no_grad="a sequence generator: no gradient flows to its scalar operands")
 
 
 # ---------------------------------------------------------------- constant_of_shape
@@ -614,7 +627,8 @@ def _constant_of_shape_infer(ctx: InferContext) -> TensorType:
 
 define("constant_of_shape", ("input",), _constant_of_shape_infer,
        lambda ctx, shape: np.full(_ints(shape), _fill_value(ctx)[0], _fill_value(ctx).dtype),
-       onnx="ConstantOfShape", attrs=[AttrSpec("value", "tensor", None)])
+       onnx="ConstantOfShape", attrs=[AttrSpec("value", "tensor", None)],
+       no_grad="its operand is integer shape data")
 
 
 # ---------------------------------------------------------------- tile
@@ -633,7 +647,8 @@ def _tile_infer(ctx: InferContext) -> TensorType:
 
 
 define("tile", ("input", "repeats"), _tile_infer,
-       lambda ctx, x, reps: np.tile(x, _ints(reps)) if x.ndim else x.copy(), onnx="Tile")
+       lambda ctx, x, reps: np.tile(x, _ints(reps)) if x.ndim else x.copy(), onnx="Tile",
+       vjp=grad.tile)
 
 
 # ---------------------------------------------------------------- trilu
@@ -655,7 +670,8 @@ def _trilu_kernel(ctx, x, k=None):
 
 
 define("trilu", ("input", "k?"), _trilu_infer, _trilu_kernel, onnx="Trilu",
-       attrs=[AttrSpec("upper", "int", 1)])
+       attrs=[AttrSpec("upper", "int", 1)],
+       vjp=grad.trilu)
 
 
 def _size_kernel(ctx, x):
@@ -663,4 +679,5 @@ def _size_kernel(ctx, x):
 
 
 define("size", ("data",), lambda ctx: TensorType(i64, ()), _size_kernel, onnx="Size",
-       doc="ONNX Size: the element count of the operand, an i64 scalar.")
+       doc="ONNX Size: the element count of the operand, an i64 scalar.",
+       no_grad="its result is an integer count")

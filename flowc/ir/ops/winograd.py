@@ -130,6 +130,7 @@ def _kernel(ctx: KernelContext, x: np.ndarray, u: np.ndarray, b: np.ndarray | No
 define("winograd_conv", ("X", "U", "B?"), _infer, _kernel, tolerance="matmul",
        anchor="conv_epilogue",
        attrs=[AttrSpec("tile", "int"), AttrSpec("pads", "ints")],
+       no_grad="made by the winograd pass: flowc differentiates before its rewrites",
        doc="a stride-1 3x3 channels-last conv by Winograd's F(m x m, 3 x 3): X [N, H, W, C], "
            "U [m+2, m+2, C, M] the transformed filter (`winograd` makes it from a constant "
            "filter at compile time), optional bias B [M]; Y [N, H+top+bottom-2, "
