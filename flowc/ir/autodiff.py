@@ -47,7 +47,7 @@ def carries_gradient(value: Value | None) -> bool:
 
 class VjpBuilder:
     """What a `Vjp` rule sees for one forward `node`, and how it emits backward nodes
-    (appended to the graph, with the forward node's `loc`)."""
+    (appended to the graph, with the forward node's `device` and `loc`)."""
 
     def __init__(self, graph: Graph, node: Node, wanted: Sequence[bool], reads: dict[Value, None],
                  added: list[Node], namer: Namer | None = None):
@@ -109,7 +109,8 @@ class VjpBuilder:
     def emit(self, op: str, inputs: Sequence[Value | None], attrs: dict | None = None) -> Node:
         """A new node of `op` (types inferred), appended to the graph."""
         name = self._namer(op) if self._namer is not None else None
-        node = make_node(op, inputs, Attrs(attrs or {}), name=name, loc=self.node.loc)
+        node = make_node(op, inputs, Attrs(attrs or {}), name=name, device=self.node.device,
+                         loc=self.node.loc)
         self.graph.append(node)
         self._added.append(node)
         return node

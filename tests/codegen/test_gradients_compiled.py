@@ -1,7 +1,7 @@
 """Backward graphs (flowc/ir/autodiff.py) compile and run: whole artifacts of gradient
 graphs agree with the interpreter, for an MLP's training loss and for the rules that build
 the most involved backward graphs (strided and reversed slices, reflect/edge pads, batched
-matmul, gemm transposes, tied maxima)."""
+matmul, gemm transposes, tied maxima, products with zeros)."""
 
 from __future__ import annotations
 
@@ -61,6 +61,8 @@ CASES = {
     "reduce_max": ([np.array([[1, 3, 3], [2, 2, 0]], np.float32), np.array([1])],
                    {"keepdims": 0}, (1,)),
     "tile": ([f(2, 3), np.array([2, 2])], {}, (1,)),
+    "reduce_prod": ([np.array([[0, 2, -1.5], [0, 0, 3], [1.5, -2, 0.5]], np.float32),
+                     np.array([1])], {"keepdims": 0}, (1,)),
 }
 
 

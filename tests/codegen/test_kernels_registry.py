@@ -104,6 +104,8 @@ CASES = {
     "loop": ([np.array(4, np.int64), None, f(3)], {"body": _loop_body()}, (0,)),
     "gather_elements": ([X, RNG.integers(-3, 3, (2, 3, 4))], {"axis": 1}, ()),
     "size": ([X], {}, ()),
+    "softmax_cross_entropy": ([f(5, 4) * 3, ints(3, 0, 1, 3, 2)], {}, ()),
+    "mse": ([X, f(2, 3, 4)], {}, ()),
     "if": ([np.array(True), f(2, 3)], {"then_branch": _branch("exp"),
                                         "else_branch": _branch("tanh")}, ()),
 }

@@ -60,7 +60,10 @@ CASES = {
     "mul": [([f(2, 3), f(2, 3)], {}, ()), ([f(2, 1, 4), f(3, 1)], {}, ())],
     "div": [([f(2, 3), pos(2, 3)], {}, ()), ([f(3, 4), pos(4)], {}, ())],
     "pow": [([pos(2, 3), f(2, 3)], {}, ()), ([pos(2, 3), f(3)], {}, ()),
-            ([pos(3), np.array([2, 3, 1])], {}, (1,))],
+            ([pos(3), np.array([2, 3, 1])], {}, (1,)),
+            # at x == 0 (torch's values): d/dx is 0 where y == 0 or y > 1; d/dy is 0 for y > 0
+            ([np.array([0.0, 0.0, 2.0]), np.array([0.0, 2.0, 0.0])], {}, (1,)),
+            ([np.array([0.0, 1.5]), np.array([2.0, 0.5])], {}, ())],
     "max": [([apart(2, 3), apart(2, 3) + 0.05], {}, ()), ([apart(2, 3), apart(3), apart(2, 1)],
                                                           {}, ()), ([f(2, 2)], {}, ())],
     "min": [([apart(2, 3), apart(3) + 0.05], {}, ())],
@@ -100,7 +103,9 @@ CASES = {
     "reduce_max": [([apart(3, 4), np.array([1])], {"keepdims": 0}, (1,)),
                    ([apart(2, 3, 2)], {"keepdims": 1}, ())],
     "reduce_min": [([apart(3, 4), np.array([0])], {"keepdims": 1}, (1,))],
-    "reduce_prod": [([pos(3, 4), np.array([1])], {"keepdims": 0}, (1,)), ([pos(2, 3)], {}, ())],
+    "reduce_prod": [([pos(3, 4), np.array([1])], {"keepdims": 0}, (1,)), ([pos(2, 3)], {}, ()),
+                    ([np.array([[0.0, 2.0, -1.5], [0.0, 0.0, 3.0], [1.5, -2.0, 0.5]]),
+                      np.array([1])], {"keepdims": 1}, (1,))],
     "reshape": [([f(2, 3, 4), np.array([4, -1])], {}, (1,))],
     "flatten": [([f(2, 3, 4)], {"axis": 2}, ())],
     "squeeze": [([f(2, 1, 3), np.array([1])], {}, (1,)), ([f(1, 3, 1)], {}, ())],
@@ -139,6 +144,9 @@ CASES = {
              ([f(4, 3), f(2, 4)], {"transA": 1, "transB": 1, "alpha": 1.5}, ())],
     "where": [([RNG.integers(0, 2, (2, 3)).astype(bool), f(2, 3), f(3)], {}, ()),
               ([RNG.integers(0, 2, (3, 1)).astype(bool), f(), f(1, 4)], {}, ())],
+    "softmax_cross_entropy": [([f(4, 5) * 3, np.array([0, 4, 2, 2])], {}, ()),
+                              ([f(3, 2), np.array([1, 0, 1], np.int32)], {}, (1,))],
+    "mse": [([f(3, 4), f(3, 4)], {}, ()), ([f(5), f(5)], {}, (1,)), ([f(), f()], {}, ())],
 }
 CASE_IDS = [(op, i) for op, cases in CASES.items() for i in range(len(cases))]
 
@@ -244,6 +252,15 @@ def test_grad_ys_seed_and_x_equal_to_y():
     np.testing.assert_allclose(out["dy"], s)
 
 
+def test_backward_nodes_sit_on_their_forward_node_device():
+    g, (x,) = _graph((3,))
+    e = g.append(make_node("exp", [x], device="gpu:0", loc="m.py:3")).out()
+    y = _op(g, "reduce_sum", e, keepdims=0)
+    result = backward(g, [y], [x])
+    mul = next(n for n in result.nodes if n.op == "mul")
+    assert (mul.device, mul.loc) == ("gpu:0", "m.py:3")
+
+
 def test_kept_activations_are_what_the_rules_read():
     g, (x, w) = _graph((2, 3), (3,))
     e = _op(g, "exp", x)          # its rule reads its result
@@ -288,3 +305,19 @@ def test_a_rule_reading_an_undeclared_value_is_refused():
     with pytest.raises(GradientError, match=r"'e' \(exp\) reads operand #0, which its Vjp "
                                             "does not declare"):
         builder.input(0)
+
+
+def test_runtime_axes_and_unknown_broadcasts_are_refused_by_name():
+    g, (x,) = _graph((2, 3))
+    axes = g.add_input("axes", TensorType("i64", (1,)))
+    s = g.append(make_node("reduce_sum", [x, axes], {"keepdims": 1}, name="s")).out()
+    y = _op(g, "reduce_sum", s, keepdims=0)
+    with pytest.raises(GradientError, match=r"gradient of 's' \(reduce_sum\): its axes must be "
+                                            "a constant"):
+        gradients(g, [y], [x])
+    g, (a, b) = _graph((None, 3), (4, 3))
+    total = g.append(make_node("add", [a, b], name="sum")).out()
+    y = _op(g, "reduce_sum", total, keepdims=0)
+    with pytest.raises(GradientError, match=r"gradient of 'sum' \(add\): cannot tell whether "
+                                            r"f64\[\?,3\] was broadcast to f64\[4,3\]"):
+        gradients(g, [y], [a])

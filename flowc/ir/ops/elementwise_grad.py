@@ -6,7 +6,8 @@ their cotangent summed back to their shape (`g.sum_to`). Choices where the deriv
 not defined, as torch makes them: relu, leaky_relu and abs at 0 take the slope of the
 negative side (0, alpha, 0); sign, floor and ceil have zero gradient; max/min split the
 cotangent evenly among tied operands; clip passes it to x when x lies on a bound; pow's
-exponent cotangent is `ct * x**y * log(x)` (NaN for x <= 0 where torch would give 0 at 0).
+base cotangent is 0 where y == 0 and its exponent cotangent 0 where x == 0 and y >= 0
+(`ct * x**y * log(x)` is NaN for other x <= 0, as in torch).
 """
 
 from __future__ import annotations
@@ -53,11 +54,19 @@ def _pow(g, cts):
         y = g.input(1)
         return y if y.type.dtype == x.type.dtype else g.op("cast", y, to=x.type.dtype)
 
-    def dx():
-        y = exponent()
-        return g.op("mul", ct, g.op("mul", y, g.op("pow", x, g.op("sub", y, g.scalar(1, x)))))
+    zero = g.scalar(0, ct)
 
-    return _each(g, [dx, lambda: g.op("mul", ct, g.op("mul", g.output(), g.op("log", x)))])
+    def dx():  # y * x ** (y - 1), 0 where y == 0 (also at x == 0)
+        y = exponent()
+        slope = g.op("mul", y, g.op("pow", x, g.op("sub", y, g.scalar(1, x))))
+        return g.op("mul", ct, g.op("where", g.op("equal", y, zero), zero, slope))
+
+    def dy():  # x ** y * log(x), 0 where x == 0 and y >= 0
+        slope = g.op("mul", g.output(), g.op("log", x))
+        flat = g.op("and", g.op("equal", x, zero), g.op("greater_or_equal", exponent(), zero))
+        return g.op("mul", ct, g.op("where", flat, zero, slope))
+
+    return _each(g, [dx, dy])
 
 
 def _extremum(g, cts):

@@ -3,8 +3,8 @@
 The cotangent of a reduction is broadcast back over the reduced axes (`unsqueeze` where
 keepdims=0, then `expand`). reduce_mean divides by the count of reduced elements.
 reduce_max/min split the cotangent evenly among the elements tied for the extremum (as
-torch's amax/amin do). reduce_prod's rule is `ct * y / x`: elements equal to 0 give
-inf/NaN there (torch treats zeros separately). Axes must be constants.
+torch's amax/amin do). reduce_prod gives each element the product of the others, exact
+where elements are 0 (as torch). Axes must be constants.
 """
 
 from __future__ import annotations
@@ -72,16 +72,26 @@ def _extremum(g, cts):
 
 
 def _prod(g, cts):
+    """d y / d x_i is the product of the other elements: y / x_i where no element is 0,
+    the product of the nonzero ones at the single 0, else 0 (as torch computes it)."""
     axes = _axes(g)
     if axes is None:
         return [cts[0], None]
-    scaled = g.op("mul", _kept(g, cts[0], axes), _kept(g, g.output(), axes))
-    return [g.op("div", scaled, g.input(0)), None]
+    x, ct = g.input(0), _kept(g, cts[0], axes)
+    zero, one = g.scalar(0, x), g.scalar(1, x)
+    is_zero = g.op("equal", x, zero)
+    safe = g.op("where", is_zero, one, x)
+    nonzero_prod = g.op("reduce_prod", safe, g.ints(axes), keepdims=1)
+    zeros = g.op("reduce_sum", g.op("cast", is_zero, to=x.type.dtype), g.ints(axes), keepdims=1)
+    lone_zero = g.op("and", is_zero, g.op("equal", zeros, one))
+    others = g.op("where", g.op("equal", zeros, zero), g.op("div", nonzero_prod, safe),
+                  g.op("where", lone_zero, nonzero_prod, zero))
+    return [g.op("mul", ct, others), None]
 
 
 sum_ = Vjp(_sum, inputs=(0,))
 mean = Vjp(_mean, inputs=(0,), outputs=(0,))
 extremum = Vjp(_extremum, inputs=(0,), outputs=(0,))
-prod = Vjp(_prod, inputs=(0,), outputs=(0,))
+prod = Vjp(_prod, inputs=(0,))
 RULES = {"reduce_sum": sum_, "reduce_mean": mean, "reduce_max": extremum,
          "reduce_min": extremum, "reduce_prod": prod}
