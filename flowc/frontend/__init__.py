@@ -1,5 +1,7 @@
-"""Ways to get a flowc IR graph: the TF-style Python graph API (`api`)."""
+"""Ways to get a flowc IR graph: the TF-style Python graph API (`api`), with training
+(`train`: `gradients` and optimizers; `train_spec`: optimizer specs)."""
 
+from flowc.frontend import train
 from flowc.frontend.api import (
     Graph,
     Operation,
@@ -14,8 +16,10 @@ from flowc.frontend.api import (
     op,
     placeholder,
 )
+from flowc.frontend.train import gradients
 
 __all__ = [
     "Graph", "Operation", "Tensor", "Variable", "colocate_with", "constant",
-    "control_dependencies", "device", "get_default_graph", "name_scope", "op", "placeholder",
+    "control_dependencies", "device", "get_default_graph", "gradients", "name_scope", "op",
+    "placeholder", "train",
 ]
