@@ -10,7 +10,7 @@ training step each time it runs:
   over the batch), for `loss="mse"` a float tensor of the loss output's type (`mse`);
 - the loss output is the model's single output, or `loss_output` when it has several;
 - the optimizer (`optimizer`, a spec like `adam{lr=1e-3}`: see
-  `flowc.frontend.train.parse_optimizer_spec`) minimizes the loss over every variable
+  `flowc.frontend.train_spec.parse_optimizer_spec`) minimizes the loss over every variable
   (`Optimizer.minimize`: the gradients built by `ir.autodiff`, then torch.optim's update of
   each variable, its slot variables and the optimizer's step counter), the updates
   ordered after every read of the variables, so the loss is that of the weights before
@@ -62,7 +62,7 @@ class TrainingGraph:
 
 def training_graph(model: str | os.PathLike, *, loss: str, optimizer: str,
                    frozen: Sequence[str] = (), loss_output: str | None = None) -> TrainingGraph:
-    from flowc.frontend.train import parse_optimizer_spec
+    from flowc.frontend.train_spec import parse_optimizer_spec
 
     path = os.fspath(model)
     if loss not in LOSSES:
