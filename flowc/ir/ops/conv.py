@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flowc.ir.ops import conv_grad, nn_grad
 from flowc.ir.ops.channels_last import (
     CHANNELS_LAST,
     channels_last_infer,
@@ -228,7 +229,7 @@ _CONV_DOC = ("ONNX Conv: N-d, grouped (depthwise when group == C), optional bias
 define("conv", ("X", "W", "B?"), channels_last_infer(_conv_infer, 1),
        channels_last_kernel(_conv_kernel, 1), onnx="Conv", doc=_CONV_DOC, flops=conv_flops,
        tolerance="matmul", anchor="conv_epilogue",
-       attrs=[*_window_attrs(), AttrSpec("group", "int", 1), CHANNELS_LAST])
+       attrs=[*_window_attrs(), AttrSpec("group", "int", 1), CHANNELS_LAST], vjp=conv_grad.conv)
 
 
 # --- conv_transpose ---------------------------------------------------------------------
@@ -341,7 +342,7 @@ def _convt_kernel(ctx: KernelContext, x: np.ndarray, w: np.ndarray,
 
 
 define("conv_transpose", ("X", "W", "B?"), _convt_infer, _convt_kernel, onnx="ConvTranspose",
-       flops=conv_transpose_flops, tolerance="matmul",
+       flops=conv_transpose_flops, tolerance="matmul", vjp=conv_grad.conv_transpose,
        doc="ONNX ConvTranspose: W is [C, M/group, *kernel]; output_shape overrides pads.",
        attrs=[*_window_attrs(), AttrSpec("group", "int", 1),
               AttrSpec("output_padding", "ints", None), AttrSpec("output_shape", "ints", None)])
@@ -424,6 +425,7 @@ define("average_pool", ("X",), channels_last_infer(_pool_infer),
        channels_last_kernel(_avg_pool_kernel), onnx="AveragePool", flops=pool_flops,
        tolerance="reduction",
        attrs=[*_window_attrs(), _CEIL, AttrSpec("count_include_pad", "int", 0), CHANNELS_LAST],
+       vjp=conv_grad.average_pool,
        doc="ONNX AveragePool; count_include_pad counts explicit pads, never ceil-mode ones; "
            "channels_last: X [N, *S, C].")
 
@@ -442,9 +444,9 @@ def _global(reduce):
 
 
 define("global_max_pool", ("X",), _global_pool_infer, _global(np.max), onnx="GlobalMaxPool",
-       flops=per_input_element(1), tolerance="exact",
+       flops=per_input_element(1), tolerance="exact", vjp=nn_grad.global_max_pool,
        doc="ONNX GlobalMaxPool: max over all spatial dims, kept as 1s.")
 define("global_average_pool", ("X",), _global_pool_infer, _global(np.mean),
        onnx="GlobalAveragePool", doc="ONNX GlobalAveragePool: mean over all spatial dims.",
-       flops=per_input_element(1), tolerance="reduction")
+       flops=per_input_element(1), tolerance="reduction", vjp=nn_grad.global_average_pool)
 
