@@ -63,7 +63,7 @@ np.savez(sys.argv[5], losses=np.array(losses), **m.parameters())
 
 @pytest.mark.parametrize("name", ["cnn_adam", "mlp_nesterov_wd"])
 def test_resuming_from_a_checkpoint_in_a_fresh_process_is_exact(name, tmp_path):
-    meta, inputs, labels, data = fixture(name)
+    meta, inputs, labels, _ = fixture(name)
     model = compile_training(name, tmp_path / "art")
     k, steps = 10, meta["steps"]
     for _ in range(k):
