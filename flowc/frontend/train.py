@@ -92,8 +92,10 @@ def _lerp(start: Tensor, end: Tensor, weight: float) -> Tensor:
 @dataclass
 class Optimizer:
     """The common part: slot and step variables, `apply_gradients`, `minimize`. A subclass
-    gives `name`, its hyperparameters as fields (the spec options, `train_spec.py`) and
-    `_update(p, g, slot, step) -> new p`."""
+    gives `name`, its hyperparameters as fields (the spec options, `train_spec.py`), and
+    `_update(p, g, var, step, assigns)`: the new value of parameter `var` from its current
+    value `p`, its gradient `g` and the step count `step` (after this step's increment),
+    appending the assigns of the slots it updates (`_slot`, `_slot_update`) to `assigns`."""
 
     name: ClassVar[str]
     lr: Scalar = 1e-3
@@ -132,7 +134,7 @@ class Optimizer:
         """lr for scalar arithmetic done in f64, as torch does it in Python floats."""
         return _cast(self.lr, F64)
 
-    def slot(self, var: Tensor, slot: str, fill: float = 0.0) -> Tensor:
+    def _slot(self, var: Tensor, slot: str, fill: float = 0.0) -> Tensor:
         """The current value of `var`'s slot variable `slot` (created filled with `fill`,
         named by the scope `_apply_one` opens)."""
         key = (var.node.name, slot)
@@ -143,9 +145,6 @@ class Optimizer:
                                  "slot variables need static dims")
             self._slots[key] = Variable(np.full(t.shape, fill, t.dtype.np), name=slot)
         return self._slots[key].read()
-
-    def set_slot(self, var: Tensor, slot: str, value: Tensor) -> Operation:
-        return self._slots[(var.node.name, slot)].assign(value)
 
     def apply_gradients(self, grads_and_vars: Sequence[tuple[Tensor | None, Variable | Tensor]]
                         ) -> Operation:
@@ -173,23 +172,20 @@ class Optimizer:
             raise FlowcError(f"{self.name}: the gradient of '{var.node.name}' is "
                              f"{grad.value.type}, expected {t}")
         with name_scope(var.node.name), name_scope(self.name):
-            param = self.graph_read(var)
+            param = var.graph.add("read_variable", [var], {}, "Read")
             slot_assigns: list[Operation] = []
             new = self._update(param, grad, var, step, slot_assigns)
             with control_dependencies(before):
                 return [*slot_assigns, var.graph.add("assign", [var, new], {}, "Assign")]
 
-    @staticmethod
-    def graph_read(var: Tensor) -> Tensor:
-        return var.graph.add("read_variable", [var], {}, "Read")
-
     def _update(self, p: Tensor, g: Tensor, var: Tensor, step: Tensor,
                 assigns: list[Operation]) -> Tensor:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} gives no update rule")
 
     def _slot_update(self, var: Tensor, slot: str, value: Tensor,
                      assigns: list[Operation]) -> Tensor:
-        assigns.append(self.set_slot(var, slot, value))
+        """Assign `value` to `var`'s slot `slot` (recorded in `assigns`); `value`."""
+        assigns.append(self._slots[(var.node.name, slot)].assign(value))
         return value
 
     def minimize(self, loss: Tensor, var_list: Sequence[Variable | Tensor] | None = None
@@ -244,7 +240,7 @@ class SGD(Optimizer):
             g = g + self.weight_decay * p
         if self.momentum:
             buf = self._slot_update(var, "momentum",
-                                    self.slot(var, "momentum") * self.momentum + g, assigns)
+                                    self._slot(var, "momentum") * self.momentum + g, assigns)
             g = g + self.momentum * buf if self.nesterov else buf
         return p - self._lr(p) * g
 
@@ -272,11 +268,11 @@ class Adam(Optimizer):
             p = p * _cast(1 - self._lr64() * self.weight_decay, p.dtype)
         elif self.weight_decay:
             g = g + self.weight_decay * p
-        m = self._slot_update(var, "m", _lerp(self.slot(var, "m"), g, 1 - self.beta1), assigns)
-        v = self._slot_update(var, "v", self.slot(var, "v") * self.beta2
+        m = self._slot_update(var, "m", _lerp(self._slot(var, "m"), g, 1 - self.beta1), assigns)
+        v = self._slot_update(var, "v", self._slot(var, "v") * self.beta2
                               + (1 - self.beta2) * g * g, assigns)
         if self.amsgrad:
-            v = self._slot_update(var, "v_max", op("max", self.slot(var, "v_max"), v), assigns)
+            v = self._slot_update(var, "v_max", op("max", self._slot(var, "v_max"), v), assigns)
         step_size = _cast(self._lr64() / (1 - _pow(self.beta1, step)), p.dtype)
         bias2_sqrt = _cast(op("sqrt", 1 - _pow(self.beta2, step)), p.dtype)
         denom = op("sqrt", v) / bias2_sqrt + self.eps
@@ -311,18 +307,18 @@ class RMSProp(Optimizer):
     def _update(self, p, g, var, step, assigns):
         if self.weight_decay:
             g = g + self.weight_decay * p
-        sq = self._slot_update(var, "square_avg", self.slot(var, "square_avg") * self.alpha
+        sq = self._slot_update(var, "square_avg", self._slot(var, "square_avg") * self.alpha
                                + (1 - self.alpha) * g * g, assigns)
         if self.centered:
             mean = self._slot_update(var, "grad_avg",
-                                     _lerp(self.slot(var, "grad_avg"), g, 1 - self.alpha),
+                                     _lerp(self._slot(var, "grad_avg"), g, 1 - self.alpha),
                                      assigns)
             avg = op("sqrt", sq - mean * mean)
         else:
             avg = op("sqrt", sq)
         avg = avg + self.eps
         if self.momentum > 0:
-            buf = self._slot_update(var, "momentum", self.slot(var, "momentum") * self.momentum
+            buf = self._slot_update(var, "momentum", self._slot(var, "momentum") * self.momentum
                                     + g / avg, assigns)
             return p - self._lr(p) * buf
         return p - self._lr(p) * (g / avg)
@@ -350,7 +346,7 @@ class Adagrad(Optimizer):
         if self.lr_decay:
             lr = _cast(self._lr64() / (1 + (op("cast", step, to=F64) - 1) * self.lr_decay),
                        p.dtype)
-        total = self._slot_update(var, "sum", self.slot(var, "sum",
+        total = self._slot_update(var, "sum", self._slot(var, "sum",
                                                         self.initial_accumulator_value)
                                   + g * g, assigns)
         return p - lr * (g / (op("sqrt", total) + self.eps))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from flowc.frontend import Graph, Variable, placeholder, train
+from flowc.frontend import Graph, Tensor, Variable, api, placeholder, train
 from flowc.ir import FlowcError
 
 STEPS = 10
@@ -158,3 +158,32 @@ def test_bad_gradients_and_lr():
         with pytest.raises(FlowcError, match=r"^SGD: lr must be a float or a scalar float "
                            r"tensor, found <Tensor 'lr:0' f32\[2\]>$"):
             train.SGD(lr=placeholder("f32", (2,), name="lr"))
+
+
+def test_gradients_of_a_variable_sum_over_its_reads():
+    with Graph("g") as g:
+        w = Variable(np.array([3.0, -2.0]), name="w")
+        x = Variable(np.array([1.0, 1.0]), name="x")
+        y = api.reduce_sum(w.read() * w.read() + w.read(), keepdims=0)
+        dw, dx = train.gradients(y, [w, x])
+    assert dx is None
+    np.testing.assert_allclose(g.run([dw])[0], [7.0, -3.0])  # 2w + 1
+
+
+def test_minimize_defaults_to_the_variables_the_loss_reads():
+    with Graph("g") as g:
+        w = Variable(np.array([1.0, 2.0]), name="w")
+        Variable(np.array([5.0]), name="unused")
+        loss = api.reduce_sum(w.read() * w.read(), keepdims=0)
+        step = train.SGD(lr=0.25).minimize(loss)
+        with pytest.raises(FlowcError, match=r"^SGD.minimize: variable 'unused' does not "
+                           r"reach the loss <Tensor 'ReduceSum:0' f64\[\]>$"):
+            train.SGD().minimize(loss, var_list=[w, handle(g, "unused")])
+    g.run([step])
+    np.testing.assert_allclose(g.state.variables["w"], [0.5, 1.0])  # w - 0.25 * 2w
+    assert "unused" not in g.state.variables  # never read, never initialized
+
+
+def handle(g, name):
+    """A variable's handle tensor (var_list takes handles as well as Variables)."""
+    return Tensor(next(n for n in g.ir.nodes if n.name == name).out(), g)
