@@ -418,7 +418,7 @@ define("max_pool", ("X",), channels_last_infer(_pool_infer),
        channels_last_kernel(_max_pool_kernel), onnx="MaxPool", flops=pool_flops,
        tolerance="exact",
        attrs=[*_window_attrs(), _CEIL, AttrSpec("storage_order", "int", 0),
-              AttrSpec("num_outputs", "int", 1), CHANNELS_LAST],
+              AttrSpec("num_outputs", "int", 1), CHANNELS_LAST], vjp=conv_grad.max_pool,
        doc="ONNX MaxPool; num_outputs=2 adds Indices (i64 flat indices into X); "
            "channels_last: X [N, *S, C], one output.")
 define("average_pool", ("X",), channels_last_infer(_pool_infer),

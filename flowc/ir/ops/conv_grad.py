@@ -9,6 +9,8 @@
   strides and dilations swapped (X sliced where its end was never read);
 - a conv_transpose is the transpose of the conv with its filter: its input gradient is that
   conv of the cotangent, its filter gradient the filter gradient of that conv;
+- max_pool's gradient reruns the pool with Indices and adds the cotangent at each
+  window's first maximum (`scatter_add`);
 - average_pool's gradient divides the cotangent by each window's count (count_include_pad
   as the forward op counts) and spreads it with a depthwise conv_transpose of ones.
 
@@ -163,6 +165,19 @@ def _window_counts(attrs, kernel, spatial, dtype) -> np.ndarray:
     return counts[0, 0].astype(dtype)
 
 
+def _max_pool(g, cts):
+    """The forward pool again with Indices (flat positions in X of each window's first
+    maximum, as torch routes), then the cotangent added there."""
+    from flowc.ir.ops.gather_grad import scatter_flat
+
+    _geometry(g, list(g.attrs["kernel_shape"]))  # refuses channels_last and dynamic dims
+    attrs = {**{k: v for k, v in g.attrs.items() if v is not None}, "num_outputs": 2,
+             "storage_order": 0}
+    indices = g.emit("max_pool", [g.input(0)], attrs).out(1)
+    return [scatter_flat(g, indices, cts[0])]
+
+
 conv = Vjp(_conv, inputs=(0, 1))
+max_pool = Vjp(_max_pool, inputs=(0,))
 conv_transpose = Vjp(_conv_transpose, inputs=(0, 1))
 average_pool = Vjp(_average_pool)
