@@ -24,13 +24,14 @@ from __future__ import annotations
 import numpy as np
 
 from flowc.ir.errors import GradientError
+from flowc.ir.ops.gather_grad import scatter_flat
 from flowc.ir.ops.registry import Vjp
+from flowc.ir.ops.window import _convt_pads, _pads_for, _windows
+from flowc.ir.ops.window import _geometry as geometry
 
 
 def _geometry(g, kernel):
     """(strides, dilations, begin pads, out dims) of a conv or pool node."""
-    from flowc.ir.ops.conv import _pads_for
-
     if g.attrs.get("channels_last"):
         raise GradientError(f"gradient of {g.node.label()}: channels_last nodes come after "
                             "differentiation (the channels-last pass); differentiate first")
@@ -107,8 +108,6 @@ def _conv(g, cts):
 
 
 def _conv_transpose(g, cts):
-    from flowc.ir.ops.conv import _convt_pads
-
     ct = cts[0]
     spatial = list(g.static_shape(g.in_type(0), "the window geometry")[2:])
     kernel = list(g.static_shape(g.in_type(1), "a filter")[2:])
@@ -149,9 +148,6 @@ def _average_pool(g, cts):
 
 def _window_counts(attrs, kernel, spatial, dtype) -> np.ndarray:
     """[*O]: what each average_pool window divides by, counted as its kernel counts it."""
-    from flowc.ir.ops.conv import _geometry as geometry
-    from flowc.ir.ops.conv import _windows
-
     probe = np.zeros((1, 1, *spatial))
     strides, dilations, pads, full, out = geometry(attrs, probe, kernel,
                                                    bool(attrs["ceil_mode"]))
@@ -168,8 +164,6 @@ def _window_counts(attrs, kernel, spatial, dtype) -> np.ndarray:
 def _max_pool(g, cts):
     """The forward pool again with Indices (flat positions in X of each window's first
     maximum, as torch routes), then the cotangent added there."""
-    from flowc.ir.ops.gather_grad import scatter_flat
-
     _geometry(g, list(g.attrs["kernel_shape"]))  # refuses channels_last and dynamic dims
     attrs = {**{k: v for k, v in g.attrs.items() if v is not None}, "num_outputs": 2,
              "storage_order": 0}
