@@ -1,7 +1,8 @@
 """The backward graphs of the nn/conv/pool/norm rules (flowc/ir/ops/nn_grad.py,
 conv_grad.py) compile and run: artifacts agree with the interpreter for grouped, strided,
 dilated and depthwise convs, a conv_transpose, average pooling with pads and ceil mode,
-batch normalization in training form, layer normalization and the softmaxes."""
+batch normalization in training form, layer normalization, the softmaxes, max pooling
+and the gathers (their scatter_add backward)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,11 @@ CASES = {
         np.float32)], {"training_mode": 1}),
     "layer_normalization": ([f(2, 3, 8), f(8), f(8)], {}),
     "softmax": ([f(3, 7)], {}),
+    "max_pool": ([f(2, 3, 7, 6)], {"kernel_shape": [3, 3], "strides": [2, 2],
+                                   "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    "gather": ([f(20, 6), RNG.integers(-20, 20, (4, 5))], {}),
+    "gather-axis1": ([f(3, 5, 2), np.array([[4, 4], [-1, 0]])], {"axis": 1}),
+    "gather_elements": ([f(3, 4), RNG.integers(-3, 3, (5, 4))], {}),
     "log_softmax": ([f(2, 5, 3)], {"axis": 1}),
 }
 
@@ -44,14 +50,15 @@ def test_backward_graph_of_op_compiles(case, tmp_path):
     operands, attrs = CASES[case]
     graph = Graph("grad")
     feeds = {f"x{i}": a for i, a in enumerate(operands)}
-    xs = [graph.add_input(name, tensor_type_of(a)) for name, a in feeds.items()]
-    node = graph.append(make_node(case.split("-")[0], xs, attrs))
+    inputs = [graph.add_input(name, tensor_type_of(a)) for name, a in feeds.items()]
+    node = graph.append(make_node(case.split("-")[0], inputs, attrs))
     loss = None
     for y in node.outputs:
         w = graph.append(make_node("constant", [], {"value": Tensor(f(*y.type.shape))})).out()
         term = graph.append(make_node("reduce_sum", [graph.append(make_node(
             "mul", [y, w])).out()], {"keepdims": 0})).out()
         loss = term if loss is None else graph.append(make_node("add", [loss, term])).out()
+    xs = [x for x in inputs if x.type.dtype.is_float]
     for x, grad in zip(xs, gradients(graph, [loss], xs), strict=True):
         graph.add_output(f"d{x.node.name}", grad)
     _compiled_matches_interpreter(graph, feeds, tmp_path)

@@ -79,6 +79,37 @@ def test_average_pool(attrs, shape):
     assert "conv_transpose" in ops
 
 
+MAX_POOL = [
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (2, 3, 6, 7)),
+    ({"kernel_shape": [2, 3], "strides": [2, 2], "ceil_mode": 1}, (1, 2, 5, 6)),
+    ({"kernel_shape": [2, 2], "dilations": [2, 1], "strides": [1, 1]}, (1, 2, 5, 4)),
+    ({"kernel_shape": [3], "auto_pad": "SAME_UPPER", "strides": [2]}, (2, 2, 7)),
+]
+
+
+@pytest.mark.parametrize("attrs,shape", MAX_POOL)
+def test_max_pool(attrs, shape):
+    ops = check_gradient("max_pool", [apart(*shape)], attrs)
+    assert "scatter_add" in ops
+
+
+GATHERS = [
+    ("gather", [f(5, 3), np.array([4, 0, 4, -1, 2])], {}),  # duplicates and negatives
+    ("gather", [f(2, 4, 3), np.array([[1, -4], [1, 3]])], {"axis": 1}),
+    ("gather", [f(3, 4), np.array(-2)], {"axis": 1}),  # a scalar index drops the axis
+    ("gather", [f(2, 3), np.array([2, 2, 0], np.int32)], {"axis": -1}),
+    ("gather_elements", [f(3, 4), np.array([[0, 2, -1, 2], [2, 2, 0, 1]])], {}),
+    ("gather_elements", [f(2, 3, 4), RNG.integers(-4, 4, (2, 3, 2))], {"axis": 2}),
+    ("scatter_add", [f(4, 3), np.array([3, -1, 0]), f(3, 3)], {}),
+    ("scatter_add", [f(2, 5), np.array([[1, 1], [4, 0]]), f(2, 2, 2)], {"axis": 1}),
+]
+
+
+@pytest.mark.parametrize("op,operands,attrs", GATHERS)
+def test_gathers_scatter_back(op, operands, attrs):
+    check_gradient(op, operands, attrs, consts=(1,))
+
+
 NORMS = [
     ("softmax", [f(2, 3, 4)], {"axis": 1}),
     ("softmax", [f(3, 5)], {}),
@@ -103,7 +134,8 @@ def test_norms_softmax_global_pools(op, operands, attrs):
 
 
 # the ops whose rules this file checks (test_gradients.py asks every rule for a case)
-TESTED = {"conv", "conv_transpose", "average_pool", *(op for op, _, _ in NORMS)}
+TESTED = {"conv", "conv_transpose", "average_pool", "max_pool",
+          *(op for op, _, _ in NORMS + GATHERS)}
 
 
 def test_conv_gradient_ops_are_window_ops():

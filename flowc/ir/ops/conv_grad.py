@@ -9,6 +9,8 @@
   strides and dilations swapped (X sliced where its end was never read);
 - a conv_transpose is the transpose of the conv with its filter: its input gradient is that
   conv of the cotangent, its filter gradient the filter gradient of that conv;
+- max_pool's gradient reruns the pool with Indices and adds the cotangent at each
+  window's first maximum (`scatter_add`);
 - average_pool's gradient divides the cotangent by each window's count (count_include_pad
   as the forward op counts) and spreads it with a depthwise conv_transpose of ones.
 
@@ -22,13 +24,14 @@ from __future__ import annotations
 import numpy as np
 
 from flowc.ir.errors import GradientError
+from flowc.ir.ops.gather_grad import scatter_flat
 from flowc.ir.ops.registry import Vjp
+from flowc.ir.ops.window import _convt_pads, _pads_for, _windows
+from flowc.ir.ops.window import _geometry as geometry
 
 
 def _geometry(g, kernel):
     """(strides, dilations, begin pads, out dims) of a conv or pool node."""
-    from flowc.ir.ops.conv import _pads_for
-
     if g.attrs.get("channels_last"):
         raise GradientError(f"gradient of {g.node.label()}: channels_last nodes come after "
                             "differentiation (the channels-last pass); differentiate first")
@@ -105,8 +108,6 @@ def _conv(g, cts):
 
 
 def _conv_transpose(g, cts):
-    from flowc.ir.ops.conv import _convt_pads
-
     ct = cts[0]
     spatial = list(g.static_shape(g.in_type(0), "the window geometry")[2:])
     kernel = list(g.static_shape(g.in_type(1), "a filter")[2:])
@@ -147,9 +148,6 @@ def _average_pool(g, cts):
 
 def _window_counts(attrs, kernel, spatial, dtype) -> np.ndarray:
     """[*O]: what each average_pool window divides by, counted as its kernel counts it."""
-    from flowc.ir.ops.conv import _geometry as geometry
-    from flowc.ir.ops.conv import _windows
-
     probe = np.zeros((1, 1, *spatial))
     strides, dilations, pads, full, out = geometry(attrs, probe, kernel,
                                                    bool(attrs["ceil_mode"]))
@@ -163,6 +161,17 @@ def _window_counts(attrs, kernel, spatial, dtype) -> np.ndarray:
     return counts[0, 0].astype(dtype)
 
 
+def _max_pool(g, cts):
+    """The forward pool again with Indices (flat positions in X of each window's first
+    maximum, as torch routes), then the cotangent added there."""
+    _geometry(g, list(g.attrs["kernel_shape"]))  # refuses channels_last and dynamic dims
+    attrs = {**{k: v for k, v in g.attrs.items() if v is not None}, "num_outputs": 2,
+             "storage_order": 0}
+    indices = g.emit("max_pool", [g.input(0)], attrs).out(1)
+    return [scatter_flat(g, indices, cts[0])]
+
+
 conv = Vjp(_conv, inputs=(0, 1))
+max_pool = Vjp(_max_pool, inputs=(0,))
 conv_transpose = Vjp(_conv_transpose, inputs=(0, 1))
 average_pool = Vjp(_average_pool)
