@@ -6,10 +6,11 @@ each step (a schedule)."""
 
 import numpy as np
 import pytest
-import torch
 
 from flowc.frontend import Graph, Tensor, Variable, api, placeholder, train
 from flowc.ir import FlowcError
+
+torch = pytest.importorskip("torch")  # the reference; tests/train's fixtures need none
 
 STEPS = 10
 TORCH = {"SGD": torch.optim.SGD, "Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW,
