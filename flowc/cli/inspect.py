@@ -1,7 +1,7 @@
 """`flowc inspect DIR`: describe an artifact directory from its manifest.
 
 Contract: `add_parser(subparsers)` registers the command; `run(args)` prints the model,
-target, inputs and outputs, bound dims, arena and memory plan, devices and partitions,
+target, inputs, outputs and variables, bound dims, arena and memory plan, devices and partitions,
 files (with their sizes, or `missing`) and kernels, and returns 0. It uses the runtime's
 manifest reader only (an unreadable manifest is its ArtifactError).
 """
@@ -31,8 +31,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu: {', '.join(target.get('gpu_devices', [])) or 'every kernel'}; archs "
               f"{', '.join(target['gpu_archs'])}; cubins {', '.join(target['cubins']) or 'none'}"
               f"; ptx {target.get('ptx')}")
-    for kind in ("inputs", "outputs"):
-        for t in m[kind]:
+    for kind in ("inputs", "outputs", "variables"):
+        for t in m.get(kind, []):
             print(f"{kind[:-1]} {_describe(t)}")
     dims = ", ".join(f"{k}={v}" for k, v in m.get("symbolic_dims", {}).items()) or "none"
     weights = m["weights"]

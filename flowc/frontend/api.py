@@ -89,13 +89,17 @@ class Graph:
             if name not in self._taken:
                 return name
 
+    def current_device(self) -> str | None:
+        """The device of the innermost `device(...)` block naming one (None: unplaced)."""
+        return next((d for d in reversed(self._devices) if d is not None), None)
+
     def add(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any],
             name: str | None = None) -> Any:
         """Build a node of `op`; its Tensor, tuple of Tensors, or Operation (no results)."""
         values = [None if t is None else as_tensor(t, self).value for t in inputs]
         node_name = self.unique_name(name or _op_display_name(op))
         loc = user_location()
-        device = next((d for d in reversed(self._devices) if d is not None), None)
+        device = self.current_device()
         ctrl = [n for deps in self._ctrl for n in deps]
         try:
             node = make_node(op, values, attrs, name=node_name, device=device, ctrl=ctrl,
@@ -274,7 +278,7 @@ class Variable:
         node_name = graph.unique_name(name or "Variable")
         t = TensorType(dtype(init.dtype), init.shape)
         node = make_node("variable", [], {"type": t, "shared_name": node_name, "init": init},
-                         name=node_name, loc=user_location())
+                         name=node_name, loc=user_location(), device=graph.current_device())
         graph.ir.append(node)
         self.handle, self.graph, self.type = Tensor(node.out(), graph), graph, t
 

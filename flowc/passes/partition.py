@@ -33,7 +33,7 @@ from flowc.ir.build import make_node
 from flowc.ir.devices import DeviceSpec
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import INPUT_OP, Graph, Node, Value
-from flowc.ir.types import TensorType, bf16, f32
+from flowc.ir.types import TensorType, VarType, bf16, f32
 from flowc.passes.registry import register
 from flowc.passes.stats import count
 
@@ -125,6 +125,10 @@ class _Partitioner:
             return self.mapping[value]
         if value.node.op == "constant":
             return self.copy_constant(value, dev)
+        if isinstance(value.type, VarType):
+            raise FlowcError(f"node {value.node.label()}: the variable lives on {src} but a "
+                             f"node on {dev} uses it; read or assign a variable on its own "
+                             "device (a read's value can be sent)")
         key = (value, dev)
         if key not in self.recvs:
             self.recvs[key] = self.transfer(value, src, dev)

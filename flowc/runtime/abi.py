@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-ABI_VERSION = 3  # 2: the narrow dtype codes 13..22; 3: NAME_run_with
+ABI_VERSION = 4  # 2: the narrow dtype codes 13..22; 3: NAME_run_with; 4: variables, checkpoints
 MANIFEST_FORMAT = "flowc-artifact"
 MANIFEST_FILE = "manifest.json"
 ALIGN = 64  # bytes: every buffer a kernel sees is aligned to this

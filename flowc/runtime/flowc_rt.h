@@ -10,8 +10,8 @@
  * the pool of the run in progress, used by the OpenMP entry points that kernels may call.
  *
  * Memory: create allocates the context, its input/output buffers, the arena (every
- * intermediate tensor and kernel scratch buffer), the thread-scratch region and maps the
- * weights; set_threads replaces the pool and the thread-scratch region; a partitioned model's
+ * intermediate tensor and kernel scratch buffer), the thread-scratch region, maps the
+ * weights and allocates the variables block (filled from their initial values); set_threads replaces the pool and the thread-scratch region; a partitioned model's
  * partition threads and rendezvous are made by create. A run allocates nothing (kernels
  * never allocate: flowc/codegen/scratch.py), except that glibc allocates this library's
  * thread-local block (dynamic TLS, when it is dlopen'ed) at a thread's first access: pool
@@ -245,6 +245,30 @@ FLOWC_HIDDEN int FLOWC_RT(rt_init_variables)(flowc_ctx *ctx);
 FLOWC_HIDDEN void *FLOWC_RT(rt_variable)(flowc_ctx *ctx, const char *name);
 FLOWC_HIDDEN int FLOWC_RT(rt_save_checkpoint)(flowc_ctx *ctx, const char *path);
 FLOWC_HIDDEN int FLOWC_RT(rt_load_checkpoint)(flowc_ctx *ctx, const char *path);
+/* JSON (json.c) for the checkpoints' safetensors headers: json_put* append to a text
+ * buffer (NUL-terminated; `failed` once out of memory; the caller frees `data`), escaping
+ * strings; the reader reads [p, end): json_eat skips white space and one expected char,
+ * json_string a string (at most FLOWC_JSON_MAX_STRING bytes of UTF-8), json_integers an
+ * array of at most `max` non-negative integers; each returns 0 on a syntax error, which
+ * json_syntax records (the first one) in `error`. */
+#define FLOWC_JSON_MAX_STRING 1024
+typedef struct {
+  char *data;
+  size_t used, size;
+  int failed;
+} flowc_text;
+typedef struct {
+  const char *p, *end;
+  const char *error; /* the first syntax error, or NULL */
+} flowc_json;
+FLOWC_HIDDEN void FLOWC_RT(json_put)(flowc_text *t, const char *s, size_t n);
+FLOWC_HIDDEN void FLOWC_RT(json_puts)(flowc_text *t, const char *s);
+FLOWC_HIDDEN void FLOWC_RT(json_put_string)(flowc_text *t, const char *s);
+FLOWC_HIDDEN void FLOWC_RT(json_ws)(flowc_json *r);
+FLOWC_HIDDEN int FLOWC_RT(json_syntax)(flowc_json *r, const char *what);
+FLOWC_HIDDEN int FLOWC_RT(json_eat)(flowc_json *r, char c);
+FLOWC_HIDDEN int FLOWC_RT(json_string)(flowc_json *r, char *out);
+FLOWC_HIDDEN int FLOWC_RT(json_integers)(flowc_json *r, uint64_t *out, int max, int *count);
 /* The lock-held body of an entry point: ok (0) when ctx is usable (runtime.c). */
 FLOWC_HIDDEN int FLOWC_RT(rt_unusable)(flowc_ctx *ctx);
 /* n rounded up to a multiple of FLOWC_ALIGN. */

@@ -56,6 +56,16 @@ def test_variables_start_from_their_initial_values_and_follow_runs(model):
     np.testing.assert_array_equal(out, W0 - 0.5)
     np.testing.assert_array_equal(model.variables()["w"], W0 - 0.5)
     assert model.variables()["step"] == 1
+    model.variables()["w"][:] = 100  # a copy: the variable stays
+    np.testing.assert_array_equal(model.variables()["w"], W0 - 0.5)
+
+
+def test_inspect_lists_the_variables(sgd, capsys):
+    from flowc.cli import main
+
+    assert main(["inspect", str(sgd)]) == 0
+    out = capsys.readouterr().out
+    assert "variable w: f32[2,3]\nvariable step: f32[]\n" in out
 
 
 def test_set_variable_checks_name_dtype_and_shape(model):
@@ -203,8 +213,9 @@ int main(int argc, char **argv) {
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs cc")
 def test_checkpoint_from_python_loads_in_c_and_back(model, sgd, tmp_path):
     (tmp_path / "main.c").write_text(C_PROGRAM)
-    subprocess.run(["cc", "-O1", "-o", str(tmp_path / "app"), str(tmp_path / "main.c"),
-                    f"-I{sgd}", str(sgd / "libsgd.so"), f"-Wl,-rpath,{sgd}"], check=True)
+    subprocess.run(["cc", "-O1", "-Werror=implicit-function-declaration", "-o",
+                    str(tmp_path / "app"), str(tmp_path / "main.c"), f"-I{sgd}",
+                    str(sgd / "libsgd.so"), f"-Wl,-rpath,{sgd}"], check=True)
     model.set_variable("w", np.full((2, 3), 4, np.float32))
     model.save_checkpoint(tmp_path / "py.safetensors")
     done = subprocess.run([str(tmp_path / "app"), str(tmp_path / "py.safetensors"),
@@ -214,3 +225,95 @@ def test_checkpoint_from_python_loads_in_c_and_back(model, sgd, tmp_path):
     model.load_checkpoint(tmp_path / "c.safetensors")
     np.testing.assert_array_equal(model.variables()["w"], 3.5)
     assert model.variables()["step"] == 1
+
+
+def test_checkpoint_metadata_hook(tmp_path, monkeypatch):
+    """Program.checkpoint_metadata (where a training entry will put its optimizer's
+    hyperparameters and step) reaches every checkpoint's __metadata__."""
+    from flowc.codegen import driver
+
+    def with_metadata(graph, prefix):
+        program = build(graph, prefix)
+        program.checkpoint_metadata = {"optimizer": "sgd", "optimizer.lr": "0.5"}
+        return program
+
+    build = driver.build_program
+    monkeypatch.setattr(driver, "build_program", with_metadata)
+    compile_naive(sgd_graph(), tmp_path / "art")
+    with flowc.runtime.load(tmp_path / "art") as m:
+        m.save_checkpoint(tmp_path / "ck.safetensors")
+    with safe_open(str(tmp_path / "ck.safetensors"), framework="np") as f:
+        meta = f.metadata()
+    assert meta["optimizer"] == "sgd" and meta["optimizer.lr"] == "0.5"
+    assert meta["flowc.model"] == "sgd"
+
+
+def test_odd_names_and_a_weights_file(tmp_path):
+    """Variable names with quotes, backslashes, newlines and non-ASCII letters survive the
+    C tables and the checkpoint's JSON; initial values come from a weights side file too."""
+    names = ['a"b', "c\\d", "e\nf", "größe"]
+    with Graph("odd") as g:
+        variables = [Variable(np.full(2, k, np.float32), name=n) for k, n in enumerate(names)]
+        for v in variables:
+            v.assign_add(np.ones(2, np.float32))
+    compile_naive(g.ir, tmp_path / "art", weights="file")
+    with flowc.runtime.load(tmp_path / "art") as m:
+        assert list(m.variables()) == names
+        m.run()
+        m.save_checkpoint(tmp_path / "ck.safetensors")
+        tensors = load_file(str(tmp_path / "ck.safetensors"))
+        assert {k: float(v[0]) for k, v in tensors.items()} == {n: k + 1.0
+                                                               for k, n in enumerate(names)}
+        m.set_variable("größe", np.zeros(2, np.float32))
+        m.load_checkpoint(tmp_path / "ck.safetensors")
+        np.testing.assert_array_equal(m.variables()["größe"], [4, 4])
+
+
+def test_mangled_headers_fail_cleanly(model, tmp_path):
+    """Random byte edits of a checkpoint's header: each load either succeeds or is a
+    one-line error leaving the variables as they were; none crashes the process."""
+    good = tmp_path / "good.safetensors"
+    model.save_checkpoint(good)
+    data = good.read_bytes()
+    (header_len,) = struct.unpack("<Q", data[:8])
+    rng = np.random.default_rng(1)
+    path = tmp_path / "mangled.safetensors"
+    for _ in range(300):
+        mangled = bytearray(data)
+        for at in rng.integers(8, 8 + header_len, rng.integers(1, 4)):
+            mangled[at] = int(rng.choice([0, 34, 44, 58, 91, 92, 93, 123, 125, 255,
+                                          int(rng.integers(0, 256))]))
+        path.write_bytes(bytes(mangled))
+        model.set_variable("w", np.full((2, 3), 9, np.float32))
+        try:
+            model.load_checkpoint(path)
+        except RuntimeStatusError as exc:
+            assert "\n" not in str(exc)
+            np.testing.assert_array_equal(model.variables()["w"], 9)
+
+
+def test_trainable_onnx_model_compiles_with_its_initializers_as_variables(tmp_path):
+    """frontend.trainable's variables (named as the ONNX initializers) run from the
+    context's variables; a checkpoint holds them under those names."""
+    from pathlib import Path
+
+    from flowc.frontend.onnx import import_onnx
+    from flowc.frontend.trainable import make_trainable
+    from flowc.ir.interpret import interpret
+
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "train" / "mlp_sgd.onnx"
+    params = ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias"]
+    graph, _ = make_trainable(import_onnx(source), params, source=str(source))
+    flowc.compile(graph, tmp_path / "art", batch=8)
+    x = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    with flowc.runtime.load(tmp_path / "art") as m:
+        np.testing.assert_allclose(m(x), interpret(graph, {"x": x})["out"], rtol=1e-4,
+                                   atol=1e-5)
+        m.save_checkpoint(tmp_path / "ck.safetensors")
+        assert sorted(load_file(str(tmp_path / "ck.safetensors"))) == sorted(params)
+        m.set_variable("fc3.bias", np.zeros_like(m.variables()["fc3.bias"]))
+        changed = m(x)
+        m.load_checkpoint(tmp_path / "ck.safetensors")
+        np.testing.assert_allclose(m(x), interpret(graph, {"x": x})["out"], rtol=1e-4,
+                                   atol=1e-5)
+        assert not np.allclose(changed, m(x))

@@ -10,7 +10,14 @@ from artifact_util import compile_naive
 
 import flowc
 from flowc.codegen.plan.program import Storage, build_program
-from flowc.frontend.api import Graph, Variable, control_dependencies, op, placeholder
+from flowc.frontend.api import (
+    Graph,
+    Variable,
+    control_dependencies,
+    device,
+    op,
+    placeholder,
+)
 from flowc.ir.errors import FlowcError
 from flowc.ir.interpret import State, interpret
 
@@ -72,6 +79,8 @@ def test_optimizer_update_writes_in_place(tmp_path):
     sub = next(c for c in program.calls if "Sub" in c.nodes)
     assert program.where(sub.results[0]) == Storage("variable", 0)
     assert "Assign" in sub.nodes
+    assert not any(where.kind == "variable" for v, where in program.storage.items()
+                   if v in program.memory.offsets)  # the arena plan never holds a variable
 
 
 def test_assign_add_chains(tmp_path):
@@ -101,8 +110,11 @@ def test_read_before_assign_consumed_after_it_is_a_copy(tmp_path):
             after = v.read()
         g.output("before", before * 2.0)  # built after the assign: runs after it
         g.output("after", after * 2.0)
+        g.output("before_itself", before)  # an output: copied at the end of the run
     run_both(g.ir, tmp_path, lambda i: {"x": np.full(4, i + 1.0, np.float32)})
     assert state_copies(g.ir) == ["read Read", "assign Assign"]
+    program = build_program(g.ir, "m")
+    assert program.where(program.calls[0].results[0]) == Storage("output", 2)
 
 
 def test_read_consumed_before_assign_is_a_view(tmp_path):
@@ -206,3 +218,29 @@ def test_cpu_backend_runs_state(tmp_path):
             np.testing.assert_allclose(model.run(**feeds)["norm"], want["norm"], rtol=1e-5)
         assert model.variables()["n"].dtype == np.int32 and model.variables()["n"] == 3
         np.testing.assert_allclose(model.variables()["w"], state.variables["w"], rtol=1e-6)
+
+
+def placed_graph(var_device: str, read_device: str):
+    with Graph("parts") as g:
+        x = placeholder("f32", (4,), name="x")
+        with device("cpu:0"):
+            y = x * 2.0
+        with device(var_device):
+            v = Variable(np.zeros(4, np.float32), name="v")
+        with device(read_device):
+            z = v.read() + y
+        with device("cpu:0"):
+            g.output("z", z * 1.0)
+    return g.ir
+
+
+@pytest.mark.parametrize(("var_device", "read_device", "message"), [
+    ("gpu:0", "gpu:0", r"node 'v' \(variable\) at .*: variables on gpu:0 are not supported yet"),
+    ("cpu:1", "cpu:1", r"node 'v' \(variable\) at .*: variables in a graph split over devices "
+                       "are not supported yet"),
+    ("cpu:1", "cpu:0", r"node 'v' \(variable\) at .*: the variable lives on cpu:1 but a node on "
+                       "cpu:0 uses it; read or assign a variable on its own device"),
+])
+def test_placed_variables_are_refused(tmp_path, var_device, read_device, message):
+    with pytest.raises(FlowcError, match=message):
+        compile_naive(placed_graph(var_device, read_device), tmp_path / "art")

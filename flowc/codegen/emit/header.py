@@ -108,7 +108,8 @@ def render_header(info: ModelInfo) -> str:
  * outputs (or, on buffers of your own, {n}_run_with in one call), {n}_destroy. Functions
  * returning int return FLOWC_OK (0) or a status code; then {n}_error(ctx) is a non-empty
  * message. Calls on one context are serialized: a call made while another thread runs
- * it (set_threads, set_arena, set_input, set_output, the accessors, destroy) waits for that
+ * it (set_threads, set_arena, set_input, set_output, the accessors, variable, the
+ * checkpoints, destroy) waits for that
  * run to return, and runs take turns; for parallel runs use one context per thread. No
  * call may use a context once {n}_destroy has begun.
  * {weights}

@@ -28,7 +28,8 @@ from flowc.codegen.emit.c_text import c_string
 from flowc.ir.errors import FlowcError
 
 RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime"
-RUNTIME_SOURCES = ("runtime.c", "tables.c", "pool.c", "partition.c", "cuda.c", "checkpoint.c")
+RUNTIME_SOURCES = ("runtime.c", "tables.c", "pool.c", "partition.c", "cuda.c", "checkpoint.c",
+                   "json.c")
 RUNTIME_HEADER = "flowc_rt.h"
 CFLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=gnu11", "-Wall")
 LINK_LIBS = ("-lm", "-lpthread", "-ldl")

@@ -122,8 +122,10 @@ define("assign", ("var", "value"), _assign_infer, _assign_kernel, traits=(STATEF
        no_grad="state: it has no results",
        doc="Sets the variable's value; no results (order users with control edges).")
 define("assign_add", ("var", "value"), _assign_infer, _update_kernel(1), traits=(STATEFUL,),
+       no_grad="state: it has no results",
        doc="Adds `value` to the variable in place; no results (like `assign` of read + value).")
 define("assign_sub", ("var", "value"), _assign_infer, _update_kernel(-1), traits=(STATEFUL,),
+       no_grad="state: it has no results",
        doc="Subtracts `value` from the variable in place; no results.")
 
 
