@@ -260,7 +260,10 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
 
 def load_training(model: ModelLike, opts: CompileOptions) -> tuple[Graph, dict[str, Any]]:
     """The training step's graph of an ONNX model file (`frontend.onnx_train`) and the
-    manifest's `training` facts."""
+    manifest's `training` facts. The optimizer spec is checked first, whatever the model."""
+    from flowc.frontend.train_spec import parse_optimizer_spec
+
+    parse_optimizer_spec(opts.optimizer)
     if not (isinstance(model, str | os.PathLike) and Path(model).suffix == ".onnx"):
         raise FlowcError("--train compiles an ONNX model file (MODEL.onnx); build other "
                          "training graphs with the TF-style API (flowc.frontend.train)")

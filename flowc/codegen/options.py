@@ -86,17 +86,17 @@ class CompileOptions:
                    "becomes a variable the step updates; run takes the model's inputs and "
                    "'labels' and returns 'loss' (see --loss, --optimizer, --frozen)"))
     loss: str = field(default="cross-entropy", metadata=_cli(
-        "--loss", "with --train: the loss on the model's output (cross-entropy: logits [N, C] "
-                  "and int64 labels [N]; mse: a target of the output's shape), mean over the "
-                  "batch", choices=("cross-entropy", "mse")))
+        "--loss", "with --train: the loss on the model's output, mean over the batch: softmax "
+                  "cross entropy of logits [N, C] against int64 labels [N], or mse against a "
+                  "target of the output's shape", choices=("cross-entropy", "mse")))
     optimizer: str = field(default="sgd{lr=0.01}", metadata=_cli(
         "--optimizer", "with --train: the update, written like a pass's options: "
-                       "sgd{lr=0.05,momentum=0.9,nesterov=false,weight_decay=0}, adam{lr=1e-3,"
-                       "beta1=0.9,beta2=0.999,eps=1e-8}, adamw{...,weight_decay=0.01}, "
-                       "rmsprop{...}, adagrad{...}", metavar="SPEC"))
+                       "sgd{lr=0.05,momentum=0.9,nesterov=true}, "
+                       "adam{lr=0.001,beta1=0.9,beta2=0.999}, adamw{lr=0.001,weight_decay=0.01}, "
+                       "rmsprop{lr=0.01,alpha=0.99}, adagrad{lr=0.01}", metavar="SPEC"))
     frozen: tuple[str, ...] = field(default=(), metadata=_cli(
-        "--frozen", "with --train: initializers that stay constant (comma-separated; "
-                    "repeatable)", metavar="NAME,...", action="append"))
+        "--frozen", "with --train: initializers that stay constant (names separated by "
+                    "commas; repeatable)", metavar="NAME,...", action="append"))
     loss_output: str | None = field(default=None, metadata=_cli(
         "--loss-output", "with --train: the model output the loss takes (needed when the "
                          "model has several)", metavar="NAME"))
