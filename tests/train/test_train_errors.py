@@ -3,6 +3,7 @@ output directory left as it was."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -124,3 +125,21 @@ def test_the_cli_trains_and_reports_errors_in_one_line(tmp_path):
                           text=True)
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("flowc: error: ")
+
+
+def test_explain_memory_shows_the_phases(tmp_path):
+    texts = []
+    flowc.compile(FIXTURES / "cnn_adam.onnx", tmp_path / "art", train=True,
+                  optimizer="adam{lr=0.003}", explain_memory=texts.append,
+                  dump_dir=tmp_path / "dump")
+    text = texts[0]
+    assert "training step (the backward pass starts at step " in text
+    kept = int(text.split(" of them kept for the backward pass")[0].split()[-1])
+    layout = json.loads((tmp_path / "dump" / "memory.json").read_text())
+    phases = layout["phases"]
+    assert kept == phases["forward"]["kept_bytes"] > 0
+    assert phases["backward"]["bytes"] > 0 and phases["update"]["bytes"] > 0
+    assert {b["phase"] for b in layout["buffers"]} == {"forward", "backward", "update"}
+    inference = []
+    flowc.compile(FIXTURES / "cnn_adam.onnx", tmp_path / "inf", explain_memory=inference.append)
+    assert "training step" not in inference[0]
