@@ -4,9 +4,8 @@ Contract: `make_step(engine, name)` builds the workload's model in `engine` ("to
 "jax" with jax.jit + optax) from `train_models.parameters(name)` and its fixed batch, and
 returns a function that runs one full step (forward, loss, backward, optimizer update, the
 loss read back to the host as a float) each time it is called. Thread limits are the
-caller's job (bench/train.py sets them before the engine is imported). "flowc" is added
-when training artifacts exist; until then `make_step("flowc", ...)` raises NotImplementedError
-naming what is missing, and train.py reports the row as missing rather than inventing one.
+caller's job (bench/train.py sets them before the engine is imported). "flowc" exports the
+torch model to ONNX and compiles it with `--train` (the compile is not timed).
 """
 
 from __future__ import annotations
@@ -154,8 +153,45 @@ def _jax_step(name: str) -> Callable[[], float]:
 
 # ---- flowc --------------------------------------------------------------------------------
 def _flowc_step(name: str) -> Callable[[], float]:
-    raise NotImplementedError("flowc has no training artifacts yet (issue [10]: "
-                              "`flowc compile --train` and `Model.train_step` are not built)")
+    """The torch model exported to ONNX (parameters as initializers), compiled with
+    `flowc.compile(..., train=True)` into a temporary folder, loaded with the thread count
+    OMP_NUM_THREADS says; the step is `Model.train_step`."""
+    import os
+    import tempfile
+
+    import torch
+
+    import flowc
+
+    w = WORKLOADS[name]
+    params = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in parameters(name).items()}
+    x, y = data(name)
+    forward = _torch_forward(name)
+
+    class Exported(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            for key, value in params.items():
+                self.register_parameter(key.replace(".", "__"), value)
+
+        def forward(self, inp):
+            return forward({k: getattr(self, k.replace(".", "__")) for k in params}, inp)
+
+    folder = tempfile.mkdtemp(prefix="flowc-train-bench-")
+    path = os.path.join(folder, f"{name}.onnx")
+    torch.onnx.export(Exported(), (torch.from_numpy(x),), path, dynamo=False,
+                      input_names=["x"], output_names=["out"], do_constant_folding=False,
+                      opset_version=17)
+    flowc.compile(path, os.path.join(folder, "art"), train=True, loss=w.loss,
+                  optimizer=w.optimizer)
+    model = flowc.load(os.path.join(folder, "art"), threads=int(os.environ["OMP_NUM_THREADS"]))
+    feeds = model.empty_inputs()  # 64-byte aligned: read in place, not copied each step
+    feeds["x"][...] = x
+    feeds["labels"][...] = y
+
+    def step() -> float:
+        return model.train_step(**feeds)
+    return step
 
 
 def _spec(spec: str) -> dict:

@@ -38,13 +38,19 @@ FREE_TEXT: dict[tuple[str, str], list[str]] = {
     ("compile", "--name"): ["flowc_rt"],  # any other text is made a C identifier
     ("compile", "--gpu-arch"): ["sm_1", "x"],
     ("compile", "--devices"): ["tpu:0", ",", "gpu"],
+    ("compile", "--optimizer"): ["adamx{lr=1}", "adam{foo=1}", "sgd{lr=x}", "sgd{lr=-1}",
+                                 "sgd{lr=1", "{", "sgd{momentum=0.9,momentum=0.5}"],
+    ("compile", "--frozen"): ["no-such-initializer", ","],
+    ("compile", "--loss-output"): ["no-such-output"],
     ("run", "--fetch"): ["no-such-output"],
     ("view", "--stage"): ["no-such-pass"],
 }
 OUTPUTS = {"output", "output_dir", "dump_dir", "trace", "json", "profile"}  # paths written
 # options that act only together with another: (command, option) -> the other
 WITH = {("compile", "--place"): ["--devices", "cpu:0,cpu:1"],
-        ("compile", "--device-profiles"): ["--devices", "cpu:0,cpu:1"]}
+        ("compile", "--device-profiles"): ["--devices", "cpu:0,cpu:1"],
+        **{("compile", option): ["--train"] for option in ("--loss", "--optimizer", "--frozen",
+                                                           "--loss-output")}}
 BINDINGS = ("NAME=", "SYM=", "NODE=")  # metavars of NAME=VALUE options
 
 

@@ -229,7 +229,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
                                       == os.path.realpath(output_dir)):
         raise FlowcError(f"the dump folder '{opts.dump_dir}' is the output directory; give the "
                          "dump a folder of its own")
-    graph = load_model(model)
+    graph, training = load_training(model, opts) if opts.train else (load_model(model), None)
+    if not opts.train:
+        check_no_training_options(opts)
     if not graph.outputs and not any(writes_variable(n.op) for n in graph.nodes):
         raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
                          "nothing a caller can see (it assigns no variable either); declare "
@@ -253,7 +255,40 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     graph = require_static(graph, format_sizes(sizes))
     program = build_program(graph, model_prefix(opts.name, default_name(model, graph)))
     parts = kernel_parts(program, backend, target, opts)
-    return compile_parts(graph, program, parts, Path(output_dir), sizes, opts)
+    return compile_parts(graph, program, parts, Path(output_dir), sizes, opts, training)
+
+
+def load_training(model: ModelLike, opts: CompileOptions) -> tuple[Graph, dict[str, Any]]:
+    """The training step's graph of an ONNX model file (`frontend.onnx_train`) and the
+    manifest's `training` facts. The optimizer spec is checked first, whatever the model."""
+    from flowc.frontend.train_spec import parse_optimizer_spec
+
+    parse_optimizer_spec(opts.optimizer)
+    if not (isinstance(model, str | os.PathLike) and Path(model).suffix == ".onnx"):
+        raise FlowcError("--train compiles an ONNX model file (MODEL.onnx); build other "
+                         "training graphs with the TF-style API (flowc.frontend.train)")
+    if not Path(model).is_file():
+        load_model(model)  # its error names the missing file
+    from flowc.frontend.onnx_train import training_graph
+
+    step = training_graph(model, loss=opts.loss, optimizer=opts.optimizer, frozen=opts.frozen,
+                          loss_output=opts.loss_output)
+    labels = step.labels
+    return step.graph, {"loss": step.loss, "optimizer": step.optimizer,
+                        "prediction": step.prediction, "parameters": list(step.parameters),
+                        "labels": {"name": "labels", "dtype": labels.dtype.name,
+                                   "shape": list(labels.shape)},
+                        "classes": step.classes}
+
+
+def check_no_training_options(opts: CompileOptions) -> None:
+    """The training options make sense only with --train: refuse them without it."""
+    defaults = CompileOptions()
+    for name in ("loss", "optimizer", "frozen", "loss_output"):
+        if getattr(opts, name) != getattr(defaults, name):
+            flag = "--" + name.replace("_", "-")
+            raise FlowcError(f"{flag} is an option of --train; add --train to compile a "
+                             "training step")
 
 
 def kernel_parts(program: Program, backend: Backend, target: Any,
@@ -301,7 +336,8 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
 
 
 def compile_parts(graph: Graph, program: Program, parts: list[Part], output_dir: Path,
-                  sizes: Mapping[str, int], opts: CompileOptions) -> dict[str, Any]:
+                  sizes: Mapping[str, int], opts: CompileOptions,
+                  training: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """THE compile tail (see the module docstring, step 6); returns the manifest."""
     for part in parts:
         check_all(graph, part)
@@ -324,7 +360,8 @@ def compile_parts(graph: Graph, program: Program, parts: list[Part], output_dir:
     manifest = write_artifact(program, output_dir, code, target=target,
                               sizes=sizes, graph_hash=graph_hash(graph, target),
                               flowc_version=flowc_version(), weights=opts.weights,
-                              dump_dir=dump, cache=cache, profile=opts.profile)
+                              dump_dir=dump, cache=cache, profile=opts.profile,
+                              training=training)
     if dump is not None:
         write_index(dump, manifest)
     return manifest

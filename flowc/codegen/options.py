@@ -81,6 +81,25 @@ class CompileOptions:
     profile: bool = field(default=False, metadata=_cli(
         "--profile", "time every kernel call (for 'flowc run DIR --profile' and 'flowc "
                      "profile DIR'); off by default: no cost, no symbols"))
+    train: bool = field(default=False, metadata=_cli(
+        "--train", "compile a training step of an ONNX model: every float initializer "
+                   "becomes a variable the step updates; run takes the model's inputs and "
+                   "'labels' and returns 'loss' (see --loss, --optimizer, --frozen)"))
+    loss: str = field(default="cross-entropy", metadata=_cli(
+        "--loss", "with --train: the loss on the model's output, mean over the batch: softmax "
+                  "cross entropy of logits [N, C] against int64 labels [N], or mse against a "
+                  "target of the output's shape", choices=("cross-entropy", "mse")))
+    optimizer: str = field(default="sgd{lr=0.01}", metadata=_cli(
+        "--optimizer", "with --train: the update, written like a pass's options: "
+                       "sgd{lr=0.05,momentum=0.9,nesterov=true}, "
+                       "adam{lr=0.001,beta1=0.9,beta2=0.999}, adamw{lr=0.001,weight_decay=0.01}, "
+                       "rmsprop{lr=0.01,alpha=0.99}, adagrad{lr=0.01}", metavar="SPEC"))
+    frozen: tuple[str, ...] = field(default=(), metadata=_cli(
+        "--frozen", "with --train: initializers that stay constant (names separated by "
+                    "commas; repeatable)", metavar="NAME,...", action="append"))
+    loss_output: str | None = field(default=None, metadata=_cli(
+        "--loss-output", "with --train: the model output the loss takes (needed when the "
+                         "model has several)", metavar="NAME"))
     # API only: objects and callbacks
     cache: CompileCache | bool | None = None
     """None: the environment's cache ($FLOWC_CACHE_DIR); False: none; or a CompileCache."""
@@ -103,6 +122,11 @@ class CompileOptions:
                              f"{', '.join(unknown)}; the options are {', '.join(sorted(known))}")
         fixed = {k: tuple(v) if k in ("gpu_archs", "place") and v is not None else v
                  for k, v in overrides.items()}
+        if "frozen" in fixed:  # names, each item may hold several separated by commas
+            items = fixed["frozen"] or ()
+            fixed["frozen"] = tuple(name.strip() for item in ([items] if isinstance(items, str)
+                                                              else items)
+                                    for name in item.split(",") if name.strip())
         if fixed.get("gpu_archs") is None and "gpu_archs" in fixed:
             fixed["gpu_archs"] = ()
         if fixed.get("dims") is None and "dims" in fixed:

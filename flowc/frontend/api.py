@@ -58,6 +58,7 @@ class Graph:
     def __init__(self, name: str = "main"):
         self.ir = IRGraph(name)
         self._used: dict[str, int] = {}
+        self._taken: set[str] = set()  # names of nodes the builder did not make (`wrap`)
         self._scopes: list[str] = []
         self._devices: list[str | None] = []
         self._ctrl: list[list[Node]] = []
@@ -70,11 +71,23 @@ class Graph:
     def __exit__(self, *exc: object) -> None:
         _DEFAULT.pop()
 
+    @classmethod
+    def wrap(cls, ir: IRGraph) -> Graph:
+        """A builder that appends to an existing IR graph (an imported model): its node
+        names stay taken, so new nodes never reuse one."""
+        builder = cls(ir.name)
+        builder.ir = ir
+        builder._taken = {n.name for n in ir.all_nodes() if n.name}
+        return builder
+
     def unique_name(self, base: str) -> str:
         full = "/".join([*self._scopes, base])
-        count = self._used.get(full, 0)
-        self._used[full] = count + 1
-        return full if count == 0 else f"{full}_{count}"
+        while True:
+            count = self._used.get(full, 0)
+            self._used[full] = count + 1
+            name = full if count == 0 else f"{full}_{count}"
+            if name not in self._taken:
+                return name
 
     def current_device(self) -> str | None:
         """The device of the innermost `device(...)` block naming one (None: unplaced)."""

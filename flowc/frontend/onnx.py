@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,8 +55,8 @@ from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.verifier import verify
 
-__all__ = ["MIN_OPSET", "OnnxImportError", "import_onnx", "import_onnx_with_values",
-           "unsupported_nodes"]
+__all__ = ["MIN_OPSET", "ImportedOnnx", "OnnxImportError", "import_onnx", "import_onnx_model",
+           "import_onnx_with_values", "unsupported_nodes"]
 
 MIN_OPSET = 13
 
@@ -365,6 +366,24 @@ def import_onnx_with_values(model: str | os.PathLike | onnx.ModelProto
                             ) -> tuple[Graph, dict[str, Value]]:
     """`import_onnx`, and the flowc value of each named tensor of the model's main graph
     (for mapping ONNX names onto the IR, as the shape-inference comparison does)."""
+    imported = import_onnx_model(model)
+    return imported.graph, imported.values
+
+
+@dataclass(frozen=True)
+class ImportedOnnx:
+    """An imported model: its graph, the flowc value of each named tensor of its main
+    graph, the names of its main graph's initializers (each a `constant` node of that name,
+    in the file's order) and the path errors name."""
+
+    graph: Graph
+    values: dict[str, Value]
+    initializers: tuple[str, ...]
+    path: str
+
+
+def import_onnx_model(model: str | os.PathLike | onnx.ModelProto) -> ImportedOnnx:
+    """`import_onnx` with what the training route needs besides the graph (ImportedOnnx)."""
     path = "<model>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
     try:
         proto, path = _load(model)
@@ -373,6 +392,7 @@ def import_onnx_with_values(model: str | os.PathLike | onnx.ModelProto
         if missing:
             raise _unsupported(path, missing)
         graph, values = _Importer(proto, path).main()
+        initializers = tuple(t.name for t in proto.graph.initializer)
     except onnx.checker.ValidationError as exc:  # raised by onnx's own checks
         lines = str(exc).strip().splitlines()
         raise OnnxImportError(f"{path}: onnx refuses the model: "
@@ -380,4 +400,4 @@ def import_onnx_with_values(model: str | os.PathLike | onnx.ModelProto
     except MemoryError:
         raise OnnxImportError(f"{path}: out of memory while importing the model") from None
     verify(graph)
-    return graph, values
+    return ImportedOnnx(graph, values, initializers, path)

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from flowc.runtime import variables
+from flowc.runtime import training, variables
 from flowc.runtime.abi import (
     ABI_VERSION,
     ALIGN,
@@ -401,6 +401,16 @@ class Model:
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Set every variable from the safetensors file `path`; nothing changes on failure."""
         variables.load_checkpoint(self, path)
+
+    # ---- training (training.py) -------------------------------------------------------
+    def train_step(self, *args: Any, **kwargs: Any) -> float:
+        """One training step on the model's inputs and the labels (last, or `labels=`):
+        the loss before the update, as a float (a training artifact only)."""
+        return training.train_step(self, args, kwargs)
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """{trained parameter name: a copy of its current value} (a training artifact)."""
+        return training.parameters(self)
 
     def close(self) -> None:
         """Destroy the runtime context (the library stays mapped while ctypes holds it),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from flowc.view.model import View
-from flowc.view.style import DEFAULT_FILL, OP_FILLS, TRANSFER_COLOUR, device_colours
+from flowc.view.style import TRANSFER_COLOUR, box_fill, device_colours
 
 
 def _q(text: str) -> str:
@@ -29,7 +29,7 @@ def to_dot(view: View) -> str:
             sub = box.clusters[: i + 1]
             if sub[-1] not in children[box.clusters[:i]]:
                 children[box.clusters[:i]].append(sub[-1])
-        fill = OP_FILLS.get(box.op, DEFAULT_FILL)
+        fill = box_fill(box.op, box.phase)
         colour = colours[box.device] if box.device else "black"
         members[box.clusters].append(
             f"{box.id} [label={_q(box.op + chr(10) + box.name)}, fillcolor={_q(fill)}, "

@@ -12,7 +12,9 @@ Contract: `build_view(graph)` returns a `View` with
   dependency (`kind="ctrl"`), and one per matching send/recv pair (`kind="transfer"`,
   labelled with the tensor name), each between drawn boxes (an operand of a fused node
   leads to the body node that reads it; a use of a fused result starts at the body node
-  that makes it).
+  that makes it);
+- each box's training phase (`Box.phase`: forward, backward or update, `ir/phases.py`; a
+  fused body node by its own name, else its fused node's phase).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.phases import phase_of_name, phases
 
 FUSED_OP = "fused"
 
@@ -33,6 +36,7 @@ class Box:
     clusters: tuple[str, ...]
     kernel: str | None = None  # the fused node's name when this box is in a fused body
     merged: tuple[str, ...] = ()  # names of the nodes rewrites merged into it (Node.merged)
+    phase: str = "forward"  # forward | backward | update (a training step's, ir/phases.py)
 
 
 @dataclass
@@ -65,6 +69,7 @@ class View:
 class _Builder:
     def __init__(self, graph: Graph):
         self.view = View(graph.name)
+        self.phases = phases(graph)
         self.ids: dict[Node, str] = {}
         self.alias: dict[Value, Value] = {}  # body input -> outer value it stands for
         self.result: dict[Value, Value] = {}  # fused result -> body value that makes it
@@ -94,8 +99,10 @@ class _Builder:
                 self.add_fused(node, name, path)
                 continue
             device = kernel.device if kernel is not None else node.device
+            phase = (phase_of_name(node.name) or self.phases[kernel]) if kernel is not None \
+                else self.phases[node]
             box = Box(f"n{len(self.ids)}", node.op, name, device, path,
-                      kernel and (kernel.name or kernel.op), node.source_names()[1:])
+                      kernel and (kernel.name or kernel.op), node.source_names()[1:], phase)
             self.ids[node] = box.id
             self.view.boxes.append(box)
             if node.op in ("send", "recv"):

@@ -1,4 +1,5 @@
-"""Colours shared by the SVG and DOT writers: one per device, one per op family."""
+"""Colours shared by the SVG and DOT writers: one per device, one per op family, one per
+training phase."""
 
 from __future__ import annotations
 
@@ -10,6 +11,14 @@ OP_FILLS = {"input": "#fff3c4", "constant": "#eeeeee", "variable": "#f8d9c0",
             "packed_matmul": "#d7e8fb", "winograd_conv": "#d7e8fb",
             "conv": "#d7e8fb"}
 DEFAULT_FILL = "#ffffff"
+# a training step's backward and update nodes (ir/phases.py) are tinted over any op fill, so
+# the three phases read apart at a glance; forward nodes keep their op's fill
+PHASE_FILLS = {"backward": "#e3f4e1", "update": "#fbe3ef"}
+
+
+def box_fill(op: str, phase: str) -> str:
+    """The fill of a node box: its phase's tint in a training step, else its op's."""
+    return PHASE_FILLS.get(phase) or OP_FILLS.get(op, DEFAULT_FILL)
 
 
 def device_colours(devices: list[str]) -> dict[str, str]:

@@ -3,7 +3,8 @@
 Contract: `to_svg(view, lay=None)` returns one `<svg>` element. Each cluster is a
 `<g class="cluster cluster-KIND" id=cN data-cluster=ID>` with a `<rect>` and a `<text>` title
 (device groups drawn in their device colour, `data-device` set); each box a
-`<g class="node" data-node=NAME data-op=OP data-in="CLUSTER_IDS">` (with `data-device`,
+`<g class="node phase-PHASE" data-node=NAME data-op=OP data-in="CLUSTER_IDS">` (PHASE:
+forward, backward or update; backward and update boxes tinted) (with `data-device`,
 `data-kernel` and `data-merged`, the names rewrites merged into it, when known; its
 `<title>` names them too);
 each edge a `<g class="edge edge-KIND">` holding a `<path>` and, for data and transfer
@@ -17,7 +18,7 @@ from html import escape
 
 from flowc.view.layout import BOX_H, BOX_W, Layout, layout
 from flowc.view.model import View
-from flowc.view.style import DEFAULT_FILL, OP_FILLS, TRANSFER_COLOUR, device_colours
+from flowc.view.style import TRANSFER_COLOUR, box_fill, device_colours
 
 
 def _q(text: str) -> str:
@@ -83,12 +84,12 @@ def to_svg(view: View, lay: Layout | None = None) -> str:
         attrs += f' data-kernel="{_q(box.kernel)}"' if box.kernel else ""
         attrs += f' data-merged="{_q(" ".join(box.merged))}"' if box.merged else ""
         merged = f"; merged: {_q(', '.join(box.merged))}" if box.merged else ""
-        out.append(f'<g class="node" id="{box.id}" data-node="{_q(box.name)}" '
+        out.append(f'<g class="node phase-{box.phase}" id="{box.id}" data-node="{_q(box.name)}" '
                    f'data-op="{_q(box.op)}"{attrs}><title>{_q(box.name)} ({_q(box.op)})'
                    f'{" on " + _q(box.device) if box.device else ""}{merged}</title>'
                    f'<rect x="{cx - BOX_W / 2:.1f}" y="{cy - BOX_H / 2:.1f}" '
                    f'width="{BOX_W:.0f}" height="{BOX_H:.0f}" rx="4" '
-                   f'fill="{OP_FILLS.get(box.op, DEFAULT_FILL)}" stroke="{stroke}" '
+                   f'fill="{box_fill(box.op, box.phase)}" stroke="{stroke}" '
                    f'stroke-width="{2.5 if box.device else 1}"/>'
                    f'<text x="{cx:.1f}" y="{cy - 3:.1f}" text-anchor="middle" font-size="13" '
                    f'font-weight="bold">{_q(box.op)}</text>'

@@ -52,7 +52,7 @@ def test_html_view_renders_in_headless_chromium(tmp_path):
     for cluster in ('data-cluster="device:cpu:0"', 'data-cluster="device:cpu:1"',
                     'data-cluster="fused:2|blk/t"', 'data-cluster="scope:cpu:1|head"'):
         assert cluster in dom
-    assert dom.count('class="node"') == 7 and 'class="edge edge-transfer"' in dom
+    assert dom.count('class="node phase-') == 7 and 'class="edge edge-transfer"' in dom
 
     shot = tmp_path / "graph.png"
     _chromium(tmp_path, f"--screenshot={shot}", "--window-size=900,700", page.as_uri())

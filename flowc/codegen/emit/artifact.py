@@ -54,7 +54,8 @@ def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
                    target: Mapping[str, Any], sizes: Mapping[str, int], graph_hash: str,
                    flowc_version: str, weights: str = "auto",
                    dump_dir: Path | None = None, cache: Any = None,
-                   profile: bool = False) -> dict[str, Any]:
+                   profile: bool = False,
+                   training: Mapping[str, Any] | None = None) -> dict[str, Any]:
     if weights not in WEIGHTS_MODES:
         raise FlowcError(f"weights='{weights}': expected one of {', '.join(WEIGHTS_MODES)}")
     blob = weights_blob(program)
@@ -88,7 +89,8 @@ def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
                    for k in program.kernels]
         manifest = build_manifest(info, program, flowc_version=flowc_version,
                                   graph_hash=graph_hash, target=target, sizes=sizes,
-                                  weights=blob, files=files, kernel_nodes=kernels)
+                                  weights=blob, files=files, kernel_nodes=kernels,
+                                  training=training)
         write_manifest(stage, manifest)
     return manifest
 

@@ -47,8 +47,10 @@ def _tensor(t: TensorInfo) -> dict[str, Any]:
 
 def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, graph_hash: str,
                    target: Mapping[str, Any], sizes: Mapping[str, int], weights: bytes,
-                   files: Mapping[str, bytes], kernel_nodes: Sequence[tuple[str, list[str]]]
-                   ) -> dict[str, Any]:
+                   files: Mapping[str, bytes], kernel_nodes: Sequence[tuple[str, list[str]]],
+                   training: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The manifest's fields; `training` (the training route's facts: loss, optimizer,
+    parameters, labels, prediction) only for a training step's artifact."""
     return {
         "format": MANIFEST_FORMAT,
         "abi_version": ABI_VERSION,
@@ -71,6 +73,7 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         "files": {name: sha256(data) for name, data in sorted(files.items())},
         "kernels": [{"symbol": s, "nodes": nodes} for s, nodes in kernel_nodes],
         "link_flags": list(LINK_LIBS),
+        **({"training": dict(training)} if training else {}),
     }
 
 

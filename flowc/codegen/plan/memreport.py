@@ -16,7 +16,13 @@ nothing is planned here) as a JSON-able dict:
   (the value whose buffer it took over, or null); a kernel call's scratch buffer K (live
   at its step only) is one too, `value` `SYMBOL.scratchK`, `op` `scratch`;
 - `regions`: for a graph placed on devices, each device's arena region (`device`,
-  `offset`, `bytes`) in arena order; empty otherwise.
+  `offset`, `bytes`) in arena order; empty otherwise;
+- `phases`, for a training step (a step runs a node of the `gradients` scope,
+  ir/phases.py) only: `backward_from` (the first such step) and, per phase (forward,
+  backward, update: the producing node's), the `bytes` of its arena values, and for the
+  forward phase `kept_bytes`, those still live at `backward_from` (the activations kept for
+  the backward pass); each buffer then also has its `phase`, and the text a phase column
+  and a line of these figures.
 `format_memory(layout)` renders it as text (`memory.txt`): the figures, the steps, and a
 table of buffers with a live-steps chart (`#` live) when there are at most `CHART_STEPS`
 steps. `report_memory(program, dump_dir, explain)` writes `DUMP_DIR/memory.txt` and
@@ -36,6 +42,7 @@ from flowc.codegen.plan.memplan import ScratchSlot, value_nbytes
 from flowc.codegen.plan.partitions import call_device
 from flowc.codegen.plan.working_memory import statement, working_memory
 from flowc.ir.graph import Value
+from flowc.ir.phases import phase_of_name, phases
 
 CHART_STEPS = 64  # wider schedules get the table without the per-step chart
 
@@ -79,8 +86,31 @@ def memory_layout(program: Any) -> dict[str, Any]:
         "in_place": 0}
     regions = [{"device": d, "offset": r["arena_offset"], "bytes": r["arena_bytes"]}
                for d, r in (plan.device_report() if plan is not None else {}).items()]
-    return {"name": program.name, **report, "working_memory": working_memory(program),
-            "steps": steps, "buffers": buffers, "regions": regions}
+    layout = {"name": program.name, **report, "working_memory": working_memory(program),
+              "steps": steps, "buffers": buffers, "regions": regions}
+    backward = [s["step"] for s in steps if any(phase_of_name(n) for n in s["nodes"])]
+    if backward and plan is not None:
+        layout["phases"] = _phases(program, plan, buffers, backward[0])
+    return layout
+
+
+def _phases(program: Any, plan: Any, buffers: list[dict[str, Any]], start: int
+            ) -> dict[str, Any]:
+    """The training step's figures per phase; sets each buffer's `phase`."""
+    of_node = phases(program.graph)
+    by_name = {value_name(v): phase_of_name(v.node.name) or of_node.get(v.node, "forward")
+               for v in plan.offsets}
+    figures: dict[str, Any] = {"backward_from": start}
+    for phase in ("forward", "backward", "update"):
+        figures[phase] = {"bytes": 0}
+    figures["forward"]["kept_bytes"] = 0
+    for b in buffers:
+        step_phase = "backward" if b["op"] == "scratch" and b["first"] >= start else "forward"
+        b["phase"] = by_name.get(b["value"], step_phase)
+        figures[b["phase"]]["bytes"] += b["bytes"]
+        if b["phase"] == "forward" and b["first"] < start <= b["last"]:
+            figures["forward"]["kept_bytes"] += b["bytes"]
+    return figures
 
 
 def _scratch_bytes(program: Any, slot: ScratchSlot) -> int:
@@ -97,6 +127,15 @@ def format_memory(layout: dict[str, Any]) -> str:
     lines += [f"  region {r['device']}: {r['bytes']} bytes at offset {r['offset']}"
               for r in layout.get("regions", [])]
     lines += ["", *statement(layout["working_memory"], layout["name"])]
+    ph = layout.get("phases")
+    if ph:
+        lines += ["", f"training step (the backward pass starts at step {ph['backward_from']}; "
+                  "sums over values, which share arena bytes when their lifetimes do not "
+                  "overlap):",
+                  f"  forward values  {ph['forward']['bytes']:>12} bytes, "
+                  f"{ph['forward']['kept_bytes']} of them kept for the backward pass",
+                  f"  backward values {ph['backward']['bytes']:>12} bytes",
+                  f"  update values   {ph['update']['bytes']:>12} bytes"]
     lines += ["", "steps:"]
     for st in steps:
         where = f"  @{st['device']}" if st["device"] else ""
@@ -109,11 +148,13 @@ def format_memory(layout: dict[str, Any]) -> str:
     ops = max(len(b["op"]) for b in buffers)
     lines += ["", "buffers (by offset; steps: first-last, 'end' = read by the output copies):",
               f"  {'offset':>10} {'bytes':>10}  {'steps':<11} {'value':<{width}}  "
-              f"{'op':<{ops}}" + ("  live" if chart else "")]
+              f"{'op':<{ops}}" + ("  phase   " if ph else "") + ("  live" if chart else "")]
     for b in buffers:
         last = "end" if b["last"] == len(steps) else str(b["last"])
         row = (f"  {b['offset']:>10} {b['bytes']:>10}  {str(b['first']) + '-' + last:<11} "
                f"{b['value']:<{width}}  {b['op']:<{ops}}")
+        if ph:
+            row += f"  {b['phase']:<8}"
         if chart:
             row += "  " + "".join("#" if b["first"] <= s <= b["last"] else "."
                                   for s in range(end + 1))

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flowc.ir.ops import conv_grad, nn_grad
 from flowc.ir.ops.channels_last import (
     CHANNELS_LAST,
     channels_last_infer,
@@ -21,6 +22,7 @@ from flowc.ir.ops.channels_last import (
 from flowc.ir.ops.cost import conv_flops, conv_transpose_flops, per_input_element, pool_flops
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.ops.rules import require_dtype, same_dtype
+from flowc.ir.ops.window import _convt_pads, _geometry, _out_size, _pads_for, _windows
 from flowc.ir.types import Dim, TensorType, i64
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -65,37 +67,6 @@ def _check_window(ctx: InferContext, n: int, kernel: Sequence[Dim]) -> None:
         ctx.fail(f"kernel dims must be >= 1, found {list(kernel)}")
 
 
-def _pads_for(attrs: dict, spatial: Sequence[int], kernel: Sequence[int],
-              strides: Sequence[int], dilations: Sequence[int]) -> list[tuple[int, int]]:
-    """(begin, end) padding per spatial dim, resolving auto_pad."""
-    n = len(spatial)
-    auto_pad = attrs["auto_pad"]
-    if auto_pad == "VALID":
-        return [(0, 0)] * n
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        result = []
-        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=True):
-            out = -(-size // s)
-            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-            small, big = total // 2, total - total // 2
-            result.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
-        return result
-    pads = list(attrs.get("pads") or [0] * 2 * n)
-    return [(pads[i], pads[i + n]) for i in range(n)]
-
-
-def _out_size(size: int, k: int, s: int, d: int, pads: tuple[int, int], ceil: bool) -> int:
-    span = size + pads[0] + pads[1] - ((k - 1) * d + 1)
-    if span < 0:
-        return -1
-    if not ceil:
-        return span // s + 1
-    out = -(-span // s) + 1
-    if (out - 1) * s >= size + pads[0]:
-        out -= 1
-    return out
-
-
 def _spatial_out(ctx: InferContext, spatial: Sequence[Dim], kernel: Sequence[Dim],
                  ceil: bool = False) -> tuple[Dim, ...]:
     n = len(spatial)
@@ -126,35 +97,6 @@ def _x_type(ctx: InferContext, what: str = "X", ints: bool = False) -> TensorTyp
     if x.rank < 3:
         ctx.fail(f"{what} must have rank >= 3 ([N, C, spatial...]), found {x}")
     return x
-
-
-def _windows(x: np.ndarray, kernel: Sequence[int], strides: Sequence[int],
-             dilations: Sequence[int], out: Sequence[int]) -> np.ndarray:
-    """A view of padded `x` [N, C, *S] as [N, C, *out, *kernel] windows."""
-    n = len(kernel)
-    spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=True)]
-    view = np.lib.stride_tricks.sliding_window_view(x, spans, axis=tuple(range(2, 2 + n)))
-    index = (slice(None), slice(None))
-    index += tuple(slice(None, (o - 1) * s + 1, s) for o, s in zip(out, strides, strict=True))
-    index += tuple(slice(None, None, d) for d in dilations)
-    return view[index]
-
-
-def _geometry(attrs: dict, x: np.ndarray, kernel: Sequence[int], ceil: bool = False):
-    n = x.ndim - 2
-    strides = list(attrs.get("strides") or [1] * n)
-    dilations = list(attrs.get("dilations") or [1] * n)
-    spatial = x.shape[2:]
-    pads = _pads_for(attrs, spatial, kernel, strides, dilations)
-    out = [_out_size(spatial[i], kernel[i], strides[i], dilations[i], pads[i], ceil)
-           for i in range(n)]
-    # pad the end further where ceil mode needs input past the padded end
-    full = []
-    for i in range(n):
-        need = (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1
-        have = spatial[i] + pads[i][0] + pads[i][1]
-        full.append((pads[i][0], pads[i][1] + max(0, need - have)))
-    return strides, dilations, pads, full, out
 
 
 def _acc(dt: np.dtype) -> np.dtype:
@@ -228,39 +170,10 @@ _CONV_DOC = ("ONNX Conv: N-d, grouped (depthwise when group == C), optional bias
 define("conv", ("X", "W", "B?"), channels_last_infer(_conv_infer, 1),
        channels_last_kernel(_conv_kernel, 1), onnx="Conv", doc=_CONV_DOC, flops=conv_flops,
        tolerance="matmul", anchor="conv_epilogue",
-       attrs=[*_window_attrs(), AttrSpec("group", "int", 1), CHANNELS_LAST])
+       attrs=[*_window_attrs(), AttrSpec("group", "int", 1), CHANNELS_LAST], vjp=conv_grad.conv)
 
 
 # --- conv_transpose ---------------------------------------------------------------------
-
-
-def _convt_pads(attrs: dict, spatial: Sequence[int], kernel: Sequence[int]):
-    """(strides, dilations, output_padding, (begin, end) pads, output spatial dims)."""
-    n = len(spatial)
-    strides = list(attrs.get("strides") or [1] * n)
-    dilations = list(attrs.get("dilations") or [1] * n)
-    out_pad = list(attrs.get("output_padding") or [0] * n)
-    full = [s * (i - 1) + op + (k - 1) * d + 1 for i, k, s, d, op
-            in zip(spatial, kernel, strides, dilations, out_pad, strict=True)]
-    auto_pad = attrs["auto_pad"]
-    out_shape = attrs.get("output_shape")
-    if out_shape is not None and len(out_shape) == n + 2:
-        out_shape = out_shape[2:]
-    if out_shape is not None or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        target = list(out_shape) if out_shape is not None else [
-            i * s for i, s in zip(spatial, strides, strict=True)]
-        pads = []
-        for f, t in zip(full, target, strict=True):
-            total = f - t
-            small, big = total // 2, total - total // 2
-            pads.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
-    elif auto_pad == "VALID":
-        pads = [(0, 0)] * n
-    else:
-        raw = list(attrs.get("pads") or [0] * 2 * n)
-        pads = [(raw[i], raw[i + n]) for i in range(n)]
-    out = [f - p0 - p1 for f, (p0, p1) in zip(full, pads, strict=True)]
-    return strides, dilations, out_pad, pads, out
 
 
 def _convt_infer(ctx: InferContext) -> TensorType:
@@ -341,7 +254,7 @@ def _convt_kernel(ctx: KernelContext, x: np.ndarray, w: np.ndarray,
 
 
 define("conv_transpose", ("X", "W", "B?"), _convt_infer, _convt_kernel, onnx="ConvTranspose",
-       flops=conv_transpose_flops, tolerance="matmul",
+       flops=conv_transpose_flops, tolerance="matmul", vjp=conv_grad.conv_transpose,
        doc="ONNX ConvTranspose: W is [C, M/group, *kernel]; output_shape overrides pads.",
        attrs=[*_window_attrs(), AttrSpec("group", "int", 1),
               AttrSpec("output_padding", "ints", None), AttrSpec("output_shape", "ints", None)])
@@ -417,13 +330,14 @@ define("max_pool", ("X",), channels_last_infer(_pool_infer),
        channels_last_kernel(_max_pool_kernel), onnx="MaxPool", flops=pool_flops,
        tolerance="exact",
        attrs=[*_window_attrs(), _CEIL, AttrSpec("storage_order", "int", 0),
-              AttrSpec("num_outputs", "int", 1), CHANNELS_LAST],
+              AttrSpec("num_outputs", "int", 1), CHANNELS_LAST], vjp=conv_grad.max_pool,
        doc="ONNX MaxPool; num_outputs=2 adds Indices (i64 flat indices into X); "
            "channels_last: X [N, *S, C], one output.")
 define("average_pool", ("X",), channels_last_infer(_pool_infer),
        channels_last_kernel(_avg_pool_kernel), onnx="AveragePool", flops=pool_flops,
        tolerance="reduction",
        attrs=[*_window_attrs(), _CEIL, AttrSpec("count_include_pad", "int", 0), CHANNELS_LAST],
+       vjp=conv_grad.average_pool,
        doc="ONNX AveragePool; count_include_pad counts explicit pads, never ceil-mode ones; "
            "channels_last: X [N, *S, C].")
 
@@ -442,9 +356,9 @@ def _global(reduce):
 
 
 define("global_max_pool", ("X",), _global_pool_infer, _global(np.max), onnx="GlobalMaxPool",
-       flops=per_input_element(1), tolerance="exact",
+       flops=per_input_element(1), tolerance="exact", vjp=nn_grad.global_max_pool,
        doc="ONNX GlobalMaxPool: max over all spatial dims, kept as 1s.")
 define("global_average_pool", ("X",), _global_pool_infer, _global(np.mean),
        onnx="GlobalAveragePool", doc="ONNX GlobalAveragePool: mean over all spatial dims.",
-       flops=per_input_element(1), tolerance="reduction")
+       flops=per_input_element(1), tolerance="reduction", vjp=nn_grad.global_average_pool)
 

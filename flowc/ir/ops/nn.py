@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowc.ir.ops import matmul_grad
+from flowc.ir.ops import matmul_grad, nn_grad
 from flowc.ir.ops.cost import gemm_flops, matmul_flops, per_input_element
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.ops.rules import broadcast_shapes, normalize_axis, require_dtype, same_dtype
@@ -185,7 +185,7 @@ define("batch_normalization", ("X", "scale", "B", "input_mean", "input_var"),
        _batch_norm_infer, _batch_norm_kernel, onnx="BatchNormalization",
        flops=per_input_element(4), tolerance="reduction",
        attrs=[AttrSpec("epsilon", "float", 1e-5), AttrSpec("momentum", "float", 0.9),
-              AttrSpec("training_mode", "int", 0)],
+              AttrSpec("training_mode", "int", 0)], vjp=nn_grad.batch_normalization,
        doc="ONNX BatchNormalization-15: per-channel (dim 1) affine. With training_mode=1 "
            "it normalizes with the batch's statistics and has three results: Y, "
            "running_mean and running_var (input * momentum + batch * (1 - momentum)).")
@@ -244,6 +244,7 @@ define("layer_normalization", ("X", "Scale", "B?"), _layer_norm_infer, _layer_no
        onnx="LayerNormalization", flops=per_input_element(8), tolerance="reduction",
        attrs=[AttrSpec("axis", "int", -1), AttrSpec("epsilon", "float", 1e-5),
               AttrSpec("stash_type", "int", 1), AttrSpec("num_outputs", "int", 1)],
+       vjp=nn_grad.layer_normalization,
        doc="ONNX LayerNormalization over dims [axis, rank); statistics in f64. "
            "num_outputs (1-3) selects Y, Mean, InvStdDev (Mean and InvStdDev keep the "
            "normalized dims as 1s).")
@@ -275,7 +276,9 @@ def _softmax_kernel(log: bool):
 
 define("softmax", ("x",), _softmax_infer, _softmax_kernel(False), onnx="Softmax",
        flops=per_input_element(5), tolerance="reduction",
-       attrs=[AttrSpec("axis", "int", -1)], doc="ONNX Softmax (opset 13): along one axis.")
+       attrs=[AttrSpec("axis", "int", -1)], doc="ONNX Softmax (opset 13): along one axis.",
+       vjp=nn_grad.softmax)
 define("log_softmax", ("x",), _softmax_infer, _softmax_kernel(True), onnx="LogSoftmax",
        flops=per_input_element(6), tolerance="reduction",
-       attrs=[AttrSpec("axis", "int", -1)], doc="ONNX LogSoftmax (opset 13): along one axis.")
+       attrs=[AttrSpec("axis", "int", -1)], doc="ONNX LogSoftmax (opset 13): along one axis.",
+       vjp=nn_grad.log_softmax)

@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 
+from flowc.ir.ops import gather_grad
 from flowc.ir.ops import shape_grad as grad
 from flowc.ir.ops.registry import PURE, SELECTS, VIEW, AttrSpec, InferContext, define
 from flowc.ir.ops.rules import broadcast_shapes, const_ints, normalize_axis, shape_product
@@ -344,7 +345,7 @@ def _gather_kernel(ctx, x, idx):
 
 
 define("gather", ("data", "indices"), _gather_infer, _gather_kernel, onnx="Gather",
-       attrs=[AttrSpec("axis", "int", 0)], traits=(PURE, SELECTS))
+       attrs=[AttrSpec("axis", "int", 0)], traits=(PURE, SELECTS), vjp=gather_grad.gather)
 
 
 # ---------------------------------------------------------------- pad
@@ -542,6 +543,7 @@ def _gather_elements_kernel(ctx, x, idx):
 
 define("gather_elements", ("data", "indices"), _gather_elements_infer, _gather_elements_kernel,
        onnx="GatherElements", attrs=[AttrSpec("axis", "int", 0)],
+       vjp=gather_grad.gather_elements,
        doc="ONNX GatherElements: out[i][j] = data[indices[i][j]][j] (axis 0), negative "
            "indices counted from the end.")
 

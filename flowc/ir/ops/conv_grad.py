@@ -1,0 +1,177 @@
+"""Vjp rules of conv, conv_transpose and average_pool (`conv.py` names each in its
+`define`), written with the window ops themselves so that they reuse their lowerings:
+
+- the input gradient of a conv is a conv_transpose of the cotangent with the same filter,
+  strides, dilations, group and begin pads (its end pads chosen so the result has X's
+  size; input that no window read gets zeros by a `pad`);
+- the filter gradient is a conv whose batch is X's channels (per group) and whose filter is
+  the cotangent: dW[m, c, k] = sum_n,o dy[n, m, o] x[n, c, o*s + k*d - b], i.e. a conv with
+  strides and dilations swapped (X sliced where its end was never read);
+- a conv_transpose is the transpose of the conv with its filter: its input gradient is that
+  conv of the cotangent, its filter gradient the filter gradient of that conv;
+- max_pool's gradient reruns the pool with Indices and adds the cotangent at each
+  window's first maximum (`scatter_add`);
+- average_pool's gradient divides the cotangent by each window's count (count_include_pad
+  as the forward op counts) and spreads it with a depthwise conv_transpose of ones.
+
+Spatial and channel dims must be static (the batch dim may be symbolic). Gradients are
+taken before the channels-last pass: a channels_last node is refused, as are
+conv_transposes whose output_shape or auto_pad resolves to negative pads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowc.ir.errors import GradientError
+from flowc.ir.ops.gather_grad import scatter_flat
+from flowc.ir.ops.registry import Vjp
+from flowc.ir.ops.window import _convt_pads, _pads_for, _windows
+from flowc.ir.ops.window import _geometry as geometry
+
+
+def _geometry(g, kernel):
+    """(strides, dilations, begin pads, out dims) of a conv or pool node."""
+    if g.attrs.get("channels_last"):
+        raise GradientError(f"gradient of {g.node.label()}: channels_last nodes come after "
+                            "differentiation (the channels-last pass); differentiate first")
+    spatial = g.static_shape(g.in_type(0), "the window geometry")[2:]
+    n = len(spatial)
+    strides = list(g.attrs.get("strides") or [1] * n)
+    dilations = list(g.attrs.get("dilations") or [1] * n)
+    pads = _pads_for(g.attrs, spatial, kernel, strides, dilations)
+    out = g.static_shape(g.out_type(), "the window geometry")[2:]
+    return strides, dilations, [p[0] for p in pads], list(out)
+
+
+def input_grad(g, ct, w, group, strides, dilations, begin, spatial):
+    """d x [N, C, *spatial] of y = conv(x, w) (ONNX layout, begin pads `begin`) given the
+    cotangent `ct` [N, M, *O] of y."""
+    kernel = g.static_shape(w.type, "a filter")[2:]
+    out = g.static_shape(ct.type.with_shape(ct.type.shape[2:]), "the window geometry")
+    span = [s * (o - 1) + (k - 1) * d + 1 for s, o, k, d
+            in zip(strides, out, kernel, dilations, strict=True)]
+    end = [sp - b - size for sp, b, size in zip(span, begin, spatial, strict=True)]
+    dx = g.op("conv_transpose", ct, w, group=group, strides=list(strides),
+              dilations=list(dilations), pads=[*begin, *(max(e, 0) for e in end)])
+    if any(e < 0 for e in end):  # trailing input no window read: zero gradient
+        rank = len(spatial) + 2
+        pads = [0] * rank + [0, 0, *(max(-e, 0) for e in end)]
+        dx = g.op("pad", dx, g.ints(pads))
+    return dx
+
+
+def filter_grad(g, x, ct, group, strides, dilations, begin, kernel):
+    """d w [M, C/group, *kernel] of y = conv(x, w) given the cotangent `ct` [N, M, *O]."""
+    xs = g.static_shape(x.type.with_shape(x.type.shape[1:]), "a filter gradient")
+    c, spatial = xs[0], xs[1:]
+    out = g.static_shape(ct.type.with_shape(ct.type.shape[2:]), "a filter gradient")
+    rank = len(spatial) + 2
+    end = [(o - 1) * s + (k - 1) * d + 1 - size - b for o, s, k, d, size, b
+           in zip(out, strides, kernel, dilations, spatial, begin, strict=True)]
+    if any(e < 0 for e in end):  # drop the trailing input no window read
+        axes = [i + 2 for i, e in enumerate(end) if e < 0]
+        ends = [spatial[i - 2] + end[i - 2] for i in axes]
+        x = g.op("slice", x, g.ints([0] * len(axes)), g.ints(ends), g.ints(axes))
+    swap = [1, 0, *range(2, rank)]
+    if group == 1:
+        batch = g.op("transpose", x, perm=swap)
+    else:  # [N, g, C/g, *S] -> [C/g, g * N, *S]: each group's channels as one batch
+        cg = c // group
+        grouped = g.op("reshape", x, g.ints([-1, group, cg, *x.type.shape[2:]]))
+        moved = g.op("transpose", grouped, perm=[2, 1, 0, *range(3, rank + 1)])
+        batch = g.op("reshape", moved, g.ints([cg, -1, *x.type.shape[2:]]))
+    taps = g.op("transpose", ct, perm=swap)
+    dw = g.op("conv", batch, taps, group=group, strides=list(dilations),
+              dilations=list(strides), pads=[*begin, *(max(e, 0) for e in end)])
+    return g.op("transpose", dw, perm=swap)
+
+
+def _bias(g, ct):
+    return g.op("reduce_sum", ct, g.ints([0, *range(2, ct.type.rank)]), keepdims=0)
+
+
+def _conv(g, cts):
+    ct = cts[0]
+    kernel = list(g.static_shape(g.in_type(1), "a filter")[2:])
+    strides, dilations, begin, _ = _geometry(g, kernel)
+    group = g.attrs["group"]
+    spatial = g.in_type(0).shape[2:]
+    grads = [None] * g.num_inputs
+    if g.wants(0):
+        grads[0] = input_grad(g, ct, g.input(1), group, strides, dilations, begin, spatial)
+    if g.wants(1):
+        grads[1] = filter_grad(g, g.input(0), ct, group, strides, dilations, begin, kernel)
+    if g.num_inputs > 2 and g.wants(2):
+        grads[2] = _bias(g, ct)
+    return grads
+
+
+def _conv_transpose(g, cts):
+    ct = cts[0]
+    spatial = list(g.static_shape(g.in_type(0), "the window geometry")[2:])
+    kernel = list(g.static_shape(g.in_type(1), "a filter")[2:])
+    strides, dilations, _, pads, _ = _convt_pads(g.attrs, spatial, kernel)
+    if any(p < 0 for pair in pads for p in pair):
+        raise GradientError(f"gradient of {g.node.label()}: its output_shape/auto_pad "
+                            f"resolve to negative pads {pads}")
+    begin = [p[0] for p in pads]
+    group = g.attrs["group"]
+    grads = [None] * g.num_inputs
+    if g.wants(0):
+        dx = g.op("conv", ct, g.input(1), group=group, strides=strides, dilations=dilations,
+                  pads=[*begin, *(p[1] for p in pads)])
+        if list(dx.type.shape[2:]) != spatial:  # output_padding past a stride: extra rows
+            rank = len(spatial) + 2
+            dx = g.op("slice", dx, g.ints([0] * (rank - 2)), g.ints(spatial),
+                      g.ints(range(2, rank)))
+        grads[0] = dx
+    if g.wants(1):
+        grads[1] = filter_grad(g, ct, g.input(0), group, strides, dilations, begin, kernel)
+    if g.num_inputs > 2 and g.wants(2):
+        grads[2] = _bias(g, ct)
+    return grads
+
+
+def _average_pool(g, cts):
+    kernel = list(g.attrs["kernel_shape"])
+    strides, dilations, begin, _ = _geometry(g, kernel)
+    t = g.in_type(0)
+    c, spatial = t.shape[1], list(t.shape[2:])
+    if not isinstance(c, int):
+        raise GradientError(f"gradient of {g.node.label()}: needs a static channel dim, "
+                            f"found {t}")
+    ct = g.op("div", cts[0], g.const(_window_counts(g.attrs, kernel, spatial, t.dtype.np)))
+    ones = g.const(np.ones((c, 1, *kernel), t.dtype.np))
+    return [input_grad(g, ct, ones, c, strides, dilations, begin, spatial)]
+
+
+def _window_counts(attrs, kernel, spatial, dtype) -> np.ndarray:
+    """[*O]: what each average_pool window divides by, counted as its kernel counts it."""
+    probe = np.zeros((1, 1, *spatial))
+    strides, dilations, pads, full, out = geometry(attrs, probe, kernel,
+                                                   bool(attrs["ceil_mode"]))
+    if attrs["count_include_pad"]:
+        mask = np.pad(np.ones(spatial), pads, constant_values=1)
+        mask = np.pad(mask, [(0, f[1] - p[1]) for f, p in zip(full, pads, strict=True)])
+    else:
+        mask = np.pad(np.ones(spatial), full)
+    axes = tuple(range(-len(kernel), 0))
+    counts = _windows(mask[None, None], kernel, strides, dilations, out).sum(axis=axes)
+    return counts[0, 0].astype(dtype)
+
+
+def _max_pool(g, cts):
+    """The forward pool again with Indices (flat positions in X of each window's first
+    maximum, as torch routes), then the cotangent added there."""
+    _geometry(g, list(g.attrs["kernel_shape"]))  # refuses channels_last and dynamic dims
+    attrs = {**{k: v for k, v in g.attrs.items() if v is not None}, "num_outputs": 2,
+             "storage_order": 0}
+    indices = g.emit("max_pool", [g.input(0)], attrs).out(1)
+    return [scatter_flat(g, indices, cts[0])]
+
+
+conv = Vjp(_conv, inputs=(0, 1))
+max_pool = Vjp(_max_pool, inputs=(0,))
+conv_transpose = Vjp(_conv_transpose, inputs=(0, 1))
+average_pool = Vjp(_average_pool)

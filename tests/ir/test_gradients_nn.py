@@ -1,0 +1,162 @@
+"""Vjp rules of the nn, conv, pool, norm and gather ops (flowc/ir/ops/nn_grad.py,
+conv_grad.py) against central finite differences in f64 (tests/ir/gradcheck.py), on random
+shapes with strides, pads, dilations, groups (depthwise included), auto_pad and ceil mode;
+batch normalization in both forms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from gradcheck import check_gradient
+
+from flowc.ir import Graph
+from flowc.ir.autodiff import GradientError, gradients
+from flowc.ir.build import make_node
+from flowc.ir.types import TensorType, f64
+
+RNG = np.random.default_rng(23)
+
+
+def f(*shape):
+    return RNG.standard_normal(shape)
+
+
+def pos(*shape):
+    return RNG.uniform(0.5, 2.0, shape)
+
+
+def apart(*shape):
+    """Values at least 0.1 apart (no ties in a max)."""
+    n = int(np.prod(shape))
+    return (RNG.permutation(np.arange(1, n + 1)) * 0.1 * RNG.choice([-1, 1], n)).reshape(shape)
+
+
+CONV = [
+    ([f(2, 3, 5, 6), f(4, 3, 3, 3), f(4)], {}),
+    ([f(2, 4, 7, 6), f(6, 2, 3, 2)], {"group": 2, "strides": [2, 1], "pads": [1, 0, 2, 1],
+                                      "dilations": [1, 2]}),
+    ([f(1, 4, 6, 6), f(4, 1, 3, 3), f(4)], {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ([f(2, 3, 8, 5), f(2, 3, 3, 3)], {"strides": [2, 3]}),  # trailing input never read
+    ([f(1, 2, 5, 7), f(3, 2, 2, 3)], {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ([f(2, 2, 9), f(4, 1, 3)], {"group": 2, "dilations": [3], "pads": [2, 0]}),
+    ([f(1, 2, 4, 3, 4), f(2, 2, 2, 1, 2)], {"strides": [1, 2, 1], "pads": [0, 1, 0, 1, 0, 1]}),
+]
+
+
+@pytest.mark.parametrize("operands,attrs", CONV)
+def test_conv(operands, attrs):
+    check_gradient("conv", operands, attrs)
+
+
+CONV_TRANSPOSE = [
+    ([f(2, 4, 3, 3), f(4, 3, 3, 3), f(3)], {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                           "output_padding": [1, 0]}),
+    ([f(1, 4, 3, 4), f(4, 2, 2, 2)], {"group": 2, "dilations": [2, 1], "strides": [1, 2]}),
+    ([f(1, 2, 3, 3), f(2, 1, 2, 2)], {"strides": [1, 1], "dilations": [3, 3],
+                                      "output_padding": [2, 0]}),  # output_padding >= stride
+]
+
+
+@pytest.mark.parametrize("operands,attrs", CONV_TRANSPOSE)
+def test_conv_transpose(operands, attrs):
+    check_gradient("conv_transpose", operands, attrs)
+
+
+AVERAGE_POOL = [
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (2, 3, 6, 7)),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+     (1, 2, 6, 7)),
+    ({"kernel_shape": [2, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [0, 1, 0, 1]},
+     (1, 2, 5, 6)),
+    ({"kernel_shape": [2, 2], "dilations": [2, 1], "strides": [3, 1]}, (1, 2, 8, 4)),
+    ({"kernel_shape": [3], "auto_pad": "SAME_LOWER", "strides": [2]}, (2, 2, 7)),
+]
+
+
+@pytest.mark.parametrize("attrs,shape", AVERAGE_POOL)
+def test_average_pool(attrs, shape):
+    ops = check_gradient("average_pool", [f(*shape)], attrs)
+    assert "conv_transpose" in ops
+
+
+MAX_POOL = [
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, (2, 3, 6, 7)),
+    ({"kernel_shape": [2, 3], "strides": [2, 2], "ceil_mode": 1}, (1, 2, 5, 6)),
+    ({"kernel_shape": [2, 2], "dilations": [2, 1], "strides": [1, 1]}, (1, 2, 5, 4)),
+    ({"kernel_shape": [3], "auto_pad": "SAME_UPPER", "strides": [2]}, (2, 2, 7)),
+]
+
+
+@pytest.mark.parametrize("attrs,shape", MAX_POOL)
+def test_max_pool(attrs, shape):
+    ops = check_gradient("max_pool", [apart(*shape)], attrs)
+    assert "scatter_add" in ops
+
+
+GATHERS = [
+    ("gather", [f(5, 3), np.array([4, 0, 4, -1, 2])], {}),  # duplicates and negatives
+    ("gather", [f(2, 4, 3), np.array([[1, -4], [1, 3]])], {"axis": 1}),
+    ("gather", [f(3, 4), np.array(-2)], {"axis": 1}),  # a scalar index drops the axis
+    ("gather", [f(2, 3), np.array([2, 2, 0], np.int32)], {"axis": -1}),
+    ("gather_elements", [f(3, 4), np.array([[0, 2, -1, 2], [2, 2, 0, 1]])], {}),
+    ("gather_elements", [f(2, 3, 4), RNG.integers(-4, 4, (2, 3, 2))], {"axis": 2}),
+    ("scatter_add", [f(4, 3), np.array([3, -1, 0]), f(3, 3)], {}),
+    ("scatter_add", [f(2, 5), np.array([[1, 1], [4, 0]]), f(2, 2, 2)], {"axis": 1}),
+]
+
+
+@pytest.mark.parametrize("op,operands,attrs", GATHERS)
+def test_gathers_scatter_back(op, operands, attrs):
+    check_gradient(op, operands, attrs, consts=(1,))
+
+
+NORMS = [
+    ("softmax", [f(2, 3, 4)], {"axis": 1}),
+    ("softmax", [f(3, 5)], {}),
+    ("log_softmax", [f(2, 3, 4)], {"axis": 0}),
+    ("log_softmax", [f(4, 6)], {}),
+    ("layer_normalization", [f(2, 3, 4), f(4), f(4)], {}),
+    ("layer_normalization", [f(2, 3, 4), f(3, 4)], {"axis": 1}),
+    ("layer_normalization", [f(3, 5), f(5), f(1)], {"num_outputs": 3, "stash_type": 0}),
+    ("batch_normalization", [f(2, 3, 4, 2), f(3), f(3), f(3), pos(3)], {}),
+    ("batch_normalization", [f(4, 3), f(3), f(3), f(3), pos(3)], {"epsilon": 0.1}),
+    ("batch_normalization", [f(3, 2, 4), f(2), f(2), f(2), pos(2)],
+     {"training_mode": 1, "momentum": 0.8}),
+    ("batch_normalization", [f(2, 3, 3, 2), f(3), f(3), f(3), pos(3)], {"training_mode": 1}),
+    ("global_average_pool", [f(2, 3, 4, 5)], {}),
+    ("global_max_pool", [apart(2, 3, 4, 5)], {}),
+]
+
+
+@pytest.mark.parametrize("op,operands,attrs", NORMS)
+def test_norms_softmax_global_pools(op, operands, attrs):
+    check_gradient(op, operands, attrs)
+
+
+# the ops whose rules this file checks (test_gradients.py asks every rule for a case)
+TESTED = {"conv", "conv_transpose", "average_pool", "max_pool",
+          *(op for op, _, _ in NORMS + GATHERS)}
+
+
+def test_conv_gradient_ops_are_window_ops():
+    ops = check_gradient("conv", [f(1, 2, 4, 4), f(3, 2, 3, 3)], {"pads": [1, 1, 1, 1]})
+    assert {"conv", "conv_transpose"} <= ops
+
+
+def _one_node(op, shapes, attrs):
+    graph = Graph("g")
+    xs = [graph.add_input(f"x{i}", TensorType(f64, s)) for i, s in enumerate(shapes)]
+    node = graph.append(make_node(op, xs, attrs, name="y"))
+    return graph, node, xs
+
+
+def test_channels_last_conv_is_refused_naming_the_node():
+    graph, node, xs = _one_node("conv", [(1, 4, 4, 2), (3, 3, 2, 5)], {"channels_last": True})
+    with pytest.raises(GradientError, match=r"conv.*'y'|y.*channels_last"):
+        gradients(graph, [node.out()], xs)
+
+
+def test_symbolic_spatial_dims_are_refused_naming_the_node():
+    graph, node, xs = _one_node("conv", [(1, 2, None, 4), (3, 2, 3, 3)], {})
+    with pytest.raises(GradientError, match=r"y.*static"):
+        gradients(graph, [node.out()], xs)
