@@ -12,7 +12,9 @@ from gradcheck import check_gradient
 from flowc.ir import Graph
 from flowc.ir.autodiff import GradientError, gradients
 from flowc.ir.build import make_node
+from flowc.ir.interpret import interpret
 from flowc.ir.types import TensorType, f64
+from flowc.ir.verifier import verify
 
 RNG = np.random.default_rng(23)
 
@@ -160,3 +162,35 @@ def test_symbolic_spatial_dims_are_refused_naming_the_node():
     graph, node, xs = _one_node("conv", [(1, 2, None, 4), (3, 2, 3, 3)], {})
     with pytest.raises(GradientError, match=r"y.*static"):
         gradients(graph, [node.out()], xs)
+
+
+SYMBOLIC_BATCH = [
+    ("conv", [f(2, 4, 6, 5), f(6, 2, 3, 3)], {"group": 2, "strides": [2, 1],
+                                              "pads": [1, 1, 0, 0]}),
+    ("conv_transpose", [f(2, 2, 3, 3), f(2, 3, 2, 2)], {"strides": [2, 2]}),
+    ("max_pool", [apart(2, 2, 5, 5)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("average_pool", [f(2, 2, 5, 5)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("batch_normalization", [f(3, 2, 4), f(2), f(2), f(2), pos(2)], {"training_mode": 1}),
+    ("layer_normalization", [f(2, 3, 4), f(4), f(4)], {}),
+    ("global_average_pool", [f(2, 3, 4)], {}),
+]
+
+
+@pytest.mark.parametrize("op,operands,attrs", SYMBOLIC_BATCH)
+def test_rules_take_a_symbolic_batch_dim(op, operands, attrs):
+    """The same gradients with X's batch dim symbolic ("N") as with it static."""
+    results = []
+    for batch in ("N", operands[0].shape[0]):
+        graph = Graph("g")
+        types = [TensorType(f64, (batch, *operands[0].shape[1:]))] + [
+            TensorType(f64, a.shape) for a in operands[1:]]
+        xs = [graph.add_input(f"x{i}", t) for i, t in enumerate(types)]
+        node = graph.append(make_node(op, xs, attrs, name="y"))
+        grads = gradients(graph, list(node.outputs), xs)
+        for i, grad in enumerate(grads):
+            graph.add_output(f"d{i}", grad)
+        verify(graph)
+        feeds = {f"x{i}": a for i, a in enumerate(operands)}
+        results.append(interpret(graph, feeds))
+    for name, value in results[1].items():
+        np.testing.assert_allclose(results[0][name], value, rtol=1e-12, err_msg=name)
