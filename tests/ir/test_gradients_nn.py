@@ -42,7 +42,17 @@ CONV = [
     ([f(1, 2, 5, 7), f(3, 2, 2, 3)], {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ([f(2, 2, 9), f(4, 1, 3)], {"group": 2, "dilations": [3], "pads": [2, 0]}),
     ([f(1, 2, 4, 3, 4), f(2, 2, 2, 1, 2)], {"strides": [1, 2, 1], "pads": [0, 1, 0, 1, 0, 1]}),
+    ([f(2, 3, 6, 7), f(4, 3, 1, 1)], {"strides": [2, 2]}),  # a 1x1 downsample: s > k
+    ([f(1, 2, 11), f(3, 2, 4)], {"strides": [3], "pads": [2, 1]}),
+    ([f(1, 2, 9, 8), f(2, 2, 3, 3)], {"strides": [3, 2], "pads": [0, 2, 1, 0]}),
 ]
+
+
+def test_strided_conv_input_gradient_interleaves_phases():
+    """No conv_transpose over a cotangent dilated with holes: one per stride phase."""
+    ops = check_gradient("conv", [f(1, 2, 7, 6), f(3, 2, 3, 3)], {"strides": [2, 2],
+                                                                  "pads": [1, 1, 1, 1]})
+    assert "concat" in ops
 
 
 @pytest.mark.parametrize("operands,attrs", CONV)

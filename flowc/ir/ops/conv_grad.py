@@ -21,6 +21,8 @@ conv_transposes whose output_shape or auto_pad resolves to negative pads.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from flowc.ir.errors import GradientError
@@ -28,6 +30,8 @@ from flowc.ir.ops.gather_grad import scatter_flat
 from flowc.ir.ops.registry import Vjp
 from flowc.ir.ops.window import _convt_pads, _pads_for, _windows
 from flowc.ir.ops.window import _geometry as geometry
+
+_FAR = 2**62  # a slice end past every axis
 
 
 def _geometry(g, kernel):
@@ -54,6 +58,9 @@ def input_grad(g, ct, w, group, strides, dilations, begin, spatial, out):
     """d x [N, C, *spatial] of y = conv(x, w) (ONNX layout, begin pads `begin`) given the
     cotangent `ct` [N, M, *out] of y."""
     kernel = _dims(g, w.type, "a filter")
+    if any(s > 1 for s in strides) and all(d == 1 for d in dilations) and all(
+            s <= k for s, k in zip(strides, kernel, strict=True)):
+        return _phased_input_grad(g, ct, w, group, strides, begin, spatial, out, kernel)
     span = [s * (o - 1) + (k - 1) * d + 1 for s, o, k, d
             in zip(strides, out, kernel, dilations, strict=True)]
     end = [sp - b - size for sp, b, size in zip(span, begin, spatial, strict=True)]
@@ -64,6 +71,40 @@ def input_grad(g, ct, w, group, strides, dilations, begin, spatial, out):
         pads = [0] * rank + [0, 0, *(max(-e, 0) for e in end)]
         dx = g.op("pad", dx, g.ints(pads))
     return dx
+
+
+def _phased_input_grad(g, ct, w, group, strides, begin, spatial, out, kernel):
+    """`input_grad` of a strided, undilated conv without the holes of a dilated cotangent:
+    the padded input positions P = q*s + p of one phase p (per dim) take the stride-1
+    conv_transpose of the cotangent with the filter taps k = p, p+s, ...; the phases,
+    padded or cropped to ceil((b + S) / s) positions each, interleave (unsqueeze, concat,
+    reshape) and the pads are sliced off."""
+    n, rank = len(spatial), len(spatial) + 2
+    lengths = [-(-(b + size) // s) for b, size, s in zip(begin, spatial, strides, strict=True)]
+    phases = {}
+    for p in itertools.product(*(range(s) for s in strides)):
+        taps = g.op("slice", w, g.ints(p), g.ints([_FAR] * n), g.ints(range(2, rank)),
+                    g.ints(strides))
+        part = g.op("conv_transpose", ct, taps, group=group)
+        have = [o + -(-(k - q) // s) - 1 for o, k, q, s in zip(out, kernel, p, strides,
+                                                                 strict=True)]
+        if have != lengths:
+            grow = [size - h for size, h in zip(lengths, have, strict=True)]
+            part = g.op("pad", part, g.ints([0] * rank + [0, 0, *grow]))
+        phases[p] = g.op("unsqueeze", part, g.ints([3 + 2 * i for i in range(n)]))
+
+    def interleave(prefix: tuple[int, ...]):
+        """[N, C, L0, s0, ...]: the phases starting with `prefix`, interleaved."""
+        if len(prefix) == n:
+            return phases[prefix]
+        parts = [interleave((*prefix, q)) for q in range(strides[len(prefix)])]
+        return parts[0] if len(parts) == 1 else g.op("concat", *parts, axis=3 + 2 * len(prefix))
+
+    channels = w.type.shape[1] * group
+    merged = g.op("reshape", interleave(()), g.ints(
+        [-1, channels, *(size * s for size, s in zip(lengths, strides, strict=True))]))
+    return g.op("slice", merged, g.ints(begin), g.ints([b + size for b, size in zip(
+        begin, spatial, strict=True)]), g.ints(range(2, rank)))
 
 
 def filter_grad(g, x, ct, group, strides, dilations, begin, kernel, x_dims, out):
