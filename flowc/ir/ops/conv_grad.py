@@ -10,7 +10,8 @@
 - a conv_transpose is the transpose of the conv with its filter: its input gradient is that
   conv of the cotangent, its filter gradient the filter gradient of that conv;
 - max_pool's gradient reruns the pool with Indices and adds the cotangent at each
-  window's first maximum (`scatter_add`);
+  window's first maximum (`scatter_add`); a window whose elements are all -inf (or NaN)
+  has Indices -1 (its first tap is padding), which lands on X's last element;
 - average_pool's gradient divides the cotangent by each window's count (count_include_pad
   as the forward op counts) and spreads it with a depthwise conv_transpose of ones.
 
