@@ -40,6 +40,7 @@ CONV = [
     ([f(1, 4, 6, 6), f(4, 1, 3, 3), f(4)], {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ([f(2, 3, 8, 5), f(2, 3, 3, 3)], {"strides": [2, 3]}),  # trailing input never read
     ([f(1, 2, 5, 7), f(3, 2, 2, 3)], {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ([f(1, 2, 6, 5), f(2, 1, 3, 2)], {"auto_pad": "SAME_LOWER", "group": 2}),
     ([f(2, 2, 9), f(4, 1, 3)], {"group": 2, "dilations": [3], "pads": [2, 0]}),
     ([f(1, 2, 4, 3, 4), f(2, 2, 2, 1, 2)], {"strides": [1, 2, 1], "pads": [0, 1, 0, 1, 0, 1]}),
     ([f(2, 3, 6, 7), f(4, 3, 1, 1)], {"strides": [2, 2]}),  # a 1x1 downsample: s > k
@@ -66,6 +67,7 @@ CONV_TRANSPOSE = [
     ([f(1, 4, 3, 4), f(4, 2, 2, 2)], {"group": 2, "dilations": [2, 1], "strides": [1, 2]}),
     ([f(1, 2, 3, 3), f(2, 1, 2, 2)], {"strides": [1, 1], "dilations": [3, 3],
                                       "output_padding": [2, 0]}),  # output_padding >= stride
+    ([f(1, 2, 3, 3), f(2, 2, 3, 3)], {"strides": [2, 2], "output_shape": [6, 5]}),
 ]
 
 
