@@ -12,7 +12,9 @@ from gradcheck import check_gradient
 from flowc.ir import Graph
 from flowc.ir.autodiff import GradientError, gradients
 from flowc.ir.build import make_node
+from flowc.ir.interpret import interpret
 from flowc.ir.types import TensorType, f64
+from flowc.ir.verifier import verify
 
 RNG = np.random.default_rng(23)
 
@@ -38,9 +40,20 @@ CONV = [
     ([f(1, 4, 6, 6), f(4, 1, 3, 3), f(4)], {"group": 4, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ([f(2, 3, 8, 5), f(2, 3, 3, 3)], {"strides": [2, 3]}),  # trailing input never read
     ([f(1, 2, 5, 7), f(3, 2, 2, 3)], {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ([f(1, 2, 6, 5), f(2, 1, 3, 2)], {"auto_pad": "SAME_LOWER", "group": 2}),
     ([f(2, 2, 9), f(4, 1, 3)], {"group": 2, "dilations": [3], "pads": [2, 0]}),
     ([f(1, 2, 4, 3, 4), f(2, 2, 2, 1, 2)], {"strides": [1, 2, 1], "pads": [0, 1, 0, 1, 0, 1]}),
+    ([f(2, 3, 6, 7), f(4, 3, 1, 1)], {"strides": [2, 2]}),  # a 1x1 downsample: s > k
+    ([f(1, 2, 11), f(3, 2, 4)], {"strides": [3], "pads": [2, 1]}),
+    ([f(1, 2, 9, 8), f(2, 2, 3, 3)], {"strides": [3, 2], "pads": [0, 2, 1, 0]}),
 ]
+
+
+def test_strided_conv_input_gradient_interleaves_phases():
+    """No conv_transpose over a cotangent dilated with holes: one per stride phase."""
+    ops = check_gradient("conv", [f(1, 2, 7, 6), f(3, 2, 3, 3)], {"strides": [2, 2],
+                                                                  "pads": [1, 1, 1, 1]})
+    assert "concat" in ops
 
 
 @pytest.mark.parametrize("operands,attrs", CONV)
@@ -54,6 +67,7 @@ CONV_TRANSPOSE = [
     ([f(1, 4, 3, 4), f(4, 2, 2, 2)], {"group": 2, "dilations": [2, 1], "strides": [1, 2]}),
     ([f(1, 2, 3, 3), f(2, 1, 2, 2)], {"strides": [1, 1], "dilations": [3, 3],
                                       "output_padding": [2, 0]}),  # output_padding >= stride
+    ([f(1, 2, 3, 3), f(2, 2, 3, 3)], {"strides": [2, 2], "output_shape": [6, 5]}),
 ]
 
 
@@ -160,3 +174,35 @@ def test_symbolic_spatial_dims_are_refused_naming_the_node():
     graph, node, xs = _one_node("conv", [(1, 2, None, 4), (3, 2, 3, 3)], {})
     with pytest.raises(GradientError, match=r"y.*static"):
         gradients(graph, [node.out()], xs)
+
+
+SYMBOLIC_BATCH = [
+    ("conv", [f(2, 4, 6, 5), f(6, 2, 3, 3)], {"group": 2, "strides": [2, 1],
+                                              "pads": [1, 1, 0, 0]}),
+    ("conv_transpose", [f(2, 2, 3, 3), f(2, 3, 2, 2)], {"strides": [2, 2]}),
+    ("max_pool", [apart(2, 2, 5, 5)], {"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ("average_pool", [f(2, 2, 5, 5)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+    ("batch_normalization", [f(3, 2, 4), f(2), f(2), f(2), pos(2)], {"training_mode": 1}),
+    ("layer_normalization", [f(2, 3, 4), f(4), f(4)], {}),
+    ("global_average_pool", [f(2, 3, 4)], {}),
+]
+
+
+@pytest.mark.parametrize("op,operands,attrs", SYMBOLIC_BATCH)
+def test_rules_take_a_symbolic_batch_dim(op, operands, attrs):
+    """The same gradients with X's batch dim symbolic ("N") as with it static."""
+    results = []
+    for batch in ("N", operands[0].shape[0]):
+        graph = Graph("g")
+        types = [TensorType(f64, (batch, *operands[0].shape[1:]))] + [
+            TensorType(f64, a.shape) for a in operands[1:]]
+        xs = [graph.add_input(f"x{i}", t) for i, t in enumerate(types)]
+        node = graph.append(make_node(op, xs, attrs, name="y"))
+        grads = gradients(graph, list(node.outputs), xs)
+        for i, grad in enumerate(grads):
+            graph.add_output(f"d{i}", grad)
+        verify(graph)
+        feeds = {f"x{i}": a for i, a in enumerate(operands)}
+        results.append(interpret(graph, feeds))
+    for name, value in results[1].items():
+        np.testing.assert_allclose(results[0][name], value, rtol=1e-12, err_msg=name)

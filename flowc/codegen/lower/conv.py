@@ -6,7 +6,8 @@ instead a named `linalg.conv_2d_nhwc_hwcf` between transposes, which the CPU pip
 and vectorizes (see cpu/pipeline.py). A channels-last conv (`channels_last = true`, which
 the `channels-last` pass makes) needs no transposes: see conv_nhwc.py. conv_transpose is a
 conv over the input dilated by the strides and padded by `d*(k-1) - pad`, with the kernel
-flipped and its channels swapped.
+flipped and its channels swapped (2-D, ungrouped f32/f64: the same named conv as conv's,
+on that input and the flipped HWCF filter).
 """
 
 from __future__ import annotations
@@ -151,21 +152,34 @@ def add_bias(y: ir.Value, b: ir.Value | None, b_dt: DType, acc: DType, out_dt: D
                    "p" * rank, body)[0]
 
 
-def _nhwc_conv(xp: ir.Value, w: ir.Value, strides, dilations, out_spatial, acc: DType):
-    """2-D conv through linalg.conv_2d_nhwc_hwcf: the layout the CPU schedule vectorizes."""
+def _nhwc_conv(xp: ir.Value, w: ir.Value, strides, dilations, out_spatial, acc: DType,
+               w_hwcf: ir.Value | None = None):
+    """2-D conv through linalg.conv_2d_nhwc_hwcf: the layout the CPU schedule vectorizes
+    (`w` [F, C, kh, kw] is transposed to HWCF unless `w_hwcf` gives that filter)."""
     nb, c, hp, wp = value_shape(xp)
-    f, _, kh, kw = value_shape(w)
     et = elem_type(acc)
     x_nhwc = linalg.transpose(xp, outs=[empty(([nb, hp, wp, c], et))],
                               permutation=[0, 2, 3, 1]).results[0]
-    w_hwcf = linalg.transpose(w, outs=[empty(([kh, kw, c, f], et))],
-                              permutation=[2, 3, 1, 0]).results[0]
+    if w_hwcf is None:
+        f, _, kh, kw = value_shape(w)
+        w_hwcf = linalg.transpose(w, outs=[empty(([kh, kw, c, f], et))],
+                                  permutation=[2, 3, 1, 0]).results[0]
+    f = value_shape(w_hwcf)[3]
     oh, ow = out_spatial
     init = fill(scalar_const(acc, 0), empty(([nb, oh, ow, f], et)))
     y = linalg.conv_2d_nhwc_hwcf(x_nhwc, w_hwcf, outs=[init], strides=list(strides),
                                  dilations=list(dilations))
     return linalg.transpose(y, outs=[empty(([nb, f, oh, ow], et))],
                             permutation=[0, 3, 1, 2]).results[0]
+
+
+def _flipped_hwcf(w: ir.Value, acc: DType) -> ir.Value:
+    """conv_transpose's filter w [C, M, kh, kw] as the HWCF filter of the equivalent conv:
+    hwcf[i, j, c, m] = w[c, m, kh-1-i, kw-1-j]."""
+    c, m, kh, kw = value_shape(w)
+    w_map = expr_map(4, [dim(2), dim(3), dim(0) * -1 + (kh - 1), dim(1) * -1 + (kw - 1)])
+    return generic([w], [w_map], [empty(([kh, kw, c, m], elem_type(acc)))],
+                   [identity_map(4)], "pppp", lambda v, _o: [v])[0]
 
 
 @register("conv")
@@ -208,7 +222,10 @@ def _conv_transpose(ctx: RuleCtx, x, w, b=None) -> list:
     end = [(k - 1) * d - p1 + op for k, d, (_, p1), op
            in zip(kernel, dilations, pads, out_pad, strict=True)]
     xp = pad_spatial(x, begin, end, scalar_const(dt, 0), dilate=strides)
-    y = conv_core(xp, w, ctx.attrs["group"], [1] * len(kernel), dilations, out, acc, dt,
-                  flip=True, w_cm=True)
+    if len(kernel) == 2 and ctx.attrs["group"] == 1 and dt.name in ("f32", "f64"):
+        y = _nhwc_conv(xp, w, [1, 1], dilations, out, acc, w_hwcf=_flipped_hwcf(w, acc))
+    else:
+        y = conv_core(xp, w, ctx.attrs["group"], [1] * len(kernel), dilations, out, acc, dt,
+                      flip=True, w_cm=True)
     b_dt = ctx.in_types[2].dtype if b is not None else dt
     return [add_bias(y, b, b_dt, acc, dt)]

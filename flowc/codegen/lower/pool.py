@@ -22,6 +22,7 @@ from flowc.codegen.lower.context import (
     expr_map,
     fill,
     generic,
+    identity_map,
     scalar_const,
 )
 from flowc.codegen.lower.conv import pad_spatial, window_extent, window_geometry
@@ -92,7 +93,9 @@ def _max_with_indices(xp, x_shape: list[int], out_shape: list[int], kernel: list
     """MaxPool's (Y, Indices): each window's maximum and the flat index in X of its first
     maximum (spatial dims column-major with storage_order=1); a padding element has index
     -1. The window is scanned in order and its first element is always taken, so ties and
-    all-padding windows resolve as the reference's argmax does."""
+    all-padding windows resolve as the reference's argmax does. Two stages: the reduction
+    keeps the maximum and its tap (the window position, row-major); an elementwise pass
+    turns taps into flat indices (the reduction's body stays a compare and two selects)."""
     nsp = len(kernel)
     n_loops = 2 + 2 * nsp
     x_map = expr_map(n_loops, [dim(0), dim(1), *(dim(2 + i) * strides[i] +
@@ -101,37 +104,47 @@ def _max_with_indices(xp, x_shape: list[int], out_shape: list[int], kernel: list
     out_map = expr_map(n_loops, [dim(i) for i in range(2 + nsp)])
     k_map = expr_map(n_loops, [dim(2 + nsp + i) for i in range(nsp)])
     i64_type = ir.IntegerType.get_signless(64)
-    unset = -2  # no element taken yet
     start = fill(scalar_const(acc, low), empty((out_shape, elem_type(acc))))
-    start_index = fill(scalar_const(i64, unset), empty((out_shape, i64_type)))
+    start_tap = fill(scalar_const(i64, 0), empty((out_shape, i64_type)))
+    tap_step = [int(np.prod(kernel[i + 1:])) for i in range(nsp)]
+
+    def c64(value: int):
+        return scalar_const(i64, value)
+
+    def reduce_body(v, _k, best, best_tap):
+        tap = None
+        for i in range(nsp):
+            k = arith.index_cast(i64_type, linalg.IndexOp(2 + nsp + i).result)
+            term = arith.muli(k, c64(tap_step[i])) if tap_step[i] != 1 else k
+            tap = term if tap is None else arith.addi(tap, term)
+        take = arith.ori(arith.cmpi(s.IP.eq, tap, c64(0)), s.cmp(acc, "gt", v, best))
+        return [arith.select(take, v, best), arith.select(take, tap, best_tap)]
+
+    y, taps = generic([xp, window_extent(kernel)], [x_map, k_map], [start, start_tap],
+                      [out_map, out_map], "p" * (2 + nsp) + "r" * nsp, reduce_body)
     spatial = x_shape[2:]
     order = range(nsp) if column_major else reversed(range(nsp))
     place, step = [0] * nsp, 1
     for i in order:
         place[i], step = step, step * spatial[i]
+    rank = 2 + nsp
 
-    def c64(value: int):
-        return scalar_const(i64, value)
-
-    def body(v, _k, best, best_index):
-        ix = [arith.index_cast(i64_type, linalg.IndexOp(i).result) for i in range(n_loops)]
+    def index_body(tap, _o):
+        ix = [arith.index_cast(i64_type, linalg.IndexOp(i).result) for i in range(rank)]
         flat = arith.muli(arith.addi(arith.muli(ix[0], c64(x_shape[1])), ix[1]), c64(step))
         inside = None
         for i in range(nsp):
+            k = arith.remsi(arith.divsi(tap, c64(tap_step[i])), c64(kernel[i]))
             pos = arith.addi(arith.addi(arith.muli(ix[2 + i], c64(strides[i])),
-                                        arith.muli(ix[2 + nsp + i], c64(dilations[i]))),
-                             c64(-begin[i]))
+                                        arith.muli(k, c64(dilations[i]))), c64(-begin[i]))
             ok = arith.andi(arith.cmpi(s.IP.sge, pos, c64(0)),
                             arith.cmpi(s.IP.slt, pos, c64(spatial[i])))
             inside = ok if inside is None else arith.andi(inside, ok)
             flat = arith.addi(flat, arith.muli(pos, c64(place[i])))
-        index = arith.select(inside, flat, c64(-1))
-        take = arith.ori(arith.cmpi(s.IP.eq, best_index, c64(unset)),
-                         s.cmp(acc, "gt", v, best))
-        return [arith.select(take, v, best), arith.select(take, index, best_index)]
+        return [arith.select(inside, flat, c64(-1))]
 
-    y, indices = generic([xp, window_extent(kernel)], [x_map, k_map], [start, start_index],
-                         [out_map, out_map], "p" * (2 + nsp) + "r" * nsp, body)
+    indices = generic([taps], [identity_map(rank)], [empty((out_shape, i64_type))],
+                      [identity_map(rank)], "p" * rank, index_body)[0]
     return y, indices
 
 

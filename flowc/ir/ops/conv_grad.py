@@ -10,7 +10,8 @@
 - a conv_transpose is the transpose of the conv with its filter: its input gradient is that
   conv of the cotangent, its filter gradient the filter gradient of that conv;
 - max_pool's gradient reruns the pool with Indices and adds the cotangent at each
-  window's first maximum (`scatter_add`);
+  window's first maximum (`scatter_add`); a window whose elements are all -inf (or NaN)
+  has Indices -1 (its first tap is padding), which lands on X's last element;
 - average_pool's gradient divides the cotangent by each window's count (count_include_pad
   as the forward op counts) and spreads it with a depthwise conv_transpose of ones.
 
@@ -21,6 +22,8 @@ conv_transposes whose output_shape or auto_pad resolves to negative pads.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from flowc.ir.errors import GradientError
@@ -29,26 +32,36 @@ from flowc.ir.ops.registry import Vjp
 from flowc.ir.ops.window import _convt_pads, _pads_for, _windows
 from flowc.ir.ops.window import _geometry as geometry
 
+_FAR = 2**62  # a slice end past every axis
+
 
 def _geometry(g, kernel):
     """(strides, dilations, begin pads, out dims) of a conv or pool node."""
     if g.attrs.get("channels_last"):
         raise GradientError(f"gradient of {g.node.label()}: channels_last nodes come after "
                             "differentiation (the channels-last pass); differentiate first")
-    spatial = g.static_shape(g.in_type(0), "the window geometry")[2:]
+    spatial = _dims(g, g.in_type(0), "the window geometry")
     n = len(spatial)
     strides = list(g.attrs.get("strides") or [1] * n)
     dilations = list(g.attrs.get("dilations") or [1] * n)
     pads = _pads_for(g.attrs, spatial, kernel, strides, dilations)
-    out = g.static_shape(g.out_type(), "the window geometry")[2:]
+    out = _dims(g, g.out_type(), "the window geometry")
     return strides, dilations, [p[0] for p in pads], list(out)
 
 
-def input_grad(g, ct, w, group, strides, dilations, begin, spatial):
+def _dims(g, t, why, first=2):
+    """t's dims from `first` on (the spatial ones; 1: with the channels), which must be
+    static; the batch dim may be symbolic."""
+    return g.static_shape(t.with_shape(t.shape[first:]), why)
+
+
+def input_grad(g, ct, w, group, strides, dilations, begin, spatial, out):
     """d x [N, C, *spatial] of y = conv(x, w) (ONNX layout, begin pads `begin`) given the
-    cotangent `ct` [N, M, *O] of y."""
-    kernel = g.static_shape(w.type, "a filter")[2:]
-    out = g.static_shape(ct.type.with_shape(ct.type.shape[2:]), "the window geometry")
+    cotangent `ct` [N, M, *out] of y."""
+    kernel = _dims(g, w.type, "a filter")
+    if any(s > 1 for s in strides) and all(d == 1 for d in dilations) and all(
+            s <= k for s, k in zip(strides, kernel, strict=True)):
+        return _phased_input_grad(g, ct, w, group, strides, begin, spatial, out, kernel)
     span = [s * (o - 1) + (k - 1) * d + 1 for s, o, k, d
             in zip(strides, out, kernel, dilations, strict=True)]
     end = [sp - b - size for sp, b, size in zip(span, begin, spatial, strict=True)]
@@ -61,11 +74,44 @@ def input_grad(g, ct, w, group, strides, dilations, begin, spatial):
     return dx
 
 
-def filter_grad(g, x, ct, group, strides, dilations, begin, kernel):
-    """d w [M, C/group, *kernel] of y = conv(x, w) given the cotangent `ct` [N, M, *O]."""
-    xs = g.static_shape(x.type.with_shape(x.type.shape[1:]), "a filter gradient")
-    c, spatial = xs[0], xs[1:]
-    out = g.static_shape(ct.type.with_shape(ct.type.shape[2:]), "a filter gradient")
+def _phased_input_grad(g, ct, w, group, strides, begin, spatial, out, kernel):
+    """`input_grad` of a strided, undilated conv without the holes of a dilated cotangent:
+    the padded input positions P = q*s + p of one phase p (per dim) take the stride-1
+    conv_transpose of the cotangent with the filter taps k = p, p+s, ...; the phases,
+    padded or cropped to ceil((b + S) / s) positions each, interleave (unsqueeze, concat,
+    reshape) and the pads are sliced off."""
+    n, rank = len(spatial), len(spatial) + 2
+    lengths = [-(-(b + size) // s) for b, size, s in zip(begin, spatial, strides, strict=True)]
+    phases = {}
+    for p in itertools.product(*(range(s) for s in strides)):
+        taps = g.op("slice", w, g.ints(p), g.ints([_FAR] * n), g.ints(range(2, rank)),
+                    g.ints(strides))
+        part = g.op("conv_transpose", ct, taps, group=group)
+        have = [o + -(-(k - q) // s) - 1 for o, k, q, s in zip(out, kernel, p, strides,
+                                                                 strict=True)]
+        if have != lengths:
+            grow = [size - h for size, h in zip(lengths, have, strict=True)]
+            part = g.op("pad", part, g.ints([0] * rank + [0, 0, *grow]))
+        phases[p] = g.op("unsqueeze", part, g.ints([3 + 2 * i for i in range(n)]))
+
+    def interleave(prefix: tuple[int, ...]):
+        """[N, C, L0, s0, ...]: the phases starting with `prefix`, interleaved."""
+        if len(prefix) == n:
+            return phases[prefix]
+        parts = [interleave((*prefix, q)) for q in range(strides[len(prefix)])]
+        return parts[0] if len(parts) == 1 else g.op("concat", *parts, axis=3 + 2 * len(prefix))
+
+    channels = w.type.shape[1] * group
+    merged = g.op("reshape", interleave(()), g.ints(
+        [-1, channels, *(size * s for size, s in zip(lengths, strides, strict=True))]))
+    return g.op("slice", merged, g.ints(begin), g.ints([b + size for b, size in zip(
+        begin, spatial, strict=True)]), g.ints(range(2, rank)))
+
+
+def filter_grad(g, x, ct, group, strides, dilations, begin, kernel, x_dims, out):
+    """d w [M, C/group, *kernel] of y = conv(x, w), x [N, *x_dims] ([C, *S]), given the
+    cotangent `ct` [N, M, *out]."""
+    c, spatial = x_dims[0], list(x_dims[1:])
     rank = len(spatial) + 2
     end = [(o - 1) * s + (k - 1) * d + 1 - size - b for o, s, k, d, size, b
            in zip(out, strides, kernel, dilations, spatial, begin, strict=True)]
@@ -78,9 +124,10 @@ def filter_grad(g, x, ct, group, strides, dilations, begin, kernel):
         batch = g.op("transpose", x, perm=swap)
     else:  # [N, g, C/g, *S] -> [C/g, g * N, *S]: each group's channels as one batch
         cg = c // group
-        grouped = g.op("reshape", x, g.ints([-1, group, cg, *x.type.shape[2:]]))
+        sizes = [min(size, size + e) for size, e in zip(spatial, end, strict=True)]
+        grouped = g.op("reshape", x, g.ints([-1, group, cg, *sizes]))
         moved = g.op("transpose", grouped, perm=[2, 1, 0, *range(3, rank + 1)])
-        batch = g.op("reshape", moved, g.ints([cg, -1, *x.type.shape[2:]]))
+        batch = g.op("reshape", moved, g.ints([cg, -1, *sizes]))
     taps = g.op("transpose", ct, perm=swap)
     dw = g.op("conv", batch, taps, group=group, strides=list(dilations),
               dilations=list(strides), pads=[*begin, *(max(e, 0) for e in end)])
@@ -93,15 +140,17 @@ def _bias(g, ct):
 
 def _conv(g, cts):
     ct = cts[0]
-    kernel = list(g.static_shape(g.in_type(1), "a filter")[2:])
-    strides, dilations, begin, _ = _geometry(g, kernel)
+    kernel = list(_dims(g, g.in_type(1), "a filter"))
+    strides, dilations, begin, out = _geometry(g, kernel)
     group = g.attrs["group"]
-    spatial = g.in_type(0).shape[2:]
+    x_dims = _dims(g, g.in_type(0), "a filter gradient", first=1)
     grads = [None] * g.num_inputs
     if g.wants(0):
-        grads[0] = input_grad(g, ct, g.input(1), group, strides, dilations, begin, spatial)
+        grads[0] = input_grad(g, ct, g.input(1), group, strides, dilations, begin,
+                              x_dims[1:], out)
     if g.wants(1):
-        grads[1] = filter_grad(g, g.input(0), ct, group, strides, dilations, begin, kernel)
+        grads[1] = filter_grad(g, g.input(0), ct, group, strides, dilations, begin, kernel,
+                               x_dims, out)
     if g.num_inputs > 2 and g.wants(2):
         grads[2] = _bias(g, ct)
     return grads
@@ -109,8 +158,8 @@ def _conv(g, cts):
 
 def _conv_transpose(g, cts):
     ct = cts[0]
-    spatial = list(g.static_shape(g.in_type(0), "the window geometry")[2:])
-    kernel = list(g.static_shape(g.in_type(1), "a filter")[2:])
+    spatial = list(_dims(g, g.in_type(0), "the window geometry"))
+    kernel = list(_dims(g, g.in_type(1), "a filter"))
     strides, dilations, _, pads, _ = _convt_pads(g.attrs, spatial, kernel)
     if any(p < 0 for pair in pads for p in pair):
         raise GradientError(f"gradient of {g.node.label()}: its output_shape/auto_pad "
@@ -127,7 +176,9 @@ def _conv_transpose(g, cts):
                       g.ints(range(2, rank)))
         grads[0] = dx
     if g.wants(1):
-        grads[1] = filter_grad(g, ct, g.input(0), group, strides, dilations, begin, kernel)
+        y_dims = _dims(g, g.out_type(), "a filter gradient", first=1)
+        grads[1] = filter_grad(g, ct, g.input(0), group, strides, dilations, begin, kernel,
+                               y_dims, spatial)
     if g.num_inputs > 2 and g.wants(2):
         grads[2] = _bias(g, ct)
     return grads
@@ -135,7 +186,7 @@ def _conv_transpose(g, cts):
 
 def _average_pool(g, cts):
     kernel = list(g.attrs["kernel_shape"])
-    strides, dilations, begin, _ = _geometry(g, kernel)
+    strides, dilations, begin, out = _geometry(g, kernel)
     t = g.in_type(0)
     c, spatial = t.shape[1], list(t.shape[2:])
     if not isinstance(c, int):
@@ -143,7 +194,7 @@ def _average_pool(g, cts):
                             f"found {t}")
     ct = g.op("div", cts[0], g.const(_window_counts(g.attrs, kernel, spatial, t.dtype.np)))
     ones = g.const(np.ones((c, 1, *kernel), t.dtype.np))
-    return [input_grad(g, ct, ones, c, strides, dilations, begin, spatial)]
+    return [input_grad(g, ct, ones, c, strides, dilations, begin, spatial, out)]
 
 
 def _window_counts(attrs, kernel, spatial, dtype) -> np.ndarray:

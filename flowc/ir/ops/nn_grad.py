@@ -92,7 +92,8 @@ def _share(g, x, axes):
     dims = [x.type.shape[a] for a in axes]
     if all(isinstance(d, int) for d in dims):
         return g.scalar(1.0 / float(np.prod(dims)), x)
-    return _mean(g, g.ones_like(x), axes)
+    count = g.op("reduce_sum", g.ones_like(x), g.ints(axes), keepdims=1)
+    return g.op("reciprocal", count)
 
 
 def _plus(g, a, b):
