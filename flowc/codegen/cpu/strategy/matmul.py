@@ -12,6 +12,7 @@ from mlir import ir
 from mlir.dialects import linalg
 
 from flowc.codegen.cpu.strategy.common import VECTOR_CONTRACTS, divisor, ints
+from flowc.codegen.cpu.strategy.transpose import MIN_TILE, vector_tile
 from flowc.codegen.target import Target
 
 # Matmul: A and B are packed into MR-row and NR-column panels (k-major), C is computed in
@@ -98,6 +99,20 @@ DIRECT_TILES_BT = """
         : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
     %{n}_bt1, %{n}_par3 = transform.structured.fuse_into_containing_op %{n}_bt into %{n}_par2
         : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
+# The fused K x NR strip transpose in register tiles (`strip_tiles`), as
+# strategy/transpose.py does for whole transposes: whole-vector reads along B^T's rows, one
+# flat shuffle, whole-vector writes along the strip's rows (left alone, it is a scalar
+# load and store per element, a third of a 64x1024x1024 matmul's time).
+STRIP_TRANSPOSE = """
+    %{n}_btt, %{n}_btl:2 = transform.structured.tile_using_for %{n}_bt1 tile_sizes [{strip}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
+    transform.structured.vectorize %{n}_btt vector_sizes [{strip}] : !transform.any_op
+    transform.apply_patterns to %{n}_par3 {{
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
+    }} : !transform.any_op
+"""
+ROW_TILES = """
     %{n}_tn, %{n}_ln = transform.structured.tile_using_for %{n}_tp tile_sizes [{rows}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
 """
@@ -197,10 +212,10 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     name = f"mm{i}"
     head = MATCH.format(n=name, op=op.name, i=i)
     if m < MICRO_ROWS:
-        return head + direct(name, c, m, nr, _filled(op), _transposed(op))
+        return head + direct(name, c, m, nr, _filled(op), _transposed(op), lanes)
     if k <= DIRECT_MAX_K and n % nr == 0 and wide:
         if m % MICRO_ROWS == 0:
-            return head + direct(name, c, MICRO_ROWS, nr, _filled(op), _transposed(op))
+            return head + direct(name, c, MICRO_ROWS, nr, _filled(op), _transposed(op), lanes)
         main = m - m % MICRO_ROWS  # rows in whole register tiles; the rest, a tile of its own
         return (head + SPLIT.format(n=name, at=main, dim=c.m)
                 + direct(f"{name}a", c, MICRO_ROWS, nr, False)
@@ -222,9 +237,11 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
 
 
 def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
-           transposed: bool = False) -> str:
-    """The direct script (DIRECT_TILES[_FILL], DIRECT_MICRO) for the op `%NAME_op`: MR x NR
-    register tiles (MR dividing its rows); `filled`: its init is a fill, fused."""
+           transposed: bool = False, lanes: int = 0) -> str:
+    """The direct script (DIRECT_TILES[_FILL|_BT], DIRECT_MICRO) for the op `%NAME_op`: MR x NR
+    register tiles (MR dividing its rows); `filled`: its init is a fill, fused;
+    `transposed` (with `filled`): B is a 2-D transpose, fused per column tile, its strip
+    transposed in register tiles when `strip_tiles` finds some for `lanes`-wide vectors."""
 
     def per_loop(outer: int, rows: int, cols: int, red: int) -> list[int]:
         return [outer if d in c.outer else {c.m: rows, c.n: cols, c.k: red}[d]
@@ -233,11 +250,20 @@ def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
     vsizes = per_loop(1, mr, nr, 1)
     tiles = DIRECT_TILES_FILL if filled else DIRECT_TILES
     if filled and transposed:
-        tiles = DIRECT_TILES_BT
+        strip = strip_tiles(c.sizes[c.k], nr, lanes)
+        tiles = DIRECT_TILES_BT + (STRIP_TRANSPOSE.replace("{strip}", ints(strip))
+                                   if strip else "") + ROW_TILES
     return (tiles + DIRECT_MICRO).format(
         n=name, cols=ints(per_loop(1, 0, nr, 0)), rows=ints(per_loop(0, mr, 0, 0)),
         k1=ints(per_loop(0, 0, 0, 1)), vsizes=ints(vsizes),
         fsizes=ints([vsizes[d] for d in c.out]))
+
+
+def strip_tiles(k: int, nr: int, lanes: int) -> list[int] | None:
+    """Register tiles (k, n) of a K x NR strip transpose: the largest power of two dividing
+    each extent, at most `lanes`; None when either is below transpose.MIN_TILE."""
+    tiles = [vector_tile(k, lanes), vector_tile(nr, lanes)]
+    return tiles if min(tiles) >= MIN_TILE else None
 
 
 def _filled(op: ir.Operation) -> bool:
