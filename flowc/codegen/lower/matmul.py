@@ -49,6 +49,18 @@ def contract(a: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
     return op(a, b, outs=[init])
 
 
+def contract_at(at: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
+    """at [K, M] transposed times b [K, N] in `acc_dtype(dt)`: a `linalg.matmul` whose
+    indexing map reads A^T in place (no transposed copy of A: each k step reads a
+    contiguous run of A^T's row, which the CPU strategies broadcast as they do A's
+    columns)."""
+    acc = acc_dtype(dt)
+    (_, m), (_, n) = value_shape(at), value_shape(b)
+    init = fill(scalar_const(acc, 0), empty(([m, n], elem_type(acc))))
+    maps = [affine_map(3, d).value for d in ([2, 0], [2, 1], [0, 1])]
+    return linalg.matmul(at, b, outs=[init], indexing_maps=maps)
+
+
 def convert_tensor(v: ir.Value, src: DType, dst: DType) -> ir.Value:
     if src == dst:
         return v
@@ -124,11 +136,14 @@ def transpose2(v: ir.Value) -> ir.Value:
 def _gemm(ctx: RuleCtx, a, b, c=None) -> list:
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
-    if ctx.attrs["transA"]:
-        a = transpose2(a)
-    if ctx.attrs["transB"]:
-        b = transpose2(b)
-    y = contract(a, b, dt)
+    if ctx.attrs["transA"] and not ctx.attrs["transB"]:
+        y = contract_at(a, b, dt)
+    else:
+        if ctx.attrs["transA"]:
+            a = transpose2(a)
+        if ctx.attrs["transB"]:
+            b = transpose2(b)
+        y = contract(a, b, dt)
     alpha, beta = float(ctx.attrs["alpha"]), float(ctx.attrs["beta"])
     shape = list(ctx.out.shape)
     ins, maps = [y], [identity_map(2)]

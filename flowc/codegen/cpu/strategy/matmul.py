@@ -220,8 +220,8 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
         return (head + SPLIT.format(n=name, at=main, dim=c.m)
                 + direct(f"{name}a", c, MICRO_ROWS, nr, False)
                 + direct(f"{name}b", c, m - main, direct_cols(m - main, n, target, lanes), False))
-    if not c.layout:
-        return None
+    if not c.layout:  # a transposed operand read in place (explicit maps): never packed
+        return head + split_direct(name, c, target, lanes) if k <= DIRECT_MAX_K else None
     batched = op.name == "linalg.batch_matmul"
     b = [0] if batched else []
     one = [1] if batched else []
@@ -257,6 +257,25 @@ def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
         n=name, cols=ints(per_loop(1, 0, nr, 0)), rows=ints(per_loop(0, mr, 0, 0)),
         k1=ints(per_loop(0, 0, 0, 1)), vsizes=ints(vsizes),
         fsizes=ints([vsizes[d] for d in c.out]))
+
+
+def split_direct(name: str, c: Contraction, target: Target, lanes: int) -> str:
+    """Direct tiles for any M and N: rows that are not a whole number of register tiles
+    split off first (a tile of their own, masked columns), then columns that are not a
+    whole number of two-vector tiles (one narrower tile)."""
+    m, n = c.sizes[c.m], c.sizes[c.n]
+    script, rows = "", m - m % MICRO_ROWS
+    if rows < m:
+        script = (SPLIT.format(n=name, at=rows, dim=c.m)
+                  + direct(f"{name}b", c, m - rows, direct_cols(m - rows, n, target, lanes),
+                           False))
+        name = f"{name}a"
+    cols = n - n % (2 * lanes)
+    if cols in (0, n):
+        return script + direct(name, c, MICRO_ROWS, min(2 * lanes, n), False)
+    return (script + SPLIT.format(n=name, at=cols, dim=c.n)
+            + direct(f"{name}a", c, MICRO_ROWS, 2 * lanes, False)
+            + direct(f"{name}b", c, MICRO_ROWS, n - cols, False))
 
 
 def strip_tiles(k: int, nr: int, lanes: int) -> list[int] | None:
