@@ -1,6 +1,8 @@
 """Lowering rules of matmul and gemm: named `linalg.matmul` / `linalg.batch_matmul` ops
 (which the CPU pipeline packs and tiles), with numpy's batching and rank-1 promotion done by
-reshapes and broadcasts around them.
+reshapes and broadcasts around them. Gemm's transA alone is a matmul whose indexing map
+reads A^T in place; a transposed B (or both) is a `linalg.transpose` feeding the matmul,
+which the CPU strategy fuses per column strip.
 
 16-bit floats accumulate in f32; ints in their own type (wrapping); bool as i32 counts
 (any nonzero is true).
