@@ -1,8 +1,8 @@
 """Lowering rules of matmul and gemm: named `linalg.matmul` / `linalg.batch_matmul` ops
 (which the CPU pipeline packs and tiles), with numpy's batching and rank-1 promotion done by
-reshapes and broadcasts around them. Gemm's transA alone is a matmul whose indexing map
-reads A^T in place; a transposed B (or both) is a `linalg.transpose` feeding the matmul,
-which the CPU strategy fuses per column strip.
+reshapes and broadcasts around them. Gemm's transA is a matmul whose indexing map reads
+A^T in place; its transB a `linalg.transpose` feeding the matmul, which the CPU strategy
+fuses per column strip.
 
 16-bit floats accumulate in f32; ints in their own type (wrapping); bool as i32 counts
 (any nonzero is true).
@@ -138,14 +138,9 @@ def transpose2(v: ir.Value) -> ir.Value:
 def _gemm(ctx: RuleCtx, a, b, c=None) -> list:
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
-    if ctx.attrs["transA"] and not ctx.attrs["transB"]:
-        y = contract_at(a, b, dt)
-    else:
-        if ctx.attrs["transA"]:
-            a = transpose2(a)
-        if ctx.attrs["transB"]:
-            b = transpose2(b)
-        y = contract(a, b, dt)
+    if ctx.attrs["transB"]:
+        b = transpose2(b)
+    y = contract_at(a, b, dt) if ctx.attrs["transA"] else contract(a, b, dt)
     alpha, beta = float(ctx.attrs["alpha"]), float(ctx.attrs["beta"])
     shape = list(ctx.out.shape)
     ins, maps = [y], [identity_map(2)]
