@@ -112,6 +112,12 @@ STRIP_TRANSPOSE = """
       transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
     }} : !transform.any_op
 """
+ROW_SPLIT = """
+    %{n}_parts = transform.structured.split %{n}_tp after {at} {{dimension = {dim}}}
+        : !transform.any_op
+    %{n}a_tp, %{n}b_tp = transform.split_handle %{n}_parts
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
 ROW_TILES = """
     %{n}_tn, %{n}_ln = transform.structured.tile_using_for %{n}_tp tile_sizes [{rows}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
@@ -214,7 +220,7 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     if m < MICRO_ROWS:
         return head + direct(name, c, m, nr, _filled(op), _transposed(op), lanes)
     if k <= DIRECT_MAX_K and n % nr == 0 and wide:
-        if m % MICRO_ROWS == 0:
+        if m % MICRO_ROWS == 0 or (_filled(op) and _transposed(op)):
             return head + direct(name, c, MICRO_ROWS, nr, _filled(op), _transposed(op), lanes)
         main = m - m % MICRO_ROWS  # rows in whole register tiles; the rest, a tile of its own
         return (head + SPLIT.format(n=name, at=main, dim=c.m)
@@ -241,22 +247,31 @@ def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
     """The direct script (DIRECT_TILES[_FILL|_BT], DIRECT_MICRO) for the op `%NAME_op`: MR x NR
     register tiles (MR dividing its rows); `filled`: its init is a fill, fused;
     `transposed` (with `filled`): B is a 2-D transpose, fused per column tile, its strip
-    transposed in register tiles when `strip_tiles` finds some for `lanes`-wide vectors."""
+    transposed in register tiles when `strip_tiles` finds some for `lanes`-wide vectors,
+    rows that are not a whole number of register tiles split off inside the column loop."""
 
     def per_loop(outer: int, rows: int, cols: int, red: int) -> list[int]:
         return [outer if d in c.outer else {c.m: rows, c.n: cols, c.k: red}[d]
                 for d in range(len(c.sizes))]
 
-    vsizes = per_loop(1, mr, nr, 1)
-    tiles = DIRECT_TILES_FILL if filled else DIRECT_TILES
-    if filled and transposed:
-        strip = strip_tiles(c.sizes[c.k], nr, lanes)
-        tiles = DIRECT_TILES_BT + (STRIP_TRANSPOSE.replace("{strip}", ints(strip))
-                                   if strip else "") + ROW_TILES
-    return (tiles + DIRECT_MICRO).format(
-        n=name, cols=ints(per_loop(1, 0, nr, 0)), rows=ints(per_loop(0, mr, 0, 0)),
-        k1=ints(per_loop(0, 0, 0, 1)), vsizes=ints(vsizes),
-        fsizes=ints([vsizes[d] for d in c.out]))
+    def fmt(template: str, part: str, rows: int) -> str:
+        vsizes = per_loop(1, rows, nr, 1)
+        return template.format(
+            n=part, cols=ints(per_loop(1, 0, nr, 0)), rows=ints(per_loop(0, rows, 0, 0)),
+            k1=ints(per_loop(0, 0, 0, 1)), vsizes=ints(vsizes),
+            fsizes=ints([vsizes[d] for d in c.out]), at=m - m % mr, dim=c.m)
+
+    m = c.sizes[c.m]
+    if not (filled and transposed):
+        return fmt((DIRECT_TILES_FILL if filled else DIRECT_TILES) + DIRECT_MICRO, name, mr)
+    strip = strip_tiles(c.sizes[c.k], nr, lanes)
+    head = DIRECT_TILES_BT + (STRIP_TRANSPOSE.replace("{strip}", ints(strip)) if strip else "")
+    if m % mr == 0 or m < mr:
+        return fmt(head + ROW_TILES + DIRECT_MICRO, name, mr)
+    # rows that are not whole register tiles: split off inside the column loop, so that
+    # both parts read the one transposed strip
+    return (fmt(head + ROW_SPLIT, name, mr) + fmt(ROW_TILES + DIRECT_MICRO, f"{name}a", mr)
+            + fmt(ROW_TILES + DIRECT_MICRO, f"{name}b", m % mr))
 
 
 def split_direct(name: str, c: Contraction, target: Target, lanes: int) -> str:
