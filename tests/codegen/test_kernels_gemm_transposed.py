@@ -103,3 +103,16 @@ def test_fused_epilogue_transposes_b_per_block():
     text = fused_module(gemm_graph(0, 1, 64, 1024, 1024, epilogue=True))
     before_loop, loop = text.split("scf.for", 1)
     assert "linalg.transpose" not in before_loop and "linalg.transpose" in loop
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32, "bfloat16"])
+@pytest.mark.parametrize("trans_a,trans_b", [(1, 0), (1, 1)])
+def test_gemm_trans_a_dtypes(dtype, trans_a, trans_b):
+    """A^T read in place accumulates as the plain matmul does (16-bit floats in f32, ints in
+    their own type)."""
+    from kernel_harness import check_op
+
+    a = np.round(RNG.standard_normal((6, 9) if trans_a else (9, 6)) * 3)
+    b = np.round(RNG.standard_normal((5, 6) if trans_b else (6, 5)) * 3)
+    check_op("gemm", [a.astype(dtype), b.astype(dtype), None],
+             {"transA": trans_a, "transB": trans_b})
