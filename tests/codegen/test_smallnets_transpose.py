@@ -34,7 +34,10 @@ def schedule_of(body: Graph) -> str:
     ((16, 8, 12), (2, 0, 1), "f64", True),
     ((4, 64, 32), (1, 0, 2), "f32", False),  # innermost dim kept: a plain copy loop
     ((1, 3, 16, 16), (0, 2, 3, 1), "f32", False),  # 3 channels: no whole tile
-    ((48, 32), (1, 0), "f32", False),  # no third dim to share out: plain loops
+    ((48, 32), (1, 0), "f32", True),  # a matrix: blocks of its output's rows shared out
+    ((768, 3072), (1, 0), "f32", True),  # BERT's FFN weight, transposed for its MatMul
+    ((100, 37), (1, 0), "f32", False),  # 37 rows of output: no whole tile
+    ((32, 16), (1, 0), "f32", False),  # one block of output rows: nothing to share out
     ((1, 16, 8, 8), (0, 2, 3, 1), "f16", False),
 ])
 def test_transpose_tiles_and_matches_numpy(shape, perm, dtype, tiled):

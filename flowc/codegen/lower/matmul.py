@@ -1,6 +1,8 @@
 """Lowering rules of matmul and gemm: named `linalg.matmul` / `linalg.batch_matmul` ops
 (which the CPU pipeline packs and tiles), with numpy's batching and rank-1 promotion done by
-reshapes and broadcasts around them.
+reshapes and broadcasts around them. Gemm's transA is a matmul whose indexing map reads
+A^T in place; its transB a `linalg.transpose` feeding the matmul, which the CPU strategy
+fuses per column strip.
 
 16-bit floats accumulate in f32; ints in their own type (wrapping); bool as i32 counts
 (any nonzero is true).
@@ -47,6 +49,18 @@ def contract(a: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
     init = fill(scalar_const(acc, 0), empty((out_shape, elem_type(acc))))
     op = linalg.matmul if len(sa) == 2 else linalg.batch_matmul
     return op(a, b, outs=[init])
+
+
+def contract_at(at: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
+    """at [K, M] transposed times b [K, N] in `acc_dtype(dt)`: a `linalg.matmul` whose
+    indexing map reads A^T in place (no transposed copy of A: each k step reads a
+    contiguous run of A^T's row, which the CPU strategies broadcast as they do A's
+    columns)."""
+    acc = acc_dtype(dt)
+    (_, m), (_, n) = value_shape(at), value_shape(b)
+    init = fill(scalar_const(acc, 0), empty(([m, n], elem_type(acc))))
+    maps = [affine_map(3, d).value for d in ([2, 0], [2, 1], [0, 1])]
+    return linalg.matmul(at, b, outs=[init], indexing_maps=maps)
 
 
 def convert_tensor(v: ir.Value, src: DType, dst: DType) -> ir.Value:
@@ -124,11 +138,9 @@ def transpose2(v: ir.Value) -> ir.Value:
 def _gemm(ctx: RuleCtx, a, b, c=None) -> list:
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
-    if ctx.attrs["transA"]:
-        a = transpose2(a)
     if ctx.attrs["transB"]:
         b = transpose2(b)
-    y = contract(a, b, dt)
+    y = contract_at(a, b, dt) if ctx.attrs["transA"] else contract(a, b, dt)
     alpha, beta = float(ctx.attrs["alpha"]), float(ctx.attrs["beta"])
     shape = list(ctx.out.shape)
     ins, maps = [y], [identity_map(2)]

@@ -58,6 +58,18 @@ STEP = """
     %ff{i}, %lf{i} = transform.structured.fuse_into_containing_op %fill{i} into %lm{i}
         : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
 """
+# B given transposed (a `linalg.transpose` of B^T feeds the matmul, as Gemm's transB is
+# lowered): the transpose joins the block loop too, so each block transposes only its own
+# K x width strip (which the matmul strategy then fuses into its column tiles) instead of
+# all of B being transposed first, in scalar loops and, for power-of-two strides, with
+# every row's reads landing in the same few cache sets.
+STEP_BT = """
+    %bt{i} = transform.structured.match ops{{["linalg.transpose"]}}
+        attributes{{flowc.epilogue_b = {i} : i64}} in %root
+        : (!transform.any_op) -> !transform.any_op
+    %btf{i}, %lb{i} = transform.structured.fuse_into_containing_op %bt{i} into %lf{i}
+        : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
 
 
 def column_tile(k: int, n: int, lanes: int) -> int | None:
@@ -125,6 +137,9 @@ def fuse(module: ir.Module, target: Target, what: str) -> ir.Module:
         rank = len(ir.RankedTensorType(epilogue.results[0].type).shape)
         steps.append(STEP.format(i=i, op=mm.name,
                                  tiles=", ".join(["0"] * (rank - 1) + [str(tile)])))
+        if _producer_name(mm, 1) == "linalg.transpose":
+            mm.operands[1].owner.attributes["flowc.epilogue_b"] = ir.IntegerAttr.get(i64, i)
+            steps.append(STEP_BT.format(i=i))
     if not steps:
         return module
     before = str(module)
@@ -134,6 +149,11 @@ def fuse(module: ir.Module, target: Target, what: str) -> ir.Module:
         return ir.Module.parse(before)
     run_passes(module, "canonicalize,cse", what)  # the unfused originals are dead now
     return module
+
+
+def _producer_name(op: ir.Operation, operand: int) -> str:
+    owner = op.operands[operand].owner
+    return owner.name if isinstance(owner, ir.OpView | ir.Operation) else ""
 
 
 def _contractions(module: ir.Module) -> list[ir.Operation]:

@@ -12,6 +12,7 @@ from mlir import ir
 from mlir.dialects import linalg
 
 from flowc.codegen.cpu.strategy.common import VECTOR_CONTRACTS, divisor, ints
+from flowc.codegen.cpu.strategy.transpose import MIN_TILE, vector_tile
 from flowc.codegen.target import Target
 
 # Matmul: A and B are packed into MR-row and NR-column panels (k-major), C is computed in
@@ -98,6 +99,26 @@ DIRECT_TILES_BT = """
         : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
     %{n}_bt1, %{n}_par3 = transform.structured.fuse_into_containing_op %{n}_bt into %{n}_par2
         : (!transform.any_op, !transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
+# The fused K x NR strip transpose in register tiles (`strip_tiles`), as
+# strategy/transpose.py does for whole transposes: whole-vector reads along B^T's rows, one
+# flat shuffle, whole-vector writes along the strip's rows (left alone, it is a scalar
+# load and store per element, a third of a 64x1024x1024 matmul's time).
+STRIP_TRANSPOSE = """
+    %{n}_btt, %{n}_btl:2 = transform.structured.tile_using_for %{n}_bt1 tile_sizes [{strip}]
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op, !transform.any_op)
+    transform.structured.vectorize %{n}_btt vector_sizes [{strip}] : !transform.any_op
+    transform.apply_patterns to %{n}_par3 {{
+      transform.apply_patterns.vector.lower_transpose lowering_strategy = "shuffle_1d"
+    }} : !transform.any_op
+"""
+ROW_SPLIT = """
+    %{n}_parts = transform.structured.split %{n}_tp after {at} {{dimension = {dim}}}
+        : !transform.any_op
+    %{n}a_tp, %{n}b_tp = transform.split_handle %{n}_parts
+        : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
+"""
+ROW_TILES = """
     %{n}_tn, %{n}_ln = transform.structured.tile_using_for %{n}_tp tile_sizes [{rows}]
         : (!transform.any_op) -> (!transform.any_op, !transform.any_op)
 """
@@ -197,16 +218,16 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     name = f"mm{i}"
     head = MATCH.format(n=name, op=op.name, i=i)
     if m < MICRO_ROWS:
-        return head + direct(name, c, m, nr, _filled(op), _transposed(op))
+        return head + direct(name, c, m, nr, _filled(op), _transposed(op), lanes)
     if k <= DIRECT_MAX_K and n % nr == 0 and wide:
-        if m % MICRO_ROWS == 0:
-            return head + direct(name, c, MICRO_ROWS, nr, _filled(op), _transposed(op))
+        if m % MICRO_ROWS == 0 or (_filled(op) and _transposed(op)):
+            return head + direct(name, c, MICRO_ROWS, nr, _filled(op), _transposed(op), lanes)
         main = m - m % MICRO_ROWS  # rows in whole register tiles; the rest, a tile of its own
         return (head + SPLIT.format(n=name, at=main, dim=c.m)
                 + direct(f"{name}a", c, MICRO_ROWS, nr, False)
                 + direct(f"{name}b", c, m - main, direct_cols(m - main, n, target, lanes), False))
-    if not c.layout:
-        return None
+    if not c.layout:  # a transposed operand read in place (explicit maps): never packed
+        return head + split_direct(name, c, target, lanes) if k <= DIRECT_MAX_K else None
     batched = op.name == "linalg.batch_matmul"
     b = [0] if batched else []
     one = [1] if batched else []
@@ -222,22 +243,61 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
 
 
 def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
-           transposed: bool = False) -> str:
-    """The direct script (DIRECT_TILES[_FILL], DIRECT_MICRO) for the op `%NAME_op`: MR x NR
-    register tiles (MR dividing its rows); `filled`: its init is a fill, fused."""
+           transposed: bool = False, lanes: int = 0) -> str:
+    """The direct script (DIRECT_TILES[_FILL|_BT], DIRECT_MICRO) for the op `%NAME_op`: MR x NR
+    register tiles (MR dividing its rows); `filled`: its init is a fill, fused;
+    `transposed` (with `filled`): B is a 2-D transpose, fused per column tile, its strip
+    transposed in register tiles when `strip_tiles` finds some for `lanes`-wide vectors,
+    rows that are not a whole number of register tiles split off inside the column loop."""
 
     def per_loop(outer: int, rows: int, cols: int, red: int) -> list[int]:
         return [outer if d in c.outer else {c.m: rows, c.n: cols, c.k: red}[d]
                 for d in range(len(c.sizes))]
 
-    vsizes = per_loop(1, mr, nr, 1)
-    tiles = DIRECT_TILES_FILL if filled else DIRECT_TILES
-    if filled and transposed:
-        tiles = DIRECT_TILES_BT
-    return (tiles + DIRECT_MICRO).format(
-        n=name, cols=ints(per_loop(1, 0, nr, 0)), rows=ints(per_loop(0, mr, 0, 0)),
-        k1=ints(per_loop(0, 0, 0, 1)), vsizes=ints(vsizes),
-        fsizes=ints([vsizes[d] for d in c.out]))
+    def fmt(template: str, part: str, rows: int) -> str:
+        vsizes = per_loop(1, rows, nr, 1)
+        return template.format(
+            n=part, cols=ints(per_loop(1, 0, nr, 0)), rows=ints(per_loop(0, rows, 0, 0)),
+            k1=ints(per_loop(0, 0, 0, 1)), vsizes=ints(vsizes),
+            fsizes=ints([vsizes[d] for d in c.out]), at=m - m % mr, dim=c.m)
+
+    m = c.sizes[c.m]
+    if not (filled and transposed):
+        return fmt((DIRECT_TILES_FILL if filled else DIRECT_TILES) + DIRECT_MICRO, name, mr)
+    strip = strip_tiles(c.sizes[c.k], nr, lanes)
+    head = DIRECT_TILES_BT + (STRIP_TRANSPOSE.replace("{strip}", ints(strip)) if strip else "")
+    if m % mr == 0 or m < mr:
+        return fmt(head + ROW_TILES + DIRECT_MICRO, name, mr)
+    # rows that are not whole register tiles: split off inside the column loop, so that
+    # both parts read the one transposed strip
+    return (fmt(head + ROW_SPLIT, name, mr) + fmt(ROW_TILES + DIRECT_MICRO, f"{name}a", mr)
+            + fmt(ROW_TILES + DIRECT_MICRO, f"{name}b", m % mr))
+
+
+def split_direct(name: str, c: Contraction, target: Target, lanes: int) -> str:
+    """Direct tiles for any M and N: rows that are not a whole number of register tiles
+    split off first (a tile of their own, masked columns), then columns that are not a
+    whole number of two-vector tiles (one narrower tile)."""
+    m, n = c.sizes[c.m], c.sizes[c.n]
+    script, rows = "", m - m % MICRO_ROWS
+    if rows < m:
+        script = (SPLIT.format(n=name, at=rows, dim=c.m)
+                  + direct(f"{name}b", c, m - rows, direct_cols(m - rows, n, target, lanes),
+                           False))
+        name = f"{name}a"
+    cols = n - n % (2 * lanes)
+    if cols in (0, n):
+        return script + direct(name, c, MICRO_ROWS, min(2 * lanes, n), False)
+    return (script + SPLIT.format(n=name, at=cols, dim=c.n)
+            + direct(f"{name}a", c, MICRO_ROWS, 2 * lanes, False)
+            + direct(f"{name}b", c, MICRO_ROWS, n - cols, False))
+
+
+def strip_tiles(k: int, nr: int, lanes: int) -> list[int] | None:
+    """Register tiles (k, n) of a K x NR strip transpose: the largest power of two dividing
+    each extent, at most `lanes`; None when either is below transpose.MIN_TILE."""
+    tiles = [vector_tile(k, lanes), vector_tile(nr, lanes)]
+    return tiles if min(tiles) >= MIN_TILE else None
 
 
 def _filled(op: ir.Operation) -> bool:

@@ -9,7 +9,9 @@ Contract: `transpose_strategy(op, target, i)` returns, for a top-level `linalg.g
 that is a pure transpose (one f32/f64 input, one output, all loops parallel, the body
 yields the input element, the output map the identity, the input map a permutation whose
 innermost dim is not the output's), the script that tiles its first other dim of two or
-more iterations into a parallel loop (`parallel.py` serializes it when small), tiles the
+more iterations into a parallel loop (for a matrix, which has none: the output dim that is
+the input's innermost, in blocks of its vector tile; `omp.py` serializes the loop when
+small), tiles the
 output's and the input's innermost dims by `vector_tile` of each (both at least
 MIN_TILE, else None: plain loops) and every other dim by 1, and vectorizes the tile: a
 transfer_read of whole vectors along the input's innermost dim, a `vector.transpose`
@@ -79,8 +81,11 @@ def transpose_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
         return None
     outer = [0] * rank
     split = [d for d in range(rank) if d not in (inner_in, inner_out) and out.shape[d] >= 2]
-    if not split:
+    if split:
+        outer[split[0]] = 1
+    elif out.shape[inner_in] > tiles[inner_in]:  # a matrix (a weight's transpose)
+        outer[inner_in] = tiles[inner_in]
+    else:
         return None
-    outer[split[0]] = 1
     return TRANSPOSE.format(n=f"tr{i}", i=i, outer=ints(outer), tiles=ints(tiles),
                             loops=rank, handles=", !transform.any_op" * rank)
