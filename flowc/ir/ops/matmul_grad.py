@@ -2,7 +2,11 @@
 
 matmul (numpy semantics): rank-1 operands are promoted (a to [1, K], b to [K, 1]) and the
 cotangent with them; da = ct @ b^T and db = a^T @ ct, each summed over the batch dims its
-operand was broadcast along, then demoted again. gemm: Y = alpha * A' @ B' + beta * C
+operand was broadcast along, then demoted again. When b is a matrix (a weight) and a has
+rank 2 or more with static K and N, both are gemms on a and the cotangent flattened to
+rows ([rows, K] and [rows, N]): da = ct2 @ b^T (gemm transB) reshaped to a's shape, and
+db = a2^T @ ct2 (gemm transA), the batch folded into the product's K instead of a batched
+matmul, explicit transposes and a sum over the batch. gemm: Y = alpha * A' @ B' + beta * C
 with A' = A^T where transA (B' likewise): dA and dB are gemms of the cotangent with the
 other operand in the transpose form that gives the operand's own layout; dC is beta * ct
 summed to C's shape.
@@ -19,8 +23,28 @@ def _swap_last(g, v):
     return g.op("transpose", v, perm=(*range(rank - 2), rank - 1, rank - 2))
 
 
+def _rows(g, v, cols: int):
+    """`v` [..., R, cols] as a matrix [prod(...) * R, cols] (a view)."""
+    return v if v.type.rank == 2 else g.op("reshape", v, g.ints([-1, cols]))
+
+
+def _matmul_by_matrix(g, ct, ta, tb):
+    """The Vjp of a [..., M, K] @ b [K, N] as two gemms (see the module docstring)."""
+    k, n = tb.shape
+    ct2 = _rows(g, ct, n)
+    results = [None, None]
+    if g.wants(0):
+        da = g.op("gemm", ct2, g.input(1), transB=1)
+        results[0] = da if ta.rank == 2 else g.reshape_to(da, 0)
+    if g.wants(1):
+        results[1] = g.op("gemm", _rows(g, g.input(0), k), ct2, transA=1)
+    return results
+
+
 def _matmul(g, cts):
     ct, (ta, tb) = cts[0], (g.in_type(0), g.in_type(1))
+    if tb.rank == 2 and ta.rank >= 2 and all(isinstance(d, int) for d in tb.shape):
+        return _matmul_by_matrix(g, ct, ta, tb)
     if ta.rank == 1:
         ct = g.op("unsqueeze", ct, g.ints([ct.type.rank - 1]))
     if tb.rank == 1:
