@@ -79,3 +79,15 @@ def test_reduce_max_min_of_bf16_bool_and_narrow_ints(op, dt):
     want = (np.max if op == "reduce_max" else np.min)(x.astype(np.float32), axis=1,
                                                        keepdims=True)
     np.testing.assert_array_equal(got.astype(np.float32), want)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_gather_elements_with_indices_shorter_on_the_other_axis(axis):
+    """ONNX allows indices smaller than data on every axis: out[i][j] = data[idx[i][j]][j]
+    (axis 0) reads only the corner the indices cover (the kernel used to fail here)."""
+    x = RNG.standard_normal((4, 5)).astype(np.float32)
+    idx = RNG.integers(-4, 4, (2, 3))
+    got = flowc_single("gather_elements", [x, idx], {"axis": axis})
+    want = np.array([[x[idx[i, j] % 4, j] if axis == 0 else x[i, idx[i, j] % 5]
+                      for j in range(3)] for i in range(2)])
+    np.testing.assert_array_equal(got, want)

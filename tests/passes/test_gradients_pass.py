@@ -34,7 +34,7 @@ def test_gradients_are_outputs_and_dumped_after_their_pass(tmp_path):
     out = PassManager(pipeline, dump_dir=tmp_path).run(linear_loss())
     assert [name for name, _ in out.outputs] == ["loss", "grad/w", "grad/b"]
     dumped = (tmp_path / "01-gradients.flowc").read_text()
-    assert '"grad/w"' in dumped and "gradients/MatMul" in dumped
+    assert '"grad/w"' in dumped and "gradients/Gemm" in dumped  # matmul by a matrix: gemms
     got = interpret(out, FEEDS)
     y = FEEDS["x"] @ FEEDS["w"] + FEEDS["b"]
     np.testing.assert_allclose(got["grad/w"], FEEDS["x"].T @ (2 * y), rtol=1e-5)

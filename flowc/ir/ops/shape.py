@@ -538,7 +538,10 @@ def _gather_elements_kernel(ctx, x, idx):
     n = x.shape[axis]
     if idx.size and (idx.min() < -n or idx.max() >= n):
         raise ValueError(f"an index is out of range [-{n}, {n - 1}] for axis {axis}")
-    return np.take_along_axis(x, np.where(idx < 0, idx + n, idx).astype(np.int64), axis=axis)
+    # indices may be shorter than data on the other axes: only that corner is read
+    corner = tuple(slice(None) if d == axis else slice(0, idx.shape[d]) for d in range(x.ndim))
+    return np.take_along_axis(x[corner], np.where(idx < 0, idx + n, idx).astype(np.int64),
+                              axis=axis)
 
 
 define("gather_elements", ("data", "indices"), _gather_elements_infer, _gather_elements_kernel,
