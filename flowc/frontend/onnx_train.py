@@ -4,7 +4,10 @@ Contract: `training_graph(model, loss=..., optimizer=..., frozen=(), loss_output
 imports the model (`import_onnx_model`) and returns a `TrainingGraph` whose graph runs ONE
 training step each time it runs:
 - every float initializer of the main graph is a variable named as in the file
-  (`make_trainable`) unless listed in `frozen`;
+  (`make_trainable`) unless listed in `frozen`; so is every tensor an `Identity` node makes
+  of one (named as that tensor): torch's exporter writes parameters that start out equal
+  (two LayerNorms' default weights) as one initializer and `Identity` copies, and torch
+  trains them apart, so flowc unties them too;
 - a new input `labels` is fed with the targets: for `loss="cross-entropy"` int64 class
   indices `[N]` against the loss output's logits `[N, C]` (`softmax_cross_entropy`, mean
   over the batch), for `loss="mse"` a float tensor of the loss output's type (`mse`);
@@ -31,11 +34,12 @@ from dataclasses import dataclass
 
 from flowc.frontend.api import Graph as Builder
 from flowc.frontend.api import Tensor
-from flowc.frontend.onnx import import_onnx_model
+from flowc.frontend.onnx import ImportedOnnx, import_onnx_model
 from flowc.frontend.trainable import make_trainable
-from flowc.ir import Graph, TensorType, Value
+from flowc.ir import Graph, Node, TensorType, Value
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
+from flowc.ir.graph import rebuild
 from flowc.ir.types import i64
 
 LOSSES = {"cross-entropy": "softmax_cross_entropy", "mse": "mse"}
@@ -69,10 +73,11 @@ def training_graph(model: str | os.PathLike, *, loss: str, optimizer: str,
         raise TrainError(f"{path}: unknown loss '{loss}' (known: {', '.join(LOSSES)})")
     update = parse_optimizer_spec(optimizer)  # a bad spec fails before the import
     imported = import_onnx_model(path)
-    graph = imported.graph
+    graph, copies = _untie_identities(imported)
     prediction = _loss_output(graph, loss_output, path)
-    floats = [name for name in imported.initializers
-              if _is_float(imported.values[name]) and name not in set(frozen)]
+    floats = [name for name in (*imported.initializers, *copies)
+              if (name in copies or _is_float(imported.values[name]))
+              and name not in set(frozen)]
     if not floats:
         raise TrainError(f"{path}: no float initializer to train "
                          f"({len(imported.initializers)} initializer(s), {len(frozen)} frozen)")
@@ -92,6 +97,28 @@ def training_graph(model: str | os.PathLike, *, loss: str, optimizer: str,
     classes = pred.type.shape[1] if loss == "cross-entropy" else None
     return TrainingGraph(graph, tuple(handles), loss, optimizer, prediction, labels_type,
                          classes if isinstance(classes, int) else None)
+
+
+def _untie_identities(imported: ImportedOnnx) -> tuple[Graph, list[str]]:
+    """The graph with each `identity` of a float initializer replaced by a constant of its
+    own, named as the ONNX tensor the Identity makes; and those names."""
+    initializers = set(imported.initializers)
+    copies: dict[Node, str] = {}
+    for name, value in imported.values.items():
+        node = value.node
+        source = node.inputs[0].node if node.op == "identity" else None
+        if (source is not None and source.op == "constant" and source.name in initializers
+                and name not in initializers and _is_float(value)):
+            copies[node] = name
+    if not copies:
+        return imported.graph, []
+
+    def untie(node: Node, old: tuple[Value, ...]) -> Node | None:
+        name = copies.get(old[0].node) if old else None
+        return None if name is None else make_node(
+            "constant", [], {"value": node.inputs[0].node.attrs["value"]}, name=name,
+            loc=node.loc)
+    return rebuild(imported.graph, untie), list(copies.values())
 
 
 def _is_float(value: Value) -> bool:

@@ -143,3 +143,39 @@ def test_explain_memory_shows_the_phases(tmp_path):
     inference = []
     flowc.compile(FIXTURES / "cnn_adam.onnx", tmp_path / "inf", explain_memory=inference.append)
     assert "training step" not in inference[0]
+
+
+def _one_matmul(tmp_path: Path, input_name: str, out_shape: list[int]) -> Path:
+    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "w")
+    nodes = [helper.make_node("MatMul", [input_name, "w"], ["out"], name="mm")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(input_name, TensorProto.FLOAT,
+                                                   [*out_shape[:-1], 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, out_shape)], [w]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / f"{input_name}.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_more_training_requests_the_model_cannot_take(tmp_path):
+    with pytest.raises(FlowcError, match=r"labels.onnx: the model already has an input named "
+                       r"'labels'; rename it to train the model$"):
+        flowc.compile(_one_matmul(tmp_path, "labels", [2, 3]), tmp_path / "a", train=True)
+    with pytest.raises(FlowcError, match=r"x.onnx: no float initializer to train \(1 "
+                       r"initializer\(s\), 1 frozen\)$"):
+        flowc.compile(_one_matmul(tmp_path, "x", [2, 3]), tmp_path / "a", train=True,
+                      frozen=["w"])
+    with pytest.raises(FlowcError, match=r"x3.onnx: output 'out' is f32\[2,5,3\]; the "
+                       r"cross-entropy loss takes logits \[N, C\]$"):
+        path = _one_matmul(tmp_path, "x", [2, 5, 3]).rename(tmp_path / "x3.onnx")
+        flowc.compile(path, tmp_path / "a", train=True)
+    assert not (tmp_path / "a").exists()
+
+
+def test_train_step_without_labels_says_what_it_takes(tmp_path):
+    flowc.compile(MLP, tmp_path / "art", train=True)
+    model = flowc.load(tmp_path / "art")
+    with pytest.raises(ArtifactError, match=r"^mlp_sgd: train_step takes the model's inputs "
+                       r"and then the labels \('labels', i64\[8\]\)$"):
+        model.train_step(np.zeros((8, 16), np.float32))
