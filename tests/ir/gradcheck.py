@@ -7,7 +7,7 @@ random weights W_k, and compares dL/dx from the gradient graph (run by the inter
 with central differences of L (step 1e-6 in f64: pass f64 operands) for every
 float input x (with any narrower float operand or result, steps of 1e-2: pass loose
 tolerances). The graph with its gradients must verify and print/parse round-trip. It
-returns the ops the backward graph used.
+returns the ops the backward graph used. `Samples(seed)` makes seeded operands for it.
 """
 
 from __future__ import annotations
@@ -94,3 +94,23 @@ def _central_differences(graph: Graph, feeds: dict, name: str, eps: float) -> np
             values.append(float(interpret(graph, {**feeds, name: shifted}, ["loss"])["loss"]))
         grad[index] = (values[0] - values[1]) / (2 * eps)
     return grad.astype(base.dtype)
+
+
+class Samples:
+    """Seeded f64 operands for `check_gradient`: `f` standard normal, `pos` in [0.5, 2],
+    `apart` values at least 0.1 apart from each other and from 0 (no ties in a max, no
+    kinks); `rng` for anything else, drawn from the same stream."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+
+    def f(self, *shape: int) -> np.ndarray:
+        return self.rng.standard_normal(shape)
+
+    def pos(self, *shape: int) -> np.ndarray:
+        return self.rng.uniform(0.5, 2.0, shape)
+
+    def apart(self, *shape: int) -> np.ndarray:
+        n = int(np.prod(shape))
+        signs = self.rng.permutation(np.arange(1, n + 1)) * 0.1
+        return (signs * self.rng.choice([-1, 1], n)).reshape(shape)

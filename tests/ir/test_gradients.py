@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradcheck import check_gradient
+from gradcheck import Samples, check_gradient
 from test_gradients_nn import TESTED as NN_TESTED
 
 from flowc.codegen.lower import lookup
@@ -23,20 +23,8 @@ from flowc.ir.interpret import interpret
 from flowc.ir.ops import OPS
 from flowc.ir.types import f32, f64
 
-RNG = np.random.default_rng(11)
-def f(*shape):
-    return RNG.standard_normal(shape)
-
-
-def pos(*shape):
-    return RNG.uniform(0.5, 2.0, shape)
-
-
-def apart(*shape):
-    """Values at least 0.1 apart from each other and from 0 (no ties, no kinks)."""
-    n = int(np.prod(shape))
-    values = RNG.permutation(np.arange(1, n + 1)) * 0.1 * RNG.choice([-1, 1], n)
-    return values.reshape(shape)
+SAMPLES = Samples(11)
+RNG, f, pos, apart = SAMPLES.rng, SAMPLES.f, SAMPLES.pos, SAMPLES.apart
 
 
 def test_every_op_has_a_vjp_rule_or_a_reason_for_none():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradcheck import check_gradient
+from gradcheck import Samples, check_gradient
 
 from flowc.ir import Graph
 from flowc.ir.autodiff import GradientError, gradients
@@ -16,21 +16,8 @@ from flowc.ir.interpret import interpret
 from flowc.ir.types import TensorType, f64
 from flowc.ir.verifier import verify
 
-RNG = np.random.default_rng(23)
-
-
-def f(*shape):
-    return RNG.standard_normal(shape)
-
-
-def pos(*shape):
-    return RNG.uniform(0.5, 2.0, shape)
-
-
-def apart(*shape):
-    """Values at least 0.1 apart (no ties in a max)."""
-    n = int(np.prod(shape))
-    return (RNG.permutation(np.arange(1, n + 1)) * 0.1 * RNG.choice([-1, 1], n)).reshape(shape)
+SAMPLES = Samples(23)
+RNG, f, pos, apart = SAMPLES.rng, SAMPLES.f, SAMPLES.pos, SAMPLES.apart
 
 
 CONV = [
