@@ -46,6 +46,15 @@ class Body(Graph):
         self._devices = [parent.current_device()]
         self.captured: dict[Value, Value] = {}
         self.outer: list[Tensor] = []
+        self.owner: str | None = None  # the node's name once the body is complete
+
+    def add_named(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any],
+                  node_name: str) -> Any:
+        if self.owner is not None:
+            raise FlowcError(f"{op} at {user_location()}: a tensor of body @{self.ir.name} "
+                             f"of '{self.owner}' is used outside it (a body's tensors exist "
+                             "only inside it)")
+        return super().add_named(op, inputs, attrs, node_name)
 
     def encloses(self, other: Graph) -> bool:
         return other is self or self.parent.encloses(other)
@@ -111,6 +120,8 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
         b.ir.inputs = [b.captured[v].node for v in outer]
         for k, t in enumerate(results[0]):
             b.ir.add_output(f"out{k}", t.value)
+    for b in bodies:
+        b.owner = node_name
     result = graph.add_named("if", [pred, *outer.values()], {
         "then_branch": bodies[0].ir, "else_branch": bodies[1].ir}, node_name)
     return _structure(list(result) if isinstance(result, tuple) else [result], then_single)
@@ -145,6 +156,7 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
     trips = None if maximum_iterations is None else graph.add(
         "constant", [], {"value": np.asarray(int(maximum_iterations), np.int64)},
         "maximum_iterations")
+    b.owner = node_name
     result = graph.add_named("loop", [trips, first, *init, *b.outer], {
         "body": b.ir, "captures": len(b.outer)}, node_name)
     results = list(result) if isinstance(result, tuple) else [result]
