@@ -2,15 +2,17 @@
 differences in f64 (tests/ir/gradcheck.py): both branches of an `if`, a loop with a constant
 trip count and scan outputs, a bounded loop that exits early by its condition, captured
 tensors, an `if` nested in a loop body; the forward node grows residual results; an
-unbounded loop is refused."""
+unbounded loop is refused. The same through the TF-style API (`cond`, `while_loop`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradcheck import Samples, check_gradient
+from gradcheck import Samples, check_gradient, check_graph_gradients
 
-from flowc.ir import Graph, TensorType
+from flowc.frontend import Graph as FGraph
+from flowc.frontend import api, cond, constant, placeholder, while_loop
+from flowc.ir import FlowcError, Graph, TensorType
 from flowc.ir.autodiff import GradientError, backward
 from flowc.ir.build import make_node
 
@@ -133,3 +135,70 @@ def test_unbounded_loop_asks_for_maximum_iterations():
                        r"on its iterations; give while_loop maximum_iterations \(a constant "
                        r"trip count M\)$"):
         backward(g, [loss], [w])
+
+
+# --- through the TF-style API (flowc/frontend/control.py) --------------------------------
+def _api_check(build, feeds):
+    """`build(inputs) -> loss` in a frontend graph over f64 inputs named as `feeds`; its
+    gradients with respect to every input agree with central differences."""
+    with FGraph() as g:
+        inputs = {k: placeholder("f64", v.shape, name=k) for k, v in feeds.items()}
+        loss = build(**inputs)
+        g.output("loss", loss)
+        grads = g.gradients([loss], list(inputs.values()))
+    check_graph_gradients(g.ir, feeds, {k: d.value for k, d in zip(inputs, grads,
+                                                                    strict=True)})
+    return g
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_api_cond_with_captured_tensors(taken):
+    def build(x, w):
+        p = api.reduce_sum(x, keepdims=0) > (-100.0 if taken else 100.0)
+        y = cond(p, lambda: api.tanh(x * w) * w, lambda: api.sin(w) + x * x)
+        return api.reduce_sum(y * y, keepdims=0)
+
+    _api_check(build, {"x": f(2, 3), "w": f(2, 3)})
+
+
+@pytest.mark.parametrize(("limit", "trips"), [(2.0, 5), (1e9, 8)])
+def test_api_while_with_maximum_iterations_exits_early_and_nests_a_cond(limit, trips):
+    """limit 2: the loop stops by its condition after 5 of at most 8 iterations; 1e9: it
+    runs all 8."""
+    count = []
+
+    def build(x, w):
+        def body(i, acc):
+            odd = api.equal(api.mod(i, constant(np.int64(2))), constant(np.int64(1)))
+            new = cond(odd, lambda: api.tanh(acc * w) + x, lambda: acc * 0.5 + w * w)
+            return i + 1, new
+
+        i, acc = while_loop(lambda i, acc: api.reduce_sum(acc * acc, keepdims=0) < limit,
+                            body, [0, x], maximum_iterations=8)
+        count.append(i)
+        return api.reduce_sum(acc * w, keepdims=0)
+
+    feeds = {"x": np.array([0.3, 0.45, 0.2]), "w": np.array([0.5, 0.8, 0.6])}
+    g = _api_check(build, feeds)
+    assert int(g.run(count, feeds)[0]) == trips
+
+
+def test_api_while_inside_cond():
+    def build(x):
+        def inner():
+            return while_loop(lambda v: api.reduce_sum(v, keepdims=0) < 10.0,
+                              lambda v: v * 1.5 + x, [x], maximum_iterations=20)[0]
+
+        return api.reduce_sum(cond(constant(True), inner, lambda: x) ** 2.0, keepdims=0)
+
+    _api_check(build, {"x": SAMPLES.pos(3)})
+
+
+def test_api_unbounded_while_loop_is_refused_by_name():
+    with FGraph() as g:
+        x = placeholder("f64", (3,), name="x")
+        out = while_loop(lambda v: api.reduce_sum(v, keepdims=0) < 10.0, lambda v: v * 2.0, x)
+        with pytest.raises(FlowcError, match=r"^gradients: loop 'while' \(loop\) at "
+                           r"test_gradients_control.py:\d+ has no static bound on its "
+                           r"iterations; give while_loop maximum_iterations"):
+            g.gradients([api.reduce_sum(out, keepdims=0)], [x])

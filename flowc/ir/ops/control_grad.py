@@ -8,7 +8,8 @@ values they need as that body's inputs. As TF's while_v2 does, the forward node 
 
 - `if`: the then body also returns its residuals and zeros in place of the else body's,
   and the other way round (the union of both branches' residuals, zeros for the branch
-  not taken; residuals of a dynamic shape are refused). The backward is an `if` on the same
+  not taken: empty along a dim that is not static, as the backward of the branch taken
+  never reads them). The backward is an `if` on the same
   predicate whose bodies are the two branches' backward bodies, taking the operands they
   read, both residual lists and the cotangents.
 - `loop`: needs a static bound (a constant trip count M, which `while_loop`'s
@@ -103,17 +104,20 @@ def _const(graph: Graph, array) -> Value:
     return _append(graph, "constant", value=Tensor(np.asarray(array)))
 
 
-def _zeros_like(graph: Graph, value: Value, why: str | None = None) -> Value:
+def _zeros_like(graph: Graph, value: Value) -> Value:
     """Zeros of `value`'s type in `graph`: an `expand` to its static shape, or to its
-    `shape` when dynamic (refused with `why` where `value` is not available)."""
+    `shape` when dynamic."""
     t = value.type
+    return _zeros(graph, t) if t.is_static else _append(
+        graph, "expand", _const(graph, np.zeros((), t.dtype.np)), _append(graph, "shape", value))
+
+
+def _zeros(graph: Graph, t: TensorType) -> Value:
+    """Zeros of type `t` in `graph`, a dim not static taken as 0 (an empty tensor)."""
     zero = _const(graph, np.zeros((), t.dtype.np))
-    if t.is_static:
-        return _append(graph, "expand", zero, _const(graph, np.asarray(t.shape, np.int64))) \
-            if t.shape else zero
-    if why is not None:
-        raise GradientError(why)
-    return _append(graph, "expand", zero, _append(graph, "shape", value))
+    shape = [d if isinstance(d, int) else 0 for d in t.shape]
+    return _append(graph, "expand", zero, _const(graph, np.asarray(shape, np.int64))) \
+        if shape else zero
 
 
 def _grown(body: Graph, extra: list[tuple[str, Value]]) -> Graph:
@@ -148,16 +152,13 @@ def _if_vjp(g, cts):
     ys = [j for j, c in enumerate(cts) if c is not None]
     grads = [_differentiate(b, ys, xs, [cts[j].type for j in ys]) for b in branches]
     res = [gr.residuals for gr in grads]
-    label = g.node.label()
     grown = []
     for side, branch in enumerate(branches):
         body = _grown(branch, [])
         for other, values in enumerate(res):
             for k, v in enumerate(values):
                 if other != side:
-                    v = _zeros_like(body, v, f"gradient of {label}: residual {v.type} of a "
-                                             "dynamic shape (the branch not taken cannot "
-                                             "give zeros of it)")
+                    v = _zeros(body, v.type)
                 _output(body, f"residual{other}_{k}", v)
         grown.append(body)
     kept = g.grow({"then_branch": grown[0], "else_branch": grown[1]})
