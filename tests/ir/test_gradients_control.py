@@ -202,3 +202,22 @@ def test_api_unbounded_while_loop_is_refused_by_name():
                            r"test_gradients_control.py:\d+ has no static bound on its "
                            r"iterations; give while_loop maximum_iterations"):
             g.gradients([api.reduce_sum(out, keepdims=0)], [x])
+
+
+def test_api_second_order_through_a_cond_in_a_while():
+    """The backward loop is bounded by the same constant M, so it differentiates in turn:
+    d/dx sum(d loss/dx) against central differences of d loss/dx (itself checked above)."""
+    with FGraph() as g:
+        x, w = placeholder("f64", (3,), name="x"), placeholder("f64", (3,), name="w")
+
+        def body(i, acc):
+            odd = api.equal(api.mod(i, constant(np.int64(2))), constant(np.int64(1)))
+            return i + 1, cond(odd, lambda: api.tanh(acc * w) + x, lambda: acc * w)
+
+        _, acc = while_loop(lambda i, acc: i < 4, body, [0, x], maximum_iterations=6)
+        dx, _ = g.gradients([api.reduce_sum(acc * w, keepdims=0)], [x, w])
+        first = api.reduce_sum(dx, keepdims=0)
+        g.output("loss", first)
+        (ddx,) = g.gradients([first], [x])
+    check_graph_gradients(g.ir, {"x": SAMPLES.f(3) * 0.5, "w": SAMPLES.f(3)},
+                          {"x": ddx.value})

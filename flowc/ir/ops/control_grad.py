@@ -17,7 +17,9 @@ values they need as that body's inputs. As TF's while_v2 does, the forward node 
   scan outputs, its iteration number and each residual, so the forward loop keeps them per
   iteration in stacks of at most M rows (rows for the iterations run). The backward is a
   loop of as many iterations running in reverse (row n-1-j at step j) that carries the
-  cotangents of the carried values and sums those of the float captures.
+  cotangents of the carried values and sums those of the float captures; it is bounded by
+  the same constant M (its condition stops it after n steps), so it can be differentiated
+  in turn.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def _differentiate(body: Graph, ys: list[int], xs: list[int],
 
 def _emit(grad: _BodyGrad, target: Graph, mapping: dict[Value, Value]) -> list[Value | None]:
     """Append `grad`'s backward nodes to `target`, each forward value they read replaced
-    by `mapping[value]` (forward constants are copied); returns its grads in `target`."""
+    by `mapping[value]` (forward constants are copied; a stand-in whose type lost static
+    dims is reshaped back to them); returns its grads in `target`."""
     from flowc.ir.build import make_node
 
     m = dict(mapping)
@@ -84,7 +87,12 @@ def _emit(grad: _BodyGrad, target: Graph, mapping: dict[Value, Value]) -> list[V
                                     f"{v.node.label()}, which is not passed in")
             copy = target.append(v.node.replace())
             m.update(zip(v.node.outputs, copy.outputs, strict=True))
-        return m[v]
+        new = m[v]
+        if new.type != v.type and isinstance(v.type, TensorType) and v.type.is_static:
+            # a less precise stand-in (a dim merged to `?`): bodies of `if` need exact types
+            new = m[v] = _append(target, "reshape", new, _const(
+                target, np.asarray(v.type.shape, np.int64)))
+        return new
 
     for node in grad.nodes:
         new = make_node(node.op, [None if v is None else get(v) for v in node.inputs],
@@ -233,14 +241,17 @@ def _loop_vjp(g, cts):
     mapping.update(zip(gr.cts, [*a, *(_append(back, "gather", c, t, axis=0)
                                       for c in ct_rows)], strict=True))
     d = _emit(gr, back, mapping)
-    _output(back, "go", true)
+    _output(back, "go", _append(back, "less", _append(back, "add", step, _const(
+        back, np.int64(1))), n))
     for k, (v, dv) in enumerate(zip(a, d[:len(carried)], strict=True)):
         _output(back, f"d_a{k}", dv if dv is not None else _zeros_like(back, v))
     for k, (v, dv) in enumerate(zip(acc, d[len(carried):], strict=True)):
         _output(back, f"d_acc{k}", v if dv is None else _append(back, "add", v, dv))
     operands = [*kept[1:], *(cts[n_car + s] for s in scans), trips,
                 *(g.input(2 + n_car + k) for k in read_caps)]
-    node = g.emit("loop", [trips, None, *a0, *acc0, *operands],
+    bound = g.const(np.asarray(g.const_input(0)))
+    node = g.emit("loop", [bound, g.op("greater", trips, g.const(np.int64(0))), *a0, *acc0,
+                           *operands],
                   {"body": back, "captures": len(operands)})
     result: list[Value | None] = [None] * g.num_inputs
     for k, i in enumerate(xs):
