@@ -310,9 +310,10 @@ class Variable:
         self.handle, self.graph, self.type = Tensor(node.out(), graph), graph, t
 
     def read(self) -> Tensor:
-        """The variable's value; inside a `cond`/`while_loop` body, read there (each time
-        the body runs)."""
-        return builder(self.graph).add("read_variable", [self.handle], {}, "Read")
+        """The variable's value, read in the variable's graph: inside a `cond`/`while_loop`
+        body too, which then captures the value (read once per run, before the node runs;
+        gradients reach the variable through it)."""
+        return self.graph.add("read_variable", [self.handle], {}, "Read")
 
     def assign(self, value: Any) -> Operation:
         return self._update("assign", value)

@@ -16,7 +16,9 @@ Contract:
   iteration (it is built twice: once on `loop_vars`, once in the body on its results).
   `maximum_iterations` bounds the trip count (ONNX Loop's `M`); gradients through a loop
   need it. Returns the final values in `loop_vars`' structure.
-- A body cannot assign variables (FlowcError); reading them is allowed.
+- A body cannot assign variables (FlowcError). `Variable.read()` in a body reads in the
+  variable's graph (once per run, before the node) and the body captures the value, so
+  gradients reach the variable (`train.gradients` sums those of its reads).
 """
 
 from __future__ import annotations

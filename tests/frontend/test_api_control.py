@@ -1,14 +1,23 @@
 """TF-style `cond` and `while_loop` (flowc/frontend/control.py) run by the interpreter
 against numpy: branch choice, loop_vars structures, maximum_iterations, captures from
 enclosing graphs at any depth, cond nested in while and while nested in cond, variables read
-inside bodies; the errors a user meets, one line each, naming the node."""
+in bodies (and trained through them); the errors a user meets, one line each, naming the node."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from flowc.frontend import Graph, Variable, api, cond, constant, placeholder, while_loop
+from flowc.frontend import (
+    Graph,
+    Variable,
+    api,
+    cond,
+    constant,
+    placeholder,
+    train,
+    while_loop,
+)
 from flowc.ir import FlowcError
 from flowc.ir.interpret import interpret
 from flowc.ir.parser import parse
@@ -121,17 +130,42 @@ def test_cond_nested_in_while_and_while_nested_in_cond():
     assert len(loop_body.inputs) == 5  # iteration, cond, 2 loop_vars, w
 
 
-def test_a_variable_read_in_a_body_reads_it_each_run():
+def test_a_variable_read_in_a_body_is_captured_and_trains():
+    """The read is built in the variable's graph and captured; SGD's step on a loss through
+    the loop moves the variable by -lr * (central differences of the loss in its read)."""
     with Graph() as g:
-        v = Variable(np.array([1.0, 2.0]), name="v")
-        _, total = while_loop(lambda i, t: i < 3, lambda i, t: (i + 1, t + v.read()),
-                              [0, constant(np.zeros(2))])
-        bump = v.assign_add(np.array([10.0, 10.0]))
+        v = Variable(np.array([0.5, -0.25]), name="v")
+        x = placeholder("f64", (2,), name="x")
+        _, total = while_loop(lambda i, t: i < 3, lambda i, t: (i + 1, api.tanh(t * v.read())
+                                                                + x), [0, x],
+                              maximum_iterations=3)
+        loss = api.reduce_sum(total * total, keepdims=0)
+        step = train.SGD(lr=0.1).minimize(loss)
+        bump = v.assign_add(np.array([1.0, 1.0]))
     checked(g)
-    np.testing.assert_allclose(g.run([total])[0], [3.0, 6.0])
+    body = total.node.attrs["body"]
+    assert not any(n.op == "read_variable" for n in body.nodes)
+    read = next(n for n in g.ir.nodes if n.op == "read_variable")
+    xv = np.array([0.3, 0.7])
+
+    def reference(vv):
+        t = xv
+        for _ in range(3):
+            t = np.tanh(t * vv) + xv
+        return t
+
+    np.testing.assert_allclose(g.run([total], {"x": xv})[0], reference([0.5, -0.25]))
     g.run([bump])
-    np.testing.assert_allclose(g.run([total])[0], [33.0, 36.0])
-    assert any(n.op == "read_variable" for n in total.node.attrs["body"].nodes)
+    np.testing.assert_allclose(g.run([total], {"x": xv})[0], reference([1.5, 0.75]))
+    before = np.array([1.5, 0.75])
+    numeric = np.zeros(2)
+    for k in range(2):
+        e = np.zeros(2)
+        e[k] = 1e-6
+        numeric[k] = np.diff([g.run([loss], {"x": xv, read.name: before + s * e})[0]
+                              for s in (-1, 1)])[0] / 2e-6
+    g.run([step], {"x": xv})
+    np.testing.assert_allclose(g.state.variables["v"], before - 0.1 * numeric, rtol=1e-6)
 
 
 def test_the_graph_runs_through_the_interpreter_directly():

@@ -1,8 +1,7 @@
 """Control flow with bodies: `loop` (ONNX Loop semantics, with a closed body).
 
 `if` lives in core.py. Bodies are closed graphs: whatever a body reads from outside is an
-explicit operand (for `loop`, the trailing `captures` operands; a variable handle the body
-reads is one too).
+explicit operand (for `loop`, the trailing `captures` operands).
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ import numpy as np
 
 from flowc.ir.ops import control_grad
 from flowc.ir.ops.registry import HAS_BODY, PURE, AttrSpec, InferContext, KernelContext, define
-from flowc.ir.types import TensorType, VarType, bool_, dims_compatible, i64
+from flowc.ir.types import TensorType, bool_, dims_compatible, i64
 
 
 def _merge(a: TensorType, b: TensorType) -> TensorType:
@@ -47,13 +46,9 @@ def _loop_infer(ctx: InferContext) -> tuple[TensorType, ...]:
                  f"(cond, {n} carried)")
     inputs, outputs = body.input_types, body.output_types
     for k, (operand, declared) in enumerate(zip(operands, inputs[2:], strict=True)):
-        if isinstance(operand, VarType) or isinstance(declared, VarType):
-            bad = operand != declared  # a captured variable handle (the body reads it)
-        else:
-            bad = operand.dtype != declared.dtype or operand.rank != declared.rank or not all(
+        if operand.dtype != declared.dtype or operand.rank != declared.rank or not all(
                 dims_compatible(d, a) for d, a in zip(declared.shape, operand.shape,
-                                                      strict=True))
-        if bad:
+                                                      strict=True)):
             ctx.fail(f"operand #{k + 2} is {operand} but the body's input #{k + 2} is "
                      f"{declared}")
     results = []
