@@ -14,8 +14,9 @@ Contract:
   of the same count, each of the same dtype and shape as it entered (else a one-line
   FlowcError naming the loop); `cond(*vars)` a single bool, evaluated before each
   iteration (it is built twice: once on `loop_vars`, once in the body on its results).
-  `maximum_iterations` bounds the trip count (ONNX Loop's `M`); gradients through a loop
-  need it. Returns the final values in `loop_vars`' structure.
+  `maximum_iterations` (an int, or a scalar i64 tensor) bounds the trip count (ONNX Loop's
+  `M`); gradients through a loop need it to be an int (a constant). Returns the final
+  values in `loop_vars`' structure.
 - A body cannot assign variables (FlowcError). `Variable.read()` in a body reads in the
   variable's graph (once per run, before the node) and the body captures the value, so
   gradients reach the variable (`train.gradients` sums those of its reads).
@@ -130,7 +131,8 @@ def cond(pred: Any, true_fn: Callable[[], Any], false_fn: Callable[[], Any],
 
 
 def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: Any,
-               maximum_iterations: int | None = None, name: str | None = None) -> Any:
+               maximum_iterations: int | Tensor | None = None, name: str | None = None
+               ) -> Any:
     """tf.while_loop (see the module docstring)."""
     graph = get_default_graph()
     node_name, loc = graph.unique_name(name or "while"), user_location()
@@ -155,9 +157,10 @@ def while_loop(cond: Callable[..., Any], body: Callable[..., Any], loop_vars: An
     b.ir.add_output("cond", go.value)
     for k, t in enumerate(after):
         b.ir.add_output(f"loop_var{k}", t.value)
-    trips = None if maximum_iterations is None else graph.add(
-        "constant", [], {"value": np.asarray(int(maximum_iterations), np.int64)},
-        "maximum_iterations")
+    trips = maximum_iterations
+    if maximum_iterations is not None and not isinstance(maximum_iterations, Tensor):
+        trips = graph.add("constant", [], {"value": np.asarray(
+            int(maximum_iterations), np.int64)}, "maximum_iterations")
     b.owner = node_name
     result = graph.add_named("loop", [trips, first, *init, *b.outer], {
         "body": b.ir, "captures": len(b.outer)}, node_name)

@@ -76,6 +76,9 @@ def test_while_loop_runs_until_its_condition_or_maximum_iterations():
                             lambda i, acc: (i + 1, acc * 2.0 + x), [0, x],
                             maximum_iterations=7)
         single = while_loop(lambda v: v < 100.0, lambda v: v * 3.0, constant(np.float64(1)))
+        m = placeholder("i64", (), name="m")
+        capped = while_loop(lambda v: v < 100.0, lambda v: v * 3.0, constant(np.float64(1)),
+                            maximum_iterations=m)
     checked(g)
     xv = np.array([0.5, 0.25, 0.25])
 
@@ -91,6 +94,7 @@ def test_while_loop_runs_until_its_condition_or_maximum_iterations():
         assert int(got_i) == want_i
         np.testing.assert_allclose(got_acc, want_acc)
     assert float(g.run([single])[0]) == 243.0
+    assert float(g.run([capped], {"m": 2})[0]) == 9.0
     assert i.dtype.name == "i64"
 
 
