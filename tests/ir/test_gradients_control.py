@@ -221,3 +221,24 @@ def test_api_second_order_through_a_cond_in_a_while():
         (ddx,) = g.gradients([first], [x])
     check_graph_gradients(g.ir, {"x": SAMPLES.f(3) * 0.5, "w": SAMPLES.f(3)},
                           {"x": ddx.value})
+
+
+@pytest.mark.parametrize("taken", [True, False])
+def test_api_symbolic_batch_dims(taken):
+    """x is f64[N,3]: zeros of dynamic shapes come from `shape` nodes (the branch that does
+    not read an operand) or are empty (a residual of the branch not taken)."""
+    def build(x, w):
+        y = cond(constant(taken), lambda: api.tanh(x * w),
+                 lambda: api.exp(w) + api.stop_gradient(x) * 0.0)
+        _, z = while_loop(lambda i, z: i < 3, lambda i, z: (i + 1, api.sin(z) * w + x),
+                          [0, x], maximum_iterations=3)
+        return api.reduce_sum(y * y, keepdims=0) + api.reduce_sum(z, keepdims=0)
+
+    feeds = {"x": f(2, 3), "w": f(3)}
+    with FGraph() as g:
+        x = placeholder("f64", ("N", 3), name="x")
+        w = placeholder("f64", (3,), name="w")
+        loss = build(x, w)
+        g.output("loss", loss)
+        grads = g.gradients([loss], [x, w])
+    check_graph_gradients(g.ir, feeds, {"x": grads[0].value, "w": grads[1].value})

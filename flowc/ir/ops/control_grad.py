@@ -184,8 +184,9 @@ def _if_vjp(g, cts):
         mapping.update(zip(gr.cts, cin, strict=True))
         out = _emit(gr, vjp, mapping)
         for i, d in zip(xs, out, strict=True):
-            _output(vjp, f"d{i}", d if d is not None else _zeros_like(vjp, xin.get(
-                i, gr.body.inputs[i].out())))
+            if d is None:  # this branch does not reach operand i
+                d = _zeros_like(vjp, xin[i]) if i in xin else _zeros(vjp, g.in_type(i + 1))
+            _output(vjp, f"d{i}", d)
         vjps.append(vjp)
     node = g.emit("if", [g.input(0), *(g.input(i + 1) for i in read), *kept,
                          *(cts[j] for j in ys)],
