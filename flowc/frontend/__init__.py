@@ -1,4 +1,5 @@
-"""Ways to get a flowc IR graph: the TF-style Python graph API (`api`), with training
+"""Ways to get a flowc IR graph: the TF-style Python graph API (`api`, with `cond` and
+`while_loop` from `control`), with training
 (`train`: `gradients` and optimizers; `train_spec`: optimizer specs)."""
 
 from flowc.frontend import train
@@ -16,10 +17,11 @@ from flowc.frontend.api import (
     op,
     placeholder,
 )
+from flowc.frontend.control import cond, while_loop
 from flowc.frontend.train import gradients
 
 __all__ = [
-    "Graph", "Operation", "Tensor", "Variable", "colocate_with", "constant",
+    "Graph", "Operation", "Tensor", "Variable", "colocate_with", "cond", "constant",
     "control_dependencies", "device", "get_default_graph", "gradients", "name_scope", "op",
-    "placeholder", "train",
+    "placeholder", "train", "while_loop",
 ]

@@ -14,7 +14,10 @@ and `[...]` slicing. Nodes get unique TF-style names (`fc/Add`, `fc/Add_1`) and 
 `file:line` as location; a shape or dtype error raises FlowcError naming the op, the node
 and that line. `device`, `control_dependencies`, `colocate_with` and `name_scope` are
 context managers that apply to the nodes built inside them. `Graph.gradients(ys, xs)`
-adds the nodes of d ys / d xs (reverse mode, `flowc.ir.autodiff`).
+adds the nodes of d ys / d xs (reverse mode, `flowc.ir.autodiff`). `cond` and
+`while_loop` (`flowc.frontend.control`, exported by `flowc.frontend`) build bodies with
+this API: inside one, an op on a tensor of an enclosing graph is built in the body
+(`builder`), which captures that tensor (`Graph.local`).
 """
 
 from __future__ import annotations
@@ -96,8 +99,12 @@ class Graph:
     def add(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any],
             name: str | None = None) -> Any:
         """Build a node of `op`; its Tensor, tuple of Tensors, or Operation (no results)."""
-        values = [None if t is None else as_tensor(t, self).value for t in inputs]
-        node_name = self.unique_name(name or _op_display_name(op))
+        return self.add_named(op, inputs, attrs, self.unique_name(name or _op_display_name(op)))
+
+    def add_named(self, op: str, inputs: Sequence[Any], attrs: dict[str, Any],
+                  node_name: str) -> Any:
+        """`add` with the node's full name given (taken by `unique_name` before)."""
+        values = [None if t is None else self.local(as_tensor(t, self)).value for t in inputs]
         loc = user_location()
         device = self.current_device()
         ctrl = [n for deps in self._ctrl for n in deps]
@@ -111,7 +118,19 @@ class Graph:
 
     def output(self, name: str, tensor: Tensor) -> None:
         """Declare a fetchable graph output."""
-        self.ir.add_output(name, as_tensor(tensor, self).value)
+        self.ir.add_output(name, self.local(as_tensor(tensor, self)).value)
+
+    def encloses(self, other: Graph) -> bool:
+        """Whether `other` is this graph (a body nested in a graph encloses it too)."""
+        return other is self
+
+    def local(self, tensor: Tensor) -> Tensor:
+        """`tensor` as a value of this graph; a tensor of another graph is refused (a body,
+        `flowc.frontend.control`, captures those of the graphs around it)."""
+        if tensor.graph is not self:
+            raise FlowcError(f"tensor '{tensor.name}' belongs to graph @{tensor.graph.ir.name}"
+                             f", not to @{self.ir.name} where it is used")
+        return tensor
 
     def run(self, fetches: Sequence[Tensor | str | Node | Operation],
             feeds: dict[Any, Any] | None = None) -> list[Any]:
@@ -185,9 +204,10 @@ class Tensor:
         return f"<Tensor '{self.name}' {self.value.type}>"
 
     def _binary(self, op: str, other: Any, reverse: bool = False) -> Tensor:
-        other = as_tensor(other, self.graph, like=self)
+        graph = builder(self.graph)
+        other = as_tensor(other, graph, like=self)
         a, b = (other, self) if reverse else (self, other)
-        return self.graph.add(op, [a, b], {})
+        return graph.add(op, [a, b], {})
 
     def __add__(self, o): return self._binary("add", o)
     def __radd__(self, o): return self._binary("add", o, True)
@@ -204,8 +224,8 @@ class Tensor:
     def __gt__(self, o): return self._binary("greater", o)
     def __le__(self, o): return self._binary("less_or_equal", o)
     def __ge__(self, o): return self._binary("greater_or_equal", o)
-    def __neg__(self): return self.graph.add("neg", [self], {})
-    def __abs__(self): return self.graph.add("abs", [self], {})
+    def __neg__(self): return builder(self.graph).add("neg", [self], {})
+    def __abs__(self): return builder(self.graph).add("abs", [self], {})
 
     __hash__ = object.__hash__  # == stays identity: Tensors are dictionary keys for feeds
 
@@ -221,6 +241,13 @@ class Operation:
 
     def __repr__(self) -> str:
         return f"<Operation '{self.node.name}' ({self.node.op})>"
+
+
+def builder(graph: Graph) -> Graph:
+    """Where an op on a tensor of `graph` is built: the default graph when it is a body
+    nested in `graph` (the tensor is then captured), else `graph`."""
+    top = _DEFAULT[-1] if _DEFAULT else None
+    return top if top is not None and top.encloses(graph) else graph
 
 
 def _result(node: Node, graph: Graph) -> Any:
@@ -283,6 +310,9 @@ class Variable:
         self.handle, self.graph, self.type = Tensor(node.out(), graph), graph, t
 
     def read(self) -> Tensor:
+        """The variable's value, read in the variable's graph: inside a `cond`/`while_loop`
+        body too, which then captures the value (read once per run, before the node runs;
+        gradients reach the variable through it)."""
         return self.graph.add("read_variable", [self.handle], {}, "Read")
 
     def assign(self, value: Any) -> Operation:
@@ -295,6 +325,10 @@ class Variable:
         return self._update("assign_sub", delta)
 
     def _update(self, op: str, value: Any) -> Operation:
+        if builder(self.graph) is not self.graph:
+            raise FlowcError(f"{op} of variable '{self.handle.node.name}' at {user_location()}"
+                             ": a cond/while_loop body cannot assign variables (its results "
+                             "are all it computes)")
         if not isinstance(value, Tensor):
             value = constant(np.asarray(value, dtype=self.type.dtype.np), graph=self.graph)
         return self.graph.add(op, [self.handle, value], {}, _op_display_name(op))

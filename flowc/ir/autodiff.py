@@ -13,9 +13,12 @@ Contract:
 - Only floating-point values carry cotangents: integer and bool operands and results take
   none. `stop_gradient` passes none. Control dependencies carry none.
 - A node on such a path whose op has no rule (`OpDef.no_grad`: comparisons, state,
-  control flow, ops that only exist after fusion: flowc differentiates before fusion)
+  ops that only exist after fusion: flowc differentiates before fusion)
   is refused with a `GradientError` naming the node and the reason; so are a rule's
   cotangents of the wrong type and non-float `ys` or `xs`.
+- Control flow (`if`, `loop`: ops/control_grad.py) is differentiated by differentiating
+  its bodies with this same walk; the forward node grows results holding the residuals
+  its backward reads (`VjpBuilder.grow`).
 - Each rule reads only the forward values its `Vjp` declares (`VjpBuilder.input/output`
   refuse others): `Backward.reads` lists the forward values the backward nodes read,
   the activations a training step must keep.
@@ -30,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from flowc.ir.attrs import Attrs, Tensor
-from flowc.ir.build import make_node
+from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import GradientError
 from flowc.ir.graph import Graph, Node, Value
-from flowc.ir.ops import OPS
+from flowc.ir.ops import OPS, infer_types
 from flowc.ir.types import TensorType, dims_compatible, i64
 
 Namer = Callable[[str], "str | None"]  # op -> the name of a new node (unique in its graph)
@@ -183,6 +186,35 @@ class VjpBuilder:
         zero = self.const(np.zeros((), t.dtype.np))
         shape = self.static_shape(t, "a zero cotangent")
         return self.op("expand", zero, self.ints(shape)) if shape else zero
+
+    def zeros_like(self, value: Value) -> Value:
+        """Zeros of `value`'s type: `zeros` where static, else an `expand` to its `shape`
+        (reading `value`, recorded as a forward read)."""
+        if value.type.is_static:
+            return self.zeros(value.type)
+        self._reads[value] = None
+        zero = self.const(np.zeros((), value.type.dtype.np))
+        return self.op("expand", zero, self.op("shape", value))
+
+    def grow(self, attrs: dict[str, Any]) -> list[Value]:
+        """The forward node takes `attrs` (bodies that also return residuals) and gains the
+        results they add after its own, which keep their indices and types; returns the new
+        results (forward reads: kept activations). As TF's while_v2 adds accumulator
+        outputs to the forward While, this is the one place a node changes after it was
+        built: every Value of it stays valid."""
+        node = self.node
+        merged = Attrs({**node.attrs, **attrs})
+        types = infer_types(self.opdef, [None if v is None else v.type for v in node.inputs],
+                            merged, [const_value(v) for v in node.inputs], node.label())
+        if types[:len(node.types)] != node.types:
+            raise GradientError(f"gradient of {node.label()}: growing it changed its results")
+        old = len(node.types)
+        object.__setattr__(node, "attrs", merged)
+        object.__setattr__(node, "types", types)
+        self.attrs = self.opdef.resolve_attrs(merged)
+        new = [node.out(i) for i in range(old, len(types))]
+        self._reads.update(dict.fromkeys(new))
+        return new
 
     def ones_like(self, value: Value) -> Value:
         """Ones of `value`'s type (an `expand` of a scalar where `value` is not rank 0;

@@ -3,6 +3,8 @@
 Contract:
 - A `Node` is immutable and hashed by identity: two nodes are the same node only if they
   are the same object. Rewrites build new nodes (see `rebuild`); CSE keys on `Node.key()`.
+  One exception: differentiating an `if`/`loop` node lets it gain results after its own
+  (residuals, `flowc.ir.autodiff.VjpBuilder.grow`); its existing Values stay valid.
 - A `Value` is one result of a node, `(node, index)`. Absent optional operands are None.
 - `Node.ctrl` holds control dependencies: nodes that must run before this one.
 - `Node.device` is a device string (`cpu:0`, `gpu:0`, `/job:worker/task:1/cpu:0`) or None

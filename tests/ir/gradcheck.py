@@ -8,6 +8,8 @@ with central differences of L (step 1e-6 in f64: pass f64 operands) for every
 float input x (with any narrower float operand or result, steps of 1e-2: pass loose
 tolerances). The graph with its gradients must verify and print/parse round-trip. It
 returns the ops the backward graph used. `Samples(seed)` makes seeded operands for it.
+`check_graph_gradients(graph, feeds, grads)` does the same comparison for any graph with
+a scalar output "loss" (f64) and gradient values already built in it.
 """
 
 from __future__ import annotations
@@ -81,6 +83,21 @@ def check_gradient(op: str, operands: Sequence[np.ndarray | None], attrs: dict |
         np.testing.assert_allclose(analytic, numeric, rtol=rtol, atol=atol,
                                    err_msg=f"d loss / d {name} of {op} {attrs}")
     return {n.op for n in result.nodes}
+
+
+def check_graph_gradients(graph: Graph, feeds: dict, grads: dict, rtol: float = 1e-5,
+                          atol: float = 1e-6) -> None:
+    """`grads[name]` (a Value of `graph`: d loss / d input `name`) against central
+    differences of output "loss", for each name; the graph must verify and round-trip."""
+    for name, g in grads.items():
+        graph.add_output(f"d_{name}", g)
+    verify(graph)
+    text = print_graph(graph)
+    assert print_graph(parse(text)) == text
+    got = interpret(graph, feeds)
+    for name in grads:
+        np.testing.assert_allclose(got[f"d_{name}"], _central_differences(
+            graph, feeds, name, EPS), rtol=rtol, atol=atol, err_msg=f"d loss / d {name}")
 
 
 def _central_differences(graph: Graph, feeds: dict, name: str, eps: float) -> np.ndarray:

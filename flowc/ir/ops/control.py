@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from flowc.ir.ops import control_grad
 from flowc.ir.ops.registry import HAS_BODY, PURE, AttrSpec, InferContext, KernelContext, define
 from flowc.ir.types import TensorType, bool_, dims_compatible, i64
 
@@ -94,7 +95,7 @@ def _loop_kernel(ctx: KernelContext, m, cond, *operands):
 define("loop", ("M?", "cond?", "operands*"), _loop_infer, _loop_kernel,
        traits=(PURE, HAS_BODY),
        attrs=[AttrSpec("body", "graph"), AttrSpec("captures", "int", 0)],
-       no_grad="control flow: gradients of bodies are issue [11]",
+       vjp=control_grad.LOOP,
        doc="ONNX Loop: runs `body(iteration, cond, carried..., captured...) -> (cond, "
            "carried..., scans...)` while iteration < M and cond hold (each optional, not "
            "both absent). Results: the final carried values, then each scan output stacked "

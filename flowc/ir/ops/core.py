@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from flowc.ir.ops import control_grad
 from flowc.ir.ops.registry import (
     HAS_BODY,
     NARROW,
@@ -203,5 +204,5 @@ def _if_kernel(ctx: KernelContext, cond: np.ndarray, *operands: np.ndarray) -> t
 
 define("if", ("cond", "operands*"), _if_infer, _if_kernel, traits=(PURE, HAS_BODY),
        attrs=[AttrSpec("then_branch", "graph"), AttrSpec("else_branch", "graph")],
-       no_grad="control flow: gradients of bodies are issue [11]",
+       vjp=control_grad.IF,
        doc="Runs then_branch or else_branch on the operands; bodies are closed graphs.")
