@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from flowc.ir.autodiff import gradients
 from flowc.ir.errors import FlowcError
-from flowc.ir.graph import Graph, Value
+from flowc.ir.graph import Graph, Value, rebuild
 from flowc.ir.interpret import resolve_tensor_name
 from flowc.ir.ops import OPS
 from flowc.passes.registry import register
@@ -46,8 +46,10 @@ class Gradients:
     xs: str = ""
 
     def run(self, graph: Graph) -> Graph:
-        ys, xs = _tensors(graph, self.ys, "ys"), _tensors(graph, self.xs, "xs")
-        out = Graph(graph.name, graph.inputs, list(graph.nodes), list(graph.outputs))
+        # differentiate a copy: the rule of an `if`/`loop` grows its forward node with
+        # residual results (VjpBuilder.grow), and a pass never changes its input graph
+        out = rebuild(graph, lambda node, _old: node.replace())
+        ys, xs = _tensors(out, self.ys, "ys"), _tensors(out, self.xs, "xs")
         used = {n.name for n in graph.all_nodes() if n.name}
 
         def namer(op: str) -> str:

@@ -71,3 +71,26 @@ def test_a_constant_y_is_refused():
     g.add_output("c", c.out())
     with pytest.raises(FlowcError, match=r"y \(result #0 of 'c' \(constant\)\) is i64\[2\]"):
         PassManager(parse_pipeline("gradients{ys=c,xs=w}")).run(g)
+
+
+def test_the_pass_leaves_its_input_graph_unchanged():
+    """Differentiating a loop holding a cond grows the forward nodes with residual results;
+    the pass does that on its own copy, so the graph it was given prints as before."""
+    from flowc.frontend import Graph as ApiGraph
+    from flowc.frontend import api, cond, placeholder, while_loop
+    from flowc.ir.printer import print_graph
+
+    with ApiGraph() as g:
+        x = placeholder("f64", (3,), name="x")
+        w = placeholder("f64", (3,), name="w")
+        _, acc = while_loop(lambda i, acc: i < 4,
+                            lambda i, acc: (i + 1, cond(api.reduce_sum(acc, keepdims=0) > 0.0,
+                                                        lambda: acc * w, lambda: acc + w)),
+                            (0, x), maximum_iterations=4)
+        loss = api.reduce_sum(acc * acc, keepdims=0)
+    graph = g.ir
+    graph.add_output("loss", loss.value)
+    before = print_graph(graph)
+    out = parse_pipeline("gradients{ys=loss,xs=w}")[0].run(graph)
+    assert print_graph(graph) == before
+    assert "grad/w" in [name for name, _ in out.outputs]
