@@ -37,12 +37,14 @@ if TYPE_CHECKING:
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
-# lower-case name -> (takes alpha, takes beta, default alpha, default beta), onnxruntime's
+# lower-case name -> (takes alpha, takes beta, default alpha, default beta): onnxruntime's
+# defaults, which differ from the ONNX ops' own for ThresholdedRelu (0, not 1), Affine and
+# ScaledTanh (0, so that either without alpha is the zero function)
 ACTIVATIONS: dict[str, tuple[bool, bool, float, float]] = {
     "relu": (False, False, 0.0, 0.0), "tanh": (False, False, 0.0, 0.0),
     "sigmoid": (False, False, 0.0, 0.0), "softsign": (False, False, 0.0, 0.0),
     "softplus": (False, False, 0.0, 0.0), "affine": (True, True, 0.0, 0.0),
-    "leakyrelu": (True, False, 0.01, 0.0), "thresholdedrelu": (True, False, 1.0, 0.0),
+    "leakyrelu": (True, False, 0.01, 0.0), "thresholdedrelu": (True, False, 0.0, 0.0),
     "scaledtanh": (True, True, 0.0, 0.0), "hardsigmoid": (True, True, 0.2, 0.5),
     "elu": (True, False, 1.0, 0.0),
 }
