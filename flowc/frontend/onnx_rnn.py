@@ -193,13 +193,18 @@ def _reverse(e: _Emitter, seq: Value, index: Value | None) -> Value:
 
 
 def _zeros(e: _Emitter, x: Value, hidden: int) -> Value:
-    """A [batch, hidden] zero state for X ([seq, batch, input])."""
+    """A [batch, hidden] zero state for X ([seq, batch, input]). With a symbolic batch, a
+    broadcast that keeps its name in the type (constant_of_shape of a computed shape would
+    type it [?, ?]): where(isnan(sum over seq of X[:, :, 0]) [batch, 1], 0, 0)."""
     dt = x.type.dtype.np
     batch = x.type.shape[1]
+    zeros = np.zeros((1 if not isinstance(batch, int) else batch, hidden), dt)
     if isinstance(batch, int):
-        return e.ctx.constant(np.zeros((batch, hidden), dt))
-    shape = e.op("concat", [e.dim(x, 1), e.ints(hidden)], axis=0)
-    return e.op("constant_of_shape", [shape], value=np.zeros(1, dt))
+        return e.ctx.constant(zeros)
+    column = e.op("slice", [x, e.ints(0), e.ints(1), e.ints(2)])            # [seq, batch, 1]
+    rows = e.op("reduce_sum", [column, e.ints(0)], keepdims=0)             # [batch, 1]
+    zero = e.ctx.constant(zeros)                                           # [1, hidden]
+    return e.op("where", [e.op("isnan", [rows]), zero, zero])
 
 
 def _projection(e: _Emitter, spec: _Spec, x: Value, w: Value, b: Value | None,
@@ -219,24 +224,36 @@ def _projection(e: _Emitter, spec: _Spec, x: Value, w: Value, b: Value | None,
     return e.op("add", [proj, e.op("add", [wb, rb])]), None
 
 
+@dataclass(frozen=True)
+class _Shared:
+    """What the directions of one node share: the per-batch reversal index (reverse with
+    sequence_lens, else None), the zero state (None when the initial states are given) and
+    whether Y is asked for."""
+
+    index: Value | None
+    zeros: Value | None
+    want_y: bool
+
+
 def _direction(e: _Emitter, spec: _Spec, cell: Cell, inputs: list[Value | None], d: int,
-               index: Value | None, want_y: bool) -> list[Value | None]:
+               shared: _Shared) -> list[Value | None]:
     """One direction's loop: [Y_d [seq, batch, hidden] or None, h_final, c_final or None]."""
+    index, zeros, want_y = shared.index, shared.zeros, shared.want_y
     x, w, r, b, lens, h0, c0, p = inputs
     proj, rbh = _projection(e, spec, x, w, b, d)
     if spec.reverse[d]:
         proj = _reverse(e, proj, index)
-    carried = [e.pick(h0, d) if h0 is not None else _zeros(e, x, spec.hidden)]
+    carried = [e.pick(h0, d) if h0 is not None else zeros]
     if spec.op == "LSTM":
-        carried.append(e.pick(c0, d) if c0 is not None else _zeros(e, x, spec.hidden))
-    captures = [proj, *cell.weights(e, e.pick(r, d), rbh, None if p is None else e.pick(p, d))]
-    if lens is not None:
-        captures.append(e.op("unsqueeze", [lens, e.ints(1)]))   # [batch, 1]
+        carried.append(e.pick(c0, d) if c0 is not None else zeros)
+    weights = cell.weights(e, e.pick(r, d), rbh, None if p is None else e.pick(p, d))
+    lengths = [] if lens is None else [e.op("unsqueeze", [lens, e.ints(1)])]  # [batch, 1]
+    captures = [proj, *weights, *lengths]
     body = StepBody(f"{e.ctx.node.name or spec.op.lower()}_step",
                     [v.type for v in carried], [v.type for v in captures])
     row = body.op("gather", [body.captured[0], body.iteration], axis=0)  # [batch, gates*h]
     states = cell.step(body, spec.activations[d], spec.clip, row,
-                       body.captured[1:len(captures) - (lens is not None)])
+                       body.captured[1:1 + len(weights)])
     if lens is not None:
         valid = body.op("less", [body.iteration, body.captured[-1]])
         y = body.op("where", [valid, states[0], body.zero(x.type.dtype)])
@@ -268,11 +285,14 @@ def convert_recurrent(ctx: NodeContext) -> Sequence[Value | None]:
     if lens is not None:
         lens = e.op("cast", [lens], to=i64)
     inputs = [x, w, r, b, lens, h0, c0, p]
-    index = _reverse_index(e, x, lens) if lens is not None and any(spec.reverse) else None
     names = [*ctx.node.output, "", "", ""]
+    shared = _Shared(
+        _reverse_index(e, x, lens) if lens is not None and any(spec.reverse) else None,
+        _zeros(e, x, spec.hidden) if h0 is None or (spec.op == "LSTM" and c0 is None)
+        else None,
+        bool(names[0]))
     cell = Cell.of(spec.op, spec.input_forget, spec.linear_before_reset)
-    results = [_direction(e, spec, cell, inputs, d, index, bool(names[0]))
-               for d in range(len(spec.reverse))]
+    results = [_direction(e, spec, cell, inputs, d, shared) for d in range(len(spec.reverse))]
     y = e.stack([res[0] for res in results], 1) if names[0] else None  # [seq, dirs, b, h]
     states = [e.stack([res[k] for res in results], 0) if names[k] else None  # [dirs, b, h]
               for k in (1, 2)]

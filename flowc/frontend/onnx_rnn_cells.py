@@ -153,10 +153,9 @@ class Cell:
         if self.op == "GRU" and not self.linear_before_reset:
             zr, h = e.ctx.emit("split", [r, e.ints(2 * hidden, hidden)], {"axis": 0})
             return [t(zr), t(h)]
-        extra = [rbh] if rbh is not None and self.op == "GRU" else []
         if p is not None:
-            extra = list(e.ctx.emit("split", [p], {"axis": 0, "num_outputs": 3}))
-        return [t(r), *extra]
+            return [t(r), *e.ctx.emit("split", [p], {"axis": 0, "num_outputs": 3})]
+        return [t(r)] if rbh is None else [t(r), rbh]
 
     def step(self, body: StepBody, acts: Sequence[Activation], clip: float | None,
              x: Value, weights: Sequence[Value]) -> list[Value]:

@@ -9,7 +9,10 @@ feeds the next, so rounding differences add up over the steps)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import onnx
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -176,6 +179,22 @@ def test_double_precision(op):
         assert_close(got[name].astype(np.float32), w, "matmul", n=11, scale=5, err_msg=name)
 
 
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_symbolic_sequence_and_batch(op):
+    """X [seq, batch, input] with named dims: the trip count and zero states come from X's
+    shape at run time."""
+    m, feeds = case(op, direction="bidirectional", lens=True, layout=1)
+    for info in m.graph.input:
+        if info.name in ("X", "sequence_lens"):
+            dims = info.type.tensor_type.shape.dim
+            dims[0].dim_param = "batch"
+            if info.name == "X":
+                dims[1].dim_param = "seq"
+    g = check(m, feeds)
+    loop = next(n for n in g.nodes if n.op == "loop")
+    assert loop.outputs[0].type.shape == ("batch", 6)
+
+
 def test_ir_projects_once_before_a_small_loop_body():
     """Per direction: one matmul of X by W^T (all steps) outside the loop; the step's only
     matmul is by R^T (captured, transposed once outside); no transposes in the body."""
@@ -205,11 +224,13 @@ def _raises(m, pattern):
     assert "\n" not in str(info.value)
 
 
-def test_wrong_w_shape():
+def test_wrong_w_shape_names_the_file_and_node(tmp_path):
     m, _ = case("LSTM")
     m.graph.input[1].type.tensor_type.shape.dim[1].dim_value = 23
-    _raises(m, r"^<model>: node 'my_LSTM' \(LSTM\): input W is f32\[1,23,5\], expected "
-               r"shape \[1, 24, 5\]$")
+    path = tmp_path / "lstm.onnx"
+    onnx.save(m, path)
+    _raises(path, rf"^{re.escape(str(path))}: node 'my_LSTM' \(LSTM\): input W is "
+                  r"f32\[1,23,5\], expected shape \[1, 24, 5\]$")
 
 
 def test_unknown_activation():
@@ -244,3 +265,19 @@ def test_wrong_initial_state_shape():
     m.graph.input[-1].type.tensor_type.shape.dim[2].dim_value = 2
     _raises(m, r"node 'my_GRU' \(GRU\): input initial_h is f32\[1,3,2\], expected shape "
                r"\[1, 3, 6\]$")
+
+
+def test_missing_required_input_and_lstm_only_inputs():
+    m, _ = case("RNN")
+    m.graph.node[0].input[2] = ""
+    _raises(m, r"node 'my_RNN' \(RNN\): inputs X, W and R are required$")
+    m, _ = case("GRU", h0=True)
+    m.graph.node[0].input.extend(["initial_h"])
+    _raises(m, r"node 'my_GRU' \(GRU\): GRU takes no initial_c or P \(inputs 6 and 7 are "
+               r"LSTM's\)$")
+
+
+def test_integer_x():
+    m, _ = case("RNN")
+    m.graph.input[0].type.tensor_type.elem_type = TensorProto.INT32
+    _raises(m, r"node 'my_RNN' \(RNN\): input X is i32\[4,3,5\]: expected a float tensor$")
