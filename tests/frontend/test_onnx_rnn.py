@@ -32,9 +32,9 @@ ACTIVATIONS = ("Relu", "Tanh", "Sigmoid", "Affine", "LeakyRelu", "ThresholdedRel
 
 def case(op, *, seq=4, batch=3, inputs=5, hidden=6, direction="forward", layout=0,
          bias=True, lens=False, h0=False, c0=False, peep=False, outputs=None, seed=0,
-         dtype=np.float32, **attrs):
+         dtype=np.float32, opset=22, **attrs):
     """(model, feeds) of one recurrent node, every operand a graph input (random values,
-    sequence lengths in [1, seq] when `lens`)."""
+    sequence lengths in [1, seq] when `lens`); `layout` is left out before opset 14."""
     rng = np.random.default_rng(seed)
     dirs = 2 if direction == "bidirectional" else 1
     size = GATES[op] * hidden
@@ -55,16 +55,18 @@ def case(op, *, seq=4, batch=3, inputs=5, hidden=6, direction="forward", layout=
         else:
             feeds[name] = (rng.standard_normal(shape) * 0.5).astype(dtype)
     names = [n for n in outputs or OUTPUTS[op]]
+    if opset >= 14:
+        attrs["layout"] = layout
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     node = helper.make_node(op, [n if n in feeds else "" for n in shapes],
                             [n if n in names else "" for n in OUTPUTS[op]], name=f"my_{op}",
-                            hidden_size=hidden, direction=direction, layout=layout, **attrs)
+                            hidden_size=hidden, direction=direction, **attrs)
     graph = helper.make_graph(
         [node], "g",
         [helper.make_tensor_value_info(n, TensorProto.INT32 if n == "sequence_lens" else elem,
                                        v.shape) for n, v in feeds.items()],
         [helper.make_tensor_value_info(n, elem, None) for n in names])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)]), feeds
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), feeds
 
 
 def onnxruntime_answer(m, feeds):
@@ -162,6 +164,14 @@ def test_all_inputs_with_sequence_lengths(op, direction, layout):
     check(*case(op, seq=5, batch=4, direction=direction, layout=layout, lens=True, h0=True,
                 c0=lstm, peep=lstm, clip=1.5,
                 **({"linear_before_reset": 1} if op == "GRU" else {})))
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_older_opsets_without_layout(op):
+    """Opset 7-13 forms (no layout): 13 imports as it is, older ones through onnx's version
+    converter."""
+    for opset in (9, 13):
+        check(*case(op, opset=opset, direction="bidirectional", lens=True, h0=True))
 
 
 @pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
