@@ -12,7 +12,8 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
    `device_supports`; its report goes to `explain_placement` and DUMP_DIR/placement.txt;
    for a GPU target without `pack-weights` and `winograd`, whose panels and transformed
-   filters the GPU's kernels do not read), then requires every type static
+   filters the GPU's kernels do not read; with `remat` other than off, the `remat` pass
+   joins it before fuse: `remat_passes`), then requires every type static
    (`require_static`), so every kernel has static shapes;
 4. builds the program (`build_program`: kernels, weights, arena plan);
 5. splits its kernels into parts (`kernel_parts`), each a backend (flowc/codegen/backend.py)
@@ -246,6 +247,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.devices:
         passes = placement_passes(passes, opts.devices, opts.place, opts.device_profiles,
                                   opts.explain_placement, dump)
+    passes = remat_passes(passes, graph, opts)
     backend = target_backend(opts)
     target = backend.get_target(opts.target or "host")
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
@@ -279,6 +281,22 @@ def load_training(model: ModelLike, opts: CompileOptions) -> tuple[Graph, dict[s
                         "labels": {"name": "labels", "dtype": labels.dtype.name,
                                    "shape": list(labels.shape)},
                         "classes": step.classes}
+
+
+def remat_passes(passes: list, graph: Graph, opts: CompileOptions) -> list:
+    """`passes` with the `remat` pass of `opts.remat` (`passes.pipeline.OPTION_PASSES`);
+    a bad policy, or a policy for a graph with no backward pass, is a FlowcError."""
+    from flowc.ir.phases import phase_of_name
+    from flowc.passes.pipeline import with_option_pass
+    from flowc.passes.remat import Remat, check_policy
+
+    check_policy(opts.remat, "--remat")
+    if opts.remat == "off":
+        return passes
+    if not opts.train and not any(phase_of_name(n.name) for n in graph.nodes):
+        raise FlowcError(f"--remat: graph @{graph.name} has no backward pass (no node in the "
+                         "'gradients' scope) whose activations it could recompute")
+    return with_option_pass(passes, "remat", Remat(opts.remat))
 
 
 def check_no_training_options(opts: CompileOptions) -> None:

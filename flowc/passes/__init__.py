@@ -2,7 +2,7 @@
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
 `fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
-`winograd`, `gradients`).
+`winograd`, `gradients`, `remat`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -15,6 +15,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     partition,
     place,
     prune,
+    remat,
     schedule,
     simplify,
     winograd,
