@@ -40,6 +40,14 @@ PIPELINES: dict[str, list[tuple[str, str]]] = {
     ],
 }
 
+# The passes that make an ONNX model's training step (`flowc compile --train`) from its
+# forward graph and loss, before the pipeline (`apply_optimizer.training_passes`).
+TRAINING_PASSES: list[tuple[str, str]] = [
+    ("gradients", "the backward graph: d loss / d each read of a trainable variable, as "
+                  "outputs grad/X (before any rewrite: flowc differentiates before fusion)"),
+    ("apply-optimizer", "the optimizer's update of each variable from its grad/X output"),
+]
+
 # Passes an option of `flowc.compile` adds to any pipeline (`with_option_pass`): option ->
 # (pass, the pass it goes right before, why there).
 OPTION_PASSES: dict[str, tuple[str, str, str]] = {
