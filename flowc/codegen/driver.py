@@ -298,7 +298,8 @@ def step_passes(graph: Graph, training: Mapping[str, Any], opts: CompileOptions)
 
 def remat_passes(passes: list, graph: Graph, opts: CompileOptions) -> list:
     """`passes` with the `remat` pass of `opts.remat` (`passes.pipeline.OPTION_PASSES`);
-    a bad policy, or a policy for a graph with no backward pass, is a FlowcError."""
+    a bad policy, or a policy for a graph with no backward pass (none in it, none built by
+    a `gradients` pass of `passes`), is a FlowcError."""
     from flowc.ir.phases import phase_of_name
     from flowc.passes.pipeline import with_option_pass
     from flowc.passes.remat import Remat, check_policy
@@ -306,9 +307,11 @@ def remat_passes(passes: list, graph: Graph, opts: CompileOptions) -> list:
     check_policy(opts.remat, "--remat")
     if opts.remat == "off":
         return passes
-    if not opts.train and not any(phase_of_name(n.name) for n in graph.nodes):
+    if not any(p.name == "gradients" for p in passes) and not any(
+            phase_of_name(n.name) for n in graph.nodes):
         raise FlowcError(f"--remat: graph @{graph.name} has no backward pass (no node in the "
-                         "'gradients' scope) whose activations it could recompute")
+                         "'gradients' scope, no gradients pass) whose activations it could "
+                         "recompute")
     return with_option_pass(passes, "remat", Remat(opts.remat))
 
 

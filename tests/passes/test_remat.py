@@ -25,7 +25,8 @@ def gelu_mlp(act: str = "gelu", batch: int = 64):
         w1 = Variable(rng.standard_normal((8, 16)).astype(np.float32), name="w1")
         w2 = Variable(rng.standard_normal((16, 4)).astype(np.float32), name="w2")
         h = api.op(act, api.op("matmul", x, w1.read(), node_name="z"), node_name="h")
-        loss = api.op("mse", api.op("matmul", h, w2.read(), node_name="y"), t)
+        loss = api.op("mse", api.op("matmul", h, w2.read(), node_name="y"), t,
+                      node_name="mse")
         train.SGD(lr=0.1).minimize(loss)
         g.output("loss", loss)
     return g.ir
@@ -116,3 +117,25 @@ def test_cse_would_undo_it_so_it_runs_after():
     graph = gelu_mlp()
     undone = PassManager(parse_pipeline("remat,cse")).run(graph)
     assert not clones(undone)
+
+
+def test_the_scheduled_clones_stay_in_the_backward_pass():
+    """After the whole pipeline (fuse, then `schedule`'s memory-greedy order) every kernel
+    holding a clone runs after the loss, where its reader needs it: the forward value
+    died early, and the clone is not hoisted back next to it."""
+    passes = with_option_pass(parse_pipeline("default"), "remat", Remat())
+    after = PassManager(passes).run(tf_like := gelu_mlp(batch=256))
+    assert tf_like is not after
+
+    def names(node):
+        body = node.attrs["body"].nodes if node.op == "fused" else []
+        return {n.name for n in [node, *body] if n.name}
+
+    order = [names(n) for n in after.nodes]
+    loss = next(i for i, ns in enumerate(order) if "mse" in ns)
+    holding = [i for i, ns in enumerate(order) if any(
+        n.startswith("gradients/remat/") for n in ns)]
+    backward = next(i for i, ns in enumerate(order) if any(
+        n.startswith("gradients/") and not n.startswith("gradients/remat/") for n in ns))
+    # here h's clone runs after w1's update, right before w2's gradient gemm reads it
+    assert holding and min(holding) > backward > loss

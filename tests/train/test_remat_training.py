@@ -146,3 +146,17 @@ def test_bare_flag_is_dots_saveable(tmp_path):
     assert args.remat == "dots_saveable"
     args = build_parser().parse_args(["compile", "m.onnx", "-o", "out"])
     assert args.remat == "off"
+
+
+def test_a_gradients_pass_in_the_pipeline_is_a_backward_pass():
+    from flowc.codegen.driver import remat_passes
+    from flowc.frontend import Graph, placeholder
+    from flowc.passes import parse_pipeline
+
+    with Graph("forward") as forward:  # no backward node: the pipeline builds them
+        placeholder("f32", (2,), name="x")
+    passes = parse_pipeline("gradients{ys=loss,xs=x},fuse")
+    on = CompileOptions(remat="nothing_saveable")
+    assert [p.name for p in remat_passes(passes, forward.ir, on)] == [
+        "gradients", "remat", "fuse"]
+    assert remat_passes(passes, forward.ir, CompileOptions()) == passes  # off
