@@ -21,7 +21,8 @@ Policies (`policy`, the `--remat` option's value):
   inputs, constants and variable reads.
 A kept value is recomputed only when that shrinks the kept set: the bytes of the values
 its recomputation must keep instead (those not kept already; graph inputs, constants
-and graph outputs count nothing) must be fewer than its own. Candidates are tried in graph
+and graph outputs count nothing; a view counts as the buffer it aliases, once) must be
+fewer than its own. Candidates are tried in graph
 order, each against the kept set the earlier choices left (greedy). Variable reads, state,
 nodes with control dependencies or bodies are never recomputed.
 An unknown policy is a one-line FlowcError listing the known ones.
@@ -36,7 +37,7 @@ from typing import ClassVar
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import INPUT_OP, Graph, Node, Value
-from flowc.ir.ops import OPS
+from flowc.ir.ops import OPS, is_view
 from flowc.ir.ops.registry import Trait
 from flowc.ir.phases import phases
 from flowc.passes.registry import register
@@ -81,7 +82,14 @@ class _Plan:
         self.kept = dict.fromkeys(kept)
 
     def bytes(self, values: dict[Value, None]) -> int:
-        return sum(value_bytes(v.type) for v in values if not self.free(v))
+        """The arena bytes that keeping `values` takes: each buffer once (a view's result
+        is its operand's buffer, as `schedule_model` counts), free values none."""
+        roots = {}
+        for v in values:
+            while is_view(v.node.op) and v.node.inputs and v.node.inputs[0] is not None:
+                v = v.node.inputs[0]
+            roots[v] = None
+        return sum(value_bytes(v.type) for v in roots if not self.free(v))
 
     def leaves(self, value: Value) -> tuple[list[Node], dict[Value, None]]:
         """The nodes recomputing `value` (producers first) and the values they read that
