@@ -18,8 +18,9 @@ make it ONE training step each time it runs:
   `flowc.frontend.train_spec.parse_optimizer_spec`; checked here, applied by the passes)
   minimizes the loss over every variable (the gradients built by `ir.autodiff`, then
   torch.optim's update of each variable, its slot variables and the optimizer's step
-  counter: `Optimizer.apply_gradients`), the updates ordered after every read of the
-  variables, so the loss is that of the weights before the step;
+  counter: `Optimizer.apply_gradients`), the updates
+  ordered after every read of the variables, so the loss is that of the weights before
+  the step;
 - the graph's only output is `loss` (a scalar of the logits' dtype): the loss of the
   batch before this step's update, as torch's `loss.item()` gives it.
 Errors (a `TrainError`, one line naming the model's file): an unknown loss, a model with
@@ -53,7 +54,8 @@ class TrainError(FlowcError):
 
 @dataclass(frozen=True)
 class TrainingGraph:
-    """The step's graph and what the artifact's manifest records about it."""
+    """The step's graph (before its gradients and update) and what the artifact's
+    manifest records about it."""
 
     graph: Graph
     parameters: tuple[str, ...]  # the trainable variables, in the file's initializer order
