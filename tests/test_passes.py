@@ -56,7 +56,8 @@ def test_named_pipeline_has_a_reason_per_step():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("frob", "unknown pass 'frob' (known passes: channels-last, constant-fold, cse,"),
+    ("frob", "unknown pass 'frob' (known passes: apply-optimizer, channels-last, "
+             "constant-fold, cse,"),
     ("prune{keep_all=true}",
      "pass 'prune' has no option 'keep_all' (its options: keep_stateful, keep)"),
     ("cse{x=1}", "pass 'cse' has no option 'x' (its options: none)"),

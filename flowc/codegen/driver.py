@@ -12,7 +12,9 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
    `device_supports`; its report goes to `explain_placement` and DUMP_DIR/placement.txt;
    for a GPU target without `pack-weights` and `winograd`, whose panels and transformed
-   filters the GPU's kernels do not read), then requires every type static
+   filters the GPU's kernels do not read; with `remat` other than off, the `remat` pass
+   joins it before fuse: `remat_passes`; with `train`, the passes `gradients` and
+   `apply-optimizer` come first: `step_passes`), then requires every type static
    (`require_static`), so every kernel has static shapes;
 4. builds the program (`build_program`: kernels, weights, arena plan);
 5. splits its kernels into parts (`kernel_parts`), each a backend (flowc/codegen/backend.py)
@@ -239,6 +241,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     check_table_names([n.name for n in graph.inputs], [name for name, _ in graph.outputs])
     graph, sizes = bind_dims(graph, opts.batch, opts.dims, strict=False)
     passes = parse_pipeline(opts.pipeline) if opts.pipeline else []
+    if training is not None:  # the ONNX route: its first passes build the step
+        passes = [*step_passes(graph, training, opts), *passes]
     dump = Path(opts.dump_dir) if opts.dump_dir is not None else None
     if (opts.place or opts.device_profiles) and not opts.devices:
         raise FlowcError("placement constraints and device profiles need devices to place on "
@@ -246,6 +250,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.devices:
         passes = placement_passes(passes, opts.devices, opts.place, opts.device_profiles,
                                   opts.explain_placement, dump)
+    passes = remat_passes(passes, graph, opts)
     backend = target_backend(opts)
     target = backend.get_target(opts.target or "host")
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
@@ -259,8 +264,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
 
 
 def load_training(model: ModelLike, opts: CompileOptions) -> tuple[Graph, dict[str, Any]]:
-    """The training step's graph of an ONNX model file (`frontend.onnx_train`) and the
-    manifest's `training` facts. The optimizer spec is checked first, whatever the model."""
+    """The graph of an ONNX model file's training step before its gradients and update
+    (`frontend.onnx_train`; `step_passes` build them) and the manifest's `training`
+    facts. The optimizer spec is checked first, whatever the model."""
     from flowc.frontend.train_spec import parse_optimizer_spec
 
     parse_optimizer_spec(opts.optimizer)
@@ -279,6 +285,34 @@ def load_training(model: ModelLike, opts: CompileOptions) -> tuple[Graph, dict[s
                         "labels": {"name": "labels", "dtype": labels.dtype.name,
                                    "shape": list(labels.shape)},
                         "classes": step.classes}
+
+
+def step_passes(graph: Graph, training: Mapping[str, Any], opts: CompileOptions) -> list:
+    """The passes that make the training step of `load_training`'s graph (its forward and
+    loss): the gradients of the loss, then the optimizer's update of every parameter."""
+    from flowc.frontend.onnx_train import LOSS
+    from flowc.passes.apply_optimizer import training_passes
+
+    return training_passes(graph, LOSS, training["parameters"], opts.optimizer)
+
+
+def remat_passes(passes: list, graph: Graph, opts: CompileOptions) -> list:
+    """`passes` with the `remat` pass of `opts.remat` (`passes.pipeline.OPTION_PASSES`);
+    a bad policy, or a policy for a graph with no backward pass (none in it, none built by
+    a `gradients` pass of `passes`), is a FlowcError."""
+    from flowc.ir.phases import phase_of_name
+    from flowc.passes.pipeline import with_option_pass
+    from flowc.passes.remat import Remat, check_policy
+
+    check_policy(opts.remat, "--remat")
+    if opts.remat == "off":
+        return passes
+    if not any(p.name == "gradients" for p in passes) and not any(
+            phase_of_name(n.name) for n in graph.nodes):
+        raise FlowcError(f"--remat: graph @{graph.name} has no backward pass (no node in the "
+                         "'gradients' scope, no gradients pass) whose activations it could "
+                         "recompute")
+    return with_option_pass(passes, "remat", Remat(opts.remat))
 
 
 def check_no_training_options(opts: CompileOptions) -> None:

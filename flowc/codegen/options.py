@@ -78,6 +78,13 @@ class CompileOptions:
         "--device-profiles", "with --devices: a JSON file of device and link figures "
                              "overriding the built-in ones (see flowc/passes/place_devices.py)",
         metavar="FILE"))
+    remat: str = field(default="off", metadata=_cli(
+        "--remat", "recompute cheap activations (elementwise and shape ops) in the backward "
+                   "pass of a training step instead of keeping them from the forward pass: "
+                   "POLICY dots_saveable (the default of a bare --remat: keep the results of "
+                   "matmul, gemm, conv, norms, reductions), nothing_saveable (recompute any "
+                   "pure op), off (see flowc/passes/remat.py)", metavar="POLICY", nargs="?",
+        const="dots_saveable"))
     profile: bool = field(default=False, metadata=_cli(
         "--profile", "time every kernel call (for 'flowc run DIR --profile' and 'flowc "
                      "profile DIR'); off by default: no cost, no symbols"))

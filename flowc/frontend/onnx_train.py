@@ -1,8 +1,10 @@
 """An ONNX forward model made a training step (the route of `flowc compile --train`).
 
 Contract: `training_graph(model, loss=..., optimizer=..., frozen=(), loss_output=None)`
-imports the model (`import_onnx_model`) and returns a `TrainingGraph` whose graph runs ONE
-training step each time it runs:
+imports the model (`import_onnx_model`) and returns a `TrainingGraph` whose graph computes
+the loss; the passes `gradients` and `apply-optimizer` (`passes.pipeline.TRAINING_PASSES`,
+which the driver runs first, so that `--dump-dir` shows the graph before and after each)
+make it ONE training step each time it runs:
 - every float initializer of the main graph is a variable named as in the file
   (`make_trainable`) unless listed in `frozen`; so is every tensor an `Identity` node makes
   of one (named as that tensor): torch's exporter writes parameters that start out equal
@@ -13,9 +15,10 @@ training step each time it runs:
   over the batch), for `loss="mse"` a float tensor of the loss output's type (`mse`);
 - the loss output is the model's single output, or `loss_output` when it has several;
 - the optimizer (`optimizer`, a spec like `adam{lr=1e-3}`: see
-  `flowc.frontend.train_spec.parse_optimizer_spec`) minimizes the loss over every variable
-  (`Optimizer.minimize`: the gradients built by `ir.autodiff`, then torch.optim's update of
-  each variable, its slot variables and the optimizer's step counter), the updates
+  `flowc.frontend.train_spec.parse_optimizer_spec`; checked here, applied by the passes)
+  minimizes the loss over every variable (the gradients built by `ir.autodiff`, then
+  torch.optim's update of each variable, its slot variables and the optimizer's step
+  counter: `Optimizer.apply_gradients`), the updates
   ordered after every read of the variables, so the loss is that of the weights before
   the step;
 - the graph's only output is `loss` (a scalar of the logits' dtype): the loss of the
@@ -32,8 +35,6 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from flowc.frontend.api import Graph as Builder
-from flowc.frontend.api import Tensor
 from flowc.frontend.onnx import ImportedOnnx, import_onnx_model
 from flowc.frontend.trainable import make_trainable
 from flowc.ir import Graph, Node, TensorType, Value
@@ -53,7 +54,8 @@ class TrainError(FlowcError):
 
 @dataclass(frozen=True)
 class TrainingGraph:
-    """The step's graph and what the artifact's manifest records about it."""
+    """The step's graph (before its gradients and update) and what the artifact's
+    manifest records about it."""
 
     graph: Graph
     parameters: tuple[str, ...]  # the trainable variables, in the file's initializer order
@@ -71,7 +73,7 @@ def training_graph(model: str | os.PathLike, *, loss: str, optimizer: str,
     path = os.fspath(model)
     if loss not in LOSSES:
         raise TrainError(f"{path}: unknown loss '{loss}' (known: {', '.join(LOSSES)})")
-    update = parse_optimizer_spec(optimizer)  # a bad spec fails before the import
+    parse_optimizer_spec(optimizer)  # a bad spec fails before the import
     imported = import_onnx_model(path)
     graph, copies = _untie_identities(imported)
     prediction = _loss_output(graph, loss_output, path)
@@ -89,10 +91,6 @@ def training_graph(model: str | os.PathLike, *, loss: str, optimizer: str,
     labels_type = _labels_type(loss, pred, prediction, path)
     labels = graph.add_input(LABELS, labels_type)
     loss_value = graph.append(make_node(LOSSES[loss], [pred, labels], name=LOSS)).out()
-    builder = Builder.wrap(graph)
-    with builder:
-        update.minimize(Tensor(loss_value, builder),
-                        var_list=[Tensor(handles[name], builder) for name in handles])
     graph.outputs = [(LOSS, loss_value)]
     classes = pred.type.shape[1] if loss == "cross-entropy" else None
     return TrainingGraph(graph, tuple(handles), loss, optimizer, prediction, labels_type,

@@ -2,10 +2,11 @@
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
 `fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
-`winograd`, `gradients`).
+`winograd`, `gradients`, `apply-optimizer`, `remat`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
+    apply_optimizer,
     channels_last,
     constant_fold,
     cse,
@@ -15,6 +16,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     partition,
     place,
     prune,
+    remat,
     schedule,
     simplify,
     winograd,

@@ -40,6 +40,23 @@ PIPELINES: dict[str, list[tuple[str, str]]] = {
     ],
 }
 
+# The passes that make an ONNX model's training step (`flowc compile --train`) from its
+# forward graph and loss, before the pipeline (`apply_optimizer.training_passes`).
+TRAINING_PASSES: list[tuple[str, str]] = [
+    ("gradients", "the backward graph: d loss / d each read of a trainable variable, as "
+                  "outputs grad/X (before any rewrite: flowc differentiates before fusion)"),
+    ("apply-optimizer", "the optimizer's update of each variable from its grad/X output"),
+]
+
+# Passes an option of `flowc.compile` adds to any pipeline (`with_option_pass`): option ->
+# (pass, the pass it goes right before, why there).
+OPTION_PASSES: dict[str, tuple[str, str, str]] = {
+    "remat": ("remat", "fuse", "recompute cheap activations next to their backward readers: "
+                               "after the last cse (which would merge the clones back into "
+                               "the forward nodes), before fuse (which puts them in the "
+                               "backward kernels that read them)"),
+}
+
 _ITEM_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_-]*)\s*(?:\{([^{}]*)\})?\s*(?:,|$)")
 
 
@@ -117,3 +134,14 @@ def print_pipeline(passes: list[Any]) -> str:
                            or getattr(p, f.name) != f.default)
         items.append(f"{p.name}{{{options}}}" if options else p.name)
     return ",".join(items)
+
+
+def with_option_pass(passes: list[Any], option: str, instance: Any) -> list[Any]:
+    """`passes` with `instance` (the pass `OPTION_PASSES[option]` names) inserted right
+    before the first pass it goes before, or last (before a final `schedule`) when the
+    pipeline has none."""
+    _, before, _ = OPTION_PASSES[option]
+    names = [p.name for p in passes]
+    at = names.index(before) if before in names else (
+        len(names) - 1 if names and names[-1] == "schedule" else len(names))
+    return [*passes[:at], instance, *passes[at:]]

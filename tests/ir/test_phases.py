@@ -15,12 +15,22 @@ from flowc.ir.phases import phases
 MLP = Path(__file__).resolve().parents[1] / "fixtures" / "train" / "mlp_sgd.onnx"
 
 
+def training_step(loss: str, optimizer: str):
+    """The ONNX route's step: the loss graph through the passes that build the step."""
+    from flowc.passes import PassManager
+    from flowc.passes.apply_optimizer import training_passes
+
+    step = training_graph(MLP, loss=loss, optimizer=optimizer)
+    return PassManager(training_passes(step.graph, "loss", step.parameters, optimizer)).run(
+        step.graph)
+
+
 def test_an_inference_graph_is_forward_throughout():
     assert set(phases(import_onnx(MLP)).values()) == {"forward"}
 
 
 def test_the_onnx_training_step_has_three_phases():
-    graph = training_graph(MLP, loss="cross-entropy", optimizer="adam{lr=0.1}").graph
+    graph = training_step("cross-entropy", "adam{lr=0.1}")
     of = {n.name: p for n, p in phases(graph).items()}
     assert of["x"] == of["labels"] == of["fc1.weight/read"] == of["loss"] == "forward"
     assert all(p == "backward" for name, p in of.items() if name.startswith("gradients/"))
@@ -48,7 +58,7 @@ def test_the_view_draws_the_phases_apart(tmp_path):
     from flowc.view.style import PHASE_FILLS
     from flowc.view.svg import to_svg
 
-    graph = training_graph(MLP, loss="mse", optimizer="sgd{lr=0.1,momentum=0.9}").graph
+    graph = training_step("mse", "sgd{lr=0.1,momentum=0.9}")
     view = build_view(graph)
     assert {b.phase for b in view.boxes} == {"forward", "backward", "update"}
     svg = to_svg(view)

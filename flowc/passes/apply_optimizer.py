@@ -1,0 +1,85 @@
+"""`apply-optimizer`: turn the gradient outputs `grad/X` (made by the `gradients` pass) into
+one optimizer step on the variables the X read, so that the update is a pipeline step of
+its own (`NN-apply-optimizer.flowc` in a `--dump-dir`), after `NN-gradients.flowc`.
+
+Contract: for each graph output `grad/X` where X names a `read_variable` (a read of a
+float variable), the optimizer `optimizer` (a spec, `frontend.train_spec`; set by code,
+from `--optimizer`: the pipeline grammar cannot spell its braces) updates that variable
+with the gradient (the sum of the gradients of its reads, when several outputs name reads
+of one variable), exactly as `Optimizer.apply_gradients` builds it in the TF-style API
+(slot and step variables, torch.optim's arithmetic, each assign after every read of its
+variable); the `grad/*` outputs are removed and the other outputs kept. No `grad/*`
+output, or one naming no variable read, is a one-line FlowcError.
+`training_passes(loss, variables, optimizer)` is the ONNX training route's pair of steps
+(`pipeline.TRAINING_PASSES`): `gradients` of `loss` with respect to each read of
+`variables`, then this pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph, Value
+from flowc.ir.interpret import resolve_tensor_name
+from flowc.passes.gradients import Gradients
+from flowc.passes.registry import register
+
+PREFIX = "grad/"
+
+
+@register
+@dataclass(frozen=True)
+class ApplyOptimizer:
+    """Apply one step of `optimizer` to each variable with a `grad/X` output."""
+
+    name: ClassVar[str] = "apply-optimizer"
+    optimizer: str = field(default="sgd{lr=0.01}", metadata={"option": False})
+
+    def run(self, graph: Graph) -> Graph:
+        from flowc.frontend.api import Graph as Builder
+        from flowc.frontend.api import Tensor
+        from flowc.frontend.train_spec import parse_optimizer_spec
+
+        update = parse_optimizer_spec(self.optimizer)
+        out = Graph(graph.name, graph.inputs, list(graph.nodes),
+                    [(n, v) for n, v in graph.outputs if not n.startswith(PREFIX)])
+        grads: dict[Value, list[Value]] = {}  # variable handle -> its reads' gradients
+        for name, grad in graph.outputs:
+            if name.startswith(PREFIX):
+                grads.setdefault(_variable(graph, name), []).append(grad)
+        if not grads:
+            raise FlowcError(f"apply-optimizer: graph @{graph.name} has no '{PREFIX}X' output "
+                             "(run the gradients pass first)")
+        builder = Builder.wrap(out)
+        with builder:
+            pairs = []
+            for handle, parts in grads.items():
+                total = Tensor(parts[0], builder)
+                for part in parts[1:]:
+                    total = total + Tensor(part, builder)
+                pairs.append((total, Tensor(handle, builder)))
+            update.apply_gradients(pairs)
+        return out
+
+
+def _variable(graph: Graph, output: str) -> Value:
+    """The handle of the variable whose read output `grad/X` names."""
+    read = resolve_tensor_name(graph, output.removeprefix(PREFIX))
+    if not (isinstance(read, Value) and read.node.op == "read_variable"):
+        raise FlowcError(f"apply-optimizer: output '{output}' is not the gradient of a "
+                         "variable read (read_variable)")
+    return read.node.inputs[0]
+
+
+def training_passes(graph: Graph, loss: str, variables: Sequence[str],
+                    optimizer: str) -> list[Any]:
+    """The passes that make a training step of `graph` (forward and `loss`): the gradients
+    of `loss` with respect to every read of the variables named `variables`, then one
+    step of `optimizer` on them."""
+    names = set(variables)
+    reads = [n.name for n in graph.nodes if n.op == "read_variable"
+             and n.inputs[0].node.name in names]
+    return [Gradients(ys=loss, xs=";".join(reads)), ApplyOptimizer(optimizer)]
