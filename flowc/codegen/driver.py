@@ -68,6 +68,7 @@ from flowc.ir.graph import Graph
 from flowc.ir.printer import print_graph
 
 ModelLike = Graph | str | os.PathLike | Any  # Any: an onnx.ModelProto
+TRAIN_ENTRY = "train_step"  # the entry a training artifact runs its step with
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,11 @@ def dump_writer(dump_dir: Path | None, prefix: str = "") -> Dump | None:
     return lambda name, text: (dump_dir / f"{prefix}{name}").write_text(text)
 
 
-def graph_hash(graph: Graph, target: Mapping[str, Any]) -> str:
+def graph_hash(graph: Graph, target: Mapping[str, Any], *more: Graph) -> str:
+    """The artifact's hash: of its graph (and its other entries' graphs) and target."""
     h = hashlib.sha256(print_graph(graph).encode())
+    for g in more:
+        h.update(print_graph(g).encode())
     h.update(repr(sorted(target.items())).encode())
     return h.hexdigest()[:16]
 
@@ -140,6 +144,11 @@ def flowc_version() -> str:
     from flowc import __version__
 
     return __version__
+
+
+def entry_prefix(program: Program) -> str:
+    """What goes before the dump files of an entry: nothing for `run`, `ENTRY.` else."""
+    return "" if program.entry == "run" else f"{program.entry}."
 
 
 def check_all(graph: Graph, part: Part) -> None:
@@ -229,15 +238,18 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
                                       == os.path.realpath(output_dir)):
         raise FlowcError(f"the dump folder '{opts.dump_dir}' is the output directory; give the "
                          "dump a folder of its own")
-    graph, training = load_training(model, opts) if opts.train else (load_model(model), None)
-    if not opts.train:
+    entries: dict[str, Graph] = {}  # the other entries' graphs (a training artifact's)
+    if opts.train:
+        graph, training, entries[TRAIN_ENTRY] = load_training(model, opts)
+    else:
+        graph, training = load_model(model), None
         check_no_training_options(opts)
     if not graph.outputs and not any(writes_variable(n.op) for n in graph.nodes):
         raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
                          "nothing a caller can see (it assigns no variable either); declare "
                          "the results it should return")
-    check_table_names([n.name for n in graph.inputs], [name for name, _ in graph.outputs])
-    graph, sizes = bind_dims(graph, opts.batch, opts.dims, strict=False)
+    for g in (graph, *entries.values()):
+        check_table_names([n.name for n in g.inputs], [name for name, _ in g.outputs])
     passes = parse_pipeline(opts.pipeline) if opts.pipeline else []
     dump = Path(opts.dump_dir) if opts.dump_dir is not None else None
     if (opts.place or opts.device_profiles) and not opts.devices:
@@ -250,17 +262,32 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     target = backend.get_target(opts.target or "host")
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
         passes = [p for p in passes if p.name not in ("pack-weights", "winograd")]
-    graph = PassManager(passes, dump=sys.stderr if opts.print_ir_after_all else None,
-                        dump_dir=dump, progress=opts.progress).run(graph)
-    graph = require_static(graph, format_sizes(sizes))
-    program = build_program(graph, model_prefix(opts.name, default_name(model, graph)))
+
+    def lower(g: Graph, prefix: str = "") -> tuple[Graph, dict[str, int]]:
+        g, sizes = bind_dims(g, opts.batch, opts.dims, strict=False)
+        g = PassManager(passes, dump=sys.stderr if opts.print_ir_after_all else None,
+                        dump_dir=dump, progress=opts.progress, dump_prefix=prefix).run(g)
+        return require_static(g, format_sizes(sizes)), sizes
+
+    graph, sizes = lower(graph)
+    name = model_prefix(opts.name, default_name(model, graph))
+    others = [build_program(lower(g, f"{entry}.")[0], name, entry=entry)
+              for entry, g in entries.items()]
+    if others and training is not None and training["classes"] is not None:
+        labels = [n for n, _ in others[0].inputs].index(training["labels"]["name"])
+        others[0].labels = (labels, training["classes"])
+    program = build_program(graph, name, base=others[-1] if others else None)
+    program.siblings = others
     parts = kernel_parts(program, backend, target, opts)
     return compile_parts(graph, program, parts, Path(output_dir), sizes, opts, training)
 
 
-def load_training(model: ModelLike, opts: CompileOptions) -> tuple[Graph, dict[str, Any]]:
-    """The training step's graph of an ONNX model file (`frontend.onnx_train`) and the
-    manifest's `training` facts. The optimizer spec is checked first, whatever the model."""
+def load_training(model: ModelLike, opts: CompileOptions
+                  ) -> tuple[Graph, dict[str, Any], Graph]:
+    """The entries of an ONNX model file's training artifact (`frontend.onnx_train`): the
+    inference graph (entry `run`), the manifest's `training` facts, and the training
+    step's graph (entry `train_step`). The optimizer spec is checked first, whatever the
+    model."""
     from flowc.frontend.train_spec import parse_optimizer_spec
 
     parse_optimizer_spec(opts.optimizer)
@@ -274,11 +301,11 @@ def load_training(model: ModelLike, opts: CompileOptions) -> tuple[Graph, dict[s
     step = training_graph(model, loss=opts.loss, optimizer=opts.optimizer, frozen=opts.frozen,
                           loss_output=opts.loss_output)
     labels = step.labels
-    return step.graph, {"loss": step.loss, "optimizer": step.optimizer,
+    return step.inference, {"loss": step.loss, "optimizer": step.optimizer,
                         "prediction": step.prediction, "parameters": list(step.parameters),
                         "labels": {"name": "labels", "dtype": labels.dtype.name,
                                    "shape": list(labels.shape)},
-                        "classes": step.classes}
+                        "classes": step.classes}, step.graph
 
 
 def check_no_training_options(opts: CompileOptions) -> None:
@@ -344,12 +371,14 @@ def compile_parts(graph: Graph, program: Program, parts: list[Part], output_dir:
     dump = Path(opts.dump_dir) if opts.dump_dir is not None else None
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
-        (dump / f"{program.name}.flowc").write_text(print_graph(graph))
+        for p in program.entries:
+            (dump / f"{entry_prefix(p)}{program.name}.flowc").write_text(print_graph(p.graph))
     cache = resolve_cache(opts.cache)
     codes = [compile_part(part, dump, cache, opts.progress) for part in parts]
     code = KernelCode.join(codes)
-    set_scratch(program, code.scratch)  # the CPU kernels' (the GPU's are in its binary)
-    report_memory(program, dump, opts.explain_memory)
+    for p in program.entries:
+        set_scratch(p, code.scratch)  # the CPU kernels' (the GPU's are in its binary)
+        report_memory(p, dump, opts.explain_memory, entry_prefix(p))
     target = describe_target(parts[0].target)
     for part, part_code in zip(parts, codes, strict=True):
         target.update(part.backend.manifest_target(part_code))
@@ -358,7 +387,8 @@ def compile_parts(graph: Graph, program: Program, parts: list[Part], output_dir:
     if opts.progress is not None:
         opts.progress.stage("linking")
     manifest = write_artifact(program, output_dir, code, target=target,
-                              sizes=sizes, graph_hash=graph_hash(graph, target),
+                              sizes=sizes, graph_hash=graph_hash(
+                                  graph, target, *(p.graph for p in program.siblings)),
                               flowc_version=flowc_version(), weights=opts.weights,
                               dump_dir=dump, cache=cache, profile=opts.profile,
                               training=training)

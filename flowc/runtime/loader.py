@@ -23,6 +23,9 @@ buffers, page-locked at create, so a `run_into` on them copies asynchronously. E
 problem is an `ArtifactError` naming the artifact and what is wrong.
 Variables (state kept across runs): `variables()`, `set_variable(name, array)`,
 `save_checkpoint(path)`, `load_checkpoint(path)` (variables.py).
+Entries: `run` and the calls above run the artifact's entry 0; a training artifact's
+`train_step(*inputs, labels)` runs its `train_step` entry on the same context (same
+variables), and `parameters()` lists the trained ones (training.py).
 Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
 """
 
@@ -108,6 +111,12 @@ class Model:
         self._output_names = [name for name, _, _ in self.outputs]
         self._out_alloc = [(shape, dt, math.prod(shape) * dt.itemsize)
                            for _, dt, shape in self.outputs]
+        # the entries after `run` (a training artifact's train_step): name -> C function
+        self.entries = {e["name"]: e for e in self.manifest.get("entries", [])[1:]}
+        self._entry_fns = {name: self._fn(name) for name in self.entries}
+        for fn in self._entry_fns.values():
+            vpp = ctypes.POINTER(ctypes.c_void_p)
+            fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, vpp, vpp]
 
     # ---- setting up -----------------------------------------------------------------
     def _fn(self, suffix: str) -> Any:
@@ -165,6 +174,13 @@ class Model:
                     raise ArtifactError(f"{where}: {kind} {k} is {found} in the library, "
                                         f"{t['name']} {t['dtype']}{t['shape']} in the manifest")
         variables.check_tables(self)
+        entries = [e["name"] for e in self.manifest.get("entries", [])]
+        if len(entries) > 1:
+            fn = getattr(self._lib, f"{self.name}_num_entries", None)
+            count = fn() if fn is not None else 1
+            if count != len(entries):
+                raise ArtifactError(f"{where}: {count} entries vs {len(entries)} "
+                                    f"({', '.join(entries)})")
 
     def _error(self) -> str:
         return self._fn("error")(self._ctx).decode(errors="replace")
@@ -285,22 +301,33 @@ class Model:
                                     f"{list(shape)}, got {got}")
         return arrays
 
-    def _call(self, arrays: list[np.ndarray], out_addresses: list[int]) -> None:
-        """One run on `arrays` (the checked inputs) writing to the outputs at
-        `out_addresses`: all buffers bound and run in one C call (`NAME_run_with`, after
-        which the context holds no pointer to them; a profiled artifact binds them one by
-        one, then runs through its kernel timer)."""
-        ins, outs = self._pointers
+    def _call(self, arrays: list[np.ndarray], out_addresses: list[int],
+              entry: str = "run") -> None:
+        """One run of `entry` on `arrays` (its checked inputs) writing to the outputs at
+        `out_addresses`: all buffers bound and run in one C call (`NAME_run_with`, or
+        `NAME_<entry>` for another entry, after which the context holds no pointer to
+        them; a profiled artifact's run binds them one by one, then runs through its
+        kernel timer)."""
+        if entry == "run":
+            ins, outs = self._pointers
+        else:
+            ins = (ctypes.c_void_p * max(len(arrays), 1))()
+            outs = (ctypes.c_void_p * max(len(out_addresses), 1))()
         with self._lock:
             self._check_open()
             for k, array in enumerate(arrays):
                 ins[k] = array.ctypes.data
             for k, address in enumerate(out_addresses):
                 outs[k] = address
-            if self.profiler:
+            if entry != "run":
+                status = self._entry_fns[entry](self._ctx, ins, outs)
+            elif self.profiler:
                 status = self._run_profiled(ins, outs)
             else:
                 status = self._run_with(self._ctx, ins, outs)
+            if status and entry != "run":  # the message names the model and the entry
+                raise RuntimeStatusError(f"{self.path}: {self._error()}", status,
+                                         STATUS.get(status, str(status)))
             if status:
                 self._check(status, "run")
 
@@ -404,8 +431,9 @@ class Model:
 
     # ---- training (training.py) -------------------------------------------------------
     def train_step(self, *args: Any, **kwargs: Any) -> float:
-        """One training step on the model's inputs and the labels (last, or `labels=`):
-        the loss before the update, as a float (a training artifact only)."""
+        """One training step (the artifact's `train_step` entry) on the model's inputs and
+        the labels (last, or `labels=`): the loss before the update, as a float (a
+        training artifact only). `model(*inputs)` runs inference on the current weights."""
         return training.train_step(self, args, kwargs)
 
     def parameters(self) -> dict[str, np.ndarray]:

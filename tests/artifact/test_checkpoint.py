@@ -232,8 +232,8 @@ def test_checkpoint_metadata_hook(tmp_path, monkeypatch):
     hyperparameters and step) reaches every checkpoint's __metadata__."""
     from flowc.codegen import driver
 
-    def with_metadata(graph, prefix):
-        program = build(graph, prefix)
+    def with_metadata(graph, prefix, **entry):
+        program = build(graph, prefix, **entry)
         program.checkpoint_metadata = {"optimizer": "sgd", "optimizer.lr": "0.5"}
         return program
 
