@@ -98,13 +98,14 @@ def _entry_api(info: ModelInfo) -> str:
         return ""
     text = [f"""
 /* Entries. The artifact exports {len(info.entries) + 1} programs over one context: entry 0,
- * `run` ({n}_run, {n}_run_with and the accessors above), and the ones below, each called
- * like {n}_run_with: inputs[i] and outputs[j] point at its input i and output j, in the
- * dtypes and shapes of its tables ({n}_ENTRY_input_*, not checked), aligned buffers used
- * in place, others copied; the context keeps no pointer to them. That form (rather than
- * one typed parameter per tensor) works the same for every model, so one C program can
- * drive any artifact through the tables. All entries share the variables (weights,
- * optimizer state), the weights blob and the arena; calls on a context take turns. */
+ * `run` ({n}_run, {n}_run_with and the accessors above), and each one below,
+ * called like {n}_run_with: inputs[i] and outputs[j] point at its input i and
+ * output j, in the dtypes and shapes of its tables ({n}_ENTRY_input_*; not
+ * checked), aligned buffers used in place, others copied; the context keeps no pointer
+ * to them. That form (rather than one typed parameter per tensor) is the same for every
+ * model, so one C program drives any training artifact through the tables. All entries
+ * share the variables (weights, optimizer state), the weights and the arena; calls on a
+ * context take turns. */
 int {n}_num_entries(void);
 const char *{n}_entry_name(int k);"""]
     for e in info.entries:
@@ -115,11 +116,11 @@ const char *{n}_entry_name(int k);"""]
         labels = "" if e.labels is None else (
             f"\n * Before anything runs it checks that every element of input "
             f"'{c_comment(e.inputs[e.labels].name)}' lies in\n * [0, {e.classes}); else it "
-            f"fails with FLOWC_ERR_ARGUMENT, {n}_error naming the first bad label\n * and "
-            "its index, and nothing changes.")
-        what = (" One training step: it reads the model's inputs and the labels, writes the\n"
+            f"fails with FLOWC_ERR_ARGUMENT, nothing changes, and\n * {n}_error names the "
+            "first bad label and its index.")
+        what = ("\n * One training step: it reads the model's inputs and the labels, writes the\n"
                 " * loss of the batch (before the update) and updates the parameters and the\n"
-                " * optimizer's state in place; after it, run computes with the new weights."
+                " * optimizer's state in place; a later run computes with the new weights."
                 if e.name == "train_step" else "")
         text.append(f"""
 /* Entry '{c_comment(e.name)}' ({e.arena_bytes} arena bytes).{what}{labels}

@@ -5,9 +5,9 @@ Contract: `build_manifest(...)` returns a JSON-ready dict with, in this order: `
 `graph_hash`, `target` (triple, cpu, features), `inputs` and `outputs` (name, c_name,
 dtype, shape), `variables` (likewise: the state a context keeps across runs, in
 the order of the C tables), `entries` (the programs the artifact exports over one
-context, entry 0 first: `run`, whose `inputs` and `outputs` name the ones above, then any
-other (a training artifact's `train_step`) with its own `inputs` and `outputs` (name,
-c_name, dtype, shape) and `labels` (the input of class indices the runtime checks, and
+context, entry 0 first: `run`, whose `inputs` and `outputs` are the ones above, then any
+other (a training artifact's `train_step`), each with its `inputs` and `outputs` (name,
+c_name, dtype, shape), and `labels` (the input of class indices the runtime checks, and
 `classes`) when it has one; each with the `arena_bytes` its plan uses), `symbolic_dims`
 (the sizes bound at compile time), `arena_bytes` (the largest entry's),
 `memory_plan` (the planner's report: `arena_bytes`, `intermediate_bytes` (all intermediates
@@ -73,8 +73,8 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         "inputs": [_tensor(t) for t in info.inputs],
         "outputs": [_tensor(t) for t in info.outputs],
         "variables": [_tensor(t) for t in info.variables],
-        "entries": [{"name": "run", "inputs": [t.name for t in info.inputs],
-                     "outputs": [t.name for t in info.outputs],
+        "entries": [{"name": "run", "inputs": [_tensor(t) for t in info.inputs],
+                     "outputs": [_tensor(t) for t in info.outputs],
                      "arena_bytes": program.arena_bytes},
                     *(_entry(e) for e in info.entries)],
         "symbolic_dims": dict(sorted(sizes.items())),
