@@ -14,7 +14,13 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    for a GPU target without `pack-weights` and `winograd`, whose panels and transformed
    filters the GPU's kernels do not read), then requires every type static
    (`require_static`), so every kernel has static shapes;
-4. builds the program (`build_program`: kernels, weights, arena plan);
+4. builds the program (`build_program`: kernels, weights, arena plan). With `train` the
+   ONNX model becomes a training artifact of two entries (`load_training`): the step's
+   graph (entry `train_step`) and the inference graph (entry `run`) each run steps 2-3
+   (the step's pass dumps prefixed `train_step.`), the step's program is built first and
+   `run`'s next to it (`base=`: one variables layout, weights blob and kernel list);
+   `Program.siblings` holds the step, each entry gets its memory report, and checkpoints
+   record the loss and optimizer hyperparameters (`training_metadata`);
 5. splits its kernels into parts (`kernel_parts`), each a backend (flowc/codegen/backend.py)
    and a target: one part for a CPU target (`backend`, default `CpuBackend`: `target`
    `host`, `x86-64`, `aarch64`; a target this machine cannot run is linked only when `$CC`
@@ -278,6 +284,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         others[0].labels = (labels, training["classes"])
     program = build_program(graph, name, base=others[-1] if others else None)
     program.siblings = others
+    if training is not None:
+        program.checkpoint_metadata = training_metadata(training)
     parts = kernel_parts(program, backend, target, opts)
     return compile_parts(graph, program, parts, Path(output_dir), sizes, opts, training)
 
@@ -306,6 +314,19 @@ def load_training(model: ModelLike, opts: CompileOptions
                         "labels": {"name": "labels", "dtype": labels.dtype.name,
                                    "shape": list(labels.shape)},
                         "classes": step.classes}, step.graph
+
+
+def training_metadata(training: Mapping[str, Any]) -> dict[str, str]:
+    """What a training artifact's checkpoints record in their `__metadata__` besides the
+    model: the loss, the optimizer's name and each of its hyperparameters
+    (`optimizer.NAME`), as text."""
+    from flowc.frontend.train_spec import parse_optimizer_spec
+
+    optimizer = parse_optimizer_spec(training["optimizer"])
+    return {"loss": training["loss"],
+            "optimizer": training["optimizer"].split("{")[0].strip().lower(),
+            **{f"optimizer.{k}": str(v).lower() if isinstance(v, bool) else repr(v)
+               for k, v in optimizer.options.items()}}
 
 
 def check_no_training_options(opts: CompileOptions) -> None:

@@ -159,8 +159,8 @@ struct flowc_gpu_ctx;
  * entry function); a training artifact adds `train_step` (NAME_train_step). Every entry
  * reads and writes the same variables block and weights and runs in the one arena
  * (arena_bytes of the model: the largest entry's); each has its own inputs and outputs.
- * `labels` >= 0: that input (i64) holds class indices, checked to lie in [0, classes)
- * before the entry runs (a bad one fails the call and nothing runs). */
+ * `labels` >= 0: that input (i64) holds class indices, which rt_run_entry checks to lie
+ * in [0, classes) before the entry runs (a bad one fails the call and nothing runs). */
 typedef struct {
   const char *name;
   int32_t num_inputs;

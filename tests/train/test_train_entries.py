@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
+from safetensors import safe_open
 
 import flowc
 from flowc.codegen.plan.program import build_program
@@ -85,6 +87,11 @@ def test_inference_after_training_matches_onnxruntime_and_the_interpreter(name, 
     np.testing.assert_allclose(after, interp_out[0], rtol=1e-5, atol=1e-6)
     # a checkpoint carries the trained weights to a fresh context, and run uses them
     model.save_checkpoint(tmp_path / "ck.safetensors")
+    with safe_open(str(tmp_path / "ck.safetensors"), framework="np") as f:
+        saved = f.metadata()  # the hyperparameters, from the optimizer spec
+    assert saved["loss"] == meta["loss"]
+    assert saved["optimizer"] == meta["optimizer"].split("{")[0]
+    assert float(saved["optimizer.lr"]) == float(re.search(r"lr=([^,}]+)", meta["optimizer"])[1])
     fresh = flowc.load(tmp_path / "art", threads=1)
     assert not np.array_equal(fresh(**inputs), after)
     fresh.load_checkpoint(tmp_path / "ck.safetensors")

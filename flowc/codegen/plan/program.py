@@ -37,8 +37,8 @@ nodes is the slot of that name, which must exist with the same type), starts fro
 `other`'s weights (same offsets; equal constants stored once) and kernels (same body, same
 symbol; new kernels numbered after them), so the program built last holds the weights
 blob and the kernels of all. Each entry plans its own arena; the artifact's arena is the
-largest (`arena_bytes_of`). The entry built last is `Program.entries[0]` when the caller
-lists the others in its `siblings`.
+largest (`arena_bytes_of`). The caller makes the program built last entry 0 (`run`) by
+listing the others in its `siblings` (`Program.entries`: it, then them).
 """
 
 from __future__ import annotations
@@ -129,8 +129,8 @@ class Program:
     kept: set[Value] = field(default_factory=set)  # arena values the output copies read
     variables: list[VariableSlot] = field(default_factory=list)  # state.py
     variables_bytes: int = 0
-    # extra checkpoint "__metadata__" entries (string -> string); the optimizer's
-    # hyperparameters and step go here once training entries exist
+    # extra checkpoint "__metadata__" entries (string -> string): a training artifact's
+    # loss and optimizer hyperparameters (driver.training_metadata)
     checkpoint_metadata: dict[str, str] = field(default_factory=dict)
     digests: dict[str, int] = field(default_factory=dict)  # weight digest -> offset
     entry: str = "run"  # this program's entry name (its C function: NAME_run, NAME_<entry>)
