@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -197,3 +199,7 @@ def test_dump_dir_and_manifest_show_both_entries(tmp_path):
             "void *const *outputs);") in header
     model_c = (dump / "mlp_sgd_model.c").read_text()
     assert "static void entry_train_step(" in model_c
+    inspect = subprocess.run([sys.executable, "-m", "flowc", "inspect", str(tmp_path / "art")],
+                             capture_output=True, text=True, check=True).stdout
+    assert (f"entry train_step (mlp_sgd_train_step): x: f32[8,16], labels: i64[8] -> loss: "
+            f"f32[]; arena {step['arena_bytes']} bytes; labels checked in [0, 10)\n") in inspect
