@@ -20,7 +20,9 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    (the step's pass dumps prefixed `train_step.`), the step's program is built first and
    `run`'s next to it (`base=`: one variables layout, weights blob and kernel list);
    `Program.siblings` holds the step, each entry gets its memory report, and checkpoints
-   record the loss and optimizer hyperparameters (`training_metadata`);
+   record the loss and optimizer hyperparameters (`training_metadata`). `inference`
+   (fetch names) does the same for a graph compiled as is: its `run` entry computes only
+   those tensors (`entries.inference_graph`), its `train_step` entry is the whole graph;
 5. splits its kernels into parts (`kernel_parts`), each a backend (flowc/codegen/backend.py)
    and a target: one part for a CPU target (`backend`, default `CpuBackend`: `target`
    `host`, `x86-64`, `aarch64`; a target this machine cannot run is linked only when `$CC`
@@ -59,6 +61,7 @@ from flowc.codegen.emit.artifact import write_artifact
 from flowc.codegen.emit.c_text import check_table_names, model_prefix
 from flowc.codegen.emit.dump_index import write_index
 from flowc.codegen.emit.outdir import check_output_dir
+from flowc.codegen.entries import inference_graph
 from flowc.codegen.gpu.backend import GpuBackend
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.options import CompileOptions
@@ -254,6 +257,12 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
                          "nothing a caller can see (it assigns no variable either); declare "
                          "the results it should return")
+    if opts.inference:  # a graph with variables compiled as is: run is these fetches
+        if opts.train:
+            raise FlowcError("--inference gives a graph compiled as is an inference entry; "
+                             "--train makes its own (the model's outputs): drop --inference")
+        entries[TRAIN_ENTRY] = graph
+        graph = inference_graph(graph, opts.inference)
     for g in (graph, *entries.values()):
         check_table_names([n.name for n in g.inputs], [name for name, _ in g.outputs])
     passes = parse_pipeline(opts.pipeline) if opts.pipeline else []

@@ -23,9 +23,11 @@ buffers, page-locked at create, so a `run_into` on them copies asynchronously. E
 problem is an `ArtifactError` naming the artifact and what is wrong.
 Variables (state kept across runs): `variables()`, `set_variable(name, array)`,
 `save_checkpoint(path)`, `load_checkpoint(path)` (variables.py).
-Entries: `run` and the calls above run the artifact's entry 0; a training artifact's
-`train_step(*inputs, labels)` runs its `train_step` entry on the same context (same
-variables), and `parameters()` lists the trained ones (training.py).
+Entries: `run` and the calls above run the artifact's entry 0; `run_entry(name, *inputs,
+**inputs)` runs any entry the manifest lists (`train_step` of a training artifact, or of a
+graph compiled with `inference=`) on the same context (same variables), returning its
+outputs by name; a training artifact's `train_step(*inputs, labels)` runs its step and
+returns the loss as a float, and `parameters()` lists the trained variables (training.py).
 Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
 """
 
@@ -237,8 +239,12 @@ class Model:
                 return None
         return list(values)
 
-    def _checked_feeds(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
-        names = self._input_names
+    def _checked_feeds(self, args: tuple, kwargs: dict[str, Any],
+                       inputs: list | None = None) -> list[np.ndarray]:
+        """The arrays of `inputs` ((name, dtype, shape) each; default: run's inputs) from
+        `args` and `kwargs`, checked and made C-contiguous."""
+        inputs = self.inputs if inputs is None else inputs
+        names = [name for name, _, _ in inputs]
         if len(args) > len(names):
             raise ArtifactError(f"model '{self.name}' takes {len(names)} inputs "
                                 f"({', '.join(names)}), got {len(args)} positional")
@@ -254,7 +260,7 @@ class Model:
         if missing:
             raise ArtifactError(f"model '{self.name}': missing input(s) {', '.join(missing)}")
         arrays = []
-        for name, dt, shape in self.inputs:
+        for name, dt, shape in inputs:
             value = given[name]
             array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dt)
             if array.dtype != dt:
@@ -362,6 +368,23 @@ class Model:
         outputs = self._checked_outputs(out)
         self._call(arrays, [array.ctypes.data for array in outputs])
         return dict(zip(self._output_names, outputs, strict=True))
+
+    def run_entry(self, entry: str, /, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+        """{output name: array} of the artifact's entry `entry` (`run`, or one the manifest's
+        `entries` lists, e.g. `train_step`) on its inputs, by position or name, each
+        checked as `run` checks them; the arrays are new."""
+        if entry == "run":
+            return self.run(*args, **kwargs)
+        spec = self.entries.get(entry)
+        if spec is None:
+            raise ArtifactError(f"model '{self.name}' has no entry '{entry}' (its entries: "
+                                f"{', '.join(['run', *self.entries])})")
+        specs = [[(t["name"], numpy_dtype(t["dtype"]), tuple(t["shape"])) for t in spec[kind]]
+                 for kind in ("inputs", "outputs")]
+        arrays = self._checked_feeds(args, kwargs, specs[0])
+        outputs = [aligned_empty(shape, dt) for _, dt, shape in specs[1]]
+        self._call(arrays, [a.ctypes.data for a in outputs], entry=entry)
+        return {name: a for (name, _, _), a in zip(specs[1], outputs, strict=True)}
 
     def empty_outputs(self) -> dict[str, np.ndarray]:
         """{output name: uninitialized 64-byte aligned array} for `run_into`."""

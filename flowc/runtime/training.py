@@ -33,8 +33,11 @@ from flowc.runtime.errors import ArtifactError
 def _training(model: Any) -> dict[str, Any]:
     training = model.manifest.get("training")
     if not training:
+        entry = (" (its train_step entry runs with Model.run_entry('train_step', ...))"
+                 if "train_step" in model.entries else "")
         raise ArtifactError(f"{model.name}: not a training artifact (compile an ONNX model "
-                            "with `flowc compile MODEL.onnx --train --loss ... --optimizer ...`)")
+                            "with `flowc compile MODEL.onnx --train --loss ... --optimizer ...`)"
+                            + entry)
     return training
 
 
