@@ -119,6 +119,9 @@ class Model:
         for fn in self._entry_fns.values():
             vpp = ctypes.POINTER(ctypes.c_void_p)
             fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, vpp, vpp]
+        self._entry_pointers = {  # per entry, as _pointers for run (filled under the lock)
+            name: tuple((ctypes.c_void_p * max(len(e[kind]), 1))() for kind in
+                        ("inputs", "outputs")) for name, e in self.entries.items()}
 
     # ---- setting up -----------------------------------------------------------------
     def _fn(self, suffix: str) -> Any:
@@ -162,19 +165,11 @@ class Model:
                                     f"{want}) and dlopen keeps returning it: load a copy of "
                                     "the directory, or load it in a new process")
             raise ArtifactError(f"{where}: graph hash {mapped} vs {want}")
-        for kind in ("input", "output"):
-            declared = self.manifest[f"{kind}s"]
-            count = self._fn(f"num_{kind}s")()
-            if count != len(declared):
-                raise ArtifactError(f"{where}: {count} {kind}s vs {len(declared)}")
-            for k, t in enumerate(declared):
-                rank = self._fn(f"{kind}_rank")(k)
-                shape_p = self._fn(f"{kind}_shape")(k)
-                found = (_text(self._fn(f"{kind}_name")(k)), self._fn(f"{kind}_dtype")(k),
-                         [shape_p[d] for d in range(rank)])
-                if found != (t["name"], DTYPE_CODES[t["dtype"]], list(t["shape"])):
-                    raise ArtifactError(f"{where}: {kind} {k} is {found} in the library, "
-                                        f"{t['name']} {t['dtype']}{t['shape']} in the manifest")
+        entries = self.manifest.get("entries", [])
+        tables = [("", self.manifest)] + [(f"{e['name']}_", e) for e in entries[1:]]
+        for prefix, spec in tables:  # run's tables, then each other entry's
+            for kind in ("input", "output"):
+                self._check_table(where, prefix, kind, spec[f"{kind}s"])
         variables.check_tables(self)
         entries = [e["name"] for e in self.manifest.get("entries", [])]
         if len(entries) > 1:
@@ -183,6 +178,36 @@ class Model:
             if count != len(entries):
                 raise ArtifactError(f"{where}: {count} entries vs {len(entries)} "
                                     f"({', '.join(entries)})")
+
+    def _check_table(self, where: str, prefix: str, kind: str, declared: list) -> None:
+        """The library's table of `kind`s (of the entry `prefix` names: "" for run) against
+        the manifest's `declared` ones."""
+        try:
+            fns = {suffix: self._fn(f"{prefix}{suffix}") for suffix in
+                   (f"num_{kind}s", f"{kind}_rank", f"{kind}_shape", f"{kind}_name",
+                    f"{kind}_dtype")}
+        except AttributeError as exc:
+            raise ArtifactError(f"{where}: the library lacks the tables of entry "
+                                f"'{prefix[:-1]}' ({exc})") from None
+        if prefix:  # run's are declared by _bind
+            i = ctypes.c_int
+            for suffix, (restype, argtypes) in {
+                    f"num_{kind}s": (i, []), f"{kind}_rank": (i, [i]),
+                    f"{kind}_shape": (_I64P, [i]), f"{kind}_name": (ctypes.c_char_p, [i]),
+                    f"{kind}_dtype": (i, [i])}.items():
+                fns[suffix].restype, fns[suffix].argtypes = restype, argtypes
+        what = f"{prefix[:-1]} {kind}" if prefix else kind
+        count = fns[f"num_{kind}s"]()
+        if count != len(declared):
+            raise ArtifactError(f"{where}: {count} {what}s vs {len(declared)}")
+        for k, t in enumerate(declared):
+            rank = fns[f"{kind}_rank"](k)
+            shape_p = fns[f"{kind}_shape"](k)
+            found = (_text(fns[f"{kind}_name"](k)), fns[f"{kind}_dtype"](k),
+                     [shape_p[d] for d in range(rank)])
+            if found != (t["name"], DTYPE_CODES[t["dtype"]], list(t["shape"])):
+                raise ArtifactError(f"{where}: {what} {k} is {found} in the library, "
+                                    f"{t['name']} {t['dtype']}{t['shape']} in the manifest")
 
     def _error(self) -> str:
         return self._fn("error")(self._ctx).decode(errors="replace")
@@ -314,11 +339,7 @@ class Model:
         `NAME_<entry>` for another entry, after which the context holds no pointer to
         them; a profiled artifact's run binds them one by one, then runs through its
         kernel timer)."""
-        if entry == "run":
-            ins, outs = self._pointers
-        else:
-            ins = (ctypes.c_void_p * max(len(arrays), 1))()
-            outs = (ctypes.c_void_p * max(len(out_addresses), 1))()
+        ins, outs = self._pointers if entry == "run" else self._entry_pointers[entry]
         with self._lock:
             self._check_open()
             for k, array in enumerate(arrays):

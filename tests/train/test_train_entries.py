@@ -171,6 +171,23 @@ def test_labels_out_of_range_fail_the_c_entry_before_anything_runs(tmp_path):
         model.train_step(x, np.full_like(labels, 99))
 
 
+def test_the_loader_checks_the_entry_tables(tmp_path):
+    flowc.compile(FIXTURES / "mlp_sgd.onnx", tmp_path / "art", train=True)
+    path = tmp_path / "art" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["entries"][1]["inputs"][1]["name"] = "targets"
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=r"/art: library and manifest disagree: train_step "
+                       r"input 1 is \('labels', 4, \[8\]\) in the library, targets i64\[8\] in "
+                       r"the manifest$"):
+        flowc.load(tmp_path / "art")
+    manifest["entries"][1]["name"] = "predict"
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match=r"/art: library and manifest disagree: the library "
+                       r"lacks the tables of entry 'predict' \(.*mlp_sgd_predict_num_inputs"):
+        flowc.load(tmp_path / "art")
+
+
 def test_dump_dir_and_manifest_show_both_entries(tmp_path):
     texts: list[str] = []
     manifest = flowc.compile(FIXTURES / "mlp_sgd.onnx", tmp_path / "art", train=True,
