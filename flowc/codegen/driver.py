@@ -356,6 +356,10 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
     kernels = [(k.symbol, k.body) for k in program.kernels]
     on_gpu = isinstance(backend, GpuBackend) or any(
         is_gpu_device(call_device(c)) for c in program.calls)
+    if program.siblings and (on_gpu or any(p.regions for p in program.entries)):
+        raise FlowcError(f"model {program.name}: an artifact with several entries (run, "
+                         f"{', '.join(p.entry for p in program.siblings)}) runs on one CPU "
+                         "device only so far; compile it for a CPU target without devices")
     if opts.profile and on_gpu:
         raise FlowcError("--profile times kernels of CPU models only; this one runs "
                          "(wholly or in part) on a GPU")

@@ -78,3 +78,21 @@ def test_bad_inference_fetches_are_refused(tmp_path):
                        r"state: fetch tensors computed before the updates$"):
         flowc.compile(g.ir, tmp_path / "a", inference=["after"])
     assert not (tmp_path / "a").exists()
+
+
+def test_several_entries_are_refused_on_a_gpu(tmp_path):
+    with Graph("two") as g:
+        x = placeholder("f32", (4, 4), name="x")
+        a = api.relu(x)
+        g.output("a", a)
+        g.output("b", a * 2.0)
+    with pytest.raises(FlowcError, match=r"^model two: an artifact with several entries \(run, "
+                       r"train_step\) runs on one CPU device only so far; compile it for a "
+                       r"CPU target without devices$"):
+        flowc.compile(g.ir, tmp_path / "a", inference=["a"], target="nvptx")
+    flowc.compile(g.ir, tmp_path / "cpu", inference=["a"])  # stateless entries: fine
+    model = flowc.load(tmp_path / "cpu")
+    x = np.linspace(-1, 1, 16, dtype=np.float32).reshape(4, 4)
+    np.testing.assert_array_equal(model(x), np.maximum(x, 0))
+    both = model.run_entry("train_step", x)
+    np.testing.assert_array_equal(both["b"], 2 * np.maximum(x, 0))
