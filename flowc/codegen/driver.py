@@ -247,6 +247,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
                                       == os.path.realpath(output_dir)):
         raise FlowcError(f"the dump folder '{opts.dump_dir}' is the output directory; give the "
                          "dump a folder of its own")
+    if opts.inference and opts.train:
+        raise FlowcError("--inference gives a graph compiled as is an inference entry; "
+                         "--train makes its own (the model's outputs): drop --inference")
     entries: dict[str, Graph] = {}  # the other entries' graphs (a training artifact's)
     if opts.train:
         graph, training, entries[TRAIN_ENTRY] = load_training(model, opts)
@@ -258,9 +261,6 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
                          "nothing a caller can see (it assigns no variable either); declare "
                          "the results it should return")
     if opts.inference:  # a graph with variables compiled as is: run is these fetches
-        if opts.train:
-            raise FlowcError("--inference gives a graph compiled as is an inference entry; "
-                             "--train makes its own (the model's outputs): drop --inference")
         entries[TRAIN_ENTRY] = graph
         graph = inference_graph(graph, opts.inference)
     for g in (graph, *entries.values()):

@@ -77,6 +77,10 @@ def test_bad_inference_fetches_are_refused(tmp_path):
                        r"writes a variable \(assign_add\); an inference entry changes no "
                        r"state: fetch tensors computed before the updates$"):
         flowc.compile(g.ir, tmp_path / "a", inference=["after"])
+    with pytest.raises(FlowcError, match=r"^--inference gives a graph compiled as is an "
+                       r"inference entry; --train makes its own \(the model's outputs\): drop "
+                       r"--inference$"):
+        flowc.compile(g.ir, tmp_path / "a", inference=["after"], train=True)
     assert not (tmp_path / "a").exists()
 
 
