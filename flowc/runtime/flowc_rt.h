@@ -9,9 +9,11 @@
  * No global mutable state: everything lives in a flowc_ctx; the only per-thread variable is
  * the pool of the run in progress, used by the OpenMP entry points that kernels may call.
  *
- * Memory: create allocates the context, its input/output buffers, the arena (every
- * intermediate tensor and kernel scratch buffer), the thread-scratch region, maps the
- * weights and allocates the variables block (filled from their initial values); set_threads replaces the pool and the thread-scratch region; a partitioned model's
+ * Memory: create allocates the context, its input/output buffers (every entry's), the
+ * arena (one for all entries, the largest entry's: every intermediate tensor and kernel
+ * scratch buffer), the thread-scratch region, maps the weights and allocates the
+ * variables block (filled from their initial values); set_threads replaces the pool and
+ * the thread-scratch region; a partitioned model's
  * partition threads and rendezvous are made by create. A run allocates nothing (kernels
  * never allocate: flowc/codegen/scratch.py), except that glibc allocates this library's
  * thread-local block (dynamic TLS, when it is dlopen'ed) at a thread's first access: pool
