@@ -91,6 +91,15 @@ def _memory(info: ModelInfo) -> str:
     return "".join(f"\n * {c_comment(line)}" for line in info.memory)
 
 
+def _entries_note(info: ModelInfo) -> str:
+    """The top comment's line on the entries after `run`, when there are any."""
+    if not info.entries:
+        return ""
+    names = ", ".join(f"{info.name}_{e.name}" for e in info.entries)
+    return (f"\n * Besides {info.name}_run (inference) it exports {names} on the same context "
+            "(see Entries).")
+
+
 def _entry_api(info: ModelInfo) -> str:
     """The declarations and documentation of the entries after `run`."""
     n = info.name
@@ -169,7 +178,7 @@ def render_header(info: ModelInfo) -> str:
  * it (set_threads, set_arena, set_input, set_output, the accessors, variable, the
  * checkpoints, destroy) waits for that
  * run to return, and runs take turns; for parallel runs use one context per thread. No
- * call may use a context once {n}_destroy has begun.
+ * call may use a context once {n}_destroy has begun.{_entries_note(info)}
  * {weights}
  * Tensors are dense row-major; shapes are fixed at compile time:
 {tables}
