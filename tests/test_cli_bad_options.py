@@ -43,6 +43,7 @@ FREE_TEXT: dict[tuple[str, str], list[str]] = {
                                  "sgd{lr=1", "{", "sgd{momentum=0.9,momentum=0.5}"],
     ("compile", "--frozen"): ["no-such-initializer", ","],
     ("compile", "--loss-output"): ["no-such-output"],
+    ("compile", "--inference"): ["no-such-tensor"],
     ("run", "--fetch"): ["no-such-output"],
     ("view", "--stage"): ["no-such-pass"],
 }

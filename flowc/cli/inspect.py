@@ -1,9 +1,10 @@
 """`flowc inspect DIR`: describe an artifact directory from its manifest.
 
 Contract: `add_parser(subparsers)` registers the command; `run(args)` prints the model,
-target, inputs, outputs and variables, bound dims, arena and memory plan, devices and partitions,
-files (with their sizes, or `missing`) and kernels, and returns 0. It uses the runtime's
-manifest reader only (an unreadable manifest is its ArtifactError).
+target, inputs, outputs and variables, the entries after `run` (a training artifact's
+`train_step`: its inputs, outputs, arena and labels check), bound dims, arena and memory
+plan, devices and partitions, files (with their sizes, or `missing`) and kernels, and
+returns 0. It uses the runtime's manifest reader only (an unreadable manifest is its ArtifactError).
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ def run(args: argparse.Namespace) -> int:
     for kind in ("inputs", "outputs", "variables"):
         for t in m.get(kind, []):
             print(f"{kind[:-1]} {_describe(t)}")
+    for e in m.get("entries", [])[1:]:  # run, entry 0, is the inputs and outputs above
+        labels = (f"; {e['labels']['input']} checked in [0, {e['labels']['classes']})"
+                  if e.get("labels") else "")
+        print(f"entry {e['name']} ({m['name']}_{e['name']}): "
+              f"{', '.join(map(_describe, e['inputs']))} -> "
+              f"{', '.join(map(_describe, e['outputs']))}; arena {e['arena_bytes']} bytes"
+              f"{labels}")
     dims = ", ".join(f"{k}={v}" for k, v in m.get("symbolic_dims", {}).items()) or "none"
     weights = m["weights"]
     where = f"in {weights['file']}" if weights.get("file") else "embedded"

@@ -12,11 +12,20 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
    `device_supports`; its report goes to `explain_placement` and DUMP_DIR/placement.txt;
    for a GPU target without `pack-weights` and `winograd`, whose panels and transformed
-   filters the GPU's kernels do not read; with `remat` other than off, the `remat` pass
-   joins it before fuse: `remat_passes`; with `train`, the passes `gradients` and
-   `apply-optimizer` come first: `step_passes`), then requires every type static
+   filters the GPU's kernels do not read; the training step's pipeline (the `train_step`
+   entry's, else the one graph's) also has the `remat` pass before fuse when `remat` is
+   not off (`remat_passes`) and, with `train`, first the passes `gradients` and
+   `apply-optimizer` (`step_passes`); the `run` entry's has neither), then requires every type static
    (`require_static`), so every kernel has static shapes;
-4. builds the program (`build_program`: kernels, weights, arena plan);
+4. builds the program (`build_program`: kernels, weights, arena plan). With `train` the
+   ONNX model becomes a training artifact of two entries (`load_training`): the step's
+   graph (entry `train_step`) and the inference graph (entry `run`) each run steps 2-3
+   (the step's pass dumps prefixed `train_step.`), the step's program is built first and
+   `run`'s next to it (`base=`: one variables layout, weights blob and kernel list);
+   `Program.siblings` holds the step, each entry gets its memory report, and checkpoints
+   record the loss and optimizer hyperparameters (`training_metadata`). `inference`
+   (fetch names) does the same for a graph compiled as is: its `run` entry computes only
+   those tensors (`entries.inference_graph`), its `train_step` entry is the whole graph;
 5. splits its kernels into parts (`kernel_parts`), each a backend (flowc/codegen/backend.py)
    and a target: one part for a CPU target (`backend`, default `CpuBackend`: `target`
    `host`, `x86-64`, `aarch64`; a target this machine cannot run is linked only when `$CC`
@@ -55,6 +64,7 @@ from flowc.codegen.emit.artifact import write_artifact
 from flowc.codegen.emit.c_text import check_table_names, model_prefix
 from flowc.codegen.emit.dump_index import write_index
 from flowc.codegen.emit.outdir import check_output_dir
+from flowc.codegen.entries import inference_graph
 from flowc.codegen.gpu.backend import GpuBackend
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.options import CompileOptions
@@ -70,6 +80,7 @@ from flowc.ir.graph import Graph
 from flowc.ir.printer import print_graph
 
 ModelLike = Graph | str | os.PathLike | Any  # Any: an onnx.ModelProto
+TRAIN_ENTRY = "train_step"  # the entry a training artifact runs its step with
 
 
 @dataclass(frozen=True)
@@ -132,8 +143,11 @@ def dump_writer(dump_dir: Path | None, prefix: str = "") -> Dump | None:
     return lambda name, text: (dump_dir / f"{prefix}{name}").write_text(text)
 
 
-def graph_hash(graph: Graph, target: Mapping[str, Any]) -> str:
+def graph_hash(graph: Graph, target: Mapping[str, Any], *more: Graph) -> str:
+    """The artifact's hash: of its graph (and its other entries' graphs) and target."""
     h = hashlib.sha256(print_graph(graph).encode())
+    for g in more:
+        h.update(print_graph(g).encode())
     h.update(repr(sorted(target.items())).encode())
     return h.hexdigest()[:16]
 
@@ -142,6 +156,11 @@ def flowc_version() -> str:
     from flowc import __version__
 
     return __version__
+
+
+def entry_prefix(program: Program) -> str:
+    """What goes before the dump files of an entry: nothing for `run`, `ENTRY.` else."""
+    return "" if program.entry == "run" else f"{program.entry}."
 
 
 def check_all(graph: Graph, part: Part) -> None:
@@ -231,18 +250,25 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
                                       == os.path.realpath(output_dir)):
         raise FlowcError(f"the dump folder '{opts.dump_dir}' is the output directory; give the "
                          "dump a folder of its own")
-    graph, training = load_training(model, opts) if opts.train else (load_model(model), None)
-    if not opts.train:
+    if opts.inference and opts.train:
+        raise FlowcError("--inference gives a graph compiled as is an inference entry; "
+                         "--train makes its own (the model's outputs): drop --inference")
+    entries: dict[str, Graph] = {}  # the other entries' graphs (a training artifact's)
+    if opts.train:
+        graph, training, entries[TRAIN_ENTRY] = load_training(model, opts)
+    else:
+        graph, training = load_model(model), None
         check_no_training_options(opts)
     if not graph.outputs and not any(writes_variable(n.op) for n in graph.nodes):
         raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
                          "nothing a caller can see (it assigns no variable either); declare "
                          "the results it should return")
-    check_table_names([n.name for n in graph.inputs], [name for name, _ in graph.outputs])
-    graph, sizes = bind_dims(graph, opts.batch, opts.dims, strict=False)
+    if opts.inference:  # a graph with variables compiled as is: run is these fetches
+        entries[TRAIN_ENTRY] = graph
+        graph = inference_graph(graph, opts.inference)
+    for g in (graph, *entries.values()):
+        check_table_names([n.name for n in g.inputs], [name for name, _ in g.outputs])
     passes = parse_pipeline(opts.pipeline) if opts.pipeline else []
-    if training is not None:  # the ONNX route: its first passes build the step
-        passes = [*step_passes(graph, training, opts), *passes]
     dump = Path(opts.dump_dir) if opts.dump_dir is not None else None
     if (opts.place or opts.device_profiles) and not opts.devices:
         raise FlowcError("placement constraints and device profiles need devices to place on "
@@ -250,23 +276,46 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.devices:
         passes = placement_passes(passes, opts.devices, opts.place, opts.device_profiles,
                                   opts.explain_placement, dump)
-    passes = remat_passes(passes, graph, opts)
     backend = target_backend(opts)
     target = backend.get_target(opts.target or "host")
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
         passes = [p for p in passes if p.name not in ("pack-weights", "winograd")]
-    graph = PassManager(passes, dump=sys.stderr if opts.print_ir_after_all else None,
-                        dump_dir=dump, progress=opts.progress).run(graph)
-    graph = require_static(graph, format_sizes(sizes))
-    program = build_program(graph, model_prefix(opts.name, default_name(model, graph)))
+    # the pipeline of each entry: the training step's (the graph with a backward pass: the
+    # train_step entry, else the one graph) gets --remat and, on the ONNX route, first the
+    # passes that build its gradients and update
+    stepped = entries.get(TRAIN_ENTRY, graph)
+    step_pipeline = ([*step_passes(stepped, training, opts), *passes] if training is not None
+                     else passes)
+    step_pipeline = remat_passes(step_pipeline, stepped, opts)
+
+    def lower(g: Graph, prefix: str = "") -> tuple[Graph, dict[str, int]]:
+        pipeline = step_pipeline if g is stepped else passes
+        g, sizes = bind_dims(g, opts.batch, opts.dims, strict=False)
+        g = PassManager(pipeline, dump=sys.stderr if opts.print_ir_after_all else None,
+                        dump_dir=dump, progress=opts.progress, dump_prefix=prefix).run(g)
+        return require_static(g, format_sizes(sizes)), sizes
+
+    graph, sizes = lower(graph)
+    name = model_prefix(opts.name, default_name(model, graph))
+    others = [build_program(lower(g, f"{entry}.")[0], name, entry=entry)
+              for entry, g in entries.items()]
+    if others and training is not None and training["classes"] is not None:
+        labels = [n for n, _ in others[0].inputs].index(training["labels"]["name"])
+        others[0].labels = (labels, training["classes"])
+    program = build_program(graph, name, base=others[-1] if others else None)
+    program.siblings = others
+    if training is not None:
+        program.checkpoint_metadata = training_metadata(training)
     parts = kernel_parts(program, backend, target, opts)
     return compile_parts(graph, program, parts, Path(output_dir), sizes, opts, training)
 
 
-def load_training(model: ModelLike, opts: CompileOptions) -> tuple[Graph, dict[str, Any]]:
-    """The graph of an ONNX model file's training step before its gradients and update
-    (`frontend.onnx_train`; `step_passes` build them) and the manifest's `training`
-    facts. The optimizer spec is checked first, whatever the model."""
+def load_training(model: ModelLike, opts: CompileOptions
+                  ) -> tuple[Graph, dict[str, Any], Graph]:
+    """The entries of an ONNX model file's training artifact (`frontend.onnx_train`): the
+    inference graph (entry `run`), the manifest's `training` facts, and the training
+    step's graph (entry `train_step`) before its gradients and update (`step_passes` build
+    them). The optimizer spec is checked first, whatever the model."""
     from flowc.frontend.train_spec import parse_optimizer_spec
 
     parse_optimizer_spec(opts.optimizer)
@@ -280,11 +329,24 @@ def load_training(model: ModelLike, opts: CompileOptions) -> tuple[Graph, dict[s
     step = training_graph(model, loss=opts.loss, optimizer=opts.optimizer, frozen=opts.frozen,
                           loss_output=opts.loss_output)
     labels = step.labels
-    return step.graph, {"loss": step.loss, "optimizer": step.optimizer,
+    return step.inference, {"loss": step.loss, "optimizer": step.optimizer,
                         "prediction": step.prediction, "parameters": list(step.parameters),
                         "labels": {"name": "labels", "dtype": labels.dtype.name,
                                    "shape": list(labels.shape)},
-                        "classes": step.classes}
+                        "classes": step.classes}, step.graph
+
+
+def training_metadata(training: Mapping[str, Any]) -> dict[str, str]:
+    """What a training artifact's checkpoints record in their `__metadata__` besides the
+    model: the loss, the optimizer's name and each of its hyperparameters
+    (`optimizer.NAME`), as text."""
+    from flowc.frontend.train_spec import parse_optimizer_spec
+
+    optimizer = parse_optimizer_spec(training["optimizer"])
+    return {"loss": training["loss"],
+            "optimizer": training["optimizer"].split("{")[0].strip().lower(),
+            **{f"optimizer.{k}": str(v).lower() if isinstance(v, bool) else repr(v)
+               for k, v in optimizer.options.items()}}
 
 
 def step_passes(graph: Graph, training: Mapping[str, Any], opts: CompileOptions) -> list:
@@ -333,6 +395,10 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
     kernels = [(k.symbol, k.body) for k in program.kernels]
     on_gpu = isinstance(backend, GpuBackend) or any(
         is_gpu_device(call_device(c)) for c in program.calls)
+    if program.siblings and (on_gpu or any(p.regions for p in program.entries)):
+        raise FlowcError(f"model {program.name}: an artifact with several entries (run, "
+                         f"{', '.join(p.entry for p in program.siblings)}) runs on one CPU "
+                         "device only so far; compile it for a CPU target without devices")
     if opts.profile and on_gpu:
         raise FlowcError("--profile times kernels of CPU models only; this one runs "
                          "(wholly or in part) on a GPU")
@@ -378,12 +444,14 @@ def compile_parts(graph: Graph, program: Program, parts: list[Part], output_dir:
     dump = Path(opts.dump_dir) if opts.dump_dir is not None else None
     if dump is not None:
         dump.mkdir(parents=True, exist_ok=True)
-        (dump / f"{program.name}.flowc").write_text(print_graph(graph))
+        for p in program.entries:
+            (dump / f"{entry_prefix(p)}{program.name}.flowc").write_text(print_graph(p.graph))
     cache = resolve_cache(opts.cache)
     codes = [compile_part(part, dump, cache, opts.progress) for part in parts]
     code = KernelCode.join(codes)
-    set_scratch(program, code.scratch)  # the CPU kernels' (the GPU's are in its binary)
-    report_memory(program, dump, opts.explain_memory)
+    for p in program.entries:
+        set_scratch(p, code.scratch)  # the CPU kernels' (the GPU's are in its binary)
+        report_memory(p, dump, opts.explain_memory, entry_prefix(p))
     target = describe_target(parts[0].target)
     for part, part_code in zip(parts, codes, strict=True):
         target.update(part.backend.manifest_target(part_code))
@@ -392,7 +460,8 @@ def compile_parts(graph: Graph, program: Program, parts: list[Part], output_dir:
     if opts.progress is not None:
         opts.progress.stage("linking")
     manifest = write_artifact(program, output_dir, code, target=target,
-                              sizes=sizes, graph_hash=graph_hash(graph, target),
+                              sizes=sizes, graph_hash=graph_hash(
+                                  graph, target, *(p.graph for p in program.siblings)),
                               flowc_version=flowc_version(), weights=opts.weights,
                               dump_dir=dump, cache=cache, profile=opts.profile,
                               training=training)

@@ -89,9 +89,10 @@ class CompileOptions:
         "--profile", "time every kernel call (for 'flowc run DIR --profile' and 'flowc "
                      "profile DIR'); off by default: no cost, no symbols"))
     train: bool = field(default=False, metadata=_cli(
-        "--train", "compile a training step of an ONNX model: every float initializer "
-                   "becomes a variable the step updates; run takes the model's inputs and "
-                   "'labels' and returns 'loss' (see --loss, --optimizer, --frozen)"))
+        "--train", "compile a training artifact of an ONNX model: every float initializer "
+                   "becomes a variable; its train_step entry takes the model's inputs and "
+                   "'labels', returns 'loss' and updates the variables, its run entry is "
+                   "inference on the current ones (see --loss, --optimizer, --frozen)"))
     loss: str = field(default="cross-entropy", metadata=_cli(
         "--loss", "with --train: the loss on the model's output, mean over the batch: softmax "
                   "cross entropy of logits [N, C] against int64 labels [N], or mse against a "
@@ -107,6 +108,11 @@ class CompileOptions:
     loss_output: str | None = field(default=None, metadata=_cli(
         "--loss-output", "with --train: the model output the loss takes (needed when the "
                          "model has several)", metavar="NAME"))
+    inference: tuple[str, ...] = field(default=(), metadata=_cli(
+        "--inference", "a graph with variables compiled as is (not --train): give it a "
+                       "second entry; run computes only these tensors (names separated by "
+                       "commas; repeatable), train_step runs the whole graph, on one context",
+                       metavar="NAME,...", action="append"))
     # API only: objects and callbacks
     cache: CompileCache | bool | None = None
     """None: the environment's cache ($FLOWC_CACHE_DIR); False: none; or a CompileCache."""
@@ -129,11 +135,12 @@ class CompileOptions:
                              f"{', '.join(unknown)}; the options are {', '.join(sorted(known))}")
         fixed = {k: tuple(v) if k in ("gpu_archs", "place") and v is not None else v
                  for k, v in overrides.items()}
-        if "frozen" in fixed:  # names, each item may hold several separated by commas
-            items = fixed["frozen"] or ()
-            fixed["frozen"] = tuple(name.strip() for item in ([items] if isinstance(items, str)
-                                                              else items)
-                                    for name in item.split(",") if name.strip())
+        for key in ("frozen", "inference"):  # names, each item maybe several, by commas
+            if key in fixed:
+                items = fixed[key] or ()
+                fixed[key] = tuple(name.strip() for item in ([items] if isinstance(items, str)
+                                                             else items)
+                                   for name in item.split(",") if name.strip())
         if fixed.get("gpu_archs") is None and "gpu_archs" in fixed:
             fixed["gpu_archs"] = ()
         if fixed.get("dims") is None and "dims" in fixed:

@@ -22,7 +22,11 @@ make it ONE training step each time it runs:
   ordered after every read of the variables, so the loss is that of the weights before
   the step;
 - the graph's only output is `loss` (a scalar of the logits' dtype): the loss of the
-  batch before this step's update, as torch's `loss.item()` gives it.
+  batch before this step's update, as torch's `loss.item()` gives it;
+- `inference` is the artifact's other entry, plain inference: the same forward graph
+  with the model's inputs and outputs, each trainable initializer read from the variable
+  of its name (the same name, type and initial value as the step's, so both entries share
+  one variables block), frozen ones constants; it assigns nothing.
 Errors (a `TrainError`, one line naming the model's file): an unknown loss, a model with
 several outputs and no `loss_output` (or one naming no output), an output the loss cannot
 take (rank or dtype), a model input already called `labels`, no float initializer left to
@@ -64,6 +68,7 @@ class TrainingGraph:
     prediction: str  # the model output the loss takes
     labels: TensorType
     classes: int | None  # cross-entropy: C, the logits' last dim (labels lie in [0, C))
+    inference: Graph  # the forward graph over the same variables (the `run` entry)
 
 
 def training_graph(model: str | os.PathLike, *, loss: str, optimizer: str,
@@ -83,6 +88,7 @@ def training_graph(model: str | os.PathLike, *, loss: str, optimizer: str,
     if not floats:
         raise TrainError(f"{path}: no float initializer to train "
                          f"({len(imported.initializers)} initializer(s), {len(frozen)} frozen)")
+    inference, _ = make_trainable(graph, floats, frozen, source=path)
     graph, handles = make_trainable(graph, floats, frozen, source=path)
     pred = dict(graph.outputs)[prediction]
     if any(node.name == LABELS for node in graph.inputs):
@@ -94,7 +100,7 @@ def training_graph(model: str | os.PathLike, *, loss: str, optimizer: str,
     graph.outputs = [(LOSS, loss_value)]
     classes = pred.type.shape[1] if loss == "cross-entropy" else None
     return TrainingGraph(graph, tuple(handles), loss, optimizer, prediction, labels_type,
-                         classes if isinstance(classes, int) else None)
+                         classes if isinstance(classes, int) else None, inference)
 
 
 def _untie_identities(imported: ImportedOnnx) -> tuple[Graph, list[str]]:

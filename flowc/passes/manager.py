@@ -8,8 +8,9 @@ Contract: `PassManager(passes, verify=True, dump=None, print_after="all", dump_d
   built is checked in full. The input itself is the caller's to verify (the parser does).
 - After each pass selected by `print_after` ("all", or a collection of pass names), the
   graph is printed to the text stream `dump` under `// -----// IR Dump After NAME //----- //`
-  and, with `dump_dir`, written to `DIR/NN-NAME.flowc` (`00-input.flowc` is the input; NN is
-  the pass's position in the pipeline), files that parse back.
+  and, with `dump_dir`, written to `DIR/PREFIXNN-NAME.flowc` (`00-input.flowc` is the input;
+  NN is the pass's position in the pipeline; `dump_prefix`, default none, tells apart the
+  graphs of one compile, e.g. an artifact's entries), files that parse back.
 - `records` holds one `PassRecord` per pass run: wall time, verify time, top-level node
   counts before and after, and the counters the pass bumped (`flowc.passes.stats.count`).
   `format_timing` and `format_statistics` render them.
@@ -124,13 +125,14 @@ class PassManager:
     def __init__(self, passes: Sequence[Any], *, verify: bool = True,
                  dump: TextIO | None = None, print_after: str | Collection[str] = "all",
                  dump_dir: str | Path | None = None, resources: bool = False,
-                 progress: Progress | None = None):
+                 progress: Progress | None = None, dump_prefix: str = ""):
         self.passes = list(passes)
         self.progress = progress or Progress(level="quiet")
         self.verify = verify
         self.dump = dump
         self.print_after = print_after
         self.dump_dir = Path(dump_dir) if dump_dir is not None else None
+        self.dump_prefix = dump_prefix
         self.resources = resources
         self.records: list[PassRecord] = []
         self.trusted: frozenset[Node] = frozenset()  # nodes of the graph verified last
@@ -187,7 +189,7 @@ class PassManager:
     def write_file(self, number: int, name: str, graph: Graph) -> None:
         if self.dump_dir is None:
             return
-        path = self.dump_dir / f"{number:02d}-{name}.flowc"
+        path = self.dump_dir / f"{self.dump_prefix}{number:02d}-{name}.flowc"
         try:
             self.dump_dir.mkdir(parents=True, exist_ok=True)
             path.write_text(print_graph(graph, resources=self.resources))

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-ABI_VERSION = 4  # 2: the narrow dtype codes 13..22; 3: NAME_run_with; 4: variables, checkpoints
+# 2: the narrow dtype codes 13..22; 3: NAME_run_with; 4: variables, checkpoints;
+# 5: entries (flowc_model.entries, NAME_train_step, the manifest's `entries`)
+ABI_VERSION = 5
 MANIFEST_FORMAT = "flowc-artifact"
 MANIFEST_FILE = "manifest.json"
 ALIGN = 64  # bytes: every buffer a kernel sees is aligned to this

@@ -9,16 +9,18 @@
  * No global mutable state: everything lives in a flowc_ctx; the only per-thread variable is
  * the pool of the run in progress, used by the OpenMP entry points that kernels may call.
  *
- * Memory: create allocates the context, its input/output buffers, the arena (every
- * intermediate tensor and kernel scratch buffer), the thread-scratch region, maps the
- * weights and allocates the variables block (filled from their initial values); set_threads replaces the pool and the thread-scratch region; a partitioned model's
+ * Memory: create allocates the context, its input/output buffers (every entry's), the
+ * arena (one for all entries, the largest entry's: every intermediate tensor and kernel
+ * scratch buffer), the thread-scratch region, maps the weights and allocates the
+ * variables block (filled from their initial values); set_threads replaces the pool and
+ * the thread-scratch region; a partitioned model's
  * partition threads and rendezvous are made by create. A run allocates nothing (kernels
  * never allocate: flowc/codegen/scratch.py), except that glibc allocates this library's
  * thread-local block (dynamic TLS, when it is dlopen'ed) at a thread's first access: pool
  * workers touch it before pool_create returns, a calling thread in its first run.
  *
  * Calls on one context are serialized by its `lock`: every entry point that reads or
- * changes the context (run, run_with, set_threads, set_arena, set_input, set_output, the
+ * changes the context (run, run_with, run_entry, set_threads, set_arena, set_input, set_output, the
  * input/output accessors, variable, save/load_checkpoint, destroy) takes it, so a control call made while another thread
  * runs the context waits for that run to return (set_threads never replaces the pool a run
  * is using; destroy never frees what a run is using). Runs on one context therefore happen
@@ -154,6 +156,25 @@ typedef struct flowc_gpu_program_s {
 } flowc_gpu_program;
 struct flowc_gpu_ctx;
 
+/* ---- entries: the named programs an artifact exports over one context ----
+ * Entry 0 is `run` (NAME_run, run_with, set_input...: the model's inputs, outputs and
+ * entry function); a training artifact adds `train_step` (NAME_train_step). Every entry
+ * reads and writes the same variables block and weights and runs in the one arena
+ * (arena_bytes of the model: the largest entry's); each has its own inputs and outputs.
+ * `labels` >= 0: that input (i64) holds class indices, which rt_run_entry checks to lie
+ * in [0, classes) before the entry runs (a bad one fails the call and nothing runs). */
+typedef struct {
+  const char *name;
+  int32_t num_inputs;
+  const flowc_tensor_desc *inputs;
+  int32_t num_outputs;
+  const flowc_tensor_desc *outputs;
+  flowc_entry_fn entry;
+  size_t arena_bytes; /* what its plan uses, at most the model's arena_bytes */
+  int32_t labels;     /* -1: no input checked */
+  int64_t classes;
+} flowc_entry;
+
 typedef struct {
   const char *name;
   const char *graph_hash;
@@ -186,6 +207,9 @@ typedef struct {
   size_t variables_bytes;
   const char *flowc_version;
   const char *const *checkpoint_metadata;
+  /* Entries (above): entries[0] repeats inputs, outputs and entry; 0 entries: that one. */
+  int32_t num_entries;
+  const flowc_entry *entries;
 } flowc_model;
 
 typedef struct flowc_pool flowc_pool;
@@ -211,6 +235,7 @@ typedef struct flowc_ctx {
   flowc_rendezvous *rendezvous; /* partitioned models: created on the first run */
   struct flowc_gpu_ctx *gpu;    /* GPU models: driver, device memory, module, stream */
   char *variables;              /* the variables block (model->variables_bytes) */
+  void **entry_io;              /* entries after the first: their inputs, outputs, copies */
 } flowc_ctx;
 
 FLOWC_HIDDEN int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_path,
@@ -232,6 +257,10 @@ FLOWC_HIDDEN int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t byte
 FLOWC_HIDDEN int FLOWC_RT(rt_run)(flowc_ctx *ctx);
 FLOWC_HIDDEN int FLOWC_RT(rt_run_with)(flowc_ctx *ctx, const void *const *inputs,
                                        void *const *outputs);
+/* Entry k (see flowc_entry) on the caller's buffers, as rt_run_with (which is entry 0):
+ * inputs[i] and outputs[j] hold entry k's tensors; its labels are checked first. */
+FLOWC_HIDDEN int FLOWC_RT(rt_run_entry)(flowc_ctx *ctx, int k, const void *const *inputs,
+                                        void *const *outputs);
 FLOWC_HIDDEN const char *FLOWC_RT(rt_dtype_name)(int dtype);
 /* tables.c: the model tables' sizes re-checked (before create allocates from them), and
  * the weights side file mapped (`given`, or the one next to the library). */

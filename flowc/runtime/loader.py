@@ -23,6 +23,11 @@ buffers, page-locked at create, so a `run_into` on them copies asynchronously. E
 problem is an `ArtifactError` naming the artifact and what is wrong.
 Variables (state kept across runs): `variables()`, `set_variable(name, array)`,
 `save_checkpoint(path)`, `load_checkpoint(path)` (variables.py).
+Entries: `run` and the calls above run the artifact's entry 0; `run_entry(name, *inputs,
+**inputs)` runs any entry the manifest lists (`train_step` of a training artifact, or of a
+graph compiled with `inference=`) on the same context (same variables), returning its
+outputs by name; a training artifact's `train_step(*inputs, labels)` runs its step and
+returns the loss as a float, and `parameters()` lists the trained variables (training.py).
 Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
 """
 
@@ -108,6 +113,15 @@ class Model:
         self._output_names = [name for name, _, _ in self.outputs]
         self._out_alloc = [(shape, dt, math.prod(shape) * dt.itemsize)
                            for _, dt, shape in self.outputs]
+        # the entries after `run` (a training artifact's train_step): name -> C function
+        self.entries = {e["name"]: e for e in self.manifest.get("entries", [])[1:]}
+        self._entry_fns = {name: self._fn(name) for name in self.entries}
+        for fn in self._entry_fns.values():
+            vpp = ctypes.POINTER(ctypes.c_void_p)
+            fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, vpp, vpp]
+        self._entry_pointers = {  # per entry, as _pointers for run (filled under the lock)
+            name: tuple((ctypes.c_void_p * max(len(e[kind]), 1))() for kind in
+                        ("inputs", "outputs")) for name, e in self.entries.items()}
 
     # ---- setting up -----------------------------------------------------------------
     def _fn(self, suffix: str) -> Any:
@@ -151,20 +165,49 @@ class Model:
                                     f"{want}) and dlopen keeps returning it: load a copy of "
                                     "the directory, or load it in a new process")
             raise ArtifactError(f"{where}: graph hash {mapped} vs {want}")
-        for kind in ("input", "output"):
-            declared = self.manifest[f"{kind}s"]
-            count = self._fn(f"num_{kind}s")()
-            if count != len(declared):
-                raise ArtifactError(f"{where}: {count} {kind}s vs {len(declared)}")
-            for k, t in enumerate(declared):
-                rank = self._fn(f"{kind}_rank")(k)
-                shape_p = self._fn(f"{kind}_shape")(k)
-                found = (_text(self._fn(f"{kind}_name")(k)), self._fn(f"{kind}_dtype")(k),
-                         [shape_p[d] for d in range(rank)])
-                if found != (t["name"], DTYPE_CODES[t["dtype"]], list(t["shape"])):
-                    raise ArtifactError(f"{where}: {kind} {k} is {found} in the library, "
-                                        f"{t['name']} {t['dtype']}{t['shape']} in the manifest")
+        entries = self.manifest.get("entries", [])
+        tables = [("", self.manifest)] + [(f"{e['name']}_", e) for e in entries[1:]]
+        for prefix, spec in tables:  # run's tables, then each other entry's
+            for kind in ("input", "output"):
+                self._check_table(where, prefix, kind, spec[f"{kind}s"])
         variables.check_tables(self)
+        entries = [e["name"] for e in self.manifest.get("entries", [])]
+        if len(entries) > 1:
+            fn = getattr(self._lib, f"{self.name}_num_entries", None)
+            count = fn() if fn is not None else 1
+            if count != len(entries):
+                raise ArtifactError(f"{where}: {count} entries vs {len(entries)} "
+                                    f"({', '.join(entries)})")
+
+    def _check_table(self, where: str, prefix: str, kind: str, declared: list) -> None:
+        """The library's table of `kind`s (of the entry `prefix` names: "" for run) against
+        the manifest's `declared` ones."""
+        try:
+            fns = {suffix: self._fn(f"{prefix}{suffix}") for suffix in
+                   (f"num_{kind}s", f"{kind}_rank", f"{kind}_shape", f"{kind}_name",
+                    f"{kind}_dtype")}
+        except AttributeError as exc:
+            raise ArtifactError(f"{where}: the library lacks the tables of entry "
+                                f"'{prefix[:-1]}' ({exc})") from None
+        if prefix:  # run's are declared by _bind
+            i = ctypes.c_int
+            for suffix, (restype, argtypes) in {
+                    f"num_{kind}s": (i, []), f"{kind}_rank": (i, [i]),
+                    f"{kind}_shape": (_I64P, [i]), f"{kind}_name": (ctypes.c_char_p, [i]),
+                    f"{kind}_dtype": (i, [i])}.items():
+                fns[suffix].restype, fns[suffix].argtypes = restype, argtypes
+        what = f"{prefix[:-1]} {kind}" if prefix else kind
+        count = fns[f"num_{kind}s"]()
+        if count != len(declared):
+            raise ArtifactError(f"{where}: {count} {what}s vs {len(declared)}")
+        for k, t in enumerate(declared):
+            rank = fns[f"{kind}_rank"](k)
+            shape_p = fns[f"{kind}_shape"](k)
+            found = (_text(fns[f"{kind}_name"](k)), fns[f"{kind}_dtype"](k),
+                     [shape_p[d] for d in range(rank)])
+            if found != (t["name"], DTYPE_CODES[t["dtype"]], list(t["shape"])):
+                raise ArtifactError(f"{where}: {what} {k} is {found} in the library, "
+                                    f"{t['name']} {t['dtype']}{t['shape']} in the manifest")
 
     def _error(self) -> str:
         return self._fn("error")(self._ctx).decode(errors="replace")
@@ -221,8 +264,12 @@ class Model:
                 return None
         return list(values)
 
-    def _checked_feeds(self, args: tuple, kwargs: dict[str, Any]) -> list[np.ndarray]:
-        names = self._input_names
+    def _checked_feeds(self, args: tuple, kwargs: dict[str, Any],
+                       inputs: list | None = None) -> list[np.ndarray]:
+        """The arrays of `inputs` ((name, dtype, shape) each; default: run's inputs) from
+        `args` and `kwargs`, checked and made C-contiguous."""
+        inputs = self.inputs if inputs is None else inputs
+        names = [name for name, _, _ in inputs]
         if len(args) > len(names):
             raise ArtifactError(f"model '{self.name}' takes {len(names)} inputs "
                                 f"({', '.join(names)}), got {len(args)} positional")
@@ -238,7 +285,7 @@ class Model:
         if missing:
             raise ArtifactError(f"model '{self.name}': missing input(s) {', '.join(missing)}")
         arrays = []
-        for name, dt, shape in self.inputs:
+        for name, dt, shape in inputs:
             value = given[name]
             array = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=dt)
             if array.dtype != dt:
@@ -285,22 +332,29 @@ class Model:
                                     f"{list(shape)}, got {got}")
         return arrays
 
-    def _call(self, arrays: list[np.ndarray], out_addresses: list[int]) -> None:
-        """One run on `arrays` (the checked inputs) writing to the outputs at
-        `out_addresses`: all buffers bound and run in one C call (`NAME_run_with`, after
-        which the context holds no pointer to them; a profiled artifact binds them one by
-        one, then runs through its kernel timer)."""
-        ins, outs = self._pointers
+    def _call(self, arrays: list[np.ndarray], out_addresses: list[int],
+              entry: str = "run") -> None:
+        """One run of `entry` on `arrays` (its checked inputs) writing to the outputs at
+        `out_addresses`: all buffers bound and run in one C call (`NAME_run_with`, or
+        `NAME_<entry>` for another entry, after which the context holds no pointer to
+        them; a profiled artifact's run binds them one by one, then runs through its
+        kernel timer)."""
+        ins, outs = self._pointers if entry == "run" else self._entry_pointers[entry]
         with self._lock:
             self._check_open()
             for k, array in enumerate(arrays):
                 ins[k] = array.ctypes.data
             for k, address in enumerate(out_addresses):
                 outs[k] = address
-            if self.profiler:
+            if entry != "run":
+                status = self._entry_fns[entry](self._ctx, ins, outs)
+            elif self.profiler:
                 status = self._run_profiled(ins, outs)
             else:
                 status = self._run_with(self._ctx, ins, outs)
+            if status and entry != "run":  # the message names the model and the entry
+                raise RuntimeStatusError(f"{self.path}: {self._error()}", status,
+                                         STATUS.get(status, str(status)))
             if status:
                 self._check(status, "run")
 
@@ -335,6 +389,23 @@ class Model:
         outputs = self._checked_outputs(out)
         self._call(arrays, [array.ctypes.data for array in outputs])
         return dict(zip(self._output_names, outputs, strict=True))
+
+    def run_entry(self, entry: str, /, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+        """{output name: array} of the artifact's entry `entry` (`run`, or one the manifest's
+        `entries` lists, e.g. `train_step`) on its inputs, by position or name, each
+        checked as `run` checks them; the arrays are new."""
+        if entry == "run":
+            return self.run(*args, **kwargs)
+        spec = self.entries.get(entry)
+        if spec is None:
+            raise ArtifactError(f"model '{self.name}' has no entry '{entry}' (its entries: "
+                                f"{', '.join(['run', *self.entries])})")
+        specs = [[(t["name"], numpy_dtype(t["dtype"]), tuple(t["shape"])) for t in spec[kind]]
+                 for kind in ("inputs", "outputs")]
+        arrays = self._checked_feeds(args, kwargs, specs[0])
+        outputs = [aligned_empty(shape, dt) for _, dt, shape in specs[1]]
+        self._call(arrays, [a.ctypes.data for a in outputs], entry=entry)
+        return {name: a for (name, _, _), a in zip(specs[1], outputs, strict=True)}
 
     def empty_outputs(self) -> dict[str, np.ndarray]:
         """{output name: uninitialized 64-byte aligned array} for `run_into`."""
@@ -404,8 +475,9 @@ class Model:
 
     # ---- training (training.py) -------------------------------------------------------
     def train_step(self, *args: Any, **kwargs: Any) -> float:
-        """One training step on the model's inputs and the labels (last, or `labels=`):
-        the loss before the update, as a float (a training artifact only)."""
+        """One training step (the artifact's `train_step` entry) on the model's inputs and
+        the labels (last, or `labels=`): the loss before the update, as a float (a
+        training artifact only). `model(*inputs)` runs inference on the current weights."""
         return training.train_step(self, args, kwargs)
 
     def parameters(self) -> dict[str, np.ndarray]:

@@ -84,14 +84,22 @@ static int setup(flowc_ctx *ctx, const char *weights_file) {
                 missing);
   int checked = FLOWC_RT(rt_check_sizes)(ctx);
   if (checked) return checked;
-  int n = m->num_inputs + m->num_outputs;
-  ctx->inputs = calloc((size_t)n + (size_t)m->num_outputs + 1, sizeof(void *));
-  if (!ctx->inputs) return fail(ctx, FLOWC_ERR_NOMEM, "%s: out of memory", m->name);
-  ctx->outputs = ctx->inputs + m->num_inputs;
-  ctx->out_copy = ctx->outputs + m->num_outputs;
+  size_t n = (size_t)m->num_inputs + 2 * (size_t)m->num_outputs + 1, extra = 0;
   size_t owned = 0;
   for (int i = 0; i < m->num_inputs; i++) owned += flowc_round_up(m->inputs[i].bytes);
   for (int i = 0; i < m->num_outputs; i++) owned += flowc_round_up(m->outputs[i].bytes);
+  for (int k = 1; k < m->num_entries; k++) { /* each later entry's own buffers follow */
+    const flowc_entry *e = &m->entries[k];
+    size_t io = (size_t)e->num_inputs + 2 * (size_t)e->num_outputs;
+    if (io > extra) extra = io;
+    for (int i = 0; i < e->num_inputs; i++) owned += flowc_round_up(e->inputs[i].bytes);
+    for (int i = 0; i < e->num_outputs; i++) owned += flowc_round_up(e->outputs[i].bytes);
+  }
+  ctx->inputs = calloc(n + extra, sizeof(void *));
+  if (!ctx->inputs) return fail(ctx, FLOWC_ERR_NOMEM, "%s: out of memory", m->name);
+  ctx->outputs = ctx->inputs + m->num_inputs;
+  ctx->out_copy = ctx->outputs + m->num_outputs;
+  ctx->entry_io = ctx->inputs + n;
   ctx->owned = alloc_aligned(owned);
   ctx->arena = alloc_aligned(m->arena_bytes);
   ctx->arena_owned = 1;
@@ -342,6 +350,84 @@ int FLOWC_RT(rt_run_with)(flowc_ctx *ctx, const void *const *inputs, void *const
   if (!ctx) return FLOWC_ERR_ARGUMENT;
   pthread_mutex_lock(&ctx->lock);
   int status = run_with(ctx, inputs, outputs);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
+/* The owned buffers of entry k >= 1: after entry 0's and those of entries 1 .. k-1. */
+static char *entry_owned(flowc_ctx *ctx, int k) {
+  const flowc_model *m = ctx->model;
+  char *p = ctx->owned;
+  for (int i = 0; i < m->num_inputs; i++) p += flowc_round_up(m->inputs[i].bytes);
+  for (int i = 0; i < m->num_outputs; i++) p += flowc_round_up(m->outputs[i].bytes);
+  for (int j = 1; j < k; j++) {
+    const flowc_entry *e = &m->entries[j];
+    for (int i = 0; i < e->num_inputs; i++) p += flowc_round_up(e->inputs[i].bytes);
+    for (int i = 0; i < e->num_outputs; i++) p += flowc_round_up(e->outputs[i].bytes);
+  }
+  return p;
+}
+
+/* Entry e's labels input, when it has one, each in [0, classes): else a one-line message
+ * naming the first bad label and its index. */
+static int check_labels(flowc_ctx *ctx, const flowc_entry *e, const void *data) {
+  const flowc_tensor_desc *d = &e->inputs[e->labels];
+  size_t count = d->bytes / sizeof(int64_t);
+  for (size_t i = 0; i < count; i++) {
+    int64_t label;
+    memcpy(&label, (const char *)data + i * sizeof label, sizeof label);
+    if (label < 0 || label >= e->classes)
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s: %s[%zu] is %lld, outside [0, %lld); "
+                  "nothing ran", ctx->model->name, e->name, d->name, i, (long long)label,
+                  (long long)e->classes);
+  }
+  return FLOWC_OK;
+}
+
+static int run_entry(flowc_ctx *ctx, int k, const void *const *inputs, void *const *outputs) {
+  int bad = unusable(ctx);
+  if (bad) return bad;
+  const flowc_model *m = ctx->model;
+  int count = m->num_entries ? m->num_entries : 1;
+  if (k < 0 || k >= count)
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: entry %d out of range (the model has %d)",
+                m->name, k, count);
+  if (!m->num_entries) return run_with(ctx, inputs, outputs);
+  const flowc_entry *e = &m->entries[k];
+  for (int i = 0; i < e->num_inputs; i++)
+    if (!inputs || !inputs[i])
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s: input %d '%s': data is NULL", m->name,
+                  e->name, i, e->inputs[i].name);
+  for (int i = 0; i < e->num_outputs; i++)
+    if (!outputs || !outputs[i])
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: %s: output %d '%s': data is NULL", m->name,
+                  e->name, i, e->outputs[i].name);
+  int status = e->labels >= 0 ? check_labels(ctx, e, inputs[e->labels]) : FLOWC_OK;
+  if (status || k == 0) return status ? status : run_with(ctx, inputs, outputs);
+  void **ins = ctx->entry_io, **outs = ins + e->num_inputs, **copy = outs + e->num_outputs;
+  char *p = entry_owned(ctx, k);
+  for (int i = 0; i < e->num_inputs; p += flowc_round_up(e->inputs[i].bytes), i++) {
+    ins[i] = ((uintptr_t)inputs[i] % FLOWC_ALIGN) == 0 ? (void *)inputs[i] : p;
+    if (ins[i] == p) memcpy(p, inputs[i], e->inputs[i].bytes);
+  }
+  for (int i = 0; i < e->num_outputs; p += flowc_round_up(e->outputs[i].bytes), i++) {
+    int aligned = ((uintptr_t)outputs[i] % FLOWC_ALIGN) == 0;
+    outs[i] = aligned ? outputs[i] : p;
+    copy[i] = aligned ? NULL : outputs[i];
+  }
+  FLOWC_RT(pool_enter)(ctx->pool);
+  e->entry(ins, outs, ctx->arena, ctx->weights, ctx->thread_scratch, ctx->variables);
+  FLOWC_RT(pool_leave)();
+  for (int i = 0; i < e->num_outputs; i++)
+    if (copy[i]) memcpy(copy[i], outs[i], e->outputs[i].bytes);
+  return FLOWC_OK;
+}
+
+int FLOWC_RT(rt_run_entry)(flowc_ctx *ctx, int k, const void *const *inputs,
+                           void *const *outputs) {
+  if (!ctx) return FLOWC_ERR_ARGUMENT;
+  pthread_mutex_lock(&ctx->lock);
+  int status = run_entry(ctx, k, inputs, outputs);
   pthread_mutex_unlock(&ctx->lock);
   return status;
 }

@@ -116,8 +116,8 @@ static int check_desc(flowc_ctx *ctx, const char *what, const flowc_tensor_desc 
 }
 
 /* The model tables' sizes, re-checked before anything is allocated from them: every
- * input, output and variable descriptor (check_desc), the inputs' and outputs' aligned
- * total, each variable inside the variables block (and its initial value inside the
+ * input, output and variable descriptor (check_desc, every entry's too), the inputs' and
+ * outputs' aligned total, each entry's arena and labels input, each variable inside the variables block (and its initial value inside the
  * weights), the arena (and each partition's region inside it), the weights and the
  * variables block, each within FLOWC_MAX_BYTES. */
 int FLOWC_RT(rt_check_sizes)(flowc_ctx *ctx) {
@@ -132,6 +132,31 @@ int FLOWC_RT(rt_check_sizes)(flowc_ctx *ctx) {
     if (io > FLOWC_MAX_BYTES)
       return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: the inputs and outputs take more than %llu "
                   "bytes together (flowc's limit)", m->name, (unsigned long long)FLOWC_MAX_BYTES);
+  }
+  if (m->num_entries < 0 || (m->num_entries && !m->entries))
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: malformed entry table (%d entries)", m->name,
+                m->num_entries);
+  for (int k = 1; k < m->num_entries; k++) {
+    const flowc_entry *e = &m->entries[k];
+    for (int i = 0; i < e->num_inputs + e->num_outputs; i++) {
+      int in = i < e->num_inputs;
+      int status = check_desc(ctx, in ? "input" : "output",
+                              in ? &e->inputs[i] : &e->outputs[i - e->num_inputs]);
+      if (status) return status;
+      io += flowc_round_up(in ? e->inputs[i].bytes : e->outputs[i - e->num_inputs].bytes);
+      if (io > FLOWC_MAX_BYTES)
+        return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: the inputs and outputs take more than "
+                    "%llu bytes together (flowc's limit)", m->name,
+                    (unsigned long long)FLOWC_MAX_BYTES);
+    }
+  }
+  for (int k = 0; k < m->num_entries; k++) {
+    const flowc_entry *e = &m->entries[k];
+    if (e->arena_bytes > m->arena_bytes || e->labels >= e->num_inputs ||
+        (e->labels >= 0 && e->inputs[e->labels].dtype != 4 /* i64 */))
+      return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: entry '%s' has a malformed descriptor (arena "
+                  "%zu bytes of %zu, labels input %d)", m->name, e->name, e->arena_bytes,
+                  m->arena_bytes, e->labels);
   }
   for (int i = 0; i < m->num_variables; i++) {
     int status = check_desc(ctx, "variable", &m->variables[i]);

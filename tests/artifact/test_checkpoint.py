@@ -228,12 +228,12 @@ def test_checkpoint_from_python_loads_in_c_and_back(model, sgd, tmp_path):
 
 
 def test_checkpoint_metadata_hook(tmp_path, monkeypatch):
-    """Program.checkpoint_metadata (where a training entry will put its optimizer's
-    hyperparameters and step) reaches every checkpoint's __metadata__."""
+    """Program.checkpoint_metadata (where a training artifact puts its loss and optimizer
+    hyperparameters) reaches every checkpoint's __metadata__."""
     from flowc.codegen import driver
 
-    def with_metadata(graph, prefix):
-        program = build(graph, prefix)
+    def with_metadata(graph, prefix, **entry):
+        program = build(graph, prefix, **entry)
         program.checkpoint_metadata = {"optimizer": "sgd", "optimizer.lr": "0.5"}
         return program
 

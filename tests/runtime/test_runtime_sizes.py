@@ -33,6 +33,15 @@ EXPECTED = {
     "bad_dtype": (1, "m: input 'x' has a malformed descriptor (dtype 99, rank 2)"),
     "huge_arena": (1, "m: arena_bytes is 1152921504606846976, more than 281474976710656 "
                       "(flowc's limit)"),
+    # a model of two entries (run and train_step), each entry's tables checked too
+    "entries_good": (0, "ok"),
+    "entry_bad_desc": (1, "m: input 'labels' states 8 bytes, its dtype i64 and shape make 32"),
+    "entry_big_arena": (1, "m: entry 'train_step' has a malformed descriptor (arena 2048 "
+                           "bytes of 1024, labels input 1)"),
+    "entry_labels_index": (1, "m: entry 'train_step' has a malformed descriptor (arena 1024 "
+                              "bytes of 1024, labels input 2)"),
+    "entry_labels_dtype": (1, "m: entry 'train_step' has a malformed descriptor (arena 1024 "
+                              "bytes of 1024, labels input 0)"),
 }
 
 

@@ -64,7 +64,8 @@ def test_several_outputs_need_loss_output(tmp_path):
         flowc.compile(path, tmp_path / "art", train=True, loss_output="nope")
     manifest = flowc.compile(path, tmp_path / "art", train=True, loss_output="logits")
     assert manifest["training"]["prediction"] == "logits"
-    assert [o["name"] for o in manifest["outputs"]] == ["loss"]
+    assert [o["name"] for o in manifest["entries"][1]["outputs"]] == ["loss"]
+    assert [o["name"] for o in manifest["outputs"]] == ["logits", "act"]  # run: inference
 
 
 def test_train_needs_an_onnx_file(tmp_path):
@@ -95,8 +96,11 @@ def test_bad_labels_are_refused_before_the_step(tmp_path):
         model.train_step(x, labels.astype(np.int32))
     bad = labels.copy()
     bad[5] = -1
-    with pytest.raises(ArtifactError, match=r"^mlp_sgd: labels\[5\] is -1, outside \[0, 10\) "
-                       r"\(1 label\(s\) out of range\)$"):
+    with pytest.raises(ArtifactError, match=r"/art: mlp_sgd: train_step: labels\[5\] is -1, "
+                       r"outside \[0, 10\); nothing ran \[FLOWC_ERR_ARGUMENT\]$"):
+        model.train_step(x, bad)  # checked by the C runtime's train_step entry
+    bad[5], bad[7] = 3, 10
+    with pytest.raises(ArtifactError, match=r"labels\[7\] is 10, outside \[0, 10\)"):
         model.train_step(x, bad)
     with pytest.raises(ArtifactError, match=r"^mlp_sgd: labels have shape \(4,\), expected "):
         model.train_step(x, labels[:4])
@@ -132,10 +136,13 @@ def test_explain_memory_shows_the_phases(tmp_path):
     flowc.compile(FIXTURES / "cnn_adam.onnx", tmp_path / "art", train=True,
                   optimizer="adam{lr=0.003}", explain_memory=texts.append,
                   dump_dir=tmp_path / "dump")
-    text = texts[0]
+    assert [t.split(":")[0] for t in texts] == ["memory plan of 'cnn_adam', entry 'run'",
+                                                "memory plan of 'cnn_adam', entry 'train_step'"]
+    text = texts[1]
     assert "training step (the backward pass starts at step " in text
+    assert "training step" not in texts[0]
     kept = int(text.split(" of them kept for the backward pass")[0].split()[-1])
-    layout = json.loads((tmp_path / "dump" / "memory.json").read_text())
+    layout = json.loads((tmp_path / "dump" / "train_step.memory.json").read_text())
     phases = layout["phases"]
     assert kept == phases["forward"]["kept_bytes"] > 0
     assert phases["backward"]["bytes"] > 0 and phases["update"]["bytes"] > 0

@@ -22,14 +22,20 @@ from pathlib import Path
 from typing import Any
 
 from flowc.codegen.emit.entry import render_model_c
-from flowc.codegen.emit.header import ModelInfo, TensorInfo, accessor_names, render_header
+from flowc.codegen.emit.header import (
+    EntryInfo,
+    ModelInfo,
+    TensorInfo,
+    accessor_names,
+    render_header,
+)
 from flowc.codegen.emit.link import link
 from flowc.codegen.emit.manifest import build_manifest, write_manifest
 from flowc.codegen.emit.outdir import staged
 from flowc.codegen.emit.profile_c import profile_header
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.plan.partitions import host_kernels
-from flowc.codegen.plan.program import Program, weights_blob
+from flowc.codegen.plan.program import Program, arena_bytes_of, weights_blob
 from flowc.codegen.plan.working_memory import statement, working_memory
 from flowc.ir.errors import FlowcError
 from flowc.runtime.abi import weights_header
@@ -44,10 +50,12 @@ def model_info(program: Program, weights_file: str | None) -> ModelInfo:
         return tuple(TensorInfo(name, c, t.dtype.name, tuple(int(d) for d in t.shape))
                      for (name, t), c in zip(items, c_names, strict=True))
 
+    entries = tuple(EntryInfo(p.entry, tensors(p.inputs), tensors(p.outputs), p.arena_bytes,
+                              *(p.labels or ())) for p in program.siblings)
     return ModelInfo(program.name, tensors(program.inputs), tensors(program.outputs),
-                     program.arena_bytes, weights_file, tuple(program.regions),
+                     arena_bytes_of(program), weights_file, tuple(program.regions),
                      tuple(statement(working_memory(program), program.name)),
-                     tensors([(v.name, v.type) for v in program.variables]))
+                     tensors([(v.name, v.type) for v in program.variables]), entries)
 
 
 def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
@@ -85,7 +93,8 @@ def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
             (stage / side).write_bytes(weights_header(graph_hash, len(blob)) + blob)
             written.append(side)
         files = {f: (stage / f).read_bytes() for f in written}
-        kernels = [(k.symbol, [n for c in program.calls if c.kernel is k for n in c.nodes])
+        kernels = [(k.symbol, list(dict.fromkeys(n for p in program.entries for c in p.calls
+                                                 if c.kernel is k for n in c.nodes)))
                    for k in program.kernels]
         manifest = build_manifest(info, program, flowc_version=flowc_version,
                                   graph_hash=graph_hash, target=target, sizes=sizes,

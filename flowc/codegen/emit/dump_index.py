@@ -8,7 +8,10 @@ parse back), the final graph (`NAME.flowc`), per kernel its MLIR before its pipe
 (`SYM.schedule.mlir`) and its LLVM-dialect form (`SYM.llvm.mlir`), the linked LLVM IR
 (`kernels.ll`), the assembly (`kernels.s`, one label per kernel symbol), the generated C
 entry (`NAME_model.c`), the memory report (`memory.txt`, `memory.json`: the arena layout
-over time) and, when devices were given, the placement report (`placement.txt`). A table
+over time; an artifact with several entries, a training artifact, has the pass dumps, the
+final graph and the memory report of each entry other than `run` under the prefix
+`ENTRY.`: `train_step.00-input.flowc`, `train_step.NAME.flowc`, `train_step.memory.txt`)
+and, when devices were given, the placement report (`placement.txt`). A table
 maps each graph node to its kernel, so one node can be followed from the model to the
 instructions that run it; the nodes rewrites merged into others (a BatchNorm folded into
 its Conv: `Node.merged`) are listed with the kernel that runs them too. `kernels.ll` and
@@ -31,7 +34,12 @@ _PASS_FILE = re.compile(r"(\d\d)-(.+)\.flowc\Z")
 
 
 def describe(name: str, manifest: Mapping[str, Any]) -> tuple[int, str]:
-    """(sort rank, what produced it) for the dump file `name`."""
+    """(sort rank, what produced it) for the dump file `name`; a file of an entry other
+    than `run` (`ENTRY.FILE`) is described as FILE is, for that entry."""
+    for entry in manifest.get("entries", [])[1:]:
+        if name.startswith(f"{entry['name']}."):
+            rank, what = describe(name[len(entry["name"]) + 1:], manifest)
+            return rank, f"{what} (entry '{entry['name']}')"
     prefix = manifest["name"]
     if m := _PASS_FILE.match(name):
         step = "the graph before any pass" if m[2] == "input" else f"after pass '{m[2]}'"

@@ -6,7 +6,11 @@ when `embedded`, the weights object defining `NAME_weights`) implements every fu
 `NAME.h` declares. The entry function calls the kernels in program order with pointers
 into the inputs, outputs, weights and arena (then the call's scratch buffers, arena slots
 the plan gave it, and `ts`, the thread-scratch region, for a kernel that takes one), then
-copies the outputs that no kernel wrote in place. Only the functions of `NAME.h` have
+copies the outputs that no kernel wrote in place. An artifact with several entries
+(`Program.siblings`: a training artifact's `train_step`) gets one entry function per
+entry (`entry_NAME`), its descriptor tables (`NAME_inputs` ...), the model's table of
+entries and `NAME_<entry>` wrappers of the runtime's `rt_run_entry`; the model's arena and
+thread scratch are the largest entry's. Only the functions of `NAME.h` have
 default visibility. Names (tensors, nodes) appear only as `c_text.c_string` literals and
 in `c_text.c_comment` comments.
 """
@@ -34,18 +38,20 @@ X86_FEATURES = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "bmi", "bmi2",
                 "avx512bf16", "avx512fp16")
 
 
-def _descs(kind: str, tensors: Sequence[TensorInfo], program: Program) -> list[str]:
+def _descs(kind: str, tensors: Sequence[TensorInfo], program: Program,
+           table: str = "") -> list[str]:
+    """The descriptor table `TABLEKINDs` (`inputs`, `train_step_inputs` ...)."""
     lines = []
     for i, t in enumerate(tensors):
         dims = ", ".join(str(d) for d in t.shape) or "0"
-        lines.append(f"static const int64_t {kind}_shape_{i}[] = {{{dims}}};")
+        lines.append(f"static const int64_t {table}{kind}_shape_{i}[] = {{{dims}}};")
     rows = []
     for i, (t, tt) in enumerate(zip(tensors, _types(kind, program), strict=True)):
         nbytes = int(tt.num_elements) * tt.dtype.np.itemsize
         rows.append(f"  {{{c_string(t.name)}, {DTYPE_CODES[t.dtype]}, {len(t.shape)}, "
-                    f"{kind}_shape_{i}, {nbytes}u}},")
+                    f"{table}{kind}_shape_{i}, {nbytes}u}},")
     body = "\n".join(rows) or "  {0}"
-    lines.append(f"static const flowc_tensor_desc {kind}s[] = {{\n{body}\n}};")
+    lines.append(f"static const flowc_tensor_desc {table}{kind}s[] = {{\n{body}\n}};")
     return lines
 
 
@@ -76,8 +82,8 @@ def kernel_prototype(program: Program, kernel: Kernel) -> str:
     return f"FLOWC_HIDDEN void {kernel.symbol}({', '.join(params)});"
 
 
-def _entry(program: Program, profile: bool = False) -> list[str]:
-    lines = [f"static void entry({ENTRY_PARAMS}) {{", f"  {ENTRY_UNUSED}"]
+def _entry(program: Program, profile: bool = False, function: str = "entry") -> list[str]:
+    lines = [f"static void {function}({ENTRY_PARAMS}) {{", f"  {ENTRY_UNUSED}"]
     index = {k.symbol: i for i, k in enumerate(program.kernels)}
     for step, call in enumerate(program.calls):
         lines.append(f"  /* {c_comment(', '.join(call.nodes))} */")
@@ -116,6 +122,56 @@ def _state_fields(program: Program) -> list[str]:
             "  .variable_offsets = variable_offsets, .variable_inits = variable_inits,",
             f"  .variables_bytes = {program.variables_bytes}u, .flowc_version = flowc_version,",
             "  .checkpoint_metadata = checkpoint_metadata,"]
+
+
+def _entries(program: Program, info: ModelInfo, profile: bool) -> list[str]:
+    """The entries after `run`: their descriptor tables and functions (`entry_NAME`), and
+    the table of every entry (entry 0: `run`, the model's inputs, outputs and `entry`)."""
+    lines = []
+    rows = [f"  {{\"run\", {len(info.inputs)}, inputs, {len(info.outputs)}, outputs, entry, "
+            f"{program.arena_bytes}u, -1, 0}},"]
+    for p, e in zip(program.siblings, info.entries, strict=True):
+        lines += [*_descs("input", e.inputs, p, f"{e.name}_"),
+                  *_descs("output", e.outputs, p, f"{e.name}_"),
+                  *_entry(p, profile, f"entry_{e.name}")]
+        labels = -1 if e.labels is None else e.labels
+        rows.append(f"  {{{c_string(e.name)}, {len(e.inputs)}, {e.name}_inputs, "
+                    f"{len(e.outputs)}, {e.name}_outputs, entry_{e.name}, {e.arena_bytes}u, "
+                    f"{labels}, {e.classes}}},")
+    body = "\n".join(rows)
+    return [*lines, f"static const flowc_entry entries[] = {{\n{body}\n}};"]
+
+
+def _entry_api(info: ModelInfo) -> list[str]:
+    """NAME_num_entries, NAME_entry_name and, per entry after `run`, its function and
+    tables (header.py documents them)."""
+    n, api = info.name, "__attribute__((visibility(\"default\")))"
+    if not info.entries:
+        return []
+    lines = [f"{api} int {n}_num_entries(void) {{ return model.num_entries; }}",
+             f"{api} const char *{n}_entry_name(int k) {{",
+             "  return k >= 0 && k < model.num_entries ? entries[k].name : 0;\n}"]
+    for k, e in enumerate(info.entries, start=1):
+        lines += [f"{api} int {n}_{e.name}({n}_ctx *ctx, const void *const *inputs, "
+                  "void *const *outputs) {",
+                  f"  return {n}_rt_run_entry((flowc_ctx *)ctx, {k}, inputs, outputs);\n}}"]
+        for kind in ("input", "output"):
+            table, count = f"{e.name}_{kind}s", len(e.inputs if kind == "input" else e.outputs)
+            get = f"(i >= 0 && i < {count} ? &{table}[i] : 0)"
+            lines += [
+                f"{api} int {n}_{e.name}_num_{kind}s(void) {{ return {count}; }}",
+                f"{api} const char *{n}_{e.name}_{kind}_name(int i) {{",
+                f"  return {get} ? {table}[i].name : 0;\n}}",
+                f"{api} int {n}_{e.name}_{kind}_dtype(int i) {{ "
+                f"return {get} ? {table}[i].dtype : -1; }}",
+                f"{api} int {n}_{e.name}_{kind}_rank(int i) {{ "
+                f"return {get} ? {table}[i].rank : -1; }}",
+                f"{api} const int64_t *{n}_{e.name}_{kind}_shape(int i) {{",
+                f"  return {get} ? {table}[i].shape : 0;\n}}",
+                f"{api} size_t {n}_{e.name}_{kind}_bytes(int i) {{ "
+                f"return {get} ? {table}[i].bytes : 0; }}",
+            ]
+    return lines
 
 
 def _api(info: ModelInfo) -> list[str]:
@@ -205,15 +261,17 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
                if has_weights and embedded else [])
     blob = f"{n}_weights" if has_weights and embedded else "0"
     side = c_string(info.weights_file) if info.weights_file else "0"
+    scratch = max(p.thread_scratch_bytes for p in program.entries)
     model = [
         "static const flowc_model model = {",
         f"  {c_string(n)}, {c_string(graph_hash)}, {ABI_VERSION},",
         f"  {len(info.inputs)}, inputs, {len(info.outputs)}, outputs,",
-        f"  {program.arena_bytes}u, {program.thread_scratch_bytes}u, {blob}, "
-        f"{program.weights_bytes}u, {side},",
+        f"  {info.arena_bytes}u, {scratch}u, {blob}, {program.weights_bytes}u, {side},",
         "  cpu_missing, entry,",
         *model_fields(program),
         *_state_fields(program),
+        *([f"  .num_entries = {len(program.entries)}, .entries = entries,"]
+          if info.entries else []),
         "};",
     ]
     parts = [
@@ -234,10 +292,12 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         *(profile_prelude(n) if profile else []),
         *(render_partitioned(program, gpu, profile) if model_fields(program)
           else _entry(program, profile)),
+        *(_entries(program, info, profile) if info.entries else []),
         "",
         *model,
         "",
         *_api(info),
+        *_entry_api(info),
         *(profile_api(n) if profile else []),
     ]
     return "\n".join(parts) + "\n"

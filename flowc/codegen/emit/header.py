@@ -34,6 +34,18 @@ class TensorInfo:
 
 
 @dataclass(frozen=True)
+class EntryInfo:
+    """An entry of the artifact after `run` (a training artifact's `train_step`)."""
+
+    name: str  # its C function is NAME_<name>
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+    arena_bytes: int  # what its plan uses of the one arena
+    labels: int | None = None  # the input of class indices checked before it runs
+    classes: int = 0  # ... each in [0, classes)
+
+
+@dataclass(frozen=True)
 class ModelInfo:
     name: str  # the symbol prefix
     inputs: tuple[TensorInfo, ...]
@@ -43,6 +55,7 @@ class ModelInfo:
     regions: tuple = ()  # partitions.Region per device, when the graph is partitioned
     memory: tuple[str, ...] = ()  # the working-memory statement (working_memory.py)
     variables: tuple[TensorInfo, ...] = ()  # state kept across runs (plan/state.py)
+    entries: tuple[EntryInfo, ...] = ()  # the entries after `run` (a training artifact's)
 
 
 def accessor_names(names: list[str]) -> list[str]:
@@ -78,6 +91,60 @@ def _memory(info: ModelInfo) -> str:
     return "".join(f"\n * {c_comment(line)}" for line in info.memory)
 
 
+def _entries_note(info: ModelInfo) -> str:
+    """The top comment's line on the entries after `run`, when there are any."""
+    if not info.entries:
+        return ""
+    names = ", ".join(f"{info.name}_{e.name}" for e in info.entries)
+    return (f"\n * Besides {info.name}_run (inference) it exports {names} on the same context "
+            "(see Entries).")
+
+
+def _entry_api(info: ModelInfo) -> str:
+    """The declarations and documentation of the entries after `run`."""
+    n = info.name
+    if not info.entries:
+        return ""
+    text = [f"""
+/* Entries. The artifact exports {len(info.entries) + 1} programs over one context: entry 0,
+ * `run` ({n}_run, {n}_run_with and the accessors above), and each one below,
+ * called like {n}_run_with: inputs[i] and outputs[j] point at its input i and
+ * output j, in the dtypes and shapes of its tables ({n}_ENTRY_input_*; not
+ * checked), aligned buffers used in place, others copied; the context keeps no pointer
+ * to them. That form (rather than one typed parameter per tensor) is the same for every
+ * model, so one C program drives any training artifact through the tables. All entries
+ * share the variables (weights, optimizer state), the weights and the arena; calls on a
+ * context take turns. */
+int {n}_num_entries(void);
+const char *{n}_entry_name(int k);"""]
+    for e in info.entries:
+        rows = "\n".join([f" *   input {i} '{c_comment(t.name)}': {_shape(t)}"
+                          for i, t in enumerate(e.inputs)]
+                         + [f" *   output {i} '{c_comment(t.name)}': {_shape(t)}"
+                            for i, t in enumerate(e.outputs)])
+        labels = "" if e.labels is None else (
+            f"\n * Before anything runs it checks that every element of input "
+            f"'{c_comment(e.inputs[e.labels].name)}' lies in\n * [0, {e.classes}); else it "
+            f"fails with FLOWC_ERR_ARGUMENT, nothing changes, and\n * {n}_error names the "
+            "first bad label and its index.")
+        what = ("\n * One training step: it reads the model's inputs and the labels, writes the\n"
+                " * loss of the batch (before the update) and updates the parameters and the\n"
+                " * optimizer's state in place; a later run computes with the new weights."
+                if e.name == "train_step" else "")
+        text.append(f"""
+/* Entry '{c_comment(e.name)}' ({e.arena_bytes} arena bytes).{what}{labels}
+{rows} */
+int {n}_{e.name}({n}_ctx *ctx, const void *const *inputs, void *const *outputs);""")
+        for kind in ("input", "output"):
+            text.append(f"""int {n}_{e.name}_num_{kind}s(void);
+const char *{n}_{e.name}_{kind}_name(int i);
+int {n}_{e.name}_{kind}_dtype(int i);
+int {n}_{e.name}_{kind}_rank(int i);
+const int64_t *{n}_{e.name}_{kind}_shape(int i);
+size_t {n}_{e.name}_{kind}_bytes(int i);""")
+    return "\n".join(text) + "\n"
+
+
 def render_header(info: ModelInfo) -> str:
     n = info.name
     guard = f"FLOWC_MODEL_{n.upper()}_H"
@@ -111,7 +178,7 @@ def render_header(info: ModelInfo) -> str:
  * it (set_threads, set_arena, set_input, set_output, the accessors, variable, the
  * checkpoints, destroy) waits for that
  * run to return, and runs take turns; for parallel runs use one context per thread. No
- * call may use a context once {n}_destroy has begun.
+ * call may use a context once {n}_destroy has begun.{_entries_note(info)}
  * {weights}
  * Tensors are dense row-major; shapes are fixed at compile time:
 {tables}
@@ -211,7 +278,7 @@ const int64_t *{n}_variable_shape(int i);
 size_t {n}_variable_bytes(int i);
 int {n}_save_checkpoint({n}_ctx *ctx, const char *path);
 int {n}_load_checkpoint({n}_ctx *ctx, const char *path);
-
+{_entry_api(info)}
 /* Typed accessors. */
 {chr(10).join(accessors)}
 

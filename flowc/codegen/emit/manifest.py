@@ -4,7 +4,12 @@ Contract: `build_manifest(...)` returns a JSON-ready dict with, in this order: `
 ("flowc-artifact"), `abi_version`, `flowc_version`, `name` (the symbol prefix),
 `graph_hash`, `target` (triple, cpu, features), `inputs` and `outputs` (name, c_name,
 dtype, shape), `variables` (likewise: the state a context keeps across runs, in
-the order of the C tables), `symbolic_dims` (the sizes bound at compile time), `arena_bytes`,
+the order of the C tables), `entries` (the programs the artifact exports over one
+context, entry 0 first: `run`, whose `inputs` and `outputs` are the ones above, then any
+other (a training artifact's `train_step`), each with its `inputs` and `outputs` (name,
+c_name, dtype, shape), and `labels` (the input of class indices the runtime checks, and
+`classes`) when it has one; each with the `arena_bytes` its plan uses), `symbolic_dims`
+(the sizes bound at compile time), `arena_bytes` (the largest entry's),
 `memory_plan` (the planner's report: `arena_bytes`, `intermediate_bytes` (all intermediates
 without reuse), `lower_bound_bytes` (largest live set in the program's order), `in_place`
 (results written over a dying operand), `scratch_bytes` (the largest scratch of one kernel
@@ -29,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from flowc.codegen.emit.header import ModelInfo, TensorInfo
+from flowc.codegen.emit.header import EntryInfo, ModelInfo, TensorInfo
 from flowc.codegen.emit.link import LINK_LIBS
 from flowc.codegen.plan.partitions import partition_manifest
 from flowc.codegen.plan.program import Program
@@ -43,6 +48,13 @@ def sha256(data: bytes) -> str:
 
 def _tensor(t: TensorInfo) -> dict[str, Any]:
     return {"name": t.name, "c_name": t.c_name, "dtype": t.dtype, "shape": list(t.shape)}
+
+
+def _entry(e: EntryInfo) -> dict[str, Any]:
+    return {"name": e.name, "inputs": [_tensor(t) for t in e.inputs],
+            "outputs": [_tensor(t) for t in e.outputs], "arena_bytes": e.arena_bytes,
+            **({"labels": {"input": e.inputs[e.labels].name, "classes": e.classes}}
+               if e.labels is not None else {})}
 
 
 def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, graph_hash: str,
@@ -61,8 +73,12 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         "inputs": [_tensor(t) for t in info.inputs],
         "outputs": [_tensor(t) for t in info.outputs],
         "variables": [_tensor(t) for t in info.variables],
+        "entries": [{"name": "run", "inputs": [_tensor(t) for t in info.inputs],
+                     "outputs": [_tensor(t) for t in info.outputs],
+                     "arena_bytes": program.arena_bytes},
+                    *(_entry(e) for e in info.entries)],
         "symbolic_dims": dict(sorted(sizes.items())),
-        "arena_bytes": program.arena_bytes,
+        "arena_bytes": info.arena_bytes,
         "memory_plan": program.memory.report(),
         "working_memory": working_memory(program),
         **({"devices": devices} if (devices := program.memory.device_report()) else {}),

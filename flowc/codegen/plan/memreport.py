@@ -2,7 +2,8 @@
 
 Contract: `memory_layout(program)` describes `program.memory` (the plan `memplan.py` made;
 nothing is planned here) as a JSON-able dict:
-- `name`, `arena_bytes`, `lower_bound_bytes`, `intermediate_bytes`, `scratch_bytes`,
+- `name`, `entry` (the program's entry name when the artifact has several, else null),
+  `arena_bytes`, `lower_bound_bytes`, `intermediate_bytes`, `scratch_bytes`,
   `in_place` (count);
 - `working_memory`: the figures bounding a context's whole memory
   (`working_memory.working_memory`: arena, per-thread scratch, weights, input/output and
@@ -23,9 +24,11 @@ nothing is planned here) as a JSON-able dict:
   forward phase `kept_bytes`, those still live at `backward_from` (the activations kept for
   the backward pass); each buffer then also has its `phase`, and the text a phase column
   and a line of these figures.
-`format_memory(layout)` renders it as text (`memory.txt`): the figures, the steps, and a
-table of buffers with a live-steps chart (`#` live) when there are at most `CHART_STEPS`
-steps. `report_memory(program, dump_dir, explain)` writes `DUMP_DIR/memory.txt` and
+`format_memory(layout)` renders it as text (`memory.txt`; `ENTRY.memory.txt` for an
+artifact's entry other than `run`, which `report_memory` reports after it): the figures,
+the steps, and a table of buffers with a live-steps chart (`#` live) when there are at
+most `CHART_STEPS` steps. `report_memory(program, dump_dir, explain)` writes
+`DUMP_DIR/memory.txt` and
 `memory.json` (which `flowc view` draws as an offset-over-time chart) when `dump_dir` is
 given, and passes the text to `explain` when that is given. A program without arena values gives an
 empty `buffers` list and says so.
@@ -86,8 +89,10 @@ def memory_layout(program: Any) -> dict[str, Any]:
         "in_place": 0}
     regions = [{"device": d, "offset": r["arena_offset"], "bytes": r["arena_bytes"]}
                for d, r in (plan.device_report() if plan is not None else {}).items()]
-    layout = {"name": program.name, **report, "working_memory": working_memory(program),
-              "steps": steps, "buffers": buffers, "regions": regions}
+    several = program.siblings or program.entry != "run"
+    layout = {"name": program.name, "entry": program.entry if several else None, **report,
+              "working_memory": working_memory(program), "steps": steps, "buffers": buffers,
+              "regions": regions}
     backward = [s["step"] for s in steps if any(phase_of_name(n) for n in s["nodes"])]
     if backward and plan is not None:
         layout["phases"] = _phases(program, plan, buffers, backward[0])
@@ -120,7 +125,8 @@ def _scratch_bytes(program: Any, slot: ScratchSlot) -> int:
 def format_memory(layout: dict[str, Any]) -> str:
     """`memory.txt`: the layout as text (see the module contract)."""
     steps, buffers = layout["steps"], layout["buffers"]
-    lines = [f"memory plan of '{layout['name']}': arena {layout['arena_bytes']} bytes "
+    entry = f", entry '{layout['entry']}'" if layout.get("entry") else ""
+    lines = [f"memory plan of '{layout['name']}'{entry}: arena {layout['arena_bytes']} bytes "
              f"(lower bound {layout['lower_bound_bytes']}; "
              f"{layout['intermediate_bytes']} without reuse; {layout['in_place']} written "
              f"in place), {len(steps)} steps, {len(buffers)} arena values"]
@@ -165,15 +171,16 @@ def format_memory(layout: dict[str, Any]) -> str:
 
 
 def report_memory(program: Any, dump_dir: Path | None,
-                  explain: Callable[[str], Any] | None) -> None:
-    """The memory report into the dump folder and to `explain` (see the module contract)."""
+                  explain: Callable[[str], Any] | None, prefix: str = "") -> None:
+    """The memory report into the dump folder (its files' names after `prefix`) and to
+    `explain` (see the module contract)."""
     if dump_dir is None and explain is None:
         return
     layout = memory_layout(program)
     text = format_memory(layout)
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
-        (dump_dir / "memory.json").write_text(json.dumps(layout, indent=1) + "\n")
-        (dump_dir / "memory.txt").write_text(text)
+        (dump_dir / f"{prefix}memory.json").write_text(json.dumps(layout, indent=1) + "\n")
+        (dump_dir / f"{prefix}memory.txt").write_text(text)
     if explain is not None:
         explain(text)

@@ -93,8 +93,9 @@ def gpu_devices(program) -> list[str]:
 
 
 def host_kernels(program) -> list:
-    """The kernels some call runs on a device that is not a GPU, in program order."""
-    used = {c.kernel.symbol for c in program.calls
+    """The kernels some call of some entry runs on a device that is not a GPU, in program
+    order."""
+    used = {c.kernel.symbol for p in program.entries for c in p.calls
             if c.kernel is not None and not is_gpu_device(call_device(c))}
     return [k for k in program.kernels if k.symbol in used]
 

@@ -30,11 +30,20 @@ refused with a FlowcError naming the node: artifacts do not run them yet. A grap
 `partition` pass split over devices keeps its send/recv nodes as transfer steps
 (`Call.transfer`) and lists its devices' arena regions in `Program.regions`, partition 0
 first; see `partitions.py`.
+Entries: an artifact may export several programs over one context (a training artifact's
+`run` and `train_step`). `build_program(graph, prefix, base=other, entry=NAME)` builds one
+more entry next to `other`: it takes `other`'s variables layout (each of its `variable`
+nodes is the slot of that name, which must exist with the same type), starts from
+`other`'s weights (same offsets; equal constants stored once) and kernels (same body, same
+symbol; new kernels numbered after them), so the program built last holds the weights
+blob and the kernels of all. Each entry plans its own arena; the artifact's arena is the
+largest (`arena_bytes_of`). The caller makes the program built last entry 0 (`run`) by
+listing the others in its `siblings` (`Program.entries`: it, then them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -120,10 +129,20 @@ class Program:
     kept: set[Value] = field(default_factory=set)  # arena values the output copies read
     variables: list[VariableSlot] = field(default_factory=list)  # state.py
     variables_bytes: int = 0
-    # extra checkpoint "__metadata__" entries (string -> string); the optimizer's
-    # hyperparameters and step go here once training entries exist
+    # extra checkpoint "__metadata__" entries (string -> string): a training artifact's
+    # loss and optimizer hyperparameters (driver.training_metadata)
     checkpoint_metadata: dict[str, str] = field(default_factory=dict)
     digests: dict[str, int] = field(default_factory=dict)  # weight digest -> offset
+    entry: str = "run"  # this program's entry name (its C function: NAME_run, NAME_<entry>)
+    siblings: list[Program] = field(default_factory=list)  # the artifact's other entries
+    # (input index, classes): an input of class indices the runtime checks to lie in
+    # [0, classes) before this entry runs (a training step's labels)
+    labels: tuple[int, int] | None = None
+
+    @property
+    def entries(self) -> list[Program]:
+        """Every entry of the artifact, this one (entry 0) first."""
+        return [self, *self.siblings]
 
     def where(self, value: Value) -> Storage:
         return self.storage[value]
@@ -186,16 +205,52 @@ def check_node(node: Node) -> None:
                              "of static shape (bind symbolic dims first)")
 
 
-def build_program(graph: Graph, prefix: str) -> Program:
-    """The program for `graph` (static shapes); see the module docstring."""
+def arena_bytes_of(program: Program) -> int:
+    """The arena of the artifact: the largest of its entries'."""
+    return max(p.arena_bytes for p in program.entries)
+
+
+def _shared_slots(graph: Graph, base: Program, entry: str) -> list[VariableSlot]:
+    """`graph`'s variables as slots of `base`'s layout (module docstring); a variable
+    `base` lacks, or has with another type, is a FlowcError naming the node."""
+    by_name = {s.name: s for s in base.variables}
+    slots = []
+    for node in graph.nodes:
+        if node.op != "variable":
+            continue
+        name = node.attrs["shared_name"]
+        slot = by_name.get(name)
+        if slot is None or slot.type != node.attrs["type"]:
+            has = "no variable of that name" if slot is None else f"it as {slot.type}"
+            raise FlowcError(f"node {node.label()}: entry '{entry}' reads variable '{name}' "
+                             f"({node.attrs['type']}) but entry '{base.entry}' has {has}; "
+                             "the entries of an artifact share one variables layout")
+        slots.append(replace(slot, node=node))
+    return slots
+
+
+def build_program(graph: Graph, prefix: str, base: Program | None = None,
+                  entry: str = "run") -> Program:
+    """The program for `graph` (static shapes), entry `entry`, next to `base` when given;
+    see the module docstring."""
     program = Program(prefix, graph, [(n.name, n.types[0]) for n in graph.inputs],
-                      [(name, v.type) for name, v in graph.outputs])
+                      [(name, v.type) for name, v in graph.outputs], entry=entry)
     root: dict[Value, Value] = {}  # a view's result -> the value whose buffer it is
     by_key: dict[str, Kernel] = {}
     check_devices(graph)
-    program.variables, program.variables_bytes = variable_slots(
-        graph.nodes, lambda t: add_weight(program, t, f"the initial value of {t.type}"))
-    for slot in program.variables:
+    if base is None:
+        program.variables, program.variables_bytes = variable_slots(
+            graph.nodes, lambda t: add_weight(program, t, f"the initial value of {t.type}"))
+        slots = program.variables
+    else:
+        program.kernels = list(base.kernels)
+        by_key = {_structure_key(k.body): k for k in base.kernels}
+        program.weights, program.digests = list(base.weights), dict(base.digests)
+        program.weights_bytes = base.weights_bytes
+        program.variables, program.variables_bytes = base.variables, base.variables_bytes
+        program.checkpoint_metadata = dict(base.checkpoint_metadata)
+        slots = _shared_slots(graph, base, entry)
+    for slot in slots:
         if is_gpu_device(slot.node.device):
             raise FlowcError(f"node {slot.node.label()}: variables on {slot.node.device} are "
                              "not supported yet")
@@ -236,7 +291,7 @@ def build_program(graph: Graph, prefix: str) -> Program:
         program.calls.append(kernel_call(node))
     check_no_deadlock(program.calls)
     program.views = root
-    place_state(program, program.variables, lambda offset: Storage("variable", offset))
+    place_state(program, slots, lambda offset: Storage("variable", offset))
     _assign_storage(program)
     return program
 

@@ -2,8 +2,10 @@
 `--explain-memory` state it.
 
 Contract: `working_memory(program)` returns the figures (bytes) that bound what one context
-of the artifact holds, all allocated by create or set_threads (a run allocates nothing:
-kernels take every temporary from the arena or the thread-scratch region):
+of the artifact holds (over all its entries, `Program.entries`: the largest arena and
+scratch, every entry's input and output buffers), all allocated by create or set_threads
+(a run allocates nothing: kernels take every temporary from the arena or the
+thread-scratch region):
 - `arena_bytes`: every intermediate tensor and every kernel call's scratch buffers
   (`kernel_scratch_bytes`: the largest one call takes, included in the arena);
 - `thread_scratch_bytes`: per thread, the kernels' per-thread buffers, times the threads
@@ -29,14 +31,15 @@ def working_memory(program: Any) -> dict[str, int]:
     from flowc.codegen.plan.program import nbytes
 
     partitioned = is_partitioned(program.graph)
-    plan = program.memory
+    entries = program.entries  # one arena, thread scratch and block of weights for all
     return {
-        "arena_bytes": program.arena_bytes,
-        "kernel_scratch_bytes": plan.scratch_bytes if plan is not None else 0,
-        "thread_scratch_bytes": program.thread_scratch_bytes,
+        "arena_bytes": max(p.arena_bytes for p in entries),
+        "kernel_scratch_bytes": max(p.memory.scratch_bytes if p.memory is not None else 0
+                                    for p in entries),
+        "thread_scratch_bytes": max(p.thread_scratch_bytes for p in entries),
         "thread_scratch_regions": max(len(program.regions), 1) if partitioned else 1,
         "weights_bytes": program.weights_bytes,
-        "io_bytes": sum(align(nbytes(t)) for _, t in [*program.inputs, *program.outputs]),
+        "io_bytes": sum(align(nbytes(t)) for p in entries for _, t in [*p.inputs, *p.outputs]),
         "channel_bytes": sum(c.nbytes for c in channels(program.calls).values())
         if partitioned else 0,
         "variables_bytes": program.variables_bytes,
