@@ -15,8 +15,8 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    filters the GPU's kernels do not read; the training step's pipeline (the `train_step`
    entry's, else the one graph's) also has the `remat` pass before fuse when `remat` is
    not off (`remat_passes`) and, with `train`, first the passes `gradients` and
-   `apply-optimizer` (`step_passes`); the `run` entry's has neither), then requires every type static
-   (`require_static`), so every kernel has static shapes;
+   `apply-optimizer` (`step_passes`); the `run` entry's has neither), then requires every
+   type static (`require_static`), so every kernel has static shapes;
 4. builds the program (`build_program`: kernels, weights, arena plan). With `train` the
    ONNX model becomes a training artifact of two entries (`load_training`): the step's
    graph (entry `train_step`) and the inference graph (entry `run`) each run steps 2-3
