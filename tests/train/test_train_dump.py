@@ -20,8 +20,10 @@ def test_dump_holds_the_graph_before_and_after_gradients_and_update(tmp_path):
     assert main(["compile", str(FIXTURES / "mlp_sgd.onnx"), "-o", str(tmp_path / "art"),
                  "--train", "--loss", meta["loss"], "--optimizer", meta["optimizer"],
                  "--dump-dir", str(dump), "-q"]) == 0
-    names = sorted(p.name for p in dump.glob("0*.flowc"))
-    assert names[:3] == ["00-input.flowc", "01-gradients.flowc", "02-apply-optimizer.flowc"]
+    names = sorted(p.name for p in dump.glob("train_step.0*.flowc"))  # the step's entry
+    assert names[:3] == ["train_step.00-input.flowc", "train_step.01-gradients.flowc",
+                         "train_step.02-apply-optimizer.flowc"]
+    assert "gradients" not in " ".join(p.name for p in dump.glob("0*.flowc"))  # run's
     before, grads, update = (parse((dump / n).read_text()) for n in names[:3])
     count = {name: [n.op for n in g.nodes] for name, g in
              (("before", before), ("grads", grads), ("update", update))}

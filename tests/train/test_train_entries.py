@@ -26,10 +26,12 @@ from safetensors import safe_open
 import flowc
 from flowc.codegen.plan.program import build_program
 from flowc.frontend.onnx import import_onnx
-from flowc.frontend.onnx_train import training_graph
+from flowc.frontend.onnx_train import LOSS, training_graph
 from flowc.ir.errors import FlowcError
 from flowc.ir.interpret import interpret
 from flowc.ir.ops import OPS
+from flowc.passes import PassManager
+from flowc.passes.apply_optimizer import training_passes
 from flowc.runtime.errors import ArtifactError
 from flowc.runtime.loader import aligned_empty
 
@@ -107,7 +109,9 @@ def test_the_entries_share_variables_weights_and_kernels():
     assert [n for n, _ in step.inference.outputs] == ["out"]
     assert not any(OPS[n.op].inputs[1:2] == ("value",) for n in step.inference.nodes
                    if n.op in OPS and OPS[n.op].inputs[:1] == ("var",))  # assigns nothing
-    train = build_program(step.graph, "m", entry="train_step")
+    stepped = PassManager(training_passes(step.graph, LOSS, step.parameters,
+                                          step.optimizer)).run(step.graph)
+    train = build_program(stepped, "m", entry="train_step")
     run = build_program(step.inference, "m", base=train)
     assert run.variables == train.variables and run.variables_bytes == train.variables_bytes
     assert (run.weights, run.weights_bytes) == (train.weights, train.weights_bytes)
