@@ -4,8 +4,8 @@ flowc dtypes, and TensorProto/TensorShapeProto as numpy arrays and shapes.
 Contract: `tf_dtype(code, where)` is the flowc DType of a DataType value (a TfImportError
 naming `where` for one flowc has no dtype for); `to_array(tensor, where)` decodes a
 TensorProto (tensor_content, or the typed *_val fields with TensorFlow's rule that a short
-list is padded with its last element); `shape_of(shape)` is a TensorShapeProto's dims, -1
-(unknown) as None, and None for an unknown rank.
+list is padded with its last element, an empty one is zeros); `shape_of(shape)` is a
+TensorShapeProto's dims, -1 (unknown) as None, and None for an unknown rank.
 """
 
 from __future__ import annotations
@@ -59,8 +59,10 @@ def to_array(tensor: Any, where: str) -> np.ndarray:
     if tensor.dtype % 100 in (14, 19):  # half_val holds the 16-bit patterns
         values = np.asarray(values, np.uint16).view(dt.np)
     flat = np.asarray(values, dt.np).reshape(-1)
-    if flat.size > count or (flat.size == 0 and count):
+    if flat.size > count:
         raise TfImportError(f"{where}: {flat.size} values for a {shape} tensor")
+    if flat.size == 0:  # TensorFlow's default value
+        return np.zeros(shape, dt.np)
     if flat.size < count:  # TensorFlow repeats the last value
         flat = np.concatenate([flat, np.full(count - flat.size, flat[-1], dt.np)])
     return flat.reshape(shape)

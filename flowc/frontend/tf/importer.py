@@ -1,0 +1,224 @@
+"""The TensorFlow importer: a frozen GraphDef (.pb) or a SavedModel directory as a flowc IR
+graph, without TensorFlow.
+
+Contract:
+- `import_tf(path, signature=None, feeds=(), fetches=(), config=None)` returns a verified
+  Graph computing the fetches from the feeds, pruned to what the fetches need (control
+  dependencies are dropped: flowc graphs are pure apart from variables).
+- Fetches: `fetches` (`Fetch`es, or `NODE[:i]` strings), else the config's, else the
+  SavedModel signature's outputs, else (a GraphDef) every node output nothing reads, apart
+  from ops without outputs. Feeds: `feeds` (`Feed`s or `NODE[:i]=SHAPE:DTYPE` strings)
+  and the config's, else the signature's inputs; any tensor can be fed, and every
+  Placeholder the fetches still need becomes an input of its own declared type (an unknown
+  leading dim is the symbol `batch`, bound by `--batch`).
+- Graph inputs and outputs are named by the feed/fetch names (signature keys, config names,
+  or `NODE` / `NODE_i` for output i > 0); nodes keep their TF names (an inlined function's
+  as `CALL/NODE`), the file as their location.
+- Every op the pruned graph uses that flowc cannot convert is listed in one error, each
+  with its node, before anything is built; any other problem is a one-line TfImportError
+  naming the file, node and op.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from flowc.frontend.onnx_fold import fold_shape_arithmetic
+from flowc.frontend.tf.context import TfContext
+from flowc.frontend.tf.dtypes import shape_of, tf_dtype
+from flowc.frontend.tf.errors import TfImportError
+from flowc.frontend.tf.feeds import Feed, Fetch, parse_feed, parse_fetch, read_config
+from flowc.frontend.tf.loader import Ref, TfGraph, TfNode, load_graph
+from flowc.frontend.tf.rules import CONVERTERS, is_supported
+from flowc.ir import Graph, Tensor, TensorType, Value
+from flowc.ir.build import make_node
+from flowc.ir.errors import FlowcError
+from flowc.ir.verifier import verify
+
+_NO_OUTPUTS = ("NoOp", "Assert", "AssignVariableOp", "Assign", "SaveV2", "RestoreV2",
+               "MergeV2Checkpoints", "Print", "PrintV2")
+
+
+def _feeds_and_fetches(g: TfGraph, feeds: Sequence[Feed | str], fetches: Sequence[Fetch | str],
+                       config: str | None) -> tuple[list[Feed], list[Fetch]]:
+    feed_list = [parse_feed(f) if isinstance(f, str) else f for f in feeds]
+    fetch_list = [parse_fetch(f) if isinstance(f, str) else f for f in fetches]
+    if config is not None:
+        config_feeds, config_fetches = read_config(os.fspath(config))
+        feed_list += config_feeds
+        fetch_list = fetch_list or config_fetches
+    if g.signature is not None:
+        if not feed_list:
+            feed_list = [Feed(ref, name, *_shape_dtype(t)) for name, ref, t in
+                         g.signature.feeds]
+        fetch_list = fetch_list or [Fetch(ref, name) for name, ref in g.signature.fetches]
+    if not fetch_list:
+        read = {ref[0] for n in g.nodes.values() for ref in n.inputs}
+        fetch_list = [Fetch((n.name, 0), n.name) for n in g.nodes.values()
+                      if n.name not in read and n.op not in _NO_OUTPUTS]
+        if not fetch_list:
+            raise TfImportError(f"{g.path}: the graph has no outputs to fetch; name them with "
+                                "--fetch NODE[:i]")
+    for f in [*feed_list, *fetch_list]:
+        g.node(f.ref[0], f"{'--feed' if isinstance(f, Feed) else '--fetch'} '{f.name}'")
+    return feed_list, fetch_list
+
+
+def _shape_dtype(t: TensorType | None) -> tuple[Any, Any]:
+    return (None, None) if t is None else (t.shape, t.dtype)
+
+
+def _needed(g: TfGraph, fed: set[Ref], fetches: list[Fetch]) -> list[TfNode]:
+    """The nodes the fetches need, each after its operands (iterative post-order)."""
+    order: list[TfNode] = []
+    state: dict[str, int] = {}   # 1: on the stack, 2: done
+    for fetch in fetches:
+        if fetch.ref in fed:
+            continue
+        stack = [(g.nodes[fetch.ref[0]], False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                state[node.name] = 2
+                order.append(node)
+                continue
+            if state.get(node.name):
+                continue
+            state[node.name] = 1
+            stack.append((node, True))
+            if node.op in ("Placeholder",) or (node.op == "PlaceholderWithDefault"
+                                                 and (node.name, 0) in fed):
+                continue
+            for ref in node.inputs:
+                if ref in fed:
+                    continue
+                source = g.node(ref[0], f"node '{node.name}' ({node.op})")
+                if state.get(source.name) == 1:
+                    raise TfImportError(f"{g.path}: node '{node.name}' ({node.op}) is on a "
+                                        "cycle (v1 control flow frames are not supported)")
+                if not state.get(source.name):
+                    stack.append((source, False))
+    return order
+
+
+class _Builder:
+    def __init__(self, g: TfGraph, name: str):
+        self.g = g
+        self.graph = Graph(name)
+        self.values: dict[Ref, Value] = {}
+        self.used: set[str] = set()
+
+    def unique(self, name: str) -> str:
+        candidate, k = name, 1
+        while candidate in self.used:
+            candidate, k = f"{name}/{k}", k + 1
+        self.used.add(candidate)
+        return candidate
+
+    def constant(self, array: np.ndarray, name: str) -> Value:
+        array = np.ascontiguousarray(array)
+        node = make_node("constant", [], {"value": Tensor(array, owned=not array.flags.writeable
+                                                          or None)},
+                         name=self.unique(name), loc=self.g.path)
+        return self.graph.append(node).out()
+
+    def feed(self, feed: Feed, node: TfNode) -> None:
+        shape, dt = feed.shape, feed.dtype
+        if node.op in ("Placeholder", "PlaceholderWithDefault") and feed.ref[1] == 0:
+            declared = shape_of(node.attrs["shape"].shape) if "shape" in node.attrs else None
+            shape = shape if shape is not None else declared
+            where = f"{self.g.path}: node '{node.name}' (Placeholder)"
+            dt = dt or tf_dtype(node.attrs["dtype"].type, where)
+        if shape is None or dt is None:
+            raise TfImportError(f"{self.g.path}: feed '{feed.name}' ({feed.ref[0]}:"
+                                f"{feed.ref[1]}) needs its shape and dtype: "
+                                f"--feed {feed.ref[0]}:{feed.ref[1]}=SHAPE:DTYPE")
+        dims = tuple("batch" if d is None and i == 0 else d for i, d in enumerate(shape))
+        self.values[feed.ref] = self.graph.add_input(self.unique(feed.name),
+                                                     TensorType(dt, dims), loc=self.g.path)
+
+    def node(self, node: TfNode) -> None:
+        where = f"{self.g.path}: node '{node.name}' ({node.op})"
+        if node.op in ("Placeholder", "PlaceholderWithDefault") and (node.name, 0) \
+                not in self.values:
+            if node.op == "PlaceholderWithDefault":
+                self.values[(node.name, 0)] = self.values[node.inputs[0]]
+                return
+            self.feed(Feed((node.name, 0), node.name), node)
+            return
+        inputs = [self.values[ref] for ref in node.inputs]
+        if node.op in ("VarHandleOp", "VariableV2"):
+            if node.value is None:
+                raise TfImportError(f"{where}: the variable has no value (freeze the graph, "
+                                    "or give the SavedModel directory with its variables)")
+            results: Sequence[Value] = [self.constant(node.value, node.name)]
+        elif node.op == "ReadVariableOp":
+            results = inputs[:1]
+        else:
+            ctx = TfContext(node, inputs, where,
+                            lambda op, operands, attrs: self.emit(op, operands, attrs, node,
+                                                                  where),
+                            lambda array: self.constant(array, f"{node.name}/const"))
+            try:
+                results = CONVERTERS[node.op](ctx)
+            except TfImportError:
+                raise
+            except (FlowcError, TypeError, ValueError) as exc:
+                raise TfImportError(f"{where}: {exc}") from None
+        for i, value in enumerate(results):
+            self.values.setdefault((node.name, i), value)
+
+    def emit(self, op: str, operands: Sequence[Value | None], attrs: dict[str, Any],
+             node: TfNode, where: str) -> Sequence[Value]:
+        try:
+            made = make_node(op, operands, attrs, name=self.unique(node.name), loc=self.g.path)
+        except FlowcError as exc:
+            raise TfImportError(f"{where}: {exc}") from None
+        try:
+            folded = fold_shape_arithmetic(made)
+        except Exception as exc:  # a kernel's own error, on known values
+            raise TfImportError(f"{where}: {type(exc).__name__}: {exc}") from None
+        if folded is not None:
+            return [self.constant(array, made.name) for array in folded]
+        return self.graph.append(made).outputs
+
+    def finish(self, fetches: list[Fetch]) -> Graph:
+        for fetch in fetches:
+            value = self.values.get(fetch.ref)
+            if value is None:
+                raise TfImportError(f"{self.g.path}: fetch '{fetch.name}': node "
+                                    f"'{fetch.ref[0]}' has no output {fetch.ref[1]}")
+            self.graph.add_output(fetch.name, value)
+        live = {v.node for _, v in self.graph.outputs}
+        for n in reversed(self.graph.nodes):   # drop what folding left unused
+            if n in live:
+                live.update(v.node for v in n.inputs if v is not None)
+        self.graph.nodes = [n for n in self.graph.nodes if n in live]
+        return self.graph
+
+
+def import_tf(path: str | os.PathLike, signature: str | None = None,
+              feeds: Sequence[Feed | str] = (), fetches: Sequence[Fetch | str] = (),
+              config: str | os.PathLike | None = None) -> Graph:
+    """The flowc graph of a TensorFlow model (see the module docstring)."""
+    g = load_graph(path, signature)
+    feed_list, fetch_list = _feeds_and_fetches(g, feeds, fetches, config)
+    fed = {f.ref for f in feed_list}
+    order = _needed(g, fed, fetch_list)
+    missing = [f"  node '{n.name}': {n.op}" for n in order if not is_supported(n.op)]
+    if missing:
+        raise TfImportError(f"{g.path}: {len(missing)} node(s) use ops flowc does not "
+                            "support:\n" + "\n".join(missing))
+    name = os.path.basename(os.path.normpath(os.fspath(path))).split(".")[0] or "main"
+    builder = _Builder(g, "".join(c if c.isalnum() or c == "_" else "_" for c in name))
+    for feed in feed_list:
+        builder.feed(feed, g.nodes[feed.ref[0]])
+    for node in order:
+        builder.node(node)
+    graph = builder.finish(fetch_list)
+    verify(graph)
+    return graph
