@@ -120,9 +120,10 @@ class _Builder:
         return candidate
 
     def constant(self, array: np.ndarray, name: str) -> Value:
-        array = np.ascontiguousarray(array)
-        node = make_node("constant", [], {"value": Tensor(array, owned=not array.flags.writeable
-                                                          or None)},
+        """A constant node; a read-only C-contiguous array (a view of the file's bytes or of
+        the memory-mapped checkpoint) is kept without a copy."""
+        owned = array.flags.c_contiguous and not array.flags.writeable
+        node = make_node("constant", [], {"value": Tensor(array, owned=owned)},
                          name=self.unique(name), loc=self.g.path)
         return self.graph.append(node).out()
 
@@ -162,7 +163,8 @@ class _Builder:
             ctx = TfContext(node, inputs, where,
                             lambda op, operands, attrs: self.emit(op, operands, attrs, node,
                                                                   where),
-                            lambda array: self.constant(array, f"{node.name}/const"))
+                            lambda array: self.constant(
+                                array, node.name if node.op == "Const" else f"{node.name}/const"))
             try:
                 results = CONVERTERS[node.op](ctx)
             except TfImportError:
