@@ -14,12 +14,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
+
 from flowc.frontend.tf.dtypes import shape_of, tf_dtype
 from flowc.frontend.tf.errors import TfImportError
 from flowc.frontend.tf.loader import Ref
 from flowc.frontend.tf.protos import TfConfig
 from flowc.ir import dtype
-from flowc.ir.types import DType
+from flowc.ir.types import DTYPES, DType
 
 _DT_CODES = {"DT_FLOAT": 1, "DT_DOUBLE": 2, "DT_INT32": 3, "DT_UINT8": 4, "DT_INT16": 5,
              "DT_INT8": 6, "DT_STRING": 7, "DT_INT64": 9, "DT_BOOL": 10, "DT_BFLOAT16": 14,
@@ -71,11 +73,20 @@ def parse_feed(text: str) -> Feed:
     dims = [d for d in re.split(r"[x,]", shape_text.strip()) if d]
     if not all(d.isdigit() for d in dims):
         raise TfImportError(f"{where}: shape '{shape_text}' is not dims joined by x (4x16)")
-    try:
-        dt = dtype(dtype_text.strip())
-    except TypeError:
-        raise TfImportError(f"{where}: unknown dtype '{dtype_text}'") from None
+    dt = _dtype(dtype_text.strip())
+    if dt is None:
+        raise TfImportError(f"{where}: unknown dtype '{dtype_text}' (f32, float32, int64 ...)")
     return Feed(ref, default_name(ref), tuple(int(d) for d in dims), dt)
+
+
+def _dtype(name: str) -> DType | None:
+    """A flowc dtype name (f32) or a numpy one spelled out (float32), not a type code."""
+    if name in DTYPES:
+        return DTYPES[name]
+    try:
+        return dtype(name) if np.dtype(name).name == name else None
+    except TypeError:
+        return None
 
 
 def read_config(path: str) -> tuple[list[Feed], list[Fetch]]:
@@ -97,8 +108,8 @@ def read_config(path: str) -> tuple[list[Feed], list[Fetch]]:
         if not feed.id.node_name:
             raise TfImportError(f"{where} has no id.node_name")
         ref = (feed.id.node_name, int(feed.id.output_index))
-        shape = shape_of(feed.shape)
-        if shape is None or None in shape:
+        shape = shape_of(feed.shape) if feed.HasField("shape") else None  # the Placeholder's
+        if shape is not None and None in shape:
             raise TfImportError(f"{where} ('{ref[0]}') needs a static shape")
         dt = tf_dtype(feed.type, where) if feed.type else None
         feeds.append(Feed(ref, feed.name or default_name(ref), shape, dt))
