@@ -13,7 +13,7 @@ import numpy as np
 
 from flowc.frontend.tf.context import TfContext
 from flowc.frontend.tf.loader import const_array
-from flowc.ir import Value
+from flowc.ir import Value, dtype
 
 _BIG = np.iinfo(np.int64).max
 
@@ -174,7 +174,9 @@ def _range(ctx: TfContext) -> list[Value]:
 
 
 def _shape_cast(ctx: TfContext, value: Value) -> list[Value]:
-    out = ctx.dtype_attr("out_type") if "out_type" in ctx.node.attrs else value.type.dtype
+    """`value` (i64) as the op's out_type (TF's default: int32; files may leave defaults
+    out)."""
+    out = ctx.dtype_attr("out_type") if "out_type" in ctx.node.attrs else dtype("int32")
     return [value] if out == value.type.dtype else ctx.emit("cast", [value], {"to": out})
 
 

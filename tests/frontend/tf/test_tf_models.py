@@ -1,7 +1,8 @@
 """TensorFlow models (tests/fixtures/tf, made by make_fixtures.py with tensorflow-cpu): an
-MLP, a CNN with batch norm and depthwise conv, and a transformer block (Einsum,
-BatchMatMulV2), each as a frozen GraphDef and as a SavedModel, imported by flowc (without
-TensorFlow) and matching TensorFlow's outputs, in the interpreter and compiled."""
+MLP, a CNN with batch norm and depthwise conv, a transformer block (Einsum,
+BatchMatMulV2) and one of each other op of the table ("ops"), each as a frozen GraphDef
+and as a SavedModel, imported by flowc (without TensorFlow) and matching TensorFlow's
+outputs, in the interpreter and compiled."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from flowc.ir.interpret import interpret
 from flowc.runtime.loader import load
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "tf"
-MODELS = ("mlp", "cnn", "block")
-INPUTS = {"mlp": "x", "cnn": "image", "block": "tokens"}
+MODELS = ("mlp", "cnn", "block", "ops")
+INPUTS = {"mlp": "x", "cnn": "image", "block": "tokens", "ops": "v"}
 
 
 def reference(model: str) -> tuple[np.ndarray, dict[str, np.ndarray]]:
