@@ -29,6 +29,7 @@ import numpy as np
 
 from flowc.frontend.onnx_fold import fold_shape_arithmetic
 from flowc.frontend.tf.context import TfContext
+from flowc.frontend.tf.control import CONTROL_OPS, convert_if, convert_while, functions_of
 from flowc.frontend.tf.dtypes import shape_of, tf_dtype
 from flowc.frontend.tf.errors import TfImportError
 from flowc.frontend.tf.feeds import Feed, Fetch, parse_feed, parse_fetch, read_config
@@ -98,8 +99,10 @@ def _needed(g: TfGraph, fed: set[Ref], fetches: list[Fetch]) -> list[TfNode]:
                     continue
                 source = g.node(ref[0], f"node '{node.name}' ({node.op})")
                 if state.get(source.name) == 1:
-                    raise TfImportError(f"{g.path}: node '{node.name}' ({node.op}) is on a "
-                                        "cycle (v1 control flow frames are not supported)")
+                    raise TfImportError(
+                        f"{g.path}: node '{node.name}' ({node.op}) is on a cycle: v1 control "
+                        "flow frames (Switch/Merge/Enter/Exit/NextIteration) are not supported; "
+                        "export with functional control flow (If/While)")
                 if not state.get(source.name):
                     stack.append((source, False))
     return order
@@ -159,6 +162,14 @@ class _Builder:
             results: Sequence[Value] = [self.constant(node.value, node.name)]
         elif node.op == "ReadVariableOp":
             results = inputs[:1]
+        elif node.op in CONTROL_OPS:
+            convert = convert_while if "While" in node.op else convert_if
+            try:
+                results = convert(self, node, inputs, where)
+            except FlowcError as exc:
+                if isinstance(exc, TfImportError):
+                    raise
+                raise TfImportError(f"{where}: {exc}") from None
         else:
             ctx = TfContext(node, inputs, where,
                             lambda op, operands, attrs: self.emit(op, operands, attrs, node,
@@ -188,6 +199,33 @@ class _Builder:
             return [self.constant(array, made.name) for array in folded]
         return self.graph.append(made).outputs
 
+    def call(self, function: str, args: Sequence[Value], prefix: str, where: str
+             ) -> list[Value]:
+        """Convert library `function`'s body into this builder's graph, its arguments
+        bound to `args`; its results."""
+        body, arg_refs, results = self.g.function_graph(function, prefix, where)
+        sub = _Builder(body, self.graph.name)
+        sub.graph, sub.used = self.graph, self.used
+        sub.values = dict(zip(arg_refs, args, strict=True))
+        for node in _needed(body, set(arg_refs), [Fetch(r, "") for r in results]):
+            sub.node(node)
+        return [sub.values[r] for r in results]
+
+    def body(self, name: str) -> _Builder:
+        """A builder of a fresh body graph (an `if` branch, a `loop` body)."""
+        return _Builder(self.g, name)
+
+    def finish_body(self) -> Graph:
+        self._drop_dead()
+        return self.graph
+
+    def _drop_dead(self) -> None:
+        live = {v.node for _, v in self.graph.outputs}
+        for n in reversed(self.graph.nodes):   # drop what folding left unused
+            if n in live:
+                live.update(v.node for v in n.inputs if v is not None)
+        self.graph.nodes = [n for n in self.graph.nodes if n in live]
+
     def finish(self, fetches: list[Fetch]) -> Graph:
         for fetch in fetches:
             value = self.values.get(fetch.ref)
@@ -195,12 +233,24 @@ class _Builder:
                 raise TfImportError(f"{self.g.path}: fetch '{fetch.name}': node "
                                     f"'{fetch.ref[0]}' has no output {fetch.ref[1]}")
             self.graph.add_output(fetch.name, value)
-        live = {v.node for _, v in self.graph.outputs}
-        for n in reversed(self.graph.nodes):   # drop what folding left unused
-            if n in live:
-                live.update(v.node for v in n.inputs if v is not None)
-        self.graph.nodes = [n for n in self.graph.nodes if n in live]
+        self._drop_dead()
         return self.graph
+
+
+def _unsupported(g: TfGraph, nodes: Sequence[TfNode], seen: set[str]) -> list[str]:
+    """A line per node whose op flowc cannot convert, in `nodes` and in what the bodies of
+    the control-flow nodes among them need for their results (each function once)."""
+    lines = [f"  node '{n.name}': {n.op}" for n in nodes if not is_supported(n.op)]
+    for node in nodes:
+        for function in functions_of(node):
+            if function not in seen:
+                seen.add(function)
+                body, args, results = g.function_graph(
+                    function, f"{node.name}/{function}", f"{g.path}: node '{node.name}' "
+                    f"({node.op})")
+                needed = _needed(body, set(args), [Fetch(r, "") for r in results])
+                lines += _unsupported(body, needed, seen)
+    return lines
 
 
 def import_tf(path: str | os.PathLike, signature: str | None = None,
@@ -211,7 +261,7 @@ def import_tf(path: str | os.PathLike, signature: str | None = None,
     feed_list, fetch_list = _feeds_and_fetches(g, feeds, fetches, config)
     fed = {f.ref for f in feed_list}
     order = _needed(g, fed, fetch_list)
-    missing = [f"  node '{n.name}': {n.op}" for n in order if not is_supported(n.op)]
+    missing = _unsupported(g, order, set())
     if missing:
         raise TfImportError(f"{g.path}: {len(missing)} node(s) use ops flowc does not "
                             "support:\n" + "\n".join(missing))

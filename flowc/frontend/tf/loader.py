@@ -71,6 +71,24 @@ class TfGraph:
     path: str
     nodes: dict[str, TfNode]
     signature: Signature | None   # a SavedModel's; None for a GraphDef
+    functions: dict[str, Any] = field(default_factory=dict)   # the library, by name
+
+    def function_graph(self, name: str, prefix: str, where: str
+                       ) -> tuple[TfGraph, list[Ref], list[Ref]]:
+        """The body of library function `name` (an If branch, a While cond or body) as a
+        flat graph of its own, its nodes named `PREFIX/NODE`: the graph, the refs its
+        arguments are read through (`_Arg` nodes) and the refs of its results."""
+        if name not in self.functions:
+            raise TfImportError(f"{where}: calls function '{name}', which the library does "
+                                "not define")
+        function = self.functions[name]
+        flat = _Flattener(self.functions, self.path)
+        args = [(f"{prefix}/{a.name}", 0) for a in function.signature.input_arg]
+        for ref in args:
+            flat.nodes[ref[0]] = TfNode(ref[0], "_Arg", [], {})
+        flat.inline(function, prefix, args)
+        graph = TfGraph(self.path, flat.nodes, None, self.functions)
+        return graph, args, [(prefix, i) for i in range(len(function.signature.output_arg))]
 
     def node(self, name: str, what: str) -> TfNode:
         if name not in self.nodes:
@@ -106,9 +124,9 @@ def _parse(message: Any, data: bytes, path: str, kind: str) -> Any:
 class _Flattener:
     """Builds the flat node table, inlining function calls (recursively)."""
 
-    def __init__(self, graph_def: Any, path: str):
+    def __init__(self, functions: dict[str, Any], path: str):
         self.path = path
-        self.functions = {f.signature.name: f for f in graph_def.library.function}
+        self.functions = functions
         self.nodes: dict[str, TfNode] = {}
         self.stack: list[str] = []
 
@@ -124,7 +142,7 @@ class _Flattener:
         if function is None:
             self.nodes[name] = TfNode(name, nd.op, inputs, dict(nd.attr))
             return
-        self._inline(function, name, inputs)
+        self.inline(function, name, inputs)
 
     def _callee(self, nd: Any) -> Any:
         if nd.op in CALL_OPS:
@@ -135,7 +153,8 @@ class _Flattener:
             return self.functions[fname]
         return self.functions.get(nd.op)
 
-    def _inline(self, function: Any, call: str, inputs: list[Ref]) -> None:
+    def inline(self, function: Any, call: str, inputs: list[Ref]) -> None:
+        """Add `function`'s body called as node `call` on `inputs`."""
         sig = function.signature
         if sig.name in self.stack:
             raise TfImportError(f"{self.path}: function '{sig.name}' calls itself")
@@ -256,10 +275,11 @@ def _saved_model(folder: str, signature: str | None) -> TfGraph:
     meta = next((m for m in saved.meta_graphs if "serve" in m.meta_info_def.tags),
                 saved.meta_graphs[0])
     sig = _signature(meta, signature, path)
-    flat = _Flattener(meta.graph_def, path)
+    functions = _library(meta.graph_def)
+    flat = _Flattener(functions, path)
     flat.add_graph(meta.graph_def.node)
     _restored_values(flat.nodes, os.path.join(folder, "variables", "variables"), path)
-    return TfGraph(path, flat.nodes, sig)
+    return TfGraph(path, flat.nodes, sig, functions)
 
 
 def load_graph(path: str | os.PathLike, signature: str | None = None) -> TfGraph:
@@ -273,9 +293,14 @@ def load_graph(path: str | os.PathLike, signature: str | None = None) -> TfGraph
     graph_def = _parse(GraphDef(), _read(path), path, "GraphDef")
     if not graph_def.node:
         raise TfImportError(f"{path}: not a GraphDef (no nodes; truncated or another format)")
-    flat = _Flattener(graph_def, path)
+    functions = _library(graph_def)
+    flat = _Flattener(functions, path)
     flat.add_graph(graph_def.node)
-    return TfGraph(path, flat.nodes, None)
+    return TfGraph(path, flat.nodes, None, functions)
+
+
+def _library(graph_def: Any) -> dict[str, Any]:
+    return {f.signature.name: f for f in graph_def.library.function}
 
 
 def const_array(node: TfNode, where: str) -> np.ndarray:

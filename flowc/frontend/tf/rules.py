@@ -1,7 +1,7 @@
 """The TensorFlow importer's op table: TF op name -> converter (context.py's contract).
 
-The ops the driver handles itself (they name graph inputs or read checkpoint values) are
-`DRIVER_OPS`; `is_supported(op)` is whether an op is either.
+The ops the driver handles itself (they name graph inputs, read checkpoint values or have
+bodies: control.py) are `DRIVER_OPS`; `is_supported(op)` is whether an op is either.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from flowc.frontend.tf.ops_nn import CONVERTERS as NN
 
 CONVERTERS = {**MATH, **ARRAY, **NN}
 DRIVER_OPS = ("Placeholder", "PlaceholderWithDefault", "VarHandleOp", "VariableV2",
-              "ReadVariableOp")
+              "ReadVariableOp", "_Arg", "If", "StatelessIf", "While", "StatelessWhile")
 
 
 def is_supported(op: str) -> bool:
