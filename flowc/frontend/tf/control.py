@@ -26,7 +26,7 @@ from flowc.frontend.tf.dtypes import shape_of
 from flowc.frontend.tf.errors import TfImportError
 from flowc.frontend.tf.loader import TfNode
 from flowc.ir import TensorType, Value
-from flowc.ir.types import bool_, i64
+from flowc.ir.types import VarType, bool_, i64
 
 CONTROL_OPS = {"If": ("then_branch", "else_branch"),
                "StatelessIf": ("then_branch", "else_branch"),
@@ -55,7 +55,14 @@ def to_bool_scalar(builder: Any, value: Value, node: TfNode, where: str) -> Valu
     return value
 
 
+def _no_variables(inputs: list[Value], where: str) -> None:
+    if any(isinstance(v.type, VarType) for v in inputs):
+        raise TfImportError(f"{where}: a variable the graph assigns is passed into the body; "
+                            "flowc bodies read no variables of the graph")
+
+
 def convert_if(builder: Any, node: TfNode, inputs: list[Value], where: str) -> list[Value]:
+    _no_variables(inputs, where)
     cond = to_bool_scalar(builder, inputs[0], node, where)
     operands = inputs[1:]
     branches = {}
@@ -79,6 +86,7 @@ def _carried_type(value: Value, declared: Any) -> TensorType:
 
 
 def convert_while(builder: Any, node: TfNode, inputs: list[Value], where: str) -> list[Value]:
+    _no_variables(inputs, where)
     cond_fn, body_fn = (_function(node, a, where) for a in CONTROL_OPS[node.op])
     declared = list(node.attrs["output_shapes"].list.shape) if "output_shapes" in node.attrs \
         else []

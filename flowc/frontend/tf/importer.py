@@ -35,7 +35,8 @@ from flowc.frontend.tf.errors import TfImportError
 from flowc.frontend.tf.feeds import Feed, Fetch, parse_feed, parse_fetch, read_config
 from flowc.frontend.tf.loader import Ref, TfGraph, TfNode, load_graph
 from flowc.frontend.tf.rules import CONVERTERS, is_supported
-from flowc.ir import Graph, Tensor, TensorType, Value
+from flowc.frontend.tf.state import STATE_OPS, WRITES, StateOps
+from flowc.ir import Graph, Node, Tensor, TensorType, Value
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.verifier import verify
@@ -74,7 +75,8 @@ def _shape_dtype(t: TensorType | None) -> tuple[Any, Any]:
 
 
 def _needed(g: TfGraph, fed: set[Ref], fetches: list[Fetch]) -> list[TfNode]:
-    """The nodes the fetches need, each after its operands (iterative post-order)."""
+    """The nodes the fetches need (through data and control inputs), each after what it
+    needs (iterative post-order)."""
     order: list[TfNode] = []
     state: dict[str, int] = {}   # 1: on the stack, 2: done
     for fetch in fetches:
@@ -94,7 +96,7 @@ def _needed(g: TfGraph, fed: set[Ref], fetches: list[Fetch]) -> list[TfNode]:
             if node.op in ("Placeholder",) or (node.op == "PlaceholderWithDefault"
                                                  and (node.name, 0) in fed):
                 continue
-            for ref in node.inputs:
+            for ref in [*node.inputs, *((c, -1) for c in node.controls)]:
                 if ref in fed:
                     continue
                 source = g.node(ref[0], f"node '{node.name}' ({node.op})")
@@ -114,6 +116,7 @@ class _Builder:
         self.graph = Graph(name)
         self.values: dict[Ref, Value] = {}
         self.used: set[str] = set()
+        self.state = StateOps(self)
 
     def unique(self, name: str) -> str:
         candidate, k = name, 1
@@ -155,13 +158,8 @@ class _Builder:
             self.feed(Feed((node.name, 0), node.name), node)
             return
         inputs = [self.values[ref] for ref in node.inputs]
-        if node.op in ("VarHandleOp", "VariableV2"):
-            if node.value is None:
-                raise TfImportError(f"{where}: the variable has no value (freeze the graph, "
-                                    "or give the SavedModel directory with its variables)")
-            results: Sequence[Value] = [self.constant(node.value, node.name)]
-        elif node.op == "ReadVariableOp":
-            results = inputs[:1]
+        if node.op in STATE_OPS:
+            results: Sequence[Value] = self.state.convert(node, inputs, where)
         elif node.op in CONTROL_OPS:
             convert = convert_while if "While" in node.op else convert_if
             try:
@@ -184,11 +182,13 @@ class _Builder:
                 raise TfImportError(f"{where}: {exc}") from None
         for i, value in enumerate(results):
             self.values.setdefault((node.name, i), value)
+        self.state.done(node)
 
     def emit(self, op: str, operands: Sequence[Value | None], attrs: dict[str, Any],
-             node: TfNode, where: str) -> Sequence[Value]:
+             node: TfNode, where: str, ctrl: Sequence[Node] = ()) -> Sequence[Value]:
         try:
-            made = make_node(op, operands, attrs, name=self.unique(node.name), loc=self.g.path)
+            made = make_node(op, operands, attrs, name=self.unique(node.name), loc=self.g.path,
+                             ctrl=ctrl)
         except FlowcError as exc:
             raise TfImportError(f"{where}: {exc}") from None
         try:
@@ -197,7 +197,9 @@ class _Builder:
             raise TfImportError(f"{where}: {type(exc).__name__}: {exc}") from None
         if folded is not None:
             return [self.constant(array, made.name) for array in folded]
-        return self.graph.append(made).outputs
+        self.graph.append(made)
+        self.state.emitted(made)
+        return made.outputs
 
     def call(self, function: str, args: Sequence[Value], prefix: str, where: str
              ) -> list[Value]:
@@ -205,7 +207,7 @@ class _Builder:
         bound to `args`; its results."""
         body, arg_refs, results = self.g.function_graph(function, prefix, where)
         sub = _Builder(body, self.graph.name)
-        sub.graph, sub.used = self.graph, self.used
+        sub.graph, sub.used, sub.state = self.graph, self.used, self.state.sharing(sub)
         sub.values = dict(zip(arg_refs, args, strict=True))
         for node in _needed(body, set(arg_refs), [Fetch(r, "") for r in results]):
             sub.node(node)
@@ -220,10 +222,12 @@ class _Builder:
         return self.graph
 
     def _drop_dead(self) -> None:
-        live = {v.node for _, v in self.graph.outputs}
+        live = {v.node for _, v in self.graph.outputs} | {
+            n for n in self.graph.nodes if n.op in WRITES}
         for n in reversed(self.graph.nodes):   # drop what folding left unused
             if n in live:
                 live.update(v.node for v in n.inputs if v is not None)
+                live.update(n.ctrl)
         self.graph.nodes = [n for n in self.graph.nodes if n in live]
 
     def finish(self, fetches: list[Fetch]) -> Graph:
@@ -267,6 +271,7 @@ def import_tf(path: str | os.PathLike, signature: str | None = None,
                             "support:\n" + "\n".join(missing))
     name = os.path.basename(os.path.normpath(os.fspath(path))).split(".")[0] or "main"
     builder = _Builder(g, "".join(c if c.isalnum() or c == "_" else "_" for c in name))
+    builder.state.find_assigned(order)
     for feed in feed_list:
         builder.feed(feed, g.nodes[feed.ref[0]])
     for node in order:

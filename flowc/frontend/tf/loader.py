@@ -48,7 +48,7 @@ MAX_FILE_BYTES = 2 ** 31   # protobuf's own limit on one message
 
 @dataclass
 class TfNode:
-    """One node: its data inputs (control inputs are dropped), its attributes (AttrValue
+    """One node: its data inputs, its control inputs (`controls`), its attributes (AttrValue
     messages by name) and, for a variable, its checkpoint value."""
 
     name: str
@@ -56,6 +56,7 @@ class TfNode:
     inputs: list[Ref]
     attrs: dict[str, Any]
     value: np.ndarray | None = None
+    controls: list[str] = field(default_factory=list)   # the nodes it runs after
 
 
 @dataclass
@@ -133,16 +134,17 @@ class _Flattener:
     def add_graph(self, node_defs: Any) -> None:
         for nd in node_defs:
             inputs = [parse_ref(i) for i in nd.input if not i.startswith("^")]
-            self._add(nd, nd.name, inputs)
+            self._add(nd, nd.name, inputs, [i[1:] for i in nd.input if i.startswith("^")])
 
-    def _add(self, nd: Any, name: str, inputs: list[Ref]) -> None:
+    def _add(self, nd: Any, name: str, inputs: list[Ref], controls: list[str]) -> None:
         if name in self.nodes:
             raise TfImportError(f"{self.path}: two nodes are named '{name}'")
         function = self._callee(nd)
         if function is None:
-            self.nodes[name] = TfNode(name, nd.op, inputs, dict(nd.attr))
+            self.nodes[name] = TfNode(name, nd.op, inputs, dict(nd.attr), controls=controls)
             return
         self.inline(function, name, inputs)
+        self.nodes[name].controls += controls
 
     def _callee(self, nd: Any) -> Any:
         if nd.op in CALL_OPS:
@@ -180,10 +182,13 @@ class _Flattener:
         self.stack.append(sig.name)
         for nd in function.node_def:
             self._add(nd, f"{call}/{nd.name}",
-                      [resolve(i) for i in nd.input if not i.startswith("^")])
+                      [resolve(i) for i in nd.input if not i.startswith("^")],
+                      [f"{call}/{i[1:]}" for i in nd.input if i.startswith("^")])
         self.stack.pop()
         rets = [resolve(function.ret[a.name]) for a in sig.output_arg]
-        self.nodes[call] = TfNode(call, "IdentityN", rets, {})
+        # the call's results come after the body's stateful ops (its control outputs)
+        self.nodes[call] = TfNode(call, "IdentityN", rets, {}, controls=[
+            f"{call}/{n}" for n in function.control_ret.values()])
 
     def _offset(self, op: str, arg: str) -> int:
         names = OUTPUT_ARGS.get(op)

@@ -108,8 +108,8 @@ def test_feed_of_the_wrong_shape():
 
 
 def test_v1_control_flow_frames_are_refused_by_name():
-    with pytest.raises(TfImportError, match=r"control_v1\.pb: node '.*' \((Switch|Merge|Enter|"
-                       r"NextIteration|Exit)\) is on a cycle: v1 control flow frames"):
+    with pytest.raises(TfImportError, match=r"control_v1\.pb: node '.*' \(\w+\) is on a cycle: "
+                       r"v1 control flow frames \(Switch/Merge/Enter/Exit/NextIteration\)"):
         import_tf(FIXTURES / "control_v1.pb")
 
 
