@@ -3,8 +3,9 @@ graph, without TensorFlow.
 
 Contract:
 - `import_tf(path, signature=None, feeds=(), fetches=(), config=None)` returns a verified
-  Graph computing the fetches from the feeds, pruned to what the fetches need (control
-  dependencies are dropped: flowc graphs are pure apart from variables).
+  Graph computing the fetches from the feeds, pruned to what the fetches need through data
+  and control inputs (so the assigns a function's results wait for are kept; state.py).
+  Functional If/While become `if`/`loop` (control.py); v1 Switch/Merge frames are refused.
 - Fetches: `fetches` (`Fetch`es, or `NODE[:i]` strings), else the config's, else the
   SavedModel signature's outputs, else (a GraphDef) every node output nothing reads, apart
   from ops without outputs. Feeds: `feeds` (`Feed`s or `NODE[:i]=SHAPE:DTYPE` strings)

@@ -5,7 +5,10 @@ Contract:
 - `load_graph(path, signature=None)` returns a `TfGraph`: every node of the GraphDef, with
   every call of a library function (StatefulPartitionedCall, PartitionedCall, or an op named
   after a function) inlined: the body's nodes are named `CALL/NODE` and the call node itself
-  becomes an `IdentityN` of the function's results, so `CALL:i` still names output i.
+  becomes an `IdentityN` of the function's results, so `CALL:i` still names output i (with
+  the body's control outputs, `control_ret`, as its control inputs). Control inputs are
+  kept (`TfNode.controls`); If/While bodies stay in the library (`TfGraph.functions`,
+  `function_graph`).
 - In a SavedModel, each resource or v1 variable (VarHandleOp, VariableV2) that the saver's
   restore graph assigns from a RestoreV2 gets that checkpoint entry's value (`TfNode.value`,
   a view of the memory-mapped shard); the graph's default feeds and fetches are the chosen
