@@ -25,8 +25,10 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
 Variables (`state.py`) live in the context's variables block (`Storage("variable",
 offset)`, `Program.variables`), outside the arena; reads and assigns are copy steps
 (`Call.state`) unless the order lets a read be a view of the variable or a kernel write
-the variable in place. Send/recv aside, other stateful ops and nested control flow are
-refused with a FlowcError naming the node: artifacts do not run them yet. A graph the
+the variable in place. Send/recv aside, other stateful ops are refused with a FlowcError
+naming the node: artifacts do not run them yet. A control-flow node (`if`, `loop`) whose
+bodies are small (`control.one_kernel`) is one kernel like any other node (its scf
+lowering, lower/control.py). A graph the
 `partition` pass split over devices keeps its send/recv nodes as transfer steps
 (`Call.transfer`) and lists its devices' arena regions in `Program.regions`, partition 0
 first; see `partitions.py`.
@@ -41,6 +43,7 @@ import numpy as np
 from flowc.codegen.kernel_code import KernelScratch
 from flowc.codegen.kernels import kernel_operands, single_node_body
 from flowc.codegen.plan.arena import align
+from flowc.codegen.plan.control import bodies, check_bodies, one_kernel
 from flowc.codegen.plan.memplan import MemoryPlan, ScratchSlot, Step, in_place_inputs, plan_memory
 from flowc.codegen.plan.partitions import (
     TRANSFER_OPS,
@@ -177,9 +180,11 @@ def check_node(node: Node) -> None:
     if opdef is None or not opdef.has(PURE):
         raise FlowcError(f"node {node.label()}: op '{node.op}' is stateful or communicates; "
                          "flowc artifacts run only pure tensor ops so far")
-    if any(isinstance(v, Graph) for v in node.attrs.values()):
-        raise FlowcError(f"node {node.label()}: op '{node.op}' holds nested bodies; flowc "
-                         "artifacts do not run control flow yet")
+    if bodies(node):  # control flow (control.py)
+        check_bodies(node, check_node)
+        if not one_kernel(node):
+            raise FlowcError(f"node {node.label()}: op '{node.op}' has bodies too large for "
+                             "one kernel; flowc artifacts do not run them as steps yet")
     for i, t in enumerate(node.types):
         if not isinstance(t, TensorType) or not t.is_static:
             raise FlowcError(f"node {node.label()}: result #{i} is {t}; kernels need tensors "

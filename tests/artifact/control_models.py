@@ -1,0 +1,89 @@
+"""ONNX models with If and Loop for the control-flow artifact tests (test_control_flow.py).
+
+`if_model(heavy)`: `y = If(c, then: (x*2 + 1) [@ w @ w], else: (x - 3) [@ w])` over x f32[4, 8];
+heavy branches hold matmuls (several kernels: control steps), light ones elementwise ops
+(one scf kernel). `loop_model(heavy, trips)`: `h, hs = Loop(M, "", h0)`, M an initializer
+(or the graph input "M" when `trips` is None), body `h' = tanh(h @ w1) @ w2 + b` (heavy) or
+`h' = tanh(h) * 0.5 + b` (light), scan output `h'`; w1, w2, b come from the outer scope.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(7)
+W = (RNG.standard_normal((8, 8)) * 0.3).astype(np.float32)
+W2 = (RNG.standard_normal((8, 8)) * 0.3).astype(np.float32)
+B = RNG.standard_normal(8).astype(np.float32)
+
+
+def _const(name: str, value) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(
+        np.asarray(value, np.float32), name))
+
+
+def _branch(name: str, nodes: list, out: str) -> onnx.GraphProto:
+    return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(
+        out, TensorProto.FLOAT, [4, 8])])
+
+
+def if_model(heavy: bool) -> onnx.ModelProto:
+    then_nodes = [_const("two", 2.0), _const("one", 1.0),
+                  helper.make_node("Mul", ["x", "two"], ["t0"]),
+                  helper.make_node("Add", ["t0", "one"], ["t1"])]
+    else_nodes = [_const("three", 3.0), helper.make_node("Sub", ["x", "three"], ["e0"])]
+    if heavy:
+        then_nodes += [helper.make_node("MatMul", ["t1", "w"], ["t2"]),
+                       helper.make_node("Relu", ["t2"], ["t3"]),
+                       helper.make_node("MatMul", ["t3", "w"], ["t_out"])]
+        else_nodes += [helper.make_node("MatMul", ["e0", "w"], ["e_out"])]
+    else:
+        then_nodes += [helper.make_node("Exp", ["t1"], ["t_out"])]
+        else_nodes += [helper.make_node("Abs", ["e0"], ["e_out"])]
+    node = helper.make_node("If", ["c"], ["y"], then_branch=_branch("then", then_nodes, "t_out"),
+                            else_branch=_branch("else", else_nodes, "e_out"))
+    graph = helper.make_graph(
+        [node], "if_model",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(W, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def loop_model(heavy: bool, trips: int | None = 5) -> onnx.ModelProto:
+    if heavy:
+        nodes = [helper.make_node("MatMul", ["h_in", "w1"], ["a"]),
+                 helper.make_node("Tanh", ["a"], ["b0"]),
+                 helper.make_node("MatMul", ["b0", "w2"], ["b1"])]
+    else:
+        nodes = [helper.make_node("Tanh", ["h_in"], ["b0"]), _const("half", 0.5),
+                 helper.make_node("Mul", ["b0", "half"], ["b1"])]
+    nodes += [helper.make_node("Add", ["b1", "b"], ["h_out"]),
+              helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+              helper.make_node("Identity", ["h_out"], ["scan_out"])]
+    h_type = [1, 8]
+    body = helper.make_graph(
+        nodes, "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, h_type)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, h_type),
+         helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, h_type)])
+    inits = [numpy_helper.from_array(W, "w1"), numpy_helper.from_array(W2, "w2"),
+             numpy_helper.from_array(B, "b")]
+    inputs = [helper.make_tensor_value_info("h0", TensorProto.FLOAT, h_type)]
+    if trips is None:
+        inputs.append(helper.make_tensor_value_info("M", TensorProto.INT64, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(trips, np.int64), "M"))
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "", "h0"], ["h", "hs"], body=body)], "loop_model",
+        inputs,
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, h_type),
+         helper.make_tensor_value_info("hs", TensorProto.FLOAT, [trips, *h_type])],
+        inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
