@@ -4,7 +4,12 @@
 heavy branches hold matmuls (several kernels: control steps), light ones elementwise ops
 (one scf kernel). `loop_model(heavy, trips)`: `h, hs = Loop(M, "", h0)`, M an initializer
 (or the graph input "M" when `trips` is None), body `h' = tanh(h @ w1) @ w2 + b` (heavy) or
-`h' = tanh(h) * 0.5 + b` (light), scan output `h'`; w1, w2, b come from the outer scope.
+`h' = tanh(h) * 0.5 + b` (light), scan output `h'` (unless not `scan`); w1, w2, b come from
+the outer scope. With `swap`, a second carried value g (from input g0) trades places with h
+each iteration: `(h, g) -> (g, h')`.
+`scripted_loop()`: a torch.jit.script module exported by torch.onnx.export(dynamo=False):
+`for _ in range(int(steps))`, two Linear layers, and inside the loop an `if` on `h.sum() > 0`
+whose branches each run a Linear: an ONNX Loop (trip count: input `steps`) holding an If.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ def if_model(heavy: bool) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def loop_model(heavy: bool, trips: int | None = 5) -> onnx.ModelProto:
+def loop_model(heavy: bool, trips: int | None = 5, scan: bool = True, swap: bool = False
+               ) -> onnx.ModelProto:
     if heavy:
         nodes = [helper.make_node("MatMul", ["h_in", "w1"], ["a"]),
                  helper.make_node("Tanh", ["a"], ["b0"]),
@@ -61,29 +67,68 @@ def loop_model(heavy: bool, trips: int | None = 5) -> onnx.ModelProto:
     else:
         nodes = [helper.make_node("Tanh", ["h_in"], ["b0"]), _const("half", 0.5),
                  helper.make_node("Mul", ["b0", "half"], ["b1"])]
-    nodes += [helper.make_node("Add", ["b1", "b"], ["h_out"]),
-              helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-              helper.make_node("Identity", ["h_out"], ["scan_out"])]
     h_type = [1, 8]
+    nodes += [helper.make_node("Add", ["b1", "b"], ["h_new"]),
+              helper.make_node("Identity", ["cond_in"], ["cond_out"])]
+    carried_in = [helper.make_tensor_value_info("h_in", TensorProto.FLOAT, h_type)]
+    outs = [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, [])]
+    if swap:
+        carried_in.append(helper.make_tensor_value_info("g_in", TensorProto.FLOAT, h_type))
+        nodes.append(helper.make_node("Identity", ["g_in"], ["h_out"]))
+        nodes.append(helper.make_node("Identity", ["h_new"], ["g_out"]))
+        outs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, h_type)
+                 for n in ("h_out", "g_out")]
+    else:
+        nodes.append(helper.make_node("Identity", ["h_new"], ["h_out"]))
+        outs.append(helper.make_tensor_value_info("h_out", TensorProto.FLOAT, h_type))
+    if scan:
+        nodes.append(helper.make_node("Identity", ["h_new"], ["scan_out"]))
+        outs.append(helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, h_type))
     body = helper.make_graph(
         nodes, "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_in", TensorProto.FLOAT, h_type)],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_out", TensorProto.FLOAT, h_type),
-         helper.make_tensor_value_info("scan_out", TensorProto.FLOAT, h_type)])
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []), *carried_in], outs)
     inits = [numpy_helper.from_array(W, "w1"), numpy_helper.from_array(W2, "w2"),
              numpy_helper.from_array(B, "b")]
-    inputs = [helper.make_tensor_value_info("h0", TensorProto.FLOAT, h_type)]
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, h_type)
+              for n in (("h0", "g0") if swap else ("h0",))]
     if trips is None:
         inputs.append(helper.make_tensor_value_info("M", TensorProto.INT64, []))
     else:
         inits.append(numpy_helper.from_array(np.array(trips, np.int64), "M"))
-    graph = helper.make_graph(
-        [helper.make_node("Loop", ["M", "", "h0"], ["h", "hs"], body=body)], "loop_model",
-        inputs,
-        [helper.make_tensor_value_info("h", TensorProto.FLOAT, h_type),
-         helper.make_tensor_value_info("hs", TensorProto.FLOAT, [trips, *h_type])],
-        inits)
+    results = [helper.make_tensor_value_info(n, TensorProto.FLOAT, h_type)
+               for n in (("h", "g") if swap else ("h",))]
+    if scan:
+        results.append(helper.make_tensor_value_info("hs", TensorProto.FLOAT, [trips, *h_type]))
+    loop = helper.make_node("Loop", ["M", "", *(i.name for i in inputs if i.name != "M")],
+                            [r.name for r in results], body=body)
+    graph = helper.make_graph([loop], "loop_model", inputs, results, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def scripted_loop() -> onnx.ModelProto:
+    import io
+
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+            self.b = torch.nn.Linear(8, 8)
+
+        def forward(self, x, steps):
+            h = x
+            for _ in range(int(steps)):
+                h = torch.tanh(self.b(torch.relu(self.a(h)))) + h
+                if bool(h.sum() > 0):  # noqa: SIM108 (a statement if, as users write it)
+                    h = self.a(h) * 0.5
+                else:
+                    h = self.b(h) - 1.0
+            return h
+
+    torch.manual_seed(0)
+    buffer = io.BytesIO()
+    torch.onnx.export(torch.jit.script(Net()), (torch.randn(2, 8), torch.tensor(3)), buffer,
+                      dynamo=False, input_names=["x", "steps"], output_names=["y"])
+    return onnx.load_from_string(buffer.getvalue())

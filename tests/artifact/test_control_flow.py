@@ -1,6 +1,10 @@
 """Control flow in artifacts (issue [11]): `if` and `loop` nodes compiled and run against
-onnxruntime; a small body becomes one scf kernel (plan/control.py `one_kernel`); bad
-control flow is refused with a one-line error naming the node."""
+onnxruntime; a small body becomes one scf kernel (plan/control.py `one_kernel`), a large
+one control steps of the entry (plan/control_steps.py, emit/control_c.py): branches and
+iterations of kernel calls, trip count read at run time, scan rows, carried values swapped
+through temporaries, nested if in loop (a torch-scripted loop), kernels profiled per
+iteration, bodies in the memory report; bad control flow is refused with a one-line error
+naming the node."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import re
 import numpy as np
 import onnxruntime as ort
 import pytest
-from control_models import if_model, loop_model
+from control_models import if_model, loop_model, scripted_loop
 
 import flowc
 from flowc.codegen.plan.control import one_kernel
@@ -19,14 +23,17 @@ from flowc.ir.build import make_node
 from flowc.testing.tolerance import assert_close
 
 
-def run_both(model, out, feeds: dict) -> None:
-    """The artifact at `out` against onnxruntime on `feeds`."""
+def run_both(model, out, *feeds: dict) -> None:
+    """The artifact at `out` against onnxruntime on each of `feeds`, at 1 and 2 threads."""
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    want = session.run(None, feeds)
-    with flowc.load(out) as m:
-        got = m.run(**feeds)
-    for (name, y), w in zip(got.items(), want, strict=True):
-        assert_close(y, w, "composite", scale=float(np.abs(w).max()), err_msg=name)
+    for threads in (1, 2):
+        with flowc.load(out, threads=threads) as m:
+            for feed in feeds:
+                want = session.run(None, feed)
+                got = m.run(**feed)
+                for (name, y), w in zip(got.items(), want, strict=True):
+                    assert_close(y, w, "composite", scale=max(1.0, float(np.abs(w).max())),
+                                 err_msg=f"{name} at {threads} threads, {feed}")
 
 
 def x_feed() -> np.ndarray:
@@ -42,8 +49,7 @@ def test_small_if_is_one_kernel_and_runs_both_branches(tmp_path):
     (node,) = control_nodes(model)
     assert one_kernel(node)
     flowc.compile(model, tmp_path / "m", name="m")
-    for c in (True, False):
-        run_both(model, tmp_path / "m", {"c": np.array(c), "x": x_feed()})
+    run_both(model, tmp_path / "m", *({"c": np.array(c), "x": x_feed()} for c in (True, False)))
 
 
 def test_small_loop_with_scan_output_is_one_kernel(tmp_path):
@@ -52,6 +58,68 @@ def test_small_loop_with_scan_output_is_one_kernel(tmp_path):
     assert one_kernel(node)
     flowc.compile(model, tmp_path / "m", name="m")
     run_both(model, tmp_path / "m", {"h0": x_feed()[:1]})
+
+
+def test_if_with_matmul_branches_runs_as_steps(tmp_path):
+    model = if_model(heavy=True)
+    (node,) = control_nodes(model)
+    assert not one_kernel(node)
+    flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump")
+    run_both(model, tmp_path / "m", *({"c": np.array(c), "x": x_feed()} for c in (True, False)))
+    entry = (tmp_path / "dump" / "m_model.c").read_text()
+    assert "if (*(const int8_t *)(in[0])) {" in entry and "} else {" in entry
+
+
+def test_loop_with_matmuls_and_a_scan_output_runs_as_steps(tmp_path):
+    model = loop_model(heavy=True)
+    (node,) = control_nodes(model)
+    assert not one_kernel(node)
+    explained = []
+    flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump",
+                  explain_memory=explained.append)
+    run_both(model, tmp_path / "m", {"h0": x_feed()[:1]})
+    entry = (tmp_path / "dump" / "m_model.c").read_text()
+    assert "for (int64_t it1 = 0; it1 < trips1 && go1; ++it1) {" in entry
+    assert "malloc" not in entry
+    memory = (tmp_path / "dump" / "memory.txt").read_text()
+    assert re.search(r"control step Loop_0: its bodies' region, \d+ bytes at offset \d+\n"
+                     r"  body @body: 3 steps \(m_k\d, m_k\d, m_k\d\), \d+ bytes planned",
+                     memory), memory
+    assert explained == [memory]
+
+
+def test_trip_count_read_at_run_time(tmp_path):
+    model = loop_model(heavy=True, trips=None, scan=False)
+    flowc.compile(model, tmp_path / "m", name="m")
+    run_both(model, tmp_path / "m",
+             *({"h0": x_feed()[:1], "M": np.array(m, np.int64)} for m in (0, 1, 4, -2)))
+
+
+def test_carried_values_trading_places(tmp_path):
+    model = loop_model(heavy=True, swap=True)
+    flowc.compile(model, tmp_path / "m", name="m")
+    run_both(model, tmp_path / "m", {"h0": x_feed()[:1], "g0": x_feed()[1:2]})
+
+
+def test_torch_scripted_loop_with_an_if_inside(tmp_path):
+    model = scripted_loop()
+    assert [n.op_type for n in model.graph.node] == ["Constant", "Loop"]
+    flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump")
+    x = np.random.default_rng(3).standard_normal((2, 8)).astype(np.float32)
+    run_both(model, tmp_path / "m", *({"x": x, "steps": np.array(k, np.int64)}
+                                      for k in (0, 1, 3, 6)))
+    entry = (tmp_path / "dump" / "m_model.c").read_text()
+    assert "const int64_t trips1 = *(const int64_t *)(in[1]);" in entry
+    assert "      if (*(const int8_t *)(" in entry  # the If inside the loop's body
+
+
+def test_profile_counts_a_loops_kernels_per_iteration(tmp_path):
+    model = loop_model(heavy=True, trips=None, scan=False)
+    flowc.compile(model, tmp_path / "m", name="m", profile=True)
+    with flowc.load(tmp_path / "m") as m:
+        for trips in (2, 5):
+            m.run(h0=x_feed()[:1], M=np.array(trips, np.int64))
+            assert len(m.profiler.last) == 3 * trips  # three kernels per iteration
 
 
 @pytest.mark.parametrize("cond", [TensorType("f32", ()), TensorType("bool", (2,))])
