@@ -10,7 +10,8 @@ Contract:
 - `check_carried(node)`: for a `loop`, FlowcError naming the node when a carried value's
   type as its body returns it differs from the type it enters with (a compiled loop keeps
   every carried value in one buffer of one static shape);
-- `one_kernel(node)`: True when the node compiles as ONE kernel through the lowering
+- `one_kernel(node)`: True unless the node is a control node (CONTROL_OPS) that compiles
+  as steps; True for a control node that compiles as ONE kernel through the lowering
   table's `scf` rules (lower/control.py): its bodies, nested ones included, hold at most
   SMALL_BODY_NODES compute nodes (constants not counted) and none of HEAVY_OPS (ops whose
   own kernels are tiled, packed or parallel: inside an scf region they would run as plain
@@ -25,6 +26,7 @@ from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node
 from flowc.ir.types import TensorType
 
+CONTROL_OPS = frozenset({"if", "loop"})
 SMALL_BODY_NODES = 16
 HEAVY_OPS = frozenset({"matmul", "packed_matmul", "gemm", "conv", "conv_transpose",
                        "winograd_conv", "max_pool", "average_pool", "fused"})
@@ -52,6 +54,8 @@ def check_bodies(node: Node, check: Callable[[Node], None]) -> None:
 
 
 def one_kernel(node: Node) -> bool:
+    if node.op not in CONTROL_OPS:
+        return True
     inner = [n for n in _inner_nodes(node) if n.op != "constant"]
     return len(inner) <= SMALL_BODY_NODES and not any(n.op in HEAVY_OPS for n in inner)
 
