@@ -153,3 +153,15 @@ def test_carried_shape_changing_is_a_compile_error(tmp_path):
             "node 'grow_loop' (loop): carried value #0 enters as f32[2] and its body @grow "
             "returns f32[4]; a compiled loop keeps each carried value's shape")):
         flowc.compile(g, tmp_path / "m", name="m")
+
+
+def test_control_steps_in_a_graph_split_over_devices_are_refused(tmp_path):
+    g = import_onnx(if_model(heavy=True))
+    post = g.append(make_node("relu", [g.outputs[0][1]], name="post"))
+    g.outputs = [("y", post.out())]
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'If_0' (if) at <model>: its bodies, too large for one kernel, run as steps "
+            "of the entry, which a graph split over devices or a GPU device does not support "
+            "yet")):
+        flowc.compile(g, tmp_path / "m", name="m", devices="cpu:0,cpu:1",
+                      place=["If_0=cpu:1", "post=cpu:0"])
