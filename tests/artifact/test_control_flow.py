@@ -155,13 +155,20 @@ def test_carried_shape_changing_is_a_compile_error(tmp_path):
         flowc.compile(g, tmp_path / "m", name="m")
 
 
+REFUSED = ("node 'If_0' (if) at <model>: its bodies, too large for one kernel, run as steps "
+           "of the entry, which a graph split over devices or a GPU device does not support "
+           "yet")
+
+
 def test_control_steps_in_a_graph_split_over_devices_are_refused(tmp_path):
     g = import_onnx(if_model(heavy=True))
     post = g.append(make_node("relu", [g.outputs[0][1]], name="post"))
     g.outputs = [("y", post.out())]
-    with pytest.raises(FlowcError, match=re.escape(
-            "node 'If_0' (if) at <model>: its bodies, too large for one kernel, run as steps "
-            "of the entry, which a graph split over devices or a GPU device does not support "
-            "yet")):
+    with pytest.raises(FlowcError, match=re.escape(REFUSED)):
         flowc.compile(g, tmp_path / "m", name="m", devices="cpu:0,cpu:1",
                       place=["If_0=cpu:1", "post=cpu:0"])
+
+
+def test_control_steps_on_a_gpu_target_are_refused(tmp_path):
+    with pytest.raises(FlowcError, match=re.escape(REFUSED)):
+        flowc.compile(if_model(heavy=True), tmp_path / "m", name="m", target="nvptx")

@@ -8,6 +8,8 @@ Contract (program.py builds these for control nodes that `control.one_kernel` re
   k is the node's result k (its buffer is the carried value's slot: the initial value is
   copied in before the first iteration, the body's new value at the end of each one); the
   loop's iteration number (i64) and condition (bool, one byte) have slots of their own;
+- `refused(node)`: the error where control steps cannot run (a graph split over devices, a
+  GPU: program.py and the driver raise it);
 - memory: `plan_bodies(needs, calls)` plans each body of every control step among
   `calls` (inner steps first) with `memplan.plan_memory` on its own; the step's one
   scratch buffer (its `region_bytes`) holds [iteration slot, condition slot, temporaries,
@@ -29,6 +31,7 @@ from typing import Any
 
 from flowc.codegen.plan.arena import align
 from flowc.codegen.plan.memplan import MemoryPlan, ScratchSlot, Step, in_place_inputs, plan_memory
+from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.types import TensorType
 
@@ -101,6 +104,14 @@ def build_control(node: Node, root: dict[Value, Value],
                 offset += align(_nbytes(v.type))
         step.body_offset = offset
     return step
+
+
+def refused(node: Node) -> FlowcError:
+    """The error for a control step where steps cannot run (a graph split over devices, a
+    GPU)."""
+    return FlowcError(f"node {node.label()}: its bodies, too large for one kernel, run as "
+                      "steps of the entry, which a graph split over devices or a GPU device "
+                      "does not support yet")
 
 
 def walk(calls: list[Any]) -> Iterator[Any]:

@@ -50,6 +50,7 @@ from flowc.codegen.plan.control_steps import (
     memplan_step,
     place_bodies,
     plan_bodies,
+    refused,
     walk,
 )
 from flowc.codegen.plan.memplan import MemoryPlan, ScratchSlot, Step, plan_memory
@@ -233,9 +234,7 @@ def build_program(graph: Graph, prefix: str) -> Program:
 
     def control_call(node: Node) -> Call:
         if is_partitioned(graph) or is_gpu_device(node.device):
-            raise FlowcError(f"node {node.label()}: its bodies, too large for one kernel, "
-                             "run as steps of the entry, which a graph split over devices "
-                             "or a GPU device does not support yet")
+            raise refused(node)
         step = build_control(node, root, build_calls)
         operands = tuple(root.get(v, v) for v in node.inputs if v is not None)
         return Call(None, operands, node.outputs, (node.name or node.op,), control=step)
