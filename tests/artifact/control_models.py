@@ -132,3 +132,33 @@ def scripted_loop() -> onnx.ModelProto:
     torch.onnx.export(torch.jit.script(Net()), (torch.randn(2, 8), torch.tensor(3)), buffer,
                       dynamo=False, input_names=["x", "steps"], output_names=["y"])
     return onnx.load_from_string(buffer.getvalue())
+
+
+def nested_loop_model() -> onnx.ModelProto:
+    """`Loop(3, h0)` whose body runs `loop_model(heavy=True, trips=2, scan=False)`'s Loop on
+    its carried value, adds the value, and emits the sum as a scan element: a loop nested
+    in a loop's body (the inner body reads w1, w2, b two scopes out)."""
+    inner = loop_model(heavy=True, trips=2, scan=False)
+    inner_loop = helper.make_node("Loop", ["m_inner", "", "h_o"], ["h_inner"],
+                                  body=inner.graph.node[0].attribute[0].g)
+    h_type = [1, 8]
+    body = helper.make_graph(
+        [helper.make_node("Constant", [], ["m_inner"], value=numpy_helper.from_array(
+            np.array(2, np.int64), "m_inner")), inner_loop,
+         helper.make_node("Add", ["h_inner", "h_o"], ["h_next"]),
+         helper.make_node("Identity", ["cond_o"], ["cond_next"]),
+         helper.make_node("Identity", ["h_next"], ["h_scan"])], "outer",
+        [helper.make_tensor_value_info("i_o", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_o", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_o", TensorProto.FLOAT, h_type)],
+        [helper.make_tensor_value_info("cond_next", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_next", TensorProto.FLOAT, h_type),
+         helper.make_tensor_value_info("h_scan", TensorProto.FLOAT, h_type)])
+    inits = [i for i in inner.graph.initializer if i.name != "M"]
+    inits.append(numpy_helper.from_array(np.array(3, np.int64), "M"))
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["M", "", "h0"], ["h", "hs"], body=body)], "nested",
+        [helper.make_tensor_value_info("h0", TensorProto.FLOAT, h_type)],
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT, h_type),
+         helper.make_tensor_value_info("hs", TensorProto.FLOAT, [3, *h_type])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -13,7 +13,7 @@ import re
 import numpy as np
 import onnxruntime as ort
 import pytest
-from control_models import if_model, loop_model, scripted_loop
+from control_models import if_model, loop_model, nested_loop_model, scripted_loop
 
 import flowc
 from flowc.codegen.plan.control import one_kernel
@@ -111,6 +111,34 @@ def test_torch_scripted_loop_with_an_if_inside(tmp_path):
     entry = (tmp_path / "dump" / "m_model.c").read_text()
     assert "const int64_t trips1 = *(const int64_t *)(in[1]);" in entry
     assert "      if (*(const int8_t *)(" in entry  # the If inside the loop's body
+
+
+def test_loop_nested_in_a_loop(tmp_path):
+    model = nested_loop_model()
+    flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump")
+    run_both(model, tmp_path / "m", {"h0": x_feed()[:1]})
+    entry = (tmp_path / "dump" / "m_model.c").read_text()
+    assert "for (int64_t it1 = 0;" in entry and "for (int64_t it3 = 0;" in entry
+
+
+@pytest.mark.parametrize("name", ["test_if", "test_scan9_sum", "test_scan9_multi_state",
+                                  "test_scan9_scalar"])
+def test_onnx_node_tests_as_control_steps(name, monkeypatch):
+    """The ONNX node tests of If and Scan with every body forced into control steps (they
+    are small: compiled, they are one kernel each, tests/frontend/test_onnx_backend.py)."""
+    from onnx.backend.test.loader import load_model_tests
+
+    from flowc.codegen.plan import control
+    from flowc.onnx_backend import FlowcBackend
+
+    monkeypatch.setattr(control, "SMALL_BODY_NODES", -1)
+    (case,) = [c for c in load_model_tests(kind="node") if c.name == name]
+    nodes = control_nodes(case.model)
+    assert nodes and not any(control.one_kernel(n) for n in nodes)
+    inputs, outputs = case.data_sets[0]
+    got = FlowcBackend.prepare(case.model, "CPU").run(list(inputs))
+    for g, w in zip(got, outputs, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
 def test_profile_counts_a_loops_kernels_per_iteration(tmp_path):
