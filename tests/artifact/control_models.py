@@ -6,7 +6,8 @@ heavy branches hold matmuls (several kernels: control steps), light ones element
 (or the graph input "M" when `trips` is None), body `h' = tanh(h @ w1) @ w2 + b` (heavy) or
 `h' = tanh(h) * 0.5 + b` (light), scan output `h'` (unless not `scan`); w1, w2, b come from
 the outer scope. With `swap`, a second carried value g (from input g0) trades places with h
-each iteration: `(h, g) -> (g, h')`.
+each iteration: `(h, g) -> (g, h')`. With `residual`, `h' = h + (the above)`: the last
+kernel reads the old h and may write the new one over it.
 `scripted_loop()`: a torch.jit.script module exported by torch.onnx.export(dynamo=False):
 `for _ in range(int(steps))`, two Linear layers, and inside the loop an `if` on `h.sum() > 0`
 whose branches each run a Linear: an ONNX Loop (trip count: input `steps`) holding an If.
@@ -58,8 +59,8 @@ def if_model(heavy: bool) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def loop_model(heavy: bool, trips: int | None = 5, scan: bool = True, swap: bool = False
-               ) -> onnx.ModelProto:
+def loop_model(heavy: bool, trips: int | None = 5, scan: bool = True, swap: bool = False,
+               residual: bool = False) -> onnx.ModelProto:
     if heavy:
         nodes = [helper.make_node("MatMul", ["h_in", "w1"], ["a"]),
                  helper.make_node("Tanh", ["a"], ["b0"]),
@@ -68,7 +69,8 @@ def loop_model(heavy: bool, trips: int | None = 5, scan: bool = True, swap: bool
         nodes = [helper.make_node("Tanh", ["h_in"], ["b0"]), _const("half", 0.5),
                  helper.make_node("Mul", ["b0", "half"], ["b1"])]
     h_type = [1, 8]
-    nodes += [helper.make_node("Add", ["b1", "b"], ["h_new"]),
+    nodes += [helper.make_node("Add", ["b1", "b"], ["h_sum" if residual else "h_new"]),
+              *([helper.make_node("Add", ["h_sum", "h_in"], ["h_new"])] if residual else []),
               helper.make_node("Identity", ["cond_in"], ["cond_out"])]
     carried_in = [helper.make_tensor_value_info("h_in", TensorProto.FLOAT, h_type)]
     outs = [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, [])]

@@ -68,6 +68,7 @@ def test_if_with_matmul_branches_runs_as_steps(tmp_path):
     run_both(model, tmp_path / "m", *({"c": np.array(c), "x": x_feed()} for c in (True, False)))
     entry = (tmp_path / "dump" / "m_model.c").read_text()
     assert "if (*(const int8_t *)(in[0])) {" in entry and "} else {" in entry
+    assert "memcpy" not in entry  # each branch's last kernel writes the result buffer
 
 
 def test_loop_with_matmuls_and_a_scan_output_runs_as_steps(tmp_path):
@@ -81,6 +82,7 @@ def test_loop_with_matmuls_and_a_scan_output_runs_as_steps(tmp_path):
     entry = (tmp_path / "dump" / "m_model.c").read_text()
     assert "for (int64_t it1 = 0; it1 < trips1 && go1; ++it1) {" in entry
     assert "malloc" not in entry
+    assert entry.count("memcpy(out[0], ") == 1  # the initial value: then updated in place
     memory = (tmp_path / "dump" / "memory.txt").read_text()
     assert re.search(r"control step Loop_0: its bodies' region, \d+ bytes at offset \d+\n"
                      r"  body @body: 3 steps \(m_k\d, m_k\d, m_k\d\), \d+ bytes planned",
@@ -93,6 +95,14 @@ def test_trip_count_read_at_run_time(tmp_path):
     flowc.compile(model, tmp_path / "m", name="m")
     run_both(model, tmp_path / "m",
              *({"h0": x_feed()[:1], "M": np.array(m, np.int64)} for m in (0, 1, 4, -2)))
+
+
+def test_carried_value_updated_in_place_by_a_kernel_reading_it(tmp_path):
+    model = loop_model(heavy=True, residual=True)
+    flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump")
+    run_both(model, tmp_path / "m", {"h0": x_feed()[:1]})
+    entry = (tmp_path / "dump" / "m_model.c").read_text()
+    assert re.search(r"m_k\d\(arena \+ \d+, out\[0\], out\[0\]\);", entry), entry
 
 
 def test_carried_values_trading_places(tmp_path):

@@ -16,6 +16,10 @@ Contract (program.py builds these for control nodes that `control.one_kernel` re
   the largest body plan], so the bodies take arena space only while the step runs and
   share it; `place_bodies(storage, plan, calls)` then gives the body values, the slots and
   the body kernels' scratch their arena offsets (region base + offset);
+- direct writes (`ControlStep.direct`): a branch result a kernel of the branch computes is
+  written straight into the `if` node's result buffer; a loop's carried value is updated
+  in place (its kernel writes the slot) when nothing reads the old value after that
+  kernel; the copies below then vanish;
 - a loop's end of iteration: the condition read (when the loop has one), each scan
   element copied into row `it` of its `[trips, ...]` result, then each carried value
   copied into its slot; a carried value the body takes from another slot (a swap) goes
@@ -56,6 +60,7 @@ class ControlStep:
     node: Node
     bodies: list[Body]
     temps: dict[int, int] = field(default_factory=dict)  # carried k -> temp offset in region
+    direct: dict[Value, Value] = field(default_factory=dict)  # body value -> outer buffer
     body_offset: int = 0  # where the body plans start in the region
     region_bytes: int = 0
     base: int = 0  # the region's arena offset, once placed
@@ -103,7 +108,48 @@ def build_control(node: Node, root: dict[Value, Value],
                 step.temps[k] = offset
                 offset += align(_nbytes(v.type))
         step.body_offset = offset
+    step.direct = _direct(step)
     return step
+
+
+def _direct(step: ControlStep) -> dict[Value, Value]:
+    """The body values a kernel writes straight into the node's result buffer (module
+    docstring): for `if`, a branch result a call of the branch computes (once among the
+    results); for a loop, a carried value's new value a kernel call computes when no later
+    call and nothing at the end of the iteration reads the old value from the slot (the
+    computing call itself may, where its kernel may run in place)."""
+    node = step.node
+    found = {}
+    for body in step.bodies if not step.is_loop else []:
+        made = {v for c in body.calls for v in c.results}
+        for v, result in zip(body.outputs, node.outputs, strict=True):
+            if v in made and body.outputs.count(v) == 1:
+                found[v] = result
+    if not step.is_loop:
+        return found
+    body = step.bodies[0]
+    n = step.carried()
+    carried = body.outputs[1:1 + n]
+    for k, v in enumerate(carried):
+        slot = node.outputs[k]
+        maker = [j for j, c in enumerate(body.calls) if v in c.results]
+        if not maker or carried.count(v) != 1 or slot in body.outputs:
+            continue
+        j = maker[0]
+        readers = [i for i, c in enumerate(body.calls) if slot in c.operands]
+        if all(i < j for i in readers) or (
+                max(readers) == j and _overwrites(body.calls[j], v, slot)):
+            found[v] = slot
+    return found
+
+
+def _overwrites(call: Any, result: Value, operand: Value) -> bool:
+    """True when `call`'s kernel may write `result` over every use of `operand`."""
+    if call.kernel is None:
+        return False
+    allowed = in_place_inputs(call.kernel.body).get(call.results.index(result), ())
+    uses = [i for i, o in enumerate(call.operands) if o == operand]
+    return all(i in allowed for i in uses)
 
 
 def refused(node: Node) -> FlowcError:
@@ -133,7 +179,8 @@ def plan_bodies(steps_of: Callable[[list[Any]], list[Step]], calls: list[Any],
             continue
         for body in step.bodies:
             plan_bodies(steps_of, body.calls, storage)
-            planned = {v for c in body.calls for v in c.results if v not in storage}
+            planned = {v for c in body.calls for v in c.results
+                       if v not in storage and v not in step.direct}
             kept = {v for v in body.outputs if v in planned}
             body.plan = plan_memory(steps_of(body.calls), planned, kept)
         step.region_bytes = step.body_offset + max(b.plan.arena_bytes for b in step.bodies)
@@ -148,6 +195,8 @@ def place_bodies(storage: dict[Value, Any], plan: MemoryPlan, calls: list[Any],
         if step is None:
             continue
         step.base = base + plan.scratch[ScratchSlot(s, 0)]
+        for v, outer in step.direct.items():
+            storage[v] = storage[outer]
         if step.is_loop:
             graph = step.bodies[0].graph
             storage[graph.inputs[0].out()] = make(step.base)
