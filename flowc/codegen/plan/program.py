@@ -28,8 +28,11 @@ offset)`, `Program.variables`), outside the arena; reads and assigns are copy st
 the variable in place. Send/recv aside, other stateful ops are refused with a FlowcError
 naming the node: artifacts do not run them yet. A control-flow node (`if`, `loop`) whose
 bodies are small (`control.one_kernel`) is one kernel like any other node (its scf
-lowering, lower/control.py). A graph the
-`partition` pass split over devices keeps its send/recv nodes as transfer steps
+lowering, lower/control.py); a larger one is a control step (`Call.control`,
+control_steps.py): its bodies' calls (kernels shared with the program's), planned per body
+in one scratch buffer of the step; `control_steps.walk` visits every call, bodies'
+included. A graph the `partition` pass split over devices keeps its send/recv nodes as
+transfer steps
 (`Call.transfer`) and lists its devices' arena regions in `Program.regions`, partition 0
 first; see `partitions.py`.
 """
