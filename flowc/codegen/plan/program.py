@@ -32,9 +32,8 @@ lowering, lower/control.py); a larger one is a control step (`Call.control`,
 control_steps.py): its bodies' calls (kernels shared with the program's), planned per body
 in one scratch buffer of the step; `control_steps.walk` visits every call, bodies'
 included. A graph the `partition` pass split over devices keeps its send/recv nodes as
-transfer steps
-(`Call.transfer`) and lists its devices' arena regions in `Program.regions`, partition 0
-first; see `partitions.py`.
+transfer steps (`Call.transfer`) and lists its devices' arena regions in
+`Program.regions`, partition 0 first; see `partitions.py`.
 """
 
 from __future__ import annotations
