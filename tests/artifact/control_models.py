@@ -164,3 +164,24 @@ def nested_loop_model() -> onnx.ModelProto:
         [helper.make_tensor_value_info("h", TensorProto.FLOAT, h_type),
          helper.make_tensor_value_info("hs", TensorProto.FLOAT, [3, *h_type])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def while_model() -> onnx.ModelProto:
+    """`h = Loop("", c0, h0)`, no trip count: the heavy body of `loop_model` runs while the
+    condition holds; the body's condition is `i + 1 < limit` (limit: an i64 input)."""
+    base = loop_model(heavy=True, scan=False)
+    body = base.graph.node[0].attribute[0].g
+    nodes = [n for n in body.node if n.output[0] != "cond_out"]
+    nodes += [helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(
+                  np.array(1, np.int64), "one")),
+              helper.make_node("Add", ["i", "one"], ["next"]),
+              helper.make_node("Less", ["next", "limit"], ["cond_out"])]
+    new_body = helper.make_graph(nodes, "body", body.input, body.output)
+    inputs = [helper.make_tensor_value_info("h0", TensorProto.FLOAT, [1, 8]),
+              helper.make_tensor_value_info("c0", TensorProto.BOOL, []),
+              helper.make_tensor_value_info("limit", TensorProto.INT64, [])]
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["", "c0", "h0"], ["h"], body=new_body)], "while_model",
+        inputs, [helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, 8])],
+        [i for i in base.graph.initializer if i.name != "M"])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

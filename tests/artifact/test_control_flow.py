@@ -13,7 +13,13 @@ import re
 import numpy as np
 import onnxruntime as ort
 import pytest
-from control_models import if_model, loop_model, nested_loop_model, scripted_loop
+from control_models import (
+    if_model,
+    loop_model,
+    nested_loop_model,
+    scripted_loop,
+    while_model,
+)
 
 import flowc
 from flowc.codegen.plan.control import one_kernel
@@ -95,6 +101,14 @@ def test_trip_count_read_at_run_time(tmp_path):
     flowc.compile(model, tmp_path / "m", name="m")
     run_both(model, tmp_path / "m",
              *({"h0": x_feed()[:1], "M": np.array(m, np.int64)} for m in (0, 1, 4, -2)))
+
+
+def test_while_loop_without_a_trip_count(tmp_path):
+    model = while_model()
+    flowc.compile(model, tmp_path / "m", name="m")
+    h0 = x_feed()[:1]
+    run_both(model, tmp_path / "m", *({"h0": h0, "c0": np.array(c), "limit": np.array(t)}
+                                      for c, t in ((True, 4), (True, -3), (False, 4))))
 
 
 def test_carried_value_updated_in_place_by_a_kernel_reading_it(tmp_path):
