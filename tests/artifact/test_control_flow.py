@@ -203,7 +203,7 @@ def test_carried_shape_changing_is_a_compile_error(tmp_path):
     g.add_output("y", loop.out())
     with pytest.raises(FlowcError, match=re.escape(
             "node 'grow_loop' (loop): carried value #0 enters as f32[2] and its body @grow "
-            "returns f32[4]; a compiled loop keeps each carried value's shape")):
+            "returns f32[4]; a compiled loop keeps each carried value's static shape")):
         flowc.compile(g, tmp_path / "m", name="m")
 
 

@@ -69,4 +69,4 @@ def check_carried(node: Node) -> None:
         if value.type != out.type:
             raise FlowcError(f"node {node.label()}: carried value #{k} enters as {value.type} "
                              f"and its body @{body.name} returns {out.type}; a compiled loop "
-                             "keeps each carried value's shape")
+                             "keeps each carried value's static shape")
