@@ -24,6 +24,7 @@ from collections.abc import Collection, Mapping
 
 import numpy as np
 
+from flowc.codegen.plan.control import check_carried
 from flowc.ir.attrs import Tensor
 from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import FlowcError
@@ -91,6 +92,7 @@ def retype(graph: Graph, types: Mapping[str, TensorType],
                              node.attrs, [const_value(v) for v in operands], node.label())
         for i, t in enumerate(result):
             if note is not None and isinstance(t, TensorType) and not t.is_static:
+                check_carried(node.replace(inputs=operands, types=result))
                 inputs = value_dependent_inputs(node.replace(inputs=operands, types=result))
                 because = ("" if not inputs else "; it depends on the value of input(s) "
                            + ", ".join(f"'{n}'" for n in inputs))
