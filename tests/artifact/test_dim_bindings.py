@@ -84,3 +84,16 @@ def test_cli_dim_ranges(tmp_path, capsys):
     assert "--dim 'N=1..x' must look like NAME=SIZE or NAME=LO..HI" in capsys.readouterr().err
     assert main(["compile", str(src), "-o", str(tmp_path / "d")]) == 1
     assert "has symbolic dims with no size: N (input 'x' dim 0)" in capsys.readouterr().err
+
+
+def test_results_typed_by_expressions_of_bounded_dims(tmp_path):
+    """A result whose dim is an expression of a bounded symbol (N*S) passes strict binding
+    and is refused naming the symbol and its bound."""
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", ("N", "S")))
+    g.add_output("y", g.append(make_node("flatten", [x], {"axis": 2}, name="flat")).out())
+    graph, _ = bind_dims(g, None, {"N": (1, 4), "S": (2, 8)})
+    assert "-> (y: f32[N*S,1])" in print_graph(graph)
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'flat' (flatten): dim N is dynamic (1..4) in its result f32[N*S,1]")):
+        compile_naive(g, tmp_path / "a", dims={"N": (1, 4), "S": (2, 8)})

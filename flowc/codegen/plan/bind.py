@@ -36,6 +36,7 @@ import numpy as np
 
 from flowc.ir.attrs import Tensor
 from flowc.ir.build import const_value, make_node
+from flowc.ir.dims import symbols as dim_symbols
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, rebuild
 from flowc.ir.limits import check_type
@@ -129,7 +130,8 @@ def retype(graph: Graph, types: Mapping[str, TensorType],
                              node.attrs, [const_value(v) for v in operands], node.label())
         for i, t in enumerate(result):
             if note is not None and isinstance(t, TensorType) and not all(
-                    isinstance(d, int) or d in bounded for d in t.shape):
+                    isinstance(d, int) or (d is not None and dim_symbols(d) <= set(bounded))
+                    for d in t.shape):
                 inputs = value_dependent_inputs(node.replace(inputs=operands, types=result))
                 because = ("" if not inputs else "; it depends on the value of input(s) "
                            + ", ".join(f"'{n}'" for n in inputs))
@@ -173,14 +175,14 @@ def refuse_dynamic(graph: Graph, bounds: Mapping[str, Bound]) -> None:
         for t in node.types:
             if not isinstance(t, TensorType):
                 continue
-            for dim in t.shape:
-                if isinstance(dim, str) and dim in bounded:
-                    lo, hi = bounded[dim]
+            for sym in (s for d in t.shape for s in sorted(dim_symbols(d))):
+                if sym in bounded:
+                    lo, hi = bounded[sym]
                     raise FlowcError(
-                        f"node {node.label()}: dim {dim} is dynamic ({lo}..{hi}) "
+                        f"node {node.label()}: dim {sym} is dynamic ({lo}..{hi}) "
                         f"in its result {t}, and op {node.op} has no kernel with run-time "
                         f"extents yet; give the dim a size for a static artifact "
-                        f"(dims={{'{dim}': SIZE}}, CLI: --dim {dim}=SIZE)")
+                        f"(dims={{'{sym}': SIZE}}, CLI: --dim {sym}=SIZE)")
 
 
 def value_dependent_inputs(*nodes: Node) -> list[str]:
