@@ -19,18 +19,21 @@ Contract:
 - `symbols(dim)` is the set of symbols a dim mentions; `substitute(dim, values)`
   replaces the symbols `values` gives (ints or dims) and returns the canonical dim;
   `evaluate(dim, values)` is the int a dim takes (every symbol given, else KeyError
-  naming the missing one).
+  naming the missing one). `fold(dim, ...)` computes a dim in another algebra (codegen's
+  index arithmetic) from leaf and operation callbacks.
 `ir/` code only; no import from the rest of flowc.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 Monomial = tuple[str, ...]  # sorted factor texts: symbols and division atoms
 Poly = dict[Monomial, int]  # monomial -> nonzero coefficient; () is the constant
 Dim = int | str | None
+T = TypeVar("T")
 
 _TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_][A-Za-z0-9_]*)|(.))")
 _DIVS = ("floordiv", "ceildiv")
@@ -286,6 +289,31 @@ class _Substitute(_Parser):
             self.take()
             return _poly(self.values[tok])
         return super().factor()
+
+
+_ATOM = re.compile(r"(floordiv|ceildiv)\((.*),(\d+)\)\Z")
+
+
+def fold(dim: int | str, symbol: Callable[[str], T], const: Callable[[int], T],
+         add: Callable[[T, T], T], mul: Callable[[T, T], T],
+         div: Callable[[T, int, bool], T]) -> T:
+    """`dim` computed in another algebra (codegen's index arithmetic): `symbol(name)` and
+    `const(c)` make leaves, `add`, `mul` and `div(x, k, ceil)` combine them, term by term
+    of the canonical polynomial (a negative coefficient is a `const` factor)."""
+    if isinstance(dim, int):
+        return const(dim)
+    total: T | None = None
+    for monomial, coef in _poly(dim).items():
+        term: T | None = None if coef == 1 else const(coef)
+        for factor in monomial:
+            atom = _ATOM.match(factor)
+            value = (div(fold(canonical(atom.group(2)), symbol, const, add, mul, div),
+                         int(atom.group(3)), atom.group(1) == "ceildiv")
+                     if atom else symbol(factor))
+            term = value if term is None else mul(term, value)
+        term = const(1) if term is None else term
+        total = term if total is None else add(total, term)
+    return const(0) if total is None else total
 
 
 def is_symbol(dim: Dim) -> bool:

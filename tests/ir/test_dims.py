@@ -126,3 +126,16 @@ def test_parser_canonicalizes_and_rejects_bad_expressions():
     assert print_graph(parse(text.replace("f32[N*S+N,8]", "f32[S*N + N,8]"))) == text
     with pytest.raises(ParseError, match=r"expected a dim .* found 'N\*\*S'"):
         parse(text.replace("f32[N*S+N,8]", "f32[N**S,8]"))
+
+
+def test_fold_computes_in_another_algebra():
+    """`fold` is how codegen computes a dim from the run's values (index arithmetic); here
+    in Python ints, against `evaluate`."""
+    values = {"N": 3, "S": 10}
+
+    def div(x, k, ceil):
+        return -(-x // k) if ceil else x // k
+
+    for dim in ["N*S", "ceildiv(S-1,2)+N*S", "2*N*S-S+7", "floordiv(N*S+3,4)*N", "-S+3", 5]:
+        assert D.fold(dim, values.__getitem__, int, lambda a, b: a + b,
+                      lambda a, b: a * b, div) == D.evaluate(dim, values)
