@@ -72,6 +72,7 @@ from flowc.codegen.gpu.backend import GpuBackend
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.options import CompileOptions
 from flowc.codegen.plan.bind import bind_dims, format_sizes, refuse_dynamic, require_static
+from flowc.codegen.plan.control_steps import refused
 from flowc.codegen.plan.memreport import report_memory
 from flowc.codegen.plan.partitions import call_device, gpu_devices, gpu_kernels_of, host_kernels
 from flowc.codegen.plan.program import Program, build_program, set_scratch
@@ -394,8 +395,9 @@ def check_no_training_options(opts: CompileOptions) -> None:
 def kernel_parts(program: Program, backend: Backend, target: Any,
                  opts: CompileOptions) -> list[Part]:
     """The parts `program`'s kernels compile in (see the module docstring, step 5), with
-    the checks that need the program: a GPU target's graph is not split over devices, a
-    GPU runs some kernel, `gpu_archs` go with a GPU, `--profile` with CPU kernels only."""
+    the checks that need the program: no control step on a GPU, a GPU target's graph is
+    not split over devices, a GPU runs some kernel, `gpu_archs` go with a GPU, `--profile`
+    with CPU kernels only."""
     kernels = [(k.symbol, k.body) for k in program.kernels]
     on_gpu = isinstance(backend, GpuBackend) or any(
         is_gpu_device(call_device(c)) for c in program.calls)
@@ -403,6 +405,9 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
         raise FlowcError(f"model {program.name}: an artifact with several entries (run, "
                          f"{', '.join(p.entry for p in program.siblings)}) runs on one CPU "
                          "device only so far; compile it for a CPU target without devices")
+    steps = [c.control.node for c in program.calls if c.control is not None]
+    if steps and on_gpu:
+        raise refused(steps[0])
     if opts.profile and on_gpu:
         raise FlowcError("--profile times kernels of CPU models only; this one runs "
                          "(wholly or in part) on a GPU")

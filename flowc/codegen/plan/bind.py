@@ -34,6 +34,7 @@ from collections.abc import Collection, Mapping
 
 import numpy as np
 
+from flowc.codegen.plan.control import check_carried
 from flowc.ir.attrs import Tensor
 from flowc.ir.build import const_value, make_node
 from flowc.ir.dims import symbols as dim_symbols
@@ -132,6 +133,7 @@ def retype(graph: Graph, types: Mapping[str, TensorType],
             if note is not None and isinstance(t, TensorType) and not all(
                     isinstance(d, int) or (d is not None and dim_symbols(d) <= set(bounded))
                     for d in t.shape):
+                check_carried(node.replace(inputs=operands, types=result))
                 inputs = value_dependent_inputs(node.replace(inputs=operands, types=result))
                 because = ("" if not inputs else "; it depends on the value of input(s) "
                            + ", ".join(f"'{n}'" for n in inputs))
