@@ -28,12 +28,10 @@ from mlir.dialects import arith, bufferization, func, memref
 from flowc.codegen.lower import NOT_KERNELS, lookup, lowers_dynamic
 from flowc.codegen.lower.context import (
     dim_sizes,
-    elem_type,
     empty,
     generic,
     identity_map,
     memref_type,
-    mlir_shape,
     run_time_dims,
     tensor_type,
 )
@@ -229,8 +227,7 @@ def _view(t: TensorType, arg: ir.Value) -> ir.Value:
         strides.insert(0, stride)
         stride = _index_mul(stride, size)
     dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
-    layout = ir.StridedLayoutAttr.get(0, [s if isinstance(s, int) else dynamic for s in strides])
-    result = ir.MemRefType.get(mlir_shape(t), elem_type(t.dtype), layout)
+    result = memref_type(t)  # identity layout: dense row-major, so views collapse in place
     return memref.ReinterpretCastOp(
         result, arg, [], [s for s in sizes if not isinstance(s, int)],
         [s for s in strides if not isinstance(s, int)], [0],

@@ -54,11 +54,10 @@ def test_one_elementwise_kernel_runs_every_size():
 def test_an_op_without_a_dynamic_lowering_is_refused():
     g = Graph("g")
     x = g.add_input("in0", TensorType("f32", ("N", 4)))
-    w = g.add_input("in1", TensorType("f32", (4, 3)))
-    g.add_output("out0", g.append(make_node("matmul", [x, w], name="fc")).out())
+    g.add_output("out0", g.append(make_node("transpose", [x], name="t")).out())
     with pytest.raises(FlowcError, match=re.escape(
-            "node 'fc' (matmul): dim N is dynamic, and op matmul has no kernel with run-time "
-            "extents on target host yet")):
+            "node 't' (transpose): dim N is dynamic, and op transpose has no kernel with "
+            "run-time extents on target host yet")):
         compile_kernels([("kernel", g)], "host", cache=False)
 
 
@@ -70,4 +69,86 @@ def test_a_symbolic_operand_dim_broadcast_to_a_static_one_is_refused():
     with pytest.raises(FlowcError, match=re.escape(
             "node 'sum' (add): operand dim N broadcast to 3: a kernel with run-time extents "
             "broadcasts static dims only")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+@pytest.mark.parametrize("lead", [("N",), ("N", "S")])
+def test_matmul_with_run_time_rows(lead):
+    """x [..., 8] @ w [8, 5]: the MLP layer's kernel, one for every row count (as the
+    artifact's kernels are: one node, or a fused one)."""
+    g = Graph("dyn_mm")
+    x = g.add_input("in0", TensorType("f32", (*lead, 8)))
+    w = g.add_input("in1", TensorType("f32", (8, 5)))
+    g.add_output("out0", g.append(make_node("matmul", [x, w])).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_mm{len(lead)}")))
+    rng = np.random.default_rng(1)
+    wv = rng.standard_normal((8, 5)).astype(np.float32)
+    for sizes in [(1, 1), (3, 2), (64, 7), (0, 3)]:
+        shape = sizes[:len(lead)]
+        xv = rng.standard_normal((*shape, 8)).astype(np.float32)
+        (got,) = call(lib, g, [xv, wv], dict(zip(lead, shape, strict=True)))
+        np.testing.assert_allclose(got, xv @ wv, rtol=1e-5, atol=1e-5)
+
+
+def test_a_temporary_of_run_time_size_is_refused():
+    """A body whose intermediate needs a buffer of run-time size (matmul then relu in one
+    kernel: the fuse pass makes that one fused node instead, which keeps static shapes)
+    would need scratch the caller cannot size: refused, naming the buffer."""
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 8)))
+    w = g.add_input("in1", TensorType("f32", (8, 5)))
+    y = g.append(make_node("matmul", [x, w])).out()
+    g.add_output("out0", g.append(make_node("relu", [y])).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "temporary of type memref<?x5xf32> is not a dense static buffer")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+def test_matmul_of_a_symbolic_b_is_refused_naming_the_node():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 4)))
+    w = g.add_input("in1", TensorType("f32", (4, "M")))
+    g.add_output("out0", g.append(make_node("matmul", [x, w], name="fc")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'fc' (matmul): matmul of f32[N,4] and f32[4,M]: with symbolic dims, a "
+            "kernel takes [..., K] @ [K, N] of static B only so far")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_row_kernels_take_run_time_leading_dims():
+    """softmax and layer_norm (the encoder's row ops) over [N, S, 16]: f32 rows of static
+    length, their count known at run time."""
+    rng = np.random.default_rng(2)
+    for op, attrs, extra in [("softmax", {"axis": -1}, []),
+                             ("layer_normalization", {"axis": -1, "epsilon": 1e-5},
+                              [rng.standard_normal(16).astype(np.float32),
+                               rng.standard_normal(16).astype(np.float32)])]:
+        g = Graph(f"dyn_{op}")
+        x = g.add_input("in0", TensorType("f32", ("N", "S", 16)))
+        params = [g.add_input(f"in{i + 1}", TensorType("f32", (16,))) for i in range(len(extra))]
+        g.add_output("out0", g.append(make_node(op, [x, *params], attrs)).out())
+        lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}")))
+        for n, s in [(1, 1), (2, 9), (3, 128)]:
+            xv = rng.standard_normal((n, s, 16)).astype(np.float32)
+            (got,) = call(lib, g, [xv, *extra], {"N": n, "S": s})
+            if op == "softmax":
+                want = _softmax(xv)
+            else:
+                mean, var = xv.mean(-1, keepdims=True), xv.var(-1, keepdims=True)
+                want = (xv - mean) / np.sqrt(var + 1e-5) * extra[0] + extra[1]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=op)
+
+
+def test_a_row_op_over_a_symbolic_row_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", (2, "S")))
+    g.add_output("out0", g.append(make_node("softmax", [x], {"axis": 0}, name="sm")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'sm' (softmax): softmax of f32[2,S] over axis 0: with symbolic dims, a kernel "
+            "takes f32 rows of static trailing dims only so far")):
         compile_kernels([("kernel", g)], "host", cache=False)

@@ -248,6 +248,14 @@ def reshape(v: ir.Value, shape: Sequence[int]) -> ir.Value:
                                 shape).result
 
 
+def size_of(v: ir.Value, axis: int) -> int | ir.Value:
+    """Dim `axis` of tensor `v`: an int when static, else a `tensor.dim` index value."""
+    d = value_shape(v)[axis]
+    if d != ir.ShapedType.get_dynamic_size():
+        return d
+    return tensor.dim(v, arith.ConstantOp(ir.IndexType.get(), axis).result)
+
+
 def expr_map(n_dims: int, exprs: Sequence[ir.AffineExpr]) -> ir.AffineMapAttr:
     return ir.AffineMapAttr.get(ir.AffineMap.get(n_dims, 0, list(exprs)))
 
