@@ -10,7 +10,8 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
 2. binds symbolic dims (`bind_dims`: `batch` for leading dims, `dims` by name: a size, or a
    bound `(lo, hi)`; a symbolic dim with neither is a FlowcError listing every such dim, so
    no size is ever picked silently); a bounded dim that types any node is refused
-   (`refuse_dynamic`, naming node, op and dim) until kernels take run-time extents;
+   (`refuse_dynamic`, naming node, op and dim) until the arena plan and the entry take
+   run-time dims (kernels do: codegen/kernels.py);
 3. runs the pass pipeline, verifying after each pass (with `devices`, the `place` pass
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
    `device_supports`; its report goes to `explain_placement` and DUMP_DIR/placement.txt;

@@ -18,8 +18,9 @@ Contract:
   folding may make it static) and `require_static`.
 - `require_static(graph, note)` re-infers every node and raises for any non-static result.
 - `refuse_dynamic(graph, bounds)` raises, for a graph whose types still hold a bounded
-  symbol, a FlowcError naming the first node, its op and the symbol with its bound: no
-  kernel has run-time extents yet (issue [12]); give the dim a size for a static artifact.
+  symbol, a FlowcError naming the first node, its op and the symbol with its bound: kernels
+  take run-time extents (codegen/kernels.py) but the artifact's arena plan, entry and
+  runtime do not yet (issue [12]); give the dim a size for a static artifact.
 - `specialize(graph, feeds, fold=())` types each input as its feed array; the inputs named
   in `fold` become constants holding the feed's value (for inputs whose values decide
   result shapes: `value_dependent_inputs`). The artifact then runs exactly these shapes (its
@@ -182,9 +183,9 @@ def refuse_dynamic(graph: Graph, bounds: Mapping[str, Bound]) -> None:
                     lo, hi = bounded[sym]
                     raise FlowcError(
                         f"node {node.label()}: dim {sym} is dynamic ({lo}..{hi}) "
-                        f"in its result {t}, and op {node.op} has no kernel with run-time "
-                        f"extents yet; give the dim a size for a static artifact "
-                        f"(dims={{'{sym}': SIZE}}, CLI: --dim {sym}=SIZE)")
+                        f"in its result {t}, and artifacts do not run dynamic dims yet (the "
+                        f"arena and entry are planned for static sizes); give the dim a size "
+                        f"for a static artifact (dims={{'{sym}': SIZE}}, CLI: --dim {sym}=SIZE)")
 
 
 def value_dependent_inputs(*nodes: Node) -> list[str]:
