@@ -13,7 +13,7 @@ from kernel_harness import aligned, compiled_body, link
 
 from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernels import dim_symbols
-from flowc.ir import FlowcError, Graph, TensorType
+from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 
 
@@ -54,9 +54,10 @@ def test_one_elementwise_kernel_runs_every_size():
 def test_an_op_without_a_dynamic_lowering_is_refused():
     g = Graph("g")
     x = g.add_input("in0", TensorType("f32", ("N", 4)))
-    g.add_output("out0", g.append(make_node("transpose", [x], name="t")).out())
+    k = g.append(make_node("constant", [], {"value": Tensor(np.array(0))})).out()
+    g.add_output("out0", g.append(make_node("cumsum", [x, k], name="c")).out())
     with pytest.raises(FlowcError, match=re.escape(
-            "node 't' (transpose): dim N is dynamic, and op transpose has no kernel with "
+            "node 'c' (cumsum): dim N is dynamic, and op cumsum has no kernel with "
             "run-time extents on target host yet")):
         compile_kernels([("kernel", g)], "host", cache=False)
 
@@ -104,15 +105,46 @@ def test_a_temporary_of_run_time_size_is_refused():
         compile_kernels([("kernel", g)], "host", cache=False)
 
 
-def test_matmul_of_a_symbolic_b_is_refused_naming_the_node():
+def test_attention_matmuls_of_equal_batches():
+    """q [N,S,8] @ k^T [N,8,S] -> scores [N,S,S], then @ v [N,S,8]: both operands of
+    run-time extents, equal batch dims."""
+    g = Graph("dyn_attn")
+    q = g.add_input("in0", TensorType("f32", ("N", "S", 8)))
+    kt = g.add_input("in1", TensorType("f32", ("N", 8, "S")))
+    g.add_output("out0", g.append(make_node("matmul", [q, kt])).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_attn")))
+    rng = np.random.default_rng(4)
+    for n, s in [(1, 1), (2, 16), (3, 5)]:
+        qv = rng.standard_normal((n, s, 8)).astype(np.float32)
+        kv = rng.standard_normal((n, 8, s)).astype(np.float32)
+        (got,) = call(lib, g, [qv, kv], {"N": n, "S": s})
+        np.testing.assert_allclose(got, qv @ kv, rtol=1e-5, atol=1e-5)
+
+
+def test_a_broadcasting_batched_matmul_is_refused_naming_the_node():
     g = Graph("g")
-    x = g.add_input("in0", TensorType("f32", ("N", 4)))
-    w = g.add_input("in1", TensorType("f32", (4, "M")))
-    g.add_output("out0", g.append(make_node("matmul", [x, w], name="fc")).out())
+    x = g.add_input("in0", TensorType("f32", ("N", 3, 4)))
+    w = g.add_input("in1", TensorType("f32", (1, 4, 5)))
+    g.add_output("out0", g.append(make_node("matmul", [x, w], name="bmm")).out())
     with pytest.raises(FlowcError, match=re.escape(
-            "node 'fc' (matmul): matmul of f32[N,4] and f32[4,M]: with symbolic dims, a "
-            "kernel takes [..., K] @ [K, N] of static B only so far")):
+            "node 'bmm' (matmul): matmul of f32[N,3,4] and f32[1,4,5]: with symbolic dims, a "
+            "kernel takes [..., K] @ [K, N], or batches of equal dims, only so far")):
         compile_kernels([("kernel", g)], "host", cache=False)
+
+
+def test_gather_of_run_time_indices():
+    """The embedding lookup: table [10, 4] (static) at token ids [N, S]."""
+    g = Graph("dyn_gather")
+    table = g.add_input("in0", TensorType("f32", (10, 4)))
+    ids = g.add_input("in1", TensorType("i64", ("N", "S")))
+    g.add_output("out0", g.append(make_node("gather", [table, ids], {"axis": 0})).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_gather")))
+    rng = np.random.default_rng(5)
+    tv = rng.standard_normal((10, 4)).astype(np.float32)
+    for n, s in [(1, 1), (2, 6)]:
+        iv = rng.integers(0, 10, (n, s)).astype(np.int64)
+        (got,) = call(lib, g, [tv, iv], {"N": n, "S": s})
+        np.testing.assert_array_equal(got, tv[iv])
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -151,4 +183,35 @@ def test_a_row_op_over_a_symbolic_row_is_refused():
     with pytest.raises(FlowcError, match=re.escape(
             "node 'sm' (softmax): softmax of f32[2,S] over axis 0: with symbolic dims, a kernel "
             "takes f32 rows of static trailing dims only so far")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+@pytest.mark.parametrize("op, attrs, consts, want", [
+    ("transpose", {"perm": [1, 0, 2]}, [], lambda x: x.transpose(1, 0, 2)),
+    ("reduce_max", {"keepdims": 1}, [np.array([2])], lambda x: x.max(2, keepdims=True)),
+    ("reduce_min", {"keepdims": 0}, [np.array([1])], lambda x: x.min(1)),
+])
+def test_transpose_and_reductions_take_run_time_dims(op, attrs, consts, want):
+    g = Graph(f"dyn_{op}")
+    x = g.add_input("in0", TensorType("f32", ("N", "S", 6)))
+    operands = [x, *(g.append(make_node("constant", [], {"value": Tensor(c)})).out()
+                     for c in consts)]
+    g.add_output("out0", g.append(make_node(op, operands, attrs)).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}")))
+    rng = np.random.default_rng(3)
+    for n, s in [(1, 1), (2, 7), (5, 3)]:
+        xv = rng.standard_normal((n, s, 6)).astype(np.float32)
+        (got,) = call(lib, g, [xv], {"N": n, "S": s})
+        np.testing.assert_allclose(got, want(xv), rtol=1e-5, atol=1e-6, err_msg=op)
+
+
+def test_a_widened_sum_of_symbolic_dims_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 4)))
+    axes = g.append(make_node("constant", [], {"value": Tensor(np.array([1]))})).out()
+    g.add_output("out0", g.append(make_node("reduce_sum", [x, axes], name="m")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'm' (reduce_sum): reduce_sum of f32[N,4]: with symbolic dims, a kernel sums "
+            "only f64 (the widened accumulator of others would be a temporary of run-time "
+            "size)")):
         compile_kernels([("kernel", g)], "host", cache=False)

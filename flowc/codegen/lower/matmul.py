@@ -53,12 +53,13 @@ def contract(a: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
 
 
 def contract_rows(a: ir.Value, b: ir.Value, dt: DType, out: TensorType) -> ir.Value:
-    """a [..., K] @ b [K, N] (both `dt`) as one contraction over a's leading dims (of
-    run-time extents: no reshape, so the result is written straight into the caller's
-    buffer), in `out`'s dtype."""
+    """a [..., M, K] @ b [K, N] or b [..., K, N] of a's batch dims (both `dt`) as one
+    contraction (of run-time extents: no reshape, so the result is written straight into
+    the caller's buffer), in `out`'s dtype."""
     rank = out.rank
     lead = list(range(rank - 1))
-    maps = [affine_map(rank + 1, [*lead, rank]), affine_map(rank + 1, [rank, rank - 1]),
+    b_map = [rank, rank - 1] if len(value_shape(b)) == 2 else [*lead[:-1], rank, rank - 1]
+    maps = [affine_map(rank + 1, [*lead, rank]), affine_map(rank + 1, b_map),
             affine_map(rank + 1, [*lead, rank - 1])]
     init = fill(scalar_const(out.dtype, 0), empty(out))
 
@@ -126,15 +127,16 @@ def _matmul(ctx: RuleCtx, a, b) -> list:
         y = matmul_nd(a, b, dt, list(ctx.out.shape))
     elif dt.is_bool:
         raise ctx.error("a bool matmul of symbolic dims has no kernel yet")
-    elif ctx.in_types[0].rank == 2 and ctx.in_types[1].rank == 2 \
-            and ctx.in_types[1].is_static:
+    elif ctx.in_types[0].rank == 2 and ctx.in_types[1].rank == 2:
         y = contract(a, b, dt)
-    elif ctx.in_types[0].rank > 2 and ctx.in_types[1].rank == 2 \
-            and ctx.in_types[1].is_static:
+    elif (ctx.in_types[0].rank > 2 and ctx.in_types[1].rank == 2) or (
+            ctx.in_types[0].rank == ctx.in_types[1].rank > 2
+            and ctx.in_types[0].shape[:-2] == ctx.in_types[1].shape[:-2]):
         y = contract_rows(a, b, dt, ctx.out.with_dtype(acc_dtype(dt)))
     else:
         raise ctx.error(f"matmul of {ctx.in_types[0]} and {ctx.in_types[1]}: with symbolic "
-                        "dims, a kernel takes [..., K] @ [K, N] of static B only so far")
+                        "dims, a kernel takes [..., K] @ [K, N], or batches of equal dims, "
+                        "only so far")
     return [convert_tensor(y, acc_dtype(dt), dt)]
 
 

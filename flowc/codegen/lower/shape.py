@@ -78,7 +78,7 @@ def _expand(ctx: RuleCtx, x, _shape) -> list:
                                      *ctx.in_types[0].shape]), ctx.out.shape)]
 
 
-@register("transpose")
+@register("transpose", dynamic=True)
 def _transpose(ctx: RuleCtx, x) -> list:
     rank = ctx.out.rank
     perm = ctx.attrs["perm"]
@@ -170,11 +170,14 @@ def _tile(ctx: RuleCtx, x, _repeats) -> list:
                    "p" * rank, lambda v, _o: [v])
 
 
-@register("gather")
+@register("gather", dynamic=True)
 def _gather(ctx: RuleCtx, data, indices) -> list:
     dshape, ishape = ctx.in_types[0].shape, ctx.in_types[1].shape
     axis = ctx.attrs["axis"] % len(dshape)
     n, k = dshape[axis], len(ishape)
+    if not isinstance(n, int):
+        raise ctx.error(f"gather along dim {n} of {ctx.in_types[0]}: with symbolic dims, a "
+                        "kernel gathers along a static dim only so far")
     idx_dt = ctx.in_types[1].dtype
 
     def index_of(ix, _args):
