@@ -15,6 +15,7 @@ from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernels import dim_symbols
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
+from flowc.ir.dims import evaluate
 
 
 def bias_relu_body() -> Graph:
@@ -31,7 +32,7 @@ def bias_relu_body() -> Graph:
 def call(lib: ctypes.CDLL, body: Graph, inputs: list[np.ndarray], dims: dict[str, int]
          ) -> list[np.ndarray]:
     """Call the compiled kernel on `inputs` with outputs of the run's shapes."""
-    outs = [aligned(np.zeros([d if isinstance(d, int) else dims[d] for d in t.shape],
+    outs = [aligned(np.zeros([evaluate(d, dims) for d in t.shape],
                              t.dtype.np)) for t in body.output_types]
     table = aligned(np.array([dims[s] for s in dim_symbols(body)], np.int64))
     buffers = [*map(aligned, inputs), *outs, table]  # alive until the call returns
@@ -214,4 +215,38 @@ def test_a_widened_sum_of_symbolic_dims_is_refused():
             "node 'm' (reduce_sum): reduce_sum of f32[N,4]: with symbolic dims, a kernel sums "
             "only f64 (the widened accumulator of others would be a temporary of run-time "
             "size)")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+def test_concat_and_slice_with_run_time_sizes():
+    """concat([x [N,S,4], y [N,1,4]], axis 1) at the run's offsets, then [:, :, 1:3]: the
+    concat's axis symbolic (S+1), the slice's static."""
+    g = Graph("dyn_cat")
+    x = g.add_input("in0", TensorType("f32", ("N", "S", 4)))
+    y = g.add_input("in1", TensorType("f32", ("N", 1, 4)))
+    cat = g.append(make_node("concat", [y, x, y], {"axis": 1})).out()
+    ints = [g.append(make_node("constant", [], {"value": Tensor(np.array([v]))})).out()
+            for v in (1, 3, 2)]
+    g.add_output("out0", cat)
+    g.add_output("out1", g.append(make_node("slice", [x, *ints])).out())
+    assert [str(t) for t in g.output_types] == ["f32[N,S+2,4]", "f32[N,S,2]"]
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_cat")))
+    rng = np.random.default_rng(6)
+    for n, s in [(1, 1), (2, 5), (3, 0)]:
+        xv = rng.standard_normal((n, s, 4)).astype(np.float32)
+        yv = rng.standard_normal((n, 1, 4)).astype(np.float32)
+        got_cat, got_slice = call(lib, g, [xv, yv], {"N": n, "S": s})
+        np.testing.assert_array_equal(got_cat, np.concatenate([yv, xv, yv], axis=1))
+        np.testing.assert_array_equal(got_slice, xv[:, :, 1:3])
+
+
+def test_a_slice_of_a_symbolic_dim_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 4)))
+    ints = [g.append(make_node("constant", [], {"value": Tensor(np.array([v]))})).out()
+            for v in (1, 2**40, 0)]
+    g.add_output("out0", g.append(make_node("slice", [x, *ints], name="tail")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'tail' (slice): slice of f32[N,4] along dim N: with symbolic dims, a kernel "
+            "slices static dims only so far")):
         compile_kernels([("kernel", g)], "host", cache=False)

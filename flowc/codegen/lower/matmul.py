@@ -55,19 +55,21 @@ def contract(a: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
 def contract_rows(a: ir.Value, b: ir.Value, dt: DType, out: TensorType) -> ir.Value:
     """a [..., M, K] @ b [K, N] or b [..., K, N] of a's batch dims (both `dt`) as one
     contraction (of run-time extents: no reshape, so the result is written straight into
-    the caller's buffer), in `out`'s dtype."""
+    the caller's buffer), in `out`'s dtype. Loop dims: a's leading dims, then k, then n
+    innermost, so that loops (no tiling strategy takes run-time extents yet) run
+    out[..., m, :] += a[..., m, k] * b[k, :] over contiguous rows, which LLVM vectorizes."""
     rank = out.rank
-    lead = list(range(rank - 1))
-    b_map = [rank, rank - 1] if len(value_shape(b)) == 2 else [*lead[:-1], rank, rank - 1]
-    maps = [affine_map(rank + 1, [*lead, rank]), affine_map(rank + 1, b_map),
-            affine_map(rank + 1, [*lead, rank - 1])]
+    lead, k, n = list(range(rank - 1)), rank - 1, rank
+    b_map = [k, n] if len(value_shape(b)) == 2 else [*lead[:-1], k, n]
+    maps = [affine_map(rank + 1, [*lead, k]), affine_map(rank + 1, b_map),
+            affine_map(rank + 1, [*lead, n])]
     init = fill(scalar_const(out.dtype, 0), empty(out))
 
     def body(x, w, acc):
         product = s.mul(out.dtype, s.convert(x, dt, out.dtype), s.convert(w, dt, out.dtype))
         return [s.add(out.dtype, acc, product)]
 
-    return generic([a, b], maps[:2], [init], maps[2:], "p" * rank + "r", body)[0]
+    return generic([a, b], maps[:2], [init], maps[2:], "p" * (rank - 1) + "rp", body)[0]
 
 
 def contract_at(at: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
@@ -127,9 +129,7 @@ def _matmul(ctx: RuleCtx, a, b) -> list:
         y = matmul_nd(a, b, dt, list(ctx.out.shape))
     elif dt.is_bool:
         raise ctx.error("a bool matmul of symbolic dims has no kernel yet")
-    elif ctx.in_types[0].rank == 2 and ctx.in_types[1].rank == 2:
-        y = contract(a, b, dt)
-    elif (ctx.in_types[0].rank > 2 and ctx.in_types[1].rank == 2) or (
+    elif (ctx.in_types[0].rank >= 2 and ctx.in_types[1].rank == 2) or (
             ctx.in_types[0].rank == ctx.in_types[1].rank > 2
             and ctx.in_types[0].shape[:-2] == ctx.in_types[1].shape[:-2]):
         y = contract_rows(a, b, dt, ctx.out.with_dtype(acc_dtype(dt)))
