@@ -7,7 +7,11 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    directory) before any work; imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a
    path to `.onnx` / `.flowc`); a graph without outputs that assigns no variable is a
    FlowcError (it would compile to an artifact doing nothing);
-2. binds symbolic dims (`bind_dims`: `batch` for leading dims, `dims` by name);
+2. binds symbolic dims (`bind_dims`: `batch` for leading dims, `dims` by name: a size, or a
+   bound `(lo, hi)`; a symbolic dim with neither is a FlowcError listing every such dim, so
+   no size is ever picked silently); a bounded dim that types any node is refused
+   (`refuse_dynamic`, naming node, op and dim) until the arena plan and the entry take
+   run-time dims (kernels do: codegen/kernels.py);
 3. runs the pass pipeline, verifying after each pass (with `devices`, the `place` pass
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
    `device_supports`; its report goes to `explain_placement` and DUMP_DIR/placement.txt;
@@ -68,7 +72,7 @@ from flowc.codegen.entries import inference_graph
 from flowc.codegen.gpu.backend import GpuBackend
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.options import CompileOptions
-from flowc.codegen.plan.bind import bind_dims, format_sizes, require_static
+from flowc.codegen.plan.bind import bind_dims, format_sizes, refuse_dynamic, require_static
 from flowc.codegen.plan.control_steps import refused
 from flowc.codegen.plan.memreport import report_memory
 from flowc.codegen.plan.partitions import call_device, gpu_devices, gpu_kernels_of, host_kernels
@@ -292,6 +296,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     def lower(g: Graph, prefix: str = "") -> tuple[Graph, dict[str, int]]:
         pipeline = step_pipeline if g is stepped else passes
         g, sizes = bind_dims(g, opts.batch, opts.dims, strict=False)
+        refuse_dynamic(g, sizes)
         g = PassManager(pipeline, dump=sys.stderr if opts.print_ir_after_all else None,
                         dump_dir=dump, progress=opts.progress, dump_prefix=prefix).run(g)
         return require_static(g, format_sizes(sizes)), sizes
