@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import flowc
+from flowc.codegen.plan.control import one_kernel
 from flowc.frontend import Graph, Variable, api, cond, constant, placeholder, train, while_loop
 from flowc.ir.interpret import State, interpret
 from flowc.passes import PIPELINES
@@ -161,3 +162,29 @@ def test_training_through_a_bounded_while_loop_compiled(tmp_path):
     assert set(variables) == set(state.variables)
     for name, value in state.variables.items():
         np.testing.assert_allclose(variables[name], value, rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_gradient_of_a_small_while_loop_compiled_as_one_kernel(tmp_path):
+    """A small elementwise body: the forward loop, grown with padded residual scans, is one
+    scf kernel (zeros past the iterations run come from its initial fill)."""
+    with Graph("small") as g:
+        x, w = placeholder("f64", (3,), name="x"), placeholder("f64", (3,), name="w")
+        _, acc = while_loop(lambda i, acc: api.reduce_sum(acc * acc, keepdims=0) < 4.0,
+                            lambda i, acc: (i + 1, api.tanh(acc * w) + x), [0, x],
+                            maximum_iterations=8)
+        loss = api.reduce_sum(acc * w, keepdims=0)
+        g.output("loss", loss)
+        for name, d in zip("xw", g.gradients([loss], [x, w]), strict=True):
+            g.output(f"d{name}", d)
+    forward = next(n for n in g.ir.nodes if n.op == "loop")
+    assert forward.attrs["padded"] > 0 and one_kernel(forward)
+    # the loop runs 0 times (sum(x*x) >= 4 already), 4 (stopped by its condition), 8
+    cases = [{"x": np.array([1.0, 0.8, 0.6]) * s, "w": np.array([0.5, 0.8, 0.6])}
+             for s in (1.5, 0.7, 0.6)]
+    flowc.compile(g.ir, tmp_path / "art")
+    with flowc.load(tmp_path / "art", threads=1) as model:
+        for feed in cases:
+            got = model.run(**feed)
+            for name in ("x", "w"):
+                np.testing.assert_allclose(got[f"d{name}"], central_differences(
+                    g.ir, feed, name), rtol=1e-5, atol=1e-6, err_msg=name)
