@@ -18,11 +18,10 @@ values they need as that body's inputs. As TF's while_v2 does, the forward node 
   rows, static shapes that an artifact preallocates (TF's while_v2 accumulators): a loop
   without a condition runs n = M iterations; one with a condition may stop earlier, so its
   stacks are `padded` (rows past the n run are zeros) and it also scans out `iteration + 1`,
-  whose maximum is n. The backward is a
-  loop of as many iterations running in reverse (row n-1-j at step j) that carries the
-  cotangents of the carried values and sums those of the float captures; it is bounded by
-  the same constant M (its condition stops it after n steps), so it can be differentiated
-  in turn.
+  whose maximum is n. The backward is a loop of as many iterations running in reverse
+  (row n-1-j at step j) that carries the cotangents of the carried values and sums those
+  of the float captures; it is bounded by the same constant M (its condition stops it
+  after n steps), so it can be differentiated in turn.
 """
 
 from __future__ import annotations
@@ -227,8 +226,9 @@ def _loop_vjp(g, cts):
                                              _const(grown, np.int64(1))))
     for k, v in enumerate(stacked):
         _output(grown, f"residual{k}", v)
+    # a node grown before (a gradient of a gradient) keeps its padded scans padded
     padded = g.attrs["padded"] + (len(grown.outputs) - len(body.outputs) if early else 0)
-    kept = g.grow({"body": grown, "padded": padded})  # grown again: a gradient of a gradient
+    kept = g.grow({"body": grown, "padded": padded})
     stacks = kept[1:] if early else kept
     if early and bound > 0:
         trips = g.op("reduce_max", kept[0], keepdims=0)
