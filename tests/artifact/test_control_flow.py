@@ -2,9 +2,9 @@
 onnxruntime; a small body becomes one scf kernel (plan/control.py `one_kernel`), a large
 one control steps of the entry (plan/control_steps.py, emit/control_c.py): branches and
 iterations of kernel calls, trip count read at run time, scan rows, carried values swapped
-through temporaries, nested if in loop (a torch-scripted loop), kernels profiled per
-iteration, bodies in the memory report; bad control flow is refused with a one-line error
-naming the node."""
+through temporaries, nested if in loop (a torch-scripted loop), `torch.cond` and torch's
+`while_loop` (the dynamo exporter's If and Loop), kernels profiled per iteration, bodies in
+the memory report; bad control flow is refused with a one-line error naming the node."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from control_models import (
     loop_model,
     nested_loop_model,
     scripted_loop,
+    torch_cond,
+    torch_while,
     while_model,
 )
 
@@ -135,6 +137,24 @@ def test_torch_scripted_loop_with_an_if_inside(tmp_path):
     entry = (tmp_path / "dump" / "m_model.c").read_text()
     assert "const int64_t trips1 = *(const int64_t *)(in[1]);" in entry
     assert "      if (*(const int8_t *)(" in entry  # the If inside the loop's body
+
+
+def test_torch_cond_exported_by_dynamo(tmp_path):
+    pytest.importorskip("onnxscript")
+    model = torch_cond()
+    assert [n.op_type for n in model.graph.node][-1] == "If"
+    flowc.compile(model, tmp_path / "m", name="m")
+    x = np.abs(x_feed()[:2])
+    run_both(model, tmp_path / "m", {"x": x}, {"x": -x}, {"x": x * np.float32(0.1) - 0.01})
+
+
+def test_torch_while_loop_exported_by_dynamo(tmp_path):
+    pytest.importorskip("onnxscript")
+    model = torch_while()
+    assert [n.op_type for n in model.graph.node][-1] == "Loop"
+    flowc.compile(model, tmp_path / "m", name="m")
+    x = x_feed()[:2]
+    run_both(model, tmp_path / "m", *({"x": x, "n": np.array(n, np.int64)} for n in (0, 1, 5)))
 
 
 def test_loop_nested_in_a_loop(tmp_path):

@@ -6,7 +6,7 @@ control step `call.control`:
   each branch result copied into the node's result buffer (booleans are one byte);
 - `loop`: in a block of its own, the trip count read at run time from M's buffer (no M:
   no limit) and the condition from cond's (none: true); each carried value's initial value
-  copied into its slot (the node's result buffer); then
+  copied into its slot (the node's result buffer), each `padded` scan result zeroed; then
   `for (itD = 0; itD < tripsD && goD; ++itD)`: the iteration number and condition written
   into their slots, the body's calls, the condition read back (a loop with one), each scan
   element copied into row `itD` of its result, carried values staged (swaps) then copied
@@ -88,6 +88,9 @@ def _loop(program: Program, call: Call, kernel_c: KernelC, depth: int) -> list[s
     for k in range(n):
         lines += _copy(pointer(where(node.outputs[k])), pointer(where(node.inputs[2 + k])),
                        nbytes(node.types[k]), inner)
+    scans = node.outputs[n:]
+    for result in scans[len(scans) - node.attrs.get("padded", 0):]:
+        lines.append(f"{inner}memset({pointer(where(result))}, 0, {nbytes(result.type)}u);")
     lines.append(f"{inner}for (int64_t {it} = 0; {it} < {trips} && {go}; ++{it}) {{")
     deep = "  " * (depth + 2)
     lines += [f"{deep}*(int64_t *)({pointer(where(graph.inputs[0].out()))}) = {it};",
