@@ -21,8 +21,8 @@ from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 
 UNBOUNDED = ("pass 'gradients' (after: none) on graph @while_model failed: gradients: loop "
-             "'Loop_0' (loop) at {} has no static bound on its iterations; give while_loop "
-             "maximum_iterations (a constant trip count M)")
+             "'Loop_0' (loop) at {} has no static bound on its iterations; give it a "
+             "constant trip count M (while_loop's maximum_iterations; an ONNX Loop's M input)")
 
 
 def test_training_through_an_unbounded_loop_is_refused(tmp_path, capsys):

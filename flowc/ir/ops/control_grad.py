@@ -204,8 +204,8 @@ def _loop_vjp(g, cts):
     body, label = g.attrs["body"], g.node.label()
     if g.const_input(0) is None:
         raise GradientError(f"gradients: loop {label} has no static bound on its "
-                            "iterations; give while_loop maximum_iterations (a constant "
-                            "trip count M)")
+                            "iterations; give it a constant trip count M (while_loop's "
+                            "maximum_iterations; an ONNX Loop's M input)")
     captures = g.attrs["captures"]
     n_car = g.num_inputs - 2 - captures
     carried = [j for j in range(n_car) if _is_float(g.in_type(2 + j))]
