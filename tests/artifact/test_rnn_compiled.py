@@ -1,8 +1,9 @@
 """ONNX LSTM and GRU compiled (issue [11]): the per-step work of the loop an RNN imports as.
 
 - each step reads its row of the input projection through a pointer (a row view,
-  plan/control_steps.py), no gather kernel; the gate chain is fused inside the body
-  (passes/fuse.py); the whole thing matches onnxruntime;
+  plan/control_steps.py), no gather kernel, and stores no iteration number nothing
+  reads; the gate chain is fused inside the body (passes/fuse.py); the whole thing
+  matches onnxruntime;
 - a loop whose trip count is an input and that has a scan output (its rows would be the
   trip count) is refused at compile time, so no run can write past the scan buffer;
   through the compiled session (the ONNX backend), the trip count is folded and each value
@@ -57,6 +58,7 @@ def test_rnn_step_reads_its_row_in_place_and_fuses_its_gates(op, tmp_path):
     assert re.search(rf"\(char \*\)\(arena \+ \d+\) \+ it1 \* {row}", entry), entry
     body = (tmp_path / "dump" / "m.flowc").read_text().split("loop ", 1)[1]
     assert "gather" not in entry and "= gather" in body  # in the body, but no kernel
+    assert "= it1;" not in entry  # nothing reads the iteration slot: no store into it
     assert body.count("= fused") >= 1
     # the projection before the loop, then a handful of kernels per step (the gate chain
     # in few kernels: 9 body nodes and more otherwise)

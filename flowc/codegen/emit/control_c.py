@@ -8,7 +8,8 @@ control step `call.control`:
   no limit) and the condition from cond's (none: true); each carried value's initial value
   copied into its slot (the node's result buffer); then
   `for (itD = 0; itD < tripsD && goD; ++itD)`: the iteration number and condition written
-  into their slots, the body's calls, the condition read back (a loop with one), each scan
+  into their slots (each only when a call of the body or its results read it), the body's
+  calls, the condition read back (a loop with one), each scan
   element copied into row `itD` of its result, carried values staged (swaps) then copied
   into their slots. D is the nesting depth, so nested loops keep their own counters.
 A loop's row views (`ControlStep.rows`) are pointers into their captured value,
@@ -107,8 +108,11 @@ def _loop(program: Program, call: Call, kernel_c: KernelC, depth: int, views: Vi
         views[view] = f"(char *)({ptr(base)}) + {it} * {row}"
     lines.append(f"{inner}for (int64_t {it} = 0; {it} < {trips} && {go}; ++{it}) {{")
     deep = "  " * (depth + 2)
-    lines += [f"{deep}*(int64_t *)({ptr(graph.inputs[0].out())}) = {it};",
-              f"{deep}*(int8_t *)({ptr(graph.inputs[1].out())}) = {go};"]
+    read = {v for c in body.calls for v in c.operands} | set(body.outputs)
+    for slot, (ctype, var) in zip(graph.inputs[:2], (("int64_t", it), ("int8_t", go)),
+                                  strict=True):
+        if slot.out() in read:  # else no store: nothing in the body reads the slot
+            lines.append(f"{deep}*({ctype} *)({ptr(slot.out())}) = {var};")
     lines += _body(program, body, kernel_c, depth + 1, views)
     if cond is not None:
         lines.append(f"{deep}{go} = *(const int8_t *)({ptr(body.outputs[0])});")
