@@ -210,18 +210,8 @@ def _projection(e: _Emitter, spec: _Spec, x: Value, w: Value, b: Value | None,
                 d: int) -> tuple[Value, list[Value], Value | None]:
     """(X @ W[d]^T [seq, batch, gates*hidden]; the biases the step adds, as `Cell.step`
     takes them (none without B); the GRU candidate's recurrent bias Rbh [hidden] where
-    linear_before_reset keeps it apart, else None). The matmul is a 2-D one over
-    seq * batch rows where X's shape is static: with batch 1, a [seq, 1, input]
-    activation reaches the CPU pipeline as a contraction with a second, unit reduction
-    loop, which its matmul strategies do not tile (30x slower at seq 64, hidden 256;
-    with batch 16 the two forms measured within 5%). With symbolic dims it stays 3-D, so
-    that the projection's type keeps their names."""
-    seq, batch, size = x.type.shape
-    flat = all(isinstance(n, int) for n in (seq, batch, size))
-    rows = e.op("reshape", [x, e.ints(-1, size)]) if flat else x
-    proj = e.op("matmul", [rows, e.op("transpose", [e.pick(w, d)], perm=(1, 0))])
-    if flat:
-        proj = e.op("reshape", [proj, e.ints(seq, batch, -1)])
+    linear_before_reset keeps it apart, else None)."""
+    proj = e.op("matmul", [x, e.op("transpose", [e.pick(w, d)], perm=(1, 0))])
     if b is None:
         return proj, [], None
     wb, rb = e.ctx.emit("split", [e.pick(b, d)], {"axis": 0, "num_outputs": 2})
