@@ -82,7 +82,7 @@ def files(tmp_path_factory) -> dict[str, str]:
 
     onnx.save(zoo.mlp(features=4, hidden=4, classes=2), str(root / "m.onnx"))
     assert main(["compile", str(root / "g.flowc"), "-o", str(root / "art"), "--profile",
-                 "-q"]) == 0
+                 "--batch", "2", "-q"]) == 0
     return {k: str(root / v) for k, v in [("graph", "g.flowc"), ("onnx", "m.onnx"),
                                            ("binary", "binary.bin"), ("folder", "folder"),
                                            ("npy", "a.npy"), ("artifact", "art"),
@@ -97,7 +97,8 @@ def base_args(command: str, files: dict[str, str]) -> list[str]:
         "run": [files["artifact"], "--random-inputs"], "inspect": [files["artifact"]],
         "profile": [files["artifact"], "--runs", "1"],
         "bench": [files["artifact"], "--runs", "1"],
-        "compile": [files["graph"], "-o", out], "view": [files["graph"], "-o", out + ".html"],
+        "compile": [files["graph"], "-o", out, "--batch", "2"],
+        "view": [files["graph"], "-o", out + ".html"],
         "cache": ["info"], "demo": [],
     }[command]
 

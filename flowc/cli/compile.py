@@ -17,8 +17,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from flowc.cli.common import Count, add_report_options, parse_sizes, progress_from
+from flowc.cli.common import Count, add_report_options, progress_from
 from flowc.codegen.options import CompileOptions, add_arguments, from_args
+from flowc.ir.errors import FlowcError
 
 BATCH = Count(0, 2**48)
 
@@ -26,7 +27,20 @@ BATCH = Count(0, 2**48)
 def options_from(args: argparse.Namespace, **api: Any) -> CompileOptions:
     """The CompileOptions of a parsed `flowc compile` command line; `api` sets API-only
     fields (the cache, callbacks)."""
-    return from_args(args, parse={"dims": lambda items: parse_sizes(items, "--dim")}, **api)
+    return from_args(args, parse={"dims": parse_dims}, **api)
+
+
+def parse_dims(items: list[str]) -> dict[str, int | tuple[int, int]]:
+    """`--dim SYM=SIZE` / `--dim SYM=LO..HI` options as `CompileOptions.dims`."""
+    dims: dict[str, int | tuple[int, int]] = {}
+    for text in items:
+        name, eq, value = text.partition("=")
+        lo, dots, hi = value.partition("..")
+        if not eq or not name or not lo.isdigit() or (dots and not hi.isdigit()):
+            raise FlowcError(f"--dim '{text}' must look like NAME=SIZE or NAME=LO..HI "
+                             "(whole numbers)")
+        dims[name] = (int(lo), int(hi)) if dots else int(lo)
+    return dims
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,9 +80,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe_bindings(sizes: dict[str, int], batch: int | None, dims: dict[str, int]) -> str:
-    """The summary line naming each symbolic dim the artifact was bound to, and by what
-    (until artifacts take dynamic shapes, it runs only these sizes); "" when none."""
+def describe_bindings(sizes: dict[str, int], batch: int | None, dims: dict[str, object]) -> str:
+    """The summary line naming each symbolic dim's size and what gave it (the artifact
+    runs only these sizes); "" when the model has none."""
     if not sizes:
         return ""
     parts = [f"{sym}={size} ({'--dim' if sym in dims else f'--batch {batch}'})"

@@ -8,7 +8,11 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    path to `.onnx` / `.flowc`, a TensorFlow `.pb` GraphDef or SavedModel directory with
    `signature`/`feeds`/`fetches`/`tf_config`); a graph without outputs that assigns no variable is a
    FlowcError (it would compile to an artifact doing nothing);
-2. binds symbolic dims (`bind_dims`: `batch` for leading dims, `dims` by name);
+2. binds symbolic dims (`bind_dims`: `batch` for leading dims, `dims` by name: a size, or a
+   bound `(lo, hi)`; a symbolic dim with neither is a FlowcError listing every such dim, so
+   no size is ever picked silently); a bounded dim that types any node is refused
+   (`refuse_dynamic`, naming node, op and dim) until the arena plan and the entry take
+   run-time dims (kernels do: codegen/kernels.py);
 3. runs the pass pipeline, verifying after each pass (with `devices`, the `place` pass
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
    `device_supports`; its report goes to `explain_placement` and DUMP_DIR/placement.txt;
@@ -69,7 +73,8 @@ from flowc.codegen.entries import inference_graph
 from flowc.codegen.gpu.backend import GpuBackend
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.options import CompileOptions
-from flowc.codegen.plan.bind import bind_dims, format_sizes, require_static
+from flowc.codegen.plan.bind import bind_dims, format_sizes, refuse_dynamic, require_static
+from flowc.codegen.plan.control_steps import refused
 from flowc.codegen.plan.memreport import report_memory
 from flowc.codegen.plan.partitions import call_device, gpu_devices, gpu_kernels_of, host_kernels
 from flowc.codegen.plan.program import Program, build_program, set_scratch
@@ -313,6 +318,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     def lower(g: Graph, prefix: str = "") -> tuple[Graph, dict[str, int]]:
         pipeline = step_pipeline if g is stepped else passes
         g, sizes = bind_dims(g, opts.batch, opts.dims, strict=False)
+        refuse_dynamic(g, sizes)
         g = PassManager(pipeline, dump=sys.stderr if opts.print_ir_after_all else None,
                         dump_dir=dump, progress=opts.progress, dump_prefix=prefix).run(g)
         return require_static(g, format_sizes(sizes)), sizes
@@ -412,8 +418,9 @@ def check_no_training_options(opts: CompileOptions) -> None:
 def kernel_parts(program: Program, backend: Backend, target: Any,
                  opts: CompileOptions) -> list[Part]:
     """The parts `program`'s kernels compile in (see the module docstring, step 5), with
-    the checks that need the program: a GPU target's graph is not split over devices, a
-    GPU runs some kernel, `gpu_archs` go with a GPU, `--profile` with CPU kernels only."""
+    the checks that need the program: no control step on a GPU, a GPU target's graph is
+    not split over devices, a GPU runs some kernel, `gpu_archs` go with a GPU, `--profile`
+    with CPU kernels only."""
     kernels = [(k.symbol, k.body) for k in program.kernels]
     on_gpu = isinstance(backend, GpuBackend) or any(
         is_gpu_device(call_device(c)) for c in program.calls)
@@ -421,6 +428,9 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
         raise FlowcError(f"model {program.name}: an artifact with several entries (run, "
                          f"{', '.join(p.entry for p in program.siblings)}) runs on one CPU "
                          "device only so far; compile it for a CPU target without devices")
+    steps = [c.control.node for c in program.calls if c.control is not None]
+    if steps and on_gpu:
+        raise refused(steps[0])
     if opts.profile and on_gpu:
         raise FlowcError("--profile times kernels of CPU models only; this one runs "
                          "(wholly or in part) on a GPU")

@@ -6,33 +6,42 @@ Contract (flowc/codegen/README.md, "Kernels"):
 - `check_supported(graph, target)`: a FlowcError naming every node (op, node, target) that
   no lowering rule covers, or that computes on a narrow dtype (only ops whose
   `OpDef.narrow` holds run on those), nested bodies included, before any codegen work.
-- `check_body(sym, body)`: a FlowcError unless every body input and output has a static
-  tensor type.
+- `check_body(sym, body)`: a FlowcError unless every body input and output has a tensor
+  type of known dims (sizes or symbolic dims; `check_supported` refuses, naming node, op
+  and dim, a symbolic dim at a node whose rule does not lower it: `lower.lowers_dynamic`,
+  or a symbolic operand dim an elementwise node would broadcast).
 - `build_module(sym, body, target)`: the kernel as one MLIR function `SYM` over memrefs
   (inputs, then outputs; 64-byte aligned, noalias unless the memory planner may run it in
   place), its body lowered to linalg on tensors by the lowering table: what the CPU
-  (cpu/compiler.py) and GPU (gpu/kernels.py) kernel compilers start from.
+  (cpu/compiler.py) and GPU (gpu/kernels.py) kernel compilers start from. A body with
+  symbolic dims also takes `dims` (an i64 array: the values of `dim_symbols(body)`, its
+  symbols in sorted name order) after its outputs; each symbolic buffer arrives as a bare
+  pointer that the kernel views as a dense row-major memref of the run's sizes
+  (`memref.reinterpret_cast`), and every dim expression is computed once at its entry.
 """
 
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import bufferization, func
+from mlir.dialects import arith, bufferization, func, memref
 
-from flowc.codegen.lower import NOT_KERNELS, lookup
+from flowc.codegen.lower import NOT_KERNELS, lookup, lowers_dynamic
 from flowc.codegen.lower.context import (
+    dim_sizes,
     empty,
     generic,
     identity_map,
     memref_type,
+    run_time_dims,
     tensor_type,
 )
 from flowc.codegen.lower.graph import lower_graph, unsupported
 from flowc.codegen.plan.memplan import in_place_inputs
 from flowc.codegen.target import Target, get_target
+from flowc.ir import dims
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
-from flowc.ir.ops import HAS_BODY, OPS, get_op
+from flowc.ir.ops import ELEMENTWISE, HAS_BODY, OPS, get_op
 from flowc.ir.ops.fused import MAX_INLINE_CONSTANT
 from flowc.ir.types import TensorType
 
@@ -85,6 +94,7 @@ def _unsupported_nodes(graph: Graph, target: Target) -> list[str]:
             problems.append(unsupported(node, target))
         elif not get_op(node.op).narrow:
             problems += _narrow_values(node)
+        problems += _dynamic_values(node, target)
         if get_op(node.op).has(HAS_BODY):
             for value in node.attrs.values():
                 if isinstance(value, Graph):
@@ -103,44 +113,78 @@ def _narrow_values(node: Node) -> list[str]:
             f"only {', '.join(_narrow_ops())} on narrow dtypes; cast to a wider type first"]
 
 
+def _dynamic_values(node: Node, target: Target) -> list[str]:
+    """A problem for a node typed by a symbolic dim that its rule cannot take at run time
+    (or that broadcasts a symbolic operand dim, which the kernel would read past)."""
+    types = [v.type for v in node.inputs if v is not None] + list(node.types)
+    shapes = [t.shape for t in types if isinstance(t, TensorType)]
+    symbolic = [d for shape in shapes for d in shape if not isinstance(d, int)]
+    if not symbolic or node.op in NOT_KERNELS:
+        return []
+    if None in symbolic:
+        return [f"node {node.label()}: a dim is ? (no rule names its size); a kernel needs "
+                "sizes or symbolic dims"]
+    if not lowers_dynamic(node.op, target):
+        return [f"node {node.label()}: dim {symbolic[0]} is dynamic, and op {node.op} has no "
+                f"kernel with run-time extents on target {target.name} yet"]
+    out = node.types[0].shape if node.types and isinstance(node.types[0], TensorType) else ()
+    if get_op(node.op).has(ELEMENTWISE):
+        for t in types[:len(types) - len(node.types)]:
+            for d, o in zip(t.shape[::-1], out[::-1], strict=False):
+                if isinstance(d, str) and d != o:
+                    return [f"node {node.label()}: operand dim {d} broadcast to {o}: a "
+                            "kernel with run-time extents broadcasts static dims only"]
+    return []
+
+
 def _narrow_ops() -> list[str]:
     return sorted(name for name, opdef in OPS.items() if opdef.narrow)
 
 
 def check_body(sym: str, body: Graph) -> None:
-    """Every input and output of the kernel `sym`'s body has a static tensor type."""
+    """Every input and output of the kernel `sym`'s body has a tensor type whose dims are
+    sizes or symbolic dims (a `?` has no value at run time)."""
     for what, types in (("input", body.input_types), ("output", body.output_types)):
         for t in types:
-            if not isinstance(t, TensorType) or not t.is_static:
-                raise FlowcError(f"kernel {sym}: every body {what} needs a static tensor type, "
-                                 f"found {t}")
+            if not isinstance(t, TensorType) or None in t.shape:
+                raise FlowcError(f"kernel {sym}: every body {what} needs a tensor type of "
+                                 f"known dims, found {t}")
 
 
 def build_module(sym: str, body: Graph, target: Target) -> ir.Module:
-    """The kernel as a function over memrefs: inputs, then outputs (see the module
-    docstring and cpu/pipeline.py, which lowers it for the CPU)."""
+    """The kernel as a function over memrefs: inputs, then outputs, then for a body with
+    symbolic dims the `dims` argument (see the module docstring and cpu/pipeline.py, which
+    lowers it for the CPU)."""
     ins, outs = body.input_types, body.output_types
+    symbols = dim_symbols(body)
     module = ir.Module.create()
     with ir.InsertionPoint(module.body):
-        fn = func.FuncOp(sym, ir.FunctionType.get([_arg_type(t) for t in [*ins, *outs]], []))
+        dims_arg = [ir.MemRefType.get([len(symbols)], ir.IntegerType.get_signless(64))] \
+            if symbols else []
+        fn = func.FuncOp(sym, ir.FunctionType.get(
+            [_arg_type(t) for t in [*ins, *outs]] + dims_arg, []))
         # noalias on every buffer, except in a kernel the memory planner may run in place
         # (a result written over an operand, memplan.in_place_inputs): there they alias
         attrs = {"llvm.align": ir.IntegerAttr.get(ir.IntegerType.get_signless(64), 64)}
         if not in_place_inputs(body):
             attrs["llvm.noalias"] = ir.UnitAttr.get()
         arg_attr = ir.DictAttr.get(attrs)
-        fn.arg_attrs = ir.ArrayAttr.get([arg_attr] * (len(ins) + len(outs)))
+        fn.arg_attrs = ir.ArrayAttr.get([arg_attr] * (len(ins) + len(outs) + len(dims_arg)))
         entry = fn.add_entry_block()
-    with ir.InsertionPoint(entry):
+    with ir.InsertionPoint(entry), run_time_dims(_load_dims(entry, symbols)):
+        for t in [*ins, *outs, *(t for n in body.nodes for t in n.types)]:
+            if isinstance(t, TensorType):
+                dim_sizes(t)  # every dim expression computed once, at the entry
+        buffers = [_view(t, a) for t, a in zip([*ins, *outs], entry.arguments, strict=False)]
         args = [empty(t) if _holds_nothing(t) else
                 bufferization.ToTensorOp(tensor_type(t), a, restrict=True).result
-                for t, a in zip(ins, entry.arguments[:len(ins)], strict=True)]
+                for t, a in zip(ins, buffers[:len(ins)], strict=True)]
         # a kernel whose every result holds nothing computes nothing (its lowerings need
         # not handle size-0 operands: a conv's tiling of a batch of 0 does not verify)
         nothing = all(_holds_nothing(t) for t in outs)
         results = [None] * len(outs) if nothing else lower_graph(body, args, target)
         written: set = set()
-        for t, value, dest in zip(outs, results, entry.arguments[len(ins):], strict=True):
+        for t, value, dest in zip(outs, results, buffers[len(ins):], strict=True):
             if _holds_nothing(t):
                 continue
             if not _writes_in_place(value) or value in written:
@@ -154,6 +198,51 @@ def build_module(sym: str, body: Graph, target: Target) -> ir.Module:
     return module
 
 
+def dim_symbols(body: Graph) -> list[str]:
+    """The symbols of `body`'s symbolic dims, sorted: the order of its `dims` argument."""
+    types = [*body.input_types, *body.output_types, *(t for n in body.nodes for t in n.types)]
+    return sorted({s for t in types if isinstance(t, TensorType) for d in t.shape
+                   for s in dims.symbols(d)})
+
+
+def _load_dims(entry: ir.Block, symbols: list[str]) -> dict[str, ir.Value]:
+    """Each symbol's value (index) loaded from the `dims` argument, the last one."""
+    if not symbols:
+        return {}
+    index = ir.IndexType.get()
+    table = entry.arguments[len(entry.arguments) - 1]
+    return {s: arith.index_cast(index, memref.load(table, [arith.ConstantOp(index, i).result]))
+            for i, s in enumerate(symbols)}
+
+
+def _view(t: TensorType, arg: ir.Value) -> ir.Value:
+    """The buffer of a kernel argument: itself when `t` is static, else a dense row-major
+    memref of the run's sizes over its pointer (`memref.reinterpret_cast`)."""
+    if t.is_static or _holds_nothing(t):
+        return arg
+    sizes = dim_sizes(t)
+    strides: list[int | ir.Value] = []
+    stride: int | ir.Value = 1
+    for size in reversed(sizes):
+        strides.insert(0, stride)
+        stride = _index_mul(stride, size)
+    dynamic = ir.ShapedType.get_dynamic_stride_or_offset()
+    result = memref_type(t)  # identity layout: dense row-major, so views collapse in place
+    return memref.ReinterpretCastOp(
+        result, arg, [], [s for s in sizes if not isinstance(s, int)],
+        [s for s in strides if not isinstance(s, int)], [0],
+        [s if isinstance(s, int) else ir.ShapedType.get_dynamic_size() for s in sizes],
+        [s if isinstance(s, int) else dynamic for s in strides]).result
+
+
+def _index_mul(a: int | ir.Value, b: int | ir.Value) -> int | ir.Value:
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    index = ir.IndexType.get()
+    a, b = (arith.ConstantOp(index, v).result if isinstance(v, int) else v for v in (a, b))
+    return arith.muli(a, b)
+
+
 def _holds_nothing(t: TensorType) -> bool:
     """A tensor with a size-0 dim: its buffer is never read or written."""
     return t.num_elements == 0
@@ -162,8 +251,10 @@ def _holds_nothing(t: TensorType) -> bool:
 def _arg_type(t: TensorType) -> ir.MemRefType:
     """The memref of one kernel argument. A buffer that holds nothing is passed as an opaque
     one-element memref: MLIR's bare-pointer convention does not take size-0 memrefs (it
-    silently falls back to memref descriptors, which would break the C signature)."""
-    return memref_type(TensorType(t.dtype, (1,)) if _holds_nothing(t) else t)
+    silently falls back to memref descriptors, which would break the C signature); so is
+    a buffer of symbolic shape, whose run-time view `_view` makes."""
+    return memref_type(TensorType(t.dtype, (1,)) if _holds_nothing(t) or not t.is_static
+                       else t)
 
 
 def _writes_in_place(value: ir.Value) -> bool:

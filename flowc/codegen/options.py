@@ -52,10 +52,12 @@ class CompileOptions:
         metavar="SM", action="append"))
     name: str | None = field(default=None, metadata=_cli(
         "--name", "symbol prefix (default: the model file's name)", metavar="NAME"))
-    batch: int | None = field(default=1, metadata=_cli(
-        "--batch", "size of symbolic leading dims (default 1)", metavar="N"))
-    dims: Mapping[str, int] = field(default_factory=dict, metadata=_cli(
-        "--dim", "size of a symbolic dim by name; repeatable", metavar="SYM=SIZE",
+    batch: int | None = field(default=None, metadata=_cli(
+        "--batch", "size of symbolic leading dims (no default: a symbolic dim without "
+                   "--batch or --dim is an error listing them)", metavar="N"))
+    dims: Mapping[str, int | tuple[int, int]] = field(default_factory=dict, metadata=_cli(
+        "--dim", "size of a symbolic dim by name (SYM=SIZE), or its bound (SYM=LO..HI: "
+                 "API dims={SYM: (LO, HI)}); repeatable", metavar="SYM=SIZE",
         action="append"))
     pipeline: str = field(default="default", metadata=_cli(
         ("-p", "--pipeline"), "pass pipeline (default)", metavar="PIPELINE"))

@@ -13,6 +13,7 @@ from typing import NamedTuple, NoReturn
 import numpy as np
 
 from flowc.ir.attrs import Tensor
+from flowc.ir.dims import canonical
 from flowc.ir.errors import ParseError, VerifyError
 from flowc.ir.gcpause import gc_paused
 from flowc.ir.graph import INPUT_OP, Graph, Node, Source, Value
@@ -31,7 +32,7 @@ TOKEN_RE = re.compile(r"""
   | (?P<number>-?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|\d+)|-inf\b)
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.$]*)
   | (?P<arrow>->)
-  | (?P<punct>[()\[\]{}<>,:=#?])
+  | (?P<punct>[()\[\]{}<>,:=#?*+-])
 """, re.VERBOSE)
 
 
@@ -164,12 +165,22 @@ class Parser:
             tok = self.next()
             if tok.text == "?":
                 return None
-            if tok.kind == "number" and tok.text.isdigit():
+            parts, depth = [tok], 0  # a dim expression runs to the next ',' or ']' outside ()
+            while depth or self.tok.text not in (",", "]") or self.tok.kind == "string":
+                if self.tok.kind == "eof":
+                    break
+                depth += {"(": 1, ")": -1}.get(self.tok.text, 0)
+                parts.append(self.next())
+            if len(parts) == 1 and tok.kind == "number" and tok.text.isdigit():
                 return int(tok.text)
-            if tok.kind == "ident":
+            if len(parts) == 1 and tok.kind == "ident":
                 return tok.text
-            raise self.error(f"expected a dim (an integer, a symbol or ?) but found "
-                             f"'{tok.text}'", tok)
+            text = "".join(t.text for t in parts)
+            try:
+                return canonical(text)
+            except ValueError as exc:
+                raise self.error(f"expected a dim (an integer, a symbol, an expression of "
+                                 f"them or ?) but found '{text}' ({exc})", tok) from None
 
         result = TensorType(dt, tuple(self.comma_list("]", dim)))
         problem = size_problem(result)

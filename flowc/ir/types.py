@@ -11,7 +11,10 @@ Contract:
 - String tensors are not a flowc dtype: no registry op computes on them, they have no fixed
   element size for an arena, and C callers would need an ownership convention.
 - A dimension is an `int` >= 0 (static), a `str` naming a symbolic dim bound at run time
-  (for example a batch dim `N`), or `None` for a dim that no rule can name (printed `?`).
+  (for example a batch dim `N`) or an expression over such symbols in its canonical text
+  (`N*S`, `S+1`, `ceildiv(S,2)`: `ir/dims.py`; a TensorType canonicalizes the text it is
+  given, so equal expressions are equal dims), or `None` for a dim that no rule can name
+  (printed `?`).
 - `TensorType(dtype, shape)` is immutable and hashable; rank 0 is `shape == ()`.
 - `VarType(tensor)` is the type of a variable handle: the state a `variable` node names.
 """
@@ -24,6 +27,8 @@ from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
+
+from flowc.ir import dims
 
 Dim = int | str | None
 SYMBOL_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -133,9 +138,13 @@ def check_dim(dim: object) -> Dim:
     if isinstance(dim, bool) or not isinstance(dim, int | str | np.integer):
         raise TypeError(f"a dim is an int >= 0, a symbol name or None; got {dim!r}")
     if isinstance(dim, str):
-        if not SYMBOL_RE.match(dim):
-            raise TypeError(f"symbolic dim {dim!r} is not an identifier")
-        return dim
+        if SYMBOL_RE.match(dim):
+            return dim
+        try:
+            return dims.canonical(dim)
+        except ValueError:
+            raise TypeError(f"symbolic dim {dim!r} is neither an identifier nor a dim "
+                            "expression") from None
     if dim < 0:
         raise TypeError(f"a static dim must be >= 0; got {dim}")
     return int(dim)

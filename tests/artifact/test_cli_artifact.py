@@ -51,7 +51,7 @@ def test_compile_inspect_run(compiled, capsys, tmp_path):
 
 def test_compile_default_output_dir(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    status, out, _ = run_cli(capsys, "compile", MLP)
+    status, out, _ = run_cli(capsys, "compile", MLP, "--batch", "1")
     assert status == 0
     assert out.startswith("compiled ") and "-> mlp_artifact/ (libmlp.so, libmlp.a, mlp.h" in out
     assert (tmp_path / "mlp_artifact" / "manifest.json").is_file()
@@ -74,7 +74,8 @@ def test_demo(capsys):
     (["compile", str(MLP.parent / "make_mlp.py")], "make_mlp.py': expected a .onnx model, a "
                                                      ".flowc graph, a .pb GraphDef or a "
                                                      "SavedModel directory"),
-    (["compile", str(MLP), "--dim", "N"], "--dim 'N' must look like NAME=SIZE (a whole number)"),
+    (["compile", str(MLP), "--dim", "N"],
+     "--dim 'N' must look like NAME=SIZE or NAME=LO..HI (whole numbers)"),
     (["compile", str(MLP), "--target", "sparc"], "sparc"),
     (["inspect", "."], ".: no manifest.json; is this a flowc artifact directory"),
 ])
@@ -93,8 +94,12 @@ def test_run_artifact_with_a_wrong_input(compiled, capsys, tmp_path):
 
 
 def test_compile_summary_names_the_bound_dims(compiled, capsys, tmp_path):
-    """A symbolic batch was bound to 1 without a word: the summary says it."""
-    status, out, _ = run_cli(capsys, "compile", MLP, "-o", tmp_path / "a")
+    """A symbolic batch was bound to 1 without a word: now no size is picked for it, and
+    the summary names the one given."""
+    status, _, err = run_cli(capsys, "compile", MLP, "-o", tmp_path / "a")
+    assert status == 1
+    assert "graph @mlp has symbolic dims with no size: N (input 'x' dim 0)" in err
+    status, out, _ = run_cli(capsys, "compile", MLP, "-o", tmp_path / "a", "--batch", "1")
     assert status == 0
     assert ("symbolic dims bound: N=1 (--batch 1); the artifact runs only these sizes "
             "(recompile with --batch / --dim for others)\n") in out

@@ -27,8 +27,8 @@ def graph_with_input(t: TensorType) -> Graph:
 def test_unbound_symbol(tmp_path):
     g = graph_with_input(TensorType("f32", (4, "S")))
     with pytest.raises(FlowcError, match=re.escape(
-            "input 'x' is f32[4,S]: symbolic dim S needs a size; bind it with "
-            "dims={'S': SIZE} (CLI: --dim S=SIZE)")):
+            "graph @g has symbolic dims with no size: S (input 'x' dim 1); give each a size "
+            "or a bound: dims={'S': SIZE} or dims={'S': (LO, HI)}")):
         compile_naive(g, tmp_path)
 
 

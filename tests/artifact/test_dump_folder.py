@@ -15,7 +15,7 @@ from flowc.ir.printer import print_graph
 
 def test_dump_folder_follows_a_node_from_model_to_assembly(tmp_path):
     dump = tmp_path / "dump"
-    manifest = flowc.compile(zoo.cnn(), tmp_path / "art", dump_dir=dump, name="cnn")
+    manifest = flowc.compile(zoo.cnn(), tmp_path / "art", dump_dir=dump, name="cnn", batch=1)
     index = json.loads((dump / "index.json").read_text())
     listed = [e["file"] for e in index["files"]]
     on_disk = sorted(p.name for p in dump.iterdir() if not p.name.startswith("index."))

@@ -20,9 +20,9 @@ from flowc.runtime.errors import ArtifactError
 
 def test_another_model_replaces_every_file_of_the_old_one(tmp_path):
     out = tmp_path / "art"
-    compile_naive(views_graph(), out, name="cnn")
+    compile_naive(views_graph(), out, name="cnn", batch=2)
     assert (out / "libcnn.so").exists()
-    compile_naive(zoo.mlp(), out, name="mlp")
+    compile_naive(zoo.mlp(), out, name="mlp", batch=2)
     assert sorted(p.name for p in out.iterdir()) == ["libmlp.a", "libmlp.so", "manifest.json",
                                                      "mlp.h"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]  # no staging left
@@ -35,13 +35,13 @@ def test_a_directory_that_is_not_an_artifact_is_refused(tmp_path):
     with pytest.raises(FlowcError, match=r"^output directory '.*photos' is not empty and holds "
                                          r"no flowc artifact \(no manifest.json\); refusing to "
                                          r"replace it: choose another directory$"):
-        compile_naive(zoo.mlp(), out)
+        compile_naive(zoo.mlp(), out, batch=2)
     assert [p.name for p in out.iterdir()] == ["cat.jpg"]
 
 
 def test_a_failed_write_leaves_the_old_artifact_and_nothing_else(tmp_path, monkeypatch):
     out = tmp_path / "art"
-    compile_naive(zoo.mlp(), out, name="mlp")
+    compile_naive(zoo.mlp(), out, name="mlp", batch=2)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
     def full_disk(build_dir, out_dir, name, *args, **kwargs):
@@ -50,7 +50,7 @@ def test_a_failed_write_leaves_the_old_artifact_and_nothing_else(tmp_path, monke
 
     monkeypatch.setattr(artifact, "link", full_disk)
     with pytest.raises(OSError, match="No space left"):
-        compile_naive(views_graph(), out, name="cnn")
+        compile_naive(views_graph(), out, name="cnn", batch=2)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]
 
@@ -60,21 +60,21 @@ def test_the_default_name_is_the_model_files(tmp_path):
     model.graph.name = "main_graph"  # as every torch export
     path = tmp_path / "my-net.v2.onnx"
     onnx.save(model, path)
-    manifest = compile_naive(str(path), tmp_path / "art")
+    manifest = compile_naive(str(path), tmp_path / "art", batch=2)
     assert manifest["name"] == "my_net_v2"
     assert (tmp_path / "art" / "libmy_net_v2.so").exists()
 
 
 def test_a_dump_folder_inside_the_output_stays(tmp_path):
     out = tmp_path / "art"
-    compile_naive(zoo.mlp(), out, name="mlp", dump_dir=out / "dump")
-    compile_naive(zoo.mlp(), out, name="mlp", dump_dir=out / "dump")
+    compile_naive(zoo.mlp(), out, name="mlp", dump_dir=out / "dump", batch=2)
+    compile_naive(zoo.mlp(), out, name="mlp", dump_dir=out / "dump", batch=2)
     assert (out / "dump" / "mlp_model.c").exists() and (out / "manifest.json").exists()
 
 
 def test_the_dump_folder_may_not_be_the_output(tmp_path):
     with pytest.raises(FlowcError, match="is the output directory; give the dump a folder"):
-        compile_naive(zoo.mlp(), tmp_path / "art", dump_dir=tmp_path / "art")
+        compile_naive(zoo.mlp(), tmp_path / "art", dump_dir=tmp_path / "art", batch=2)
 
 
 def test_reloading_a_recompiled_path_in_one_process_says_why(tmp_path):
@@ -92,10 +92,10 @@ def test_reloading_a_recompiled_path_in_one_process_says_why(tmp_path):
 def test_compiling_into_the_working_directory_keeps_it(tmp_path, monkeypatch):
     """`-o .`: renaming the directory would leave the shell in a removed one."""
     out = tmp_path / "art"
-    compile_naive(views_graph(), out, name="cnn")
+    compile_naive(views_graph(), out, name="cnn", batch=2)
     monkeypatch.chdir(out)
     inode = os.stat(".").st_ino
-    compile_naive(zoo.mlp(), ".", name="mlp")
+    compile_naive(zoo.mlp(), ".", name="mlp", batch=2)
     assert os.stat(".").st_ino == inode and os.path.exists(os.getcwd())
     assert sorted(os.listdir(".")) == ["libmlp.a", "libmlp.so", "manifest.json", "mlp.h"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["art"]

@@ -32,6 +32,16 @@ SCOPE_OPS = {
     "ReduceMin", "ReduceProd", "ArgMax", "ArgMin", "Reshape", "Transpose", "Concat", "Split",
     "Slice", "Gather", "Pad", "Expand", "Squeeze", "Unsqueeze", "Flatten", "Shape", "Range",
     "ConstantOfShape", "Tile", "Trilu", "Identity", "Constant",
+    "If", "Loop", "Scan",  # issue [11]: control flow; their bodies' ops must be in scope too
+    "LSTM", "GRU", "RNN",  # issue [11]: imported as loops over cell kernels
+}
+# Control-flow tests whose ops are in scope but that artifacts cannot run, with the reason
+# (not expected failures: the importer or the interpreter, not the compiled path, is short).
+OUT_OF_SCOPE = {
+    "test_loop11": "its body slices by the iteration number: a run-time shape, kernels need "
+                   "static ones",
+    "test_scan_sum": "opset-8 Scan (a batch axis first) is imported as opset 9's: the "
+                     "interpreter fails it too",
 }
 EXPECTED_FAILURES_FILE = pathlib.Path(__file__).with_name("onnx_expected_failures.txt")
 
@@ -49,9 +59,18 @@ def expected_failures() -> dict[str, str]:
     return entries
 
 
+def _nodes(graph):
+    """The nodes of an ONNX graph, those of its nodes' subgraphs (If, Loop, Scan) included."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _nodes(attr.g)
+
+
 def in_scope(case) -> bool:
-    return case.model is not None and all(
-        n.op_type in SCOPE_OPS and n.domain in ("", "ai.onnx") for n in case.model.graph.node)
+    return case.model is not None and case.name not in OUT_OF_SCOPE and all(
+        n.op_type in SCOPE_OPS and n.domain in ("", "ai.onnx") for n in _nodes(case.model.graph))
 
 
 with warnings.catch_warnings():

@@ -162,7 +162,7 @@ def test_hide_erases_the_bar_until_the_next_event():
 def test_verbose_with_a_dump_does_not_call_rebuilt_kernels_misses(tmp_path, capsys):
     """With --dump-dir every kernel is rebuilt without reading the cache: -v said "cache
     miss" for each while the summary said 0 misses."""
-    assert main(["compile", str(MLP), "-o", str(tmp_path / "a"), "-v",
+    assert main(["compile", str(MLP), "-o", str(tmp_path / "a"), "-v", "--batch", "2",
                  "--dump-dir", str(tmp_path / "dump")]) == 0
     out, err = capsys.readouterr()
     kernels = [line for line in err.splitlines() if line.startswith("flowc: kernel ")]

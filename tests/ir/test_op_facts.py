@@ -162,6 +162,12 @@ ALLOWED = {
     "variable update (assign_add, assign_sub) runs as",
     ("codegen/plan/partitions.py", "TRANSFER_OPS"): "the send/recv protocol: the artifact's "
     "transport calls are code specific to those two ops",
+    ("codegen/plan/control.py", "CONTROL_OPS"): "the ops control_steps.py and control_c.py "
+    "run as steps of the entry (code specific to if and loop), a lowering table's keys",
+    ("codegen/plan/control.py", "HEAVY_OPS"): "a codegen policy: the ops whose own kernels "
+    "are tiled, packed or parallel, which an scf region would run as plain loops",
+    ("passes/remat.py", "CHEAP"): "the dots_saveable policy's menu of data-movement ops "
+    "recomputed besides elementwise ones (as JAX's checkpoint policies name primitives)",
     # tables keyed by op of what a pass or codegen does with each (conventions.md: rewrite
     # and lowering tables are keyed by op), not facts about the ops
     ("passes/simplify.py", "PATTERNS"): "the rewrite pattern table",

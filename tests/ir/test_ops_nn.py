@@ -232,9 +232,16 @@ def test_symbolic_batch_through_conv(attrs):
 def test_symbolic_dims_through_conv_and_pool():
     assert infer("conv", [f32("N", 3, 8, 8), f32(4, 3, 3, 3)], {"strides": [2, 2]}) \
         == f32("N", 4, 3, 3)
-    assert infer("conv", [f32("N", 3, "H", 8), f32(4, 3, 3, 3)]) == f32("N", 4, None, None)
+    assert infer("conv", [f32("N", 3, "H", 8), f32(4, 3, 3, 3)]) == f32("N", 4, "H-2", 6)
     assert infer("conv", [f32("N", 3, "H", 8), f32(4, 3, 3, 3)],
-                 {"auto_pad": "SAME_UPPER", "strides": [2, 2]}) == f32("N", 4, None, 4)
+                 {"auto_pad": "SAME_UPPER", "strides": [2, 2]}) \
+        == f32("N", 4, "ceildiv(H,2)", 4)
+    assert infer("conv", [f32("N", 3, "H", "W"), f32(4, 3, 3, 3)],
+                 {"strides": [2, 2], "pads": [1, 1, 1, 1]}) \
+        == f32("N", 4, "floordiv(H-1,2)+1", "floordiv(W-1,2)+1")
+    assert infer("max_pool", [f32("N", 3, "H", 8)], {"kernel_shape": [2, 2], "strides": [2, 2],
+                                                     "ceil_mode": 1}) == f32("N", 3, None, 4)
+    assert infer("conv", [f32("N", 3, 8, 8), f32(4, 3, "K", 3)]) == f32("N", 4, None, None)
     assert infer("max_pool", [f32("N", 3, 8, 9)], {"kernel_shape": [2, 2], "strides": [2, 2],
                                                    "ceil_mode": 1}) == f32("N", 3, 4, 5)
     assert infer("average_pool", [f32("B", "C", 8, 8)], {"kernel_shape": [3, 3]}) \

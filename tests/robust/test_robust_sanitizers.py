@@ -42,7 +42,7 @@ def driver(tmp_path_factory):
     old = os.environ.get("CC")
     os.environ["CC"] = str(wrapper)
     try:
-        flowc.compile(ROOT / "flowc/examples/mlp.flowc", tmp / "a", name="m", cache=False)
+        flowc.compile(ROOT / "flowc/examples/mlp.flowc", tmp / "a", name="m", batch=2, cache=False)
     finally:
         if old is None:
             del os.environ["CC"]

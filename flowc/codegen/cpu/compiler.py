@@ -38,7 +38,7 @@ from flowc.codegen import compile_pool
 from flowc.codegen.cache import CompileCache, digest, resolve, toolchain
 from flowc.codegen.cpu import pipeline as cpu_pipeline
 from flowc.codegen.kernel_code import KernelCode, KernelScratch, pack, unpack
-from flowc.codegen.kernels import build_module, check_body, check_supported
+from flowc.codegen.kernels import build_module, check_body, check_supported, dim_symbols
 from flowc.codegen.target import Target, get_target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
@@ -159,8 +159,9 @@ def _kernel_llvm_ir(sym: str, body: Graph, target: Target,
         sub_dump = (lambda name, text: dump(f"{sym}.{name}", text)) if dump else None
         module = cpu_pipeline.lower(module, target, what, sub_dump)
         needs = cpu_pipeline.scratch_of(module)
-        cpu_pipeline.check_bare_pointer_signature(module, sym, len(body.inputs)
-                                                  + len(body.outputs) + needs.arguments, what)
+        n_dims = 1 if dim_symbols(body) else 0  # the `dims` argument
+        cpu_pipeline.check_bare_pointer_signature(
+            module, sym, len(body.inputs) + len(body.outputs) + n_dims + needs.arguments, what)
         if dump:
             dump(f"{sym}.llvm.mlir", module.operation.get_asm(enable_debug_info=True))
         return cpu_pipeline.to_llvm_ir(module), needs

@@ -9,9 +9,10 @@ Steps:
 
 1. `PREPARE`: fuse elementwise producers into consumers, clean up; then f32 exp, tanh and
    erf become arith polynomials (`vmath`), so that their loops vectorize.
-2. The transform script `schedule(module, target)` writes: each op with an entry in
-   `strategy.STRATEGIES` (matmul, batch matmul, 2-D conv) gets its tiling, packing and
-   vectorization strategy (other ops become loops that LLVM vectorizes); if a strategy
+2. The transform script `schedule(module, target)` writes: each op of static shapes with
+   an entry in `strategy.STRATEGIES` (matmul, batch matmul, 2-D conv) gets its tiling,
+   packing and vectorization strategy (an op of run-time extents becomes loops, for now;
+   other ops become loops that LLVM vectorizes); if a strategy
    fails on some shape, the kernel is lowered without strategies instead (the dumped
    schedule says why); then empty tensors are eliminated (producers write straight into
    the caller's buffers) and the function is
@@ -100,13 +101,22 @@ def schedule(module: ir.Module, target: Target) -> str:
     each op that `strategy.STRATEGIES` has one for (each such op is tagged `flowc.sched = i`
     so the script can name it), then vector clean-ups and bufferization."""
     parts = []
-    ops = [op for name in STRATEGIES for op in ops_named(module.operation, name)]
+    ops = [op for name in STRATEGIES for op in ops_named(module.operation, name)
+           if not _dynamic(op)]
     for i, op in enumerate(ops):
         script = STRATEGIES[op.name](op, target, i)
         if script:
             op.attributes["flowc.sched"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
             parts.append(script)
     return "\n".join([*parts, FINISH_VECTORS, BUFFERIZE])
+
+
+def _dynamic(op: ir.Operation) -> bool:
+    """Whether `op` has an operand or result of dynamic shape (run-time extents, [12]): the
+    strategies tile static shapes only (their transform scripts abort the process on
+    others), so such ops become plain loops."""
+    return any(isinstance(v.type, ir.ShapedType) and not ir.ShapedType(v.type).has_static_shape
+               for v in [*op.operands, *op.results])
 
 
 def lower(module: ir.Module, target: Target, what: str,

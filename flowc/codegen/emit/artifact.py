@@ -34,6 +34,7 @@ from flowc.codegen.emit.manifest import build_manifest, write_manifest
 from flowc.codegen.emit.outdir import staged
 from flowc.codegen.emit.profile_c import profile_header
 from flowc.codegen.kernel_code import KernelCode
+from flowc.codegen.plan.control_steps import walk
 from flowc.codegen.plan.partitions import host_kernels
 from flowc.codegen.plan.program import Program, arena_bytes_of, weights_blob
 from flowc.codegen.plan.working_memory import statement, working_memory
@@ -93,8 +94,9 @@ def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
             (stage / side).write_bytes(weights_header(graph_hash, len(blob)) + blob)
             written.append(side)
         files = {f: (stage / f).read_bytes() for f in written}
-        kernels = [(k.symbol, list(dict.fromkeys(n for p in program.entries for c in p.calls
-                                                 if c.kernel is k for n in c.nodes)))
+        kernels = [(k.symbol, list(dict.fromkeys(n for p in program.entries
+                                                 for c in walk(p.calls) if c.kernel is k
+                                                 for n in c.nodes)))
                    for k in program.kernels]
         manifest = build_manifest(info, program, flowc_version=flowc_version,
                                   graph_hash=graph_hash, target=target, sizes=sizes,

@@ -5,8 +5,9 @@ source that (with the runtime compiled under the prefix `NAME_`, the kernels obj
 when `embedded`, the weights object defining `NAME_weights`) implements every function
 `NAME.h` declares. The entry function calls the kernels in program order with pointers
 into the inputs, outputs, weights and arena (then the call's scratch buffers, arena slots
-the plan gave it, and `ts`, the thread-scratch region, for a kernel that takes one), then
-copies the outputs that no kernel wrote in place. An artifact with several entries
+the plan gave it, and `ts`, the thread-scratch region, for a kernel that takes one), runs
+control steps (`if`/`loop` bodies, control_c.py), then copies the outputs that no kernel
+wrote in place. An artifact with several entries
 (`Program.siblings`: a training artifact's `train_step`) gets one entry function per
 entry (`entry_NAME`), its descriptor tables (`NAME_inputs` ...), the model's table of
 entries and `NAME_<entry>` wrappers of the runtime's `rt_run_entry`; the model's arena and
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flowc.codegen.emit.c_text import c_comment, c_string
+from flowc.codegen.emit.control_c import render_control
 from flowc.codegen.emit.entry_args import ENTRY_PARAMS, ENTRY_UNUSED, call_arguments, pointer
 from flowc.codegen.emit.gpu_entry import model_field, render_gpu_program
 from flowc.codegen.emit.header import C_TYPES, ModelInfo, TensorInfo
@@ -28,7 +30,7 @@ from flowc.codegen.emit.partition_entry import model_fields, render_partitioned
 from flowc.codegen.emit.profile_c import profile_api, profile_prelude, timed
 from flowc.codegen.kernel_code import KernelScratch
 from flowc.codegen.plan.partitions import host_kernels
-from flowc.codegen.plan.program import Kernel, Program
+from flowc.codegen.plan.program import Call, Kernel, Program
 from flowc.codegen.plan.state import copy_step
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES
 
@@ -85,17 +87,22 @@ def kernel_prototype(program: Program, kernel: Kernel) -> str:
 def _entry(program: Program, profile: bool = False, function: str = "entry") -> list[str]:
     lines = [f"static void {function}({ENTRY_PARAMS}) {{", f"  {ENTRY_UNUSED}"]
     index = {k.symbol: i for i, k in enumerate(program.kernels)}
+
+    def kernel_c(call: Call, args: list[str]) -> str:
+        call_c = f"{call.kernel.symbol}({', '.join(args)});"
+        if profile:  # profile_c.py: time the call into the run's event buffer
+            call_c = timed(call_c, index[call.kernel.symbol])
+        return call_c
+
     for step, call in enumerate(program.calls):
         lines.append(f"  /* {c_comment(', '.join(call.nodes))} */")
         if call.state is not None:  # a variable copied out or in (plan/state.py)
             dst, src, nbytes = copy_step(program, call)
             lines.append(f"  memmove({pointer(dst)}, {pointer(src)}, {nbytes}u);")
-            continue
-        args = call_arguments(program, step)
-        call_c = f"{call.kernel.symbol}({', '.join(args)});"
-        if profile:  # profile_c.py: time the call into the run's event buffer
-            call_c = timed(call_c, index[call.kernel.symbol])
-        lines.append(f"  {call_c}")
+        elif call.control is not None:  # an if/loop running its bodies (control_c.py)
+            lines += render_control(program, call, kernel_c)
+        else:
+            lines.append(f"  {kernel_c(call, call_arguments(program, step))}")
     for j, source, nbytes in program.copies:
         lines.append(f"  memcpy(out[{j}], {pointer(source)}, {nbytes}u);")
     lines.append("}")

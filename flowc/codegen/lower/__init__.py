@@ -14,12 +14,14 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 
-from flowc.codegen.target import Target
+from flowc.codegen.target import Target, is_gpu_target
 
 Rule = Callable[..., list]
 
 RULES: dict[str, Rule] = {}
 ARCH_RULES: dict[tuple[str, str], Rule] = {}
+# Ops whose generic rule lowers symbolic dims with run-time extents (`register(dynamic=)`)
+DYNAMIC_RULES: set[str] = set()
 
 # Ops that never become a kernel: the artifact implements them itself.
 NOT_KERNELS: dict[str, str] = {
@@ -35,11 +37,16 @@ NOT_KERNELS: dict[str, str] = {
 }
 
 
-def register(*ops: str, arch: str | None = None) -> Callable[[Rule], Rule]:
-    """Decorator: `fn` lowers each of `ops` (on every target, or only on `arch`)."""
+def register(*ops: str, arch: str | None = None, dynamic: bool = False
+             ) -> Callable[[Rule], Rule]:
+    """Decorator: `fn` lowers each of `ops` (on every target, or only on `arch`); with
+    `dynamic`, also nodes whose types have symbolic dims (the rule sizes what it builds with
+    `context.dim_size` / `empty(TensorType)`, never with static shapes)."""
 
     def wrap(fn: Rule) -> Rule:
         for op in ops:
+            if dynamic and not arch:
+                DYNAMIC_RULES.add(op)
             table_key = (arch, op) if arch else op
             if (ARCH_RULES if arch else RULES).get(table_key) is not None:
                 raise ValueError(f"op {op} has two lowering rules for {arch or 'all targets'}")
@@ -55,6 +62,14 @@ def register(*ops: str, arch: str | None = None) -> Callable[[Rule], Rule]:
 def lookup(op: str, target: Target) -> Rule | None:
     _load()
     return ARCH_RULES.get((target.arch, op)) or RULES.get(op)
+
+
+def lowers_dynamic(op: str, target: Target) -> bool:
+    """Whether `op`'s rule for `target` takes symbolic dims (an arch rule never does, nor
+    does any rule on a GPU target yet: its kernels launch static grids)."""
+    _load()
+    return (op in DYNAMIC_RULES and (target.arch, op) not in ARCH_RULES
+            and not is_gpu_target(target))
 
 
 _loaded = False

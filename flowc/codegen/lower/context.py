@@ -11,6 +11,7 @@ scalar code works on `i1` and converts at the edges (`scalar.to_i1`, `scalar.fro
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from mlir import ir
 from mlir.dialects import arith, linalg, tensor
 
 from flowc.codegen.target import Target
+from flowc.ir import dims as dim_exprs
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Node
 from flowc.ir.types import DType, TensorType
@@ -35,12 +37,58 @@ def elem_type(dt: DType) -> ir.Type:
     return ir.IntegerType.get_signless(dt.bits)
 
 
+def mlir_shape(t: TensorType) -> list[int]:
+    """`t`'s shape for MLIR: a symbolic dim (a symbol or an expression) is dynamic (`?`)."""
+    return [d if isinstance(d, int) else ir.ShapedType.get_dynamic_size() for d in t.shape]
+
+
 def tensor_type(t: TensorType) -> ir.RankedTensorType:
-    return ir.RankedTensorType.get(list(t.shape), elem_type(t.dtype))
+    return ir.RankedTensorType.get(mlir_shape(t), elem_type(t.dtype))
 
 
 def memref_type(t: TensorType) -> ir.MemRefType:
-    return ir.MemRefType.get(list(t.shape), elem_type(t.dtype))
+    return ir.MemRefType.get(mlir_shape(t), elem_type(t.dtype))
+
+
+# The run's dim values while a kernel with run-time extents is lowered (`run_time_dims`):
+# symbol -> index value, and each dim expression materialized once.
+_RUN_DIMS: list[dict[str, ir.Value]] = []
+
+
+@contextmanager
+def run_time_dims(symbols: dict[str, ir.Value]):
+    """Within: `dim_size` of a symbolic dim is an index value computed from `symbols` (the
+    kernel's `dims` argument, loaded at its entry)."""
+    _RUN_DIMS.append(dict(symbols))
+    try:
+        yield
+    finally:
+        _RUN_DIMS.pop()
+
+
+def dim_size(d: int | str) -> int | ir.Value:
+    """A dim as MLIR wants a size: an int when static, else an index value computed from
+    the run's dim values (within `run_time_dims`; FlowcError outside one)."""
+    if isinstance(d, int):
+        return d
+    if not _RUN_DIMS or d is None:
+        raise FlowcError(f"dim {d if d is not None else '?'} has no run-time value here")
+    known = _RUN_DIMS[-1]
+    if d not in known:
+        index = ir.IndexType.get()
+
+        def const(c: int) -> ir.Value:
+            return arith.ConstantOp(index, c).result
+
+        def div(x: ir.Value, k: int, ceil: bool) -> ir.Value:
+            return (arith.ceildivsi if ceil else arith.floordivsi)(x, const(k))
+
+        known[d] = dim_exprs.fold(d, known.__getitem__, const, arith.addi, arith.muli, div)
+    return known[d]
+
+
+def dim_sizes(t: TensorType) -> list[int | ir.Value]:
+    return [dim_size(d) for d in t.shape]
 
 
 def affine_map(n_dims: int, exprs: Sequence[int | str]) -> ir.AffineMapAttr:
@@ -71,7 +119,7 @@ def iterators(kinds: str) -> ir.ArrayAttr:
 
 def empty(t: TensorType | tuple[Sequence[int], ir.Type]) -> ir.Value:
     if isinstance(t, TensorType):
-        return tensor.EmptyOp(list(t.shape), elem_type(t.dtype)).result
+        return tensor.EmptyOp(dim_sizes(t), elem_type(t.dtype)).result
     shape, et = t
     return tensor.EmptyOp(list(shape), et).result
 
@@ -198,6 +246,14 @@ def reshape(v: ir.Value, shape: Sequence[int]) -> ir.Value:
         return tensor.CollapseShapeOp(out_type, v, _reassoc([])).result
     return tensor.ExpandShapeOp(out_type, v, _reassoc([list(range(len(shape)))]), [],
                                 shape).result
+
+
+def size_of(v: ir.Value, axis: int) -> int | ir.Value:
+    """Dim `axis` of tensor `v`: an int when static, else a `tensor.dim` index value."""
+    d = value_shape(v)[axis]
+    if d != ir.ShapedType.get_dynamic_size():
+        return d
+    return tensor.dim(v, arith.ConstantOp(ir.IndexType.get(), axis).result)
 
 
 def expr_map(n_dims: int, exprs: Sequence[ir.AffineExpr]) -> ir.AffineMapAttr:

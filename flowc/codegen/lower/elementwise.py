@@ -51,7 +51,8 @@ def rule(*ops: str):
     """Register `fn(ctx, dts, *xs)` as the scalar body of elementwise `ops`."""
 
     def wrap(fn: ScalarFn) -> ScalarFn:
-        register(*ops)(lambda ctx, *operands: lower_elementwise(ctx, list(operands), fn))
+        register(*ops, dynamic=True)(
+            lambda ctx, *operands: lower_elementwise(ctx, list(operands), fn))
         return fn
 
     return wrap

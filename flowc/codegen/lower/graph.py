@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from mlir import ir
 
-from flowc.codegen.lower import lookup
+from flowc.codegen.lower import lookup, lowers_dynamic
 from flowc.codegen.lower.context import RuleCtx, tensor_type
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
@@ -59,7 +59,8 @@ def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[
         if rule is None:
             raise FlowcError(unsupported(node, target))
         for i, t in enumerate(node.types):
-            if not isinstance(t, TensorType) or not t.is_static:
+            if not isinstance(t, TensorType) or None in t.shape or (
+                    not t.is_static and not lowers_dynamic(node.op, target)):
                 raise FlowcError(f"codegen ({target.name}): node {node.label()}: result #{i} "
                                  f"is {t}; a kernel needs static tensor types")
         ctx = RuleCtx(node, get_op(node.op).resolve_attrs(node.attrs),

@@ -28,9 +28,10 @@ from flowc.codegen.lower.context import (
     identity_map,
     reshape,
     scalar_const,
+    size_of,
     value_shape,
 )
-from flowc.ir.types import DType, i32
+from flowc.ir.types import DType, TensorType, i32
 
 _Dims = list[int]
 
@@ -45,10 +46,30 @@ def contract(a: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
     """a [..., M, K] @ b [..., K, N] (equal batch dims, rank 2 or 3) in `acc_dtype(dt)`."""
     acc = acc_dtype(dt)
     sa, sb = value_shape(a), value_shape(b)
-    out_shape = [*sa[:-1], sb[-1]]
+    out_shape = [size_of(a, i) for i in range(len(sa) - 1)] + [size_of(b, len(sb) - 1)]
     init = fill(scalar_const(acc, 0), empty((out_shape, elem_type(acc))))
     op = linalg.matmul if len(sa) == 2 else linalg.batch_matmul
     return op(a, b, outs=[init])
+
+
+def contract_rows(a: ir.Value, b: ir.Value, dt: DType, out: TensorType) -> ir.Value:
+    """a [..., M, K] @ b [K, N] or b [..., K, N] of a's batch dims (both `dt`) as one
+    contraction (of run-time extents: no reshape, so the result is written straight into
+    the caller's buffer), in `out`'s dtype. Loop dims: a's leading dims, then k, then n
+    innermost, so that loops (no tiling strategy takes run-time extents yet) run
+    out[..., m, :] += a[..., m, k] * b[k, :] over contiguous rows, which LLVM vectorizes."""
+    rank = out.rank
+    lead, k, n = list(range(rank - 1)), rank - 1, rank
+    b_map = [k, n] if len(value_shape(b)) == 2 else [*lead[:-1], k, n]
+    maps = [affine_map(rank + 1, [*lead, k]), affine_map(rank + 1, b_map),
+            affine_map(rank + 1, [*lead, n])]
+    init = fill(scalar_const(out.dtype, 0), empty(out))
+
+    def body(x, w, acc):
+        product = s.mul(out.dtype, s.convert(x, dt, out.dtype), s.convert(w, dt, out.dtype))
+        return [s.add(out.dtype, acc, product)]
+
+    return generic([a, b], maps[:2], [init], maps[2:], "p" * (rank - 1) + "rp", body)[0]
 
 
 def contract_at(at: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
@@ -66,8 +87,8 @@ def contract_at(at: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
 def convert_tensor(v: ir.Value, src: DType, dst: DType) -> ir.Value:
     if src == dst:
         return v
-    shape = value_shape(v)
-    n = len(shape)
+    n = len(value_shape(v))
+    shape = [size_of(v, i) for i in range(n)]
 
     def body(x, _o):
         if src == i32 and dst.is_bool:
@@ -101,10 +122,21 @@ def matmul_nd(a: ir.Value, b: ir.Value, dt: DType, out_shape: _Dims) -> ir.Value
     return reshape(y, out_shape)
 
 
-@register("matmul")
+@register("matmul", dynamic=True)
 def _matmul(ctx: RuleCtx, a, b) -> list:
     dt = ctx.out.dtype
-    y = matmul_nd(a, b, dt, list(ctx.out.shape))
+    if ctx.out.is_static:
+        y = matmul_nd(a, b, dt, list(ctx.out.shape))
+    elif dt.is_bool:
+        raise ctx.error("a bool matmul of symbolic dims has no kernel yet")
+    elif (ctx.in_types[0].rank >= 2 and ctx.in_types[1].rank == 2) or (
+            ctx.in_types[0].rank == ctx.in_types[1].rank > 2
+            and ctx.in_types[0].shape[:-2] == ctx.in_types[1].shape[:-2]):
+        y = contract_rows(a, b, dt, ctx.out.with_dtype(acc_dtype(dt)))
+    else:
+        raise ctx.error(f"matmul of {ctx.in_types[0]} and {ctx.in_types[1]}: with symbolic "
+                        "dims, a kernel takes [..., K] @ [K, N], or batches of equal dims, "
+                        "only so far")
     return [convert_tensor(y, acc_dtype(dt), dt)]
 
 

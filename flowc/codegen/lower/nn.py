@@ -38,13 +38,14 @@ def _sum(x: ir.Value, axes: tuple[int, ...], dt: DType) -> ir.Value:
     return reduce_axes(x, axes, True, dt, 0, lambda a, v: s.add(dt, a, v))
 
 
-@register("softmax", "log_softmax")
+@register("softmax", "log_softmax", dynamic=True)
 def _softmax(ctx: RuleCtx, x) -> list:
     t = ctx.in_types[0]
     acc = s.compute_dtype(t.dtype)
     axis = ctx.attrs["axis"] % t.rank
     if t.dtype == f32 and axis == t.rank - 1 and not ctx.target.is_gpu:  # (CPU vectors)
         return [_softmax_rows(ctx, x, ctx.node.op == "log_softmax")]
+    _rows_only(ctx, t, axis)
     shape = list(t.shape)
     xa = convert_tensor(x, t.dtype, acc)
     m = reduce_axes(xa, (axis,), True, acc, float("-inf"), lambda a, v: arith.maximumf(a, v))
@@ -58,20 +59,28 @@ def _softmax(ctx: RuleCtx, x) -> list:
     return [convert_tensor(y, acc, t.dtype)]
 
 
-@register("layer_normalization")
+def _rows_only(ctx: RuleCtx, t, axis: int) -> None:
+    """With symbolic dims only the f32 row kernels (run-time leading dims) lower so far."""
+    if not t.is_static:
+        raise ctx.error(f"{ctx.node.op} of {t} over axis {axis}: with symbolic dims, a kernel "
+                        "takes f32 rows of static trailing dims only so far")
+
+
+@register("layer_normalization", dynamic=True)
 def _layer_norm(ctx: RuleCtx, x, scale, bias=None) -> list:
     t = ctx.in_types[0]
     acc = s.compute_dtype(t.dtype)
     axis = ctx.attrs["axis"] % t.rank
     shape = list(t.shape)
     axes = tuple(range(axis, t.rank))
-    count = 1
-    for a in axes:
-        count *= shape[a]
+    count: int | None = 1
+    for a in axes:  # None when a normalized dim is symbolic
+        count = count * shape[a] if isinstance(shape[a], int) and count is not None else None
     params = [p for p in ctx.in_types[1:] if p is not None]
     if (t.dtype == f32 and len(ctx.out_types) == 1 and not ctx.target.is_gpu
-            and all(p.dtype == f32 for p in params)):
+            and all(p.dtype == f32 for p in params) and isinstance(count, int)):
         return [_layer_norm_rows(ctx, x, scale, bias, axis, count)]
+    _rows_only(ctx, t, axis)
     xa = convert_tensor(x, t.dtype, acc)
     n = s.const(acc, count)
     mean = map_values([_sum(xa, axes, acc)], [*shape[:axis], *[1] * len(axes)], acc,

@@ -26,6 +26,7 @@ from flowc.codegen.lower.context import (
     generic,
     identity_map,
     scalar_const,
+    size_of,
     value_shape,
 )
 from flowc.codegen.lower.matmul import convert_tensor
@@ -38,8 +39,8 @@ def reduce_axes(x: ir.Value, axes: Sequence[int], keepdims: bool, dt: DType, ini
     """`combine`-fold `x` over `axes` into an accumulator of dtype `dt`; `x`'s elements are
     of dtype `dt` too (already in compute form), or of `src`, converted to `dt` one at a
     time inside the loop."""
-    shape = value_shape(x)
-    rank = len(shape)
+    rank = len(value_shape(x))
+    shape = [size_of(x, i) for i in range(rank)]  # run-time sizes where dynamic
     kept = [i for i in range(rank) if i not in axes]
     out_exprs: list[int | str] = ([("0" if i in axes else i) for i in range(rank)] if keepdims
                                   else kept)
@@ -76,12 +77,18 @@ def _normalized_axes(ctx: RuleCtx, rank: int) -> tuple[int, ...] | None:
     return tuple(sorted({a % max(rank, 1) for a in axes}))
 
 
-@register("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod")
+@register("reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod",
+          dynamic=True)
 def _reduce(ctx: RuleCtx, x, axes_operand=None) -> list:
     t = ctx.in_types[0]
     axes = _normalized_axes(ctx, t.rank)
     if axes is None:
         return [x]
+    if not ctx.out.is_static and ctx.node.op in ("reduce_sum", "reduce_mean") \
+            and (t.dtype.is_int or t.dtype.bits < 64):
+        # widened accumulators (f64) are a temporary of run-time size: no scratch for it yet
+        raise ctx.error(f"{ctx.node.op} of {t}: with symbolic dims, a kernel sums only f64 (the "
+                        "widened accumulator of others would be a temporary of run-time size)")
     op, dt = ctx.node.op, t.dtype
     acc = src = s.compute_dtype(dt)
     if op == "reduce_mean" and dt.is_int:
@@ -104,8 +111,8 @@ def _reduce(ctx: RuleCtx, x, axes_operand=None) -> list:
 
 def divide(y: ir.Value, dt: DType, divide_by: int) -> ir.Value:
     """y / divide_by, elementwise (`dt` a float type)."""
-    shape = value_shape(y)
-    n = len(shape)
+    n = len(value_shape(y))
+    shape = [size_of(y, i) for i in range(n)]
     return generic([y], [identity_map(n)], [empty((shape, elem_type(dt)))], [identity_map(n)],
                    "p" * n, lambda v, _o: [arith.divf(v, s.const(dt, divide_by))])[0]
 

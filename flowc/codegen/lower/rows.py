@@ -31,7 +31,7 @@ from collections.abc import Callable
 from mlir import ir
 from mlir.dialects import arith, linalg, scf, tensor, vector
 
-from flowc.codegen.lower.context import empty, index_const, reshape, value_shape
+from flowc.codegen.lower.context import empty, index_const, reshape, size_of, value_shape
 from flowc.codegen.target import Target
 
 PARALLEL_MIN = 32768  # elements: below this a fork/join costs more than it saves
@@ -123,16 +123,18 @@ class _Rows:
     """Row `r` (an index) of a tensor of `shape` whose rows span the dims from `axis` on:
     slices of it as rank-1 tensors, and the slice parameters to insert one back."""
 
-    def __init__(self, shape: list[int], axis: int, r: ir.Value):
+    def __init__(self, shape: list[int], axis: int, r: ir.Value,
+                 sizes: list[int | ir.Value] | None = None):
         self.shape, self.axis = shape, axis
         self.inner = shape[axis:]
         self.length = 1
         for d in self.inner:
             self.length *= d
         index, rest = [], r
-        for d in reversed(shape[:axis]):  # row index -> outer indices, last dim fastest
-            index.append(arith.remui(rest, index_const(d)))
-            rest = arith.divui(rest, index_const(d))
+        for d in reversed((sizes or shape)[:axis]):  # row -> outer indices, last dim fastest
+            d = index_const(d) if isinstance(d, int) else d
+            index.append(arith.remui(rest, d))
+            rest = arith.divui(rest, d)
         self.offsets = list(reversed(index))
 
     def _params(self):
@@ -154,17 +156,31 @@ class _Rows:
 
 def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
                axis: int = -1) -> ir.Value:
-    """See the module docstring; rows span the dims from `axis` on (the last by default)."""
+    """See the module docstring; rows span the dims from `axis` on (the last by default).
+    Leading dims may be of run-time extent (the row's dims may not): the rows are then a
+    plain `scf.for` over their run-time count."""
     shape = value_shape(x)
     axis %= len(shape)
-    rows = length = 1
-    for d in shape[:axis]:
-        rows *= d
+    sizes = [size_of(x, i) for i in range(len(shape))]
+    rows: int | ir.Value = 1
+    length = 1
+    for d in sizes[:axis]:
+        rows = rows * d if isinstance(d, int) and isinstance(rows, int) else arith.muli(
+            index_const(rows) if isinstance(rows, int) else rows,
+            index_const(d) if isinstance(d, int) else d)
     for d in shape[axis:]:
         length *= d
-    init = empty((shape, ir.F32Type.get()))
+    init = empty((sizes, ir.F32Type.get()))
     lanes = lanes_for(length, target)
-    if rows * length >= PARALLEL_MIN and rows > 1:
+    if not isinstance(rows, int):
+        loop = scf.ForOp(index_const(0), rows, index_const(1), [init])
+        r, out = loop.induction_variable, loop.inner_iter_args[0]
+        with ir.InsertionPoint(loop.body):
+            at = _Rows(shape, axis, r, sizes)
+            row = Row(at.read(x), at.read(out), lanes)
+            body(row)
+            scf.YieldOp([at.insert(row.out, out, parallel=False)])
+    elif rows * length >= PARALLEL_MIN and rows > 1:
         loop = scf.ForallOp([0], [rows], [1], [init])
         r, out = loop.induction_variables[0], loop.inner_iter_args[0]
         with ir.InsertionPoint(loop.body):

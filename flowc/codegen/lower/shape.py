@@ -17,6 +17,7 @@ from flowc.codegen.lower.context import (
     broadcast_to,
     dense_constant,
     dim,
+    dim_sizes,
     empty,
     expr_map,
     generic,
@@ -25,9 +26,10 @@ from flowc.codegen.lower.context import (
     reshape,
     scalar_const,
     splat,
+    tensor_type,
     value_shape,
 )
-from flowc.ir.types import DType, f64, i64
+from flowc.ir.types import DType, TensorType, f64, i64
 
 
 def _index() -> ir.Type:
@@ -78,7 +80,7 @@ def _expand(ctx: RuleCtx, x, _shape) -> list:
                                      *ctx.in_types[0].shape]), ctx.out.shape)]
 
 
-@register("transpose")
+@register("transpose", dynamic=True)
 def _transpose(ctx: RuleCtx, x) -> list:
     rank = ctx.out.rank
     perm = ctx.attrs["perm"]
@@ -112,7 +114,7 @@ def strided_slice(x: ir.Value, out_shape: list[int], starts: list[int],
                    [identity_map(rank)], "p" * rank, lambda v, _o: [v])[0]
 
 
-@register("slice")
+@register("slice", dynamic=True)
 def _slice(ctx: RuleCtx, x, *_operands) -> list:
     shape = ctx.in_types[0].shape
     rank = len(shape)
@@ -124,11 +126,30 @@ def _slice(ctx: RuleCtx, x, *_operands) -> list:
                 else [int(v) for v in ctx.require_const(4, "steps").reshape(-1)])
     starts, steps = [0] * rank, [1] * rank
     for b, e, a, st in zip(begins, ends, axes, steps_in, strict=True):
+        if not isinstance(shape[a], int):
+            raise ctx.error(f"slice of {ctx.in_types[0]} along dim {shape[a]}: with symbolic "
+                            "dims, a kernel slices static dims only so far")
         lo, _, step = slice(b, e, st).indices(shape[a])
         starts[a], steps[a] = lo, step
     if ctx.out.num_elements == 0:
         return [empty(ctx.out)]
+    if not ctx.out.is_static:  # sliced dims static; the others taken whole, run-time sizes
+        if any(step < 0 for step in steps):
+            raise ctx.error("a reversing slice of symbolic dims has no kernel yet")
+        return [_extract(x, ctx.out, starts, steps)]
     return [strided_slice(x, list(ctx.out.shape), starts, steps)]
+
+
+def _extract(x: ir.Value, out: TensorType, offsets: list, strides: list[int]) -> ir.Value:
+    """`tensor.extract_slice` of `out`'s type (its sizes, and `offsets`, may be run-time
+    index values within `run_time_dims`)."""
+    sizes = dim_sizes(out)
+    dyn = ir.ShapedType.get_dynamic_size()
+    return tensor.extract_slice(
+        tensor_type(out), x, [o for o in offsets if not isinstance(o, int)],
+        [s for s in sizes if not isinstance(s, int)], [],
+        [o if isinstance(o, int) else dyn for o in offsets],
+        [s if isinstance(s, int) else dyn for s in sizes], strides)
 
 
 @register("split")
@@ -144,11 +165,14 @@ def _split(ctx: RuleCtx, x, _split=None) -> list:
     return results
 
 
-@register("concat")
+@register("concat", dynamic=True)
 def _concat(ctx: RuleCtx, *xs) -> list:
     rank = ctx.out.rank
     axis = ctx.attrs["axis"] % rank
-    result, offset = empty(ctx.out), 0
+    result = empty(ctx.out)
+    if not ctx.out.is_static:
+        return [_concat_dynamic(xs, ctx.in_types, axis, result)]
+    offset = 0
     for x, t in zip(xs, ctx.in_types, strict=True):
         if t.num_elements:
             rank_ones = [1] * rank
@@ -157,6 +181,24 @@ def _concat(ctx: RuleCtx, *xs) -> list:
                                          rank_ones)
         offset += t.shape[axis]
     return [result]
+
+
+def _concat_dynamic(xs, types: list[TensorType], axis: int, result: ir.Value) -> ir.Value:
+    """Concat with run-time sizes: each operand inserted at the run's offset along `axis`."""
+    dyn = ir.ShapedType.get_dynamic_size()
+    offset: int | ir.Value = 0
+    for x, t in zip(xs, types, strict=True):
+        sizes = dim_sizes(t)
+        offsets = [offset if i == axis else 0 for i in range(t.rank)]
+        result = tensor.insert_slice(
+            x, result, [o for o in offsets if not isinstance(o, int)],
+            [s for s in sizes if not isinstance(s, int)], [],
+            [o if isinstance(o, int) else dyn for o in offsets],
+            [s if isinstance(s, int) else dyn for s in sizes], [1] * t.rank)
+        step = sizes[axis]
+        offset = offset + step if isinstance(offset, int) and isinstance(step, int) else \
+            arith.addi(*(index_const(v) if isinstance(v, int) else v for v in (offset, step)))
+    return result
 
 
 @register("tile")
@@ -170,11 +212,14 @@ def _tile(ctx: RuleCtx, x, _repeats) -> list:
                    "p" * rank, lambda v, _o: [v])
 
 
-@register("gather")
+@register("gather", dynamic=True)
 def _gather(ctx: RuleCtx, data, indices) -> list:
     dshape, ishape = ctx.in_types[0].shape, ctx.in_types[1].shape
     axis = ctx.attrs["axis"] % len(dshape)
     n, k = dshape[axis], len(ishape)
+    if not isinstance(n, int):
+        raise ctx.error(f"gather along dim {n} of {ctx.in_types[0]}: with symbolic dims, a "
+                        "kernel gathers along a static dim only so far")
     idx_dt = ctx.in_types[1].dtype
 
     def index_of(ix, _args):

@@ -16,6 +16,10 @@ nothing is planned here) as a JSON-able dict:
   `len(steps)` for a value the output copies read at the end), `device`, and `in_place_of`
   (the value whose buffer it took over, or null); a kernel call's scratch buffer K (live
   at its step only) is one too, `value` `SYMBOL.scratchK`, `op` `scratch`;
+- `controls`, when the program has control steps (plan/control_steps.py): per step (nested
+  ones after their parent) its `node`, the `offset` and `bytes` of its bodies' region,
+  and per body its name, `steps` (kernel symbols), planned `bytes` and `buffers` (as
+  above, arena offsets, steps counted within the body); the text lists them after the steps;
 - `regions`: for a graph placed on devices, each device's arena region (`device`,
   `offset`, `bytes`) in arena order; empty otherwise;
 - `phases`, for a training step (a step runs a node of the `gradients` scope,
@@ -65,7 +69,8 @@ def memory_layout(program: Any) -> dict[str, Any]:
     plan = program.memory
     steps = []
     for s, call in enumerate(program.calls):
-        step_node = call.transfer or call.state  # a transfer or a variable copy
+        # a transfer, a variable copy or a control step
+        step_node = call.transfer or call.state or (call.control and call.control.node)
         kernel = call.kernel.symbol if call.kernel is not None else step_node.op
         steps.append({"step": s, "kernel": kernel, "nodes": list(call.nodes),
                       "device": call_device(call)})
@@ -79,7 +84,8 @@ def memory_layout(program: Any) -> dict[str, Any]:
                         "in_place_of": value_name(took[v]) if v in took else None})
     for slot, offset in (plan.scratch.items() if plan is not None else ()):
         call = program.calls[slot.step]
-        buffers.append({"value": f"{call.kernel.symbol}.scratch{slot.k}", "op": "scratch",
+        owner = call.kernel.symbol if call.kernel is not None else steps[slot.step]['kernel']
+        buffers.append({"value": f"{owner}.scratch{slot.k}", "op": "scratch",
                         "offset": offset, "bytes": _scratch_bytes(program, slot),
                         "first": slot.step, "last": slot.step,
                         "device": steps[slot.step]["device"], "in_place_of": None})
@@ -93,6 +99,9 @@ def memory_layout(program: Any) -> dict[str, Any]:
     layout = {"name": program.name, "entry": program.entry if several else None, **report,
               "working_memory": working_memory(program), "steps": steps, "buffers": buffers,
               "regions": regions}
+    controls = _controls(program, program.calls)
+    if controls:
+        layout["controls"] = controls
     backward = [s["step"] for s in steps if any(phase_of_name(n) for n in s["nodes"])]
     if backward and plan is not None:
         layout["phases"] = _phases(program, plan, buffers, backward[0])
@@ -116,6 +125,46 @@ def _phases(program: Any, plan: Any, buffers: list[dict[str, Any]], start: int
         if b["phase"] == "forward" and b["first"] < start <= b["last"]:
             figures["forward"]["kept_bytes"] += b["bytes"]
     return figures
+
+
+def _controls(program: Any, calls: list) -> list[dict[str, Any]]:
+    """Each control step among `calls` (nested ones after their parent): its node, its
+    region (offset, bytes) and per body its steps and planned values (arena offsets)."""
+    found = []
+    for call in calls:
+        step = call.control
+        if step is None:
+            continue
+        entry = {"node": ", ".join(call.nodes), "offset": step.base,
+                 "bytes": step.region_bytes, "bodies": []}
+        for body in step.bodies:
+            plan = body.plan
+            entry["bodies"].append({
+                "body": body.graph.name, "bytes": plan.arena_bytes,
+                "steps": [c.kernel.symbol if c.kernel is not None else c.control.node.op
+                          for c in body.calls],
+                "buffers": sorted(({"value": value_name(v), "op": _op(v),
+                                    "offset": program.where(v).at, "bytes": value_nbytes(v),
+                                    "first": plan.lifetimes[v][0],
+                                    "last": plan.lifetimes[v][1]} for v in plan.offsets),
+                                  key=lambda b: (b["offset"], b["first"]))})
+        found.append(entry)
+        for body in step.bodies:
+            found += _controls(program, body.calls)
+    return found
+
+
+def _format_controls(controls: list[dict[str, Any]]) -> list[str]:
+    lines = []
+    for c in controls:
+        lines += ["", f"control step {c['node']}: its bodies' region, {c['bytes']} bytes at "
+                  f"offset {c['offset']}"]
+        for body in c["bodies"]:
+            lines.append(f"  body @{body['body']}: {len(body['steps'])} steps "
+                         f"({', '.join(body['steps'])}), {body['bytes']} bytes planned")
+            lines += [f"    {b['offset']:>10} {b['bytes']:>10}  {b['first']}-{b['last']:<4} "
+                      f"{b['value']}  {b['op']}" for b in body["buffers"]]
+    return lines
 
 
 def _scratch_bytes(program: Any, slot: ScratchSlot) -> int:
@@ -146,6 +195,7 @@ def format_memory(layout: dict[str, Any]) -> str:
     for st in steps:
         where = f"  @{st['device']}" if st["device"] else ""
         lines.append(f"  {st['step']:>4}  {st['kernel']:<16} {', '.join(st['nodes'])}{where}")
+    lines += _format_controls(layout.get("controls", []))
     if not buffers:
         return "\n".join([*lines, "", "no value lives in the arena"]) + "\n"
     end = max([len(steps) - 1, *(b["last"] for b in buffers)])

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from flowc.codegen.plan.control_steps import walk
 from flowc.ir.devices import DeviceSpec, is_gpu_device
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node
@@ -93,9 +94,9 @@ def gpu_devices(program) -> list[str]:
 
 
 def host_kernels(program) -> list:
-    """The kernels some call of some entry runs on a device that is not a GPU, in program
-    order."""
-    used = {c.kernel.symbol for p in program.entries for c in p.calls
+    """The kernels some call of some entry (control steps' bodies included) runs on a
+    device that is not a GPU, in program order."""
+    used = {c.kernel.symbol for p in program.entries for c in walk(p.calls)
             if c.kernel is not None and not is_gpu_device(call_device(c))}
     return [k for k in program.kernels if k.symbol in used]
 

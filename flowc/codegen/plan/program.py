@@ -25,11 +25,15 @@ Contract: `build_program(graph, prefix)` returns a `Program`:
 Variables (`state.py`) live in the context's variables block (`Storage("variable",
 offset)`, `Program.variables`), outside the arena; reads and assigns are copy steps
 (`Call.state`) unless the order lets a read be a view of the variable or a kernel write
-the variable in place. Send/recv aside, other stateful ops and nested control flow are
-refused with a FlowcError naming the node: artifacts do not run them yet. A graph the
-`partition` pass split over devices keeps its send/recv nodes as transfer steps
-(`Call.transfer`) and lists its devices' arena regions in `Program.regions`, partition 0
-first; see `partitions.py`.
+the variable in place. Send/recv aside, other stateful ops are refused with a FlowcError
+naming the node: artifacts do not run them yet. A control-flow node (`if`, `loop`) whose
+bodies are small (`control.one_kernel`) is one kernel like any other node (its scf
+lowering, lower/control.py); a larger one is a control step (`Call.control`,
+control_steps.py): its bodies' calls (kernels shared with the program's), planned per body
+in one scratch buffer of the step; `control_steps.walk` visits every call, bodies'
+included. A graph the `partition` pass split over devices keeps its send/recv nodes as
+transfer steps (`Call.transfer`) and lists its devices' arena regions in
+`Program.regions`, partition 0 first; see `partitions.py`.
 Entries: an artifact may export several programs over one context (a training artifact's
 `run` and `train_step`). `build_program(graph, prefix, base=other, entry=NAME)` builds one
 more entry next to `other`: it takes `other`'s variables layout (each of its `variable`
@@ -50,7 +54,17 @@ import numpy as np
 from flowc.codegen.kernel_code import KernelScratch
 from flowc.codegen.kernels import kernel_operands, single_node_body
 from flowc.codegen.plan.arena import align
-from flowc.codegen.plan.memplan import MemoryPlan, ScratchSlot, Step, in_place_inputs, plan_memory
+from flowc.codegen.plan.control import bodies, check_bodies, one_kernel
+from flowc.codegen.plan.control_steps import (
+    ControlStep,
+    build_control,
+    memplan_step,
+    place_bodies,
+    plan_bodies,
+    refused,
+    walk,
+)
+from flowc.codegen.plan.memplan import MemoryPlan, ScratchSlot, Step, plan_memory
 from flowc.codegen.plan.partitions import (
     TRANSFER_OPS,
     Region,
@@ -97,8 +111,9 @@ class Kernel:
 @dataclass(frozen=True)
 class Call:
     """One step of the entry function: a kernel applied to graph values, or (kernel None)
-    the send/recv node `transfer` moving a value through the runtime's rendezvous, or the
-    read_variable/assign node `state` copying a variable out or in (`state.copy_step`)."""
+    the send/recv node `transfer` moving a value through the runtime's rendezvous, the
+    read_variable/assign node `state` copying a variable out or in (`state.copy_step`), or
+    an `if`/`loop` node running its bodies' calls (`control`, control_steps.py)."""
 
     kernel: Kernel | None
     operands: tuple[Value, ...]
@@ -106,6 +121,7 @@ class Call:
     nodes: tuple[str, ...]
     transfer: Node | None = None
     state: Node | None = None
+    control: ControlStep | None = None
 
 
 @dataclass
@@ -149,7 +165,10 @@ class Program:
 
     def needs(self, call: Call) -> KernelScratch:
         """The scratch the kernel of `call` takes (none for a transfer or a GPU call, whose
-        kernels the GPU path gives scratch of its own)."""
+        kernels the GPU path gives scratch of its own); a control step's one buffer is the
+        region of its bodies (control_steps.py)."""
+        if call.control is not None:
+            return KernelScratch((call.control.region_bytes,))
         if call.kernel is None or is_gpu_device(call_device(call)):
             return KernelScratch()
         return self.scratch.get(call.kernel.symbol, KernelScratch())
@@ -196,9 +215,8 @@ def check_node(node: Node) -> None:
     if opdef is None or not opdef.has(PURE):
         raise FlowcError(f"node {node.label()}: op '{node.op}' is stateful or communicates; "
                          "flowc artifacts run only pure tensor ops so far")
-    if any(isinstance(v, Graph) for v in node.attrs.values()):
-        raise FlowcError(f"node {node.label()}: op '{node.op}' holds nested bodies; flowc "
-                         "artifacts do not run control flow yet")
+    if bodies(node):  # control flow (control.py)
+        check_bodies(node, check_node)
     for i, t in enumerate(node.types):
         if not isinstance(t, TensorType) or not t.is_static:
             raise FlowcError(f"node {node.label()}: result #{i} is {t}; kernels need tensors "
@@ -271,24 +289,38 @@ def build_program(graph: Graph, prefix: str, base: Program | None = None,
                       if n.op != "constant" for name in n.source_names())
         return Call(by_key[key], tuple(root.get(v, v) for v in operands), node.outputs, names)
 
-    for node in graph.nodes:
-        if node.op in ("constant", "variable"):
-            continue
-        if node.op in TRANSFER_OPS:
-            program.calls.append(Call(None, tuple(root.get(v, v) for v in node.inputs),
-                                      node.outputs, (node.name or node.op,), node))
-            continue
-        if touches_variable(node.op):
-            for kind, step in state_steps(node):
-                operands = tuple(root.get(v, v) for v in step.inputs[1:])
-                program.calls.append(kernel_call(step) if kind == "kernel" else Call(
-                    None, operands, step.outputs, (step.name or step.op,), state=step))
-            continue
-        check_node(node)
-        if is_view(node.op):
-            root[node.out()] = root.get(node.inputs[0], node.inputs[0])
-            continue
-        program.calls.append(kernel_call(node))
+    def control_call(node: Node) -> Call:
+        if is_partitioned(graph) or is_gpu_device(node.device):
+            raise refused(node)
+        step = build_control(node, root, build_calls)
+        operands = tuple(root.get(v, v) for v in node.inputs if v is not None)
+        return Call(None, operands, node.outputs, (node.name or node.op,), control=step)
+
+    def build_calls(nodes: list[Node]) -> list[Call]:
+        calls: list[Call] = []
+        for node in nodes:
+            if node.op in ("constant", "variable"):
+                continue
+            if node.op in TRANSFER_OPS:
+                calls.append(Call(None, tuple(root.get(v, v) for v in node.inputs),
+                                  node.outputs, (node.name or node.op,), node))
+                continue
+            if touches_variable(node.op):
+                for kind, step in state_steps(node):
+                    operands = tuple(root.get(v, v) for v in step.inputs[1:])
+                    calls.append(kernel_call(step) if kind == "kernel" else Call(
+                        None, operands, step.outputs, (step.name or step.op,), state=step))
+                continue
+            check_node(node)
+            if is_view(node.op):
+                root[node.out()] = root.get(node.inputs[0], node.inputs[0])
+            elif bodies(node) and not one_kernel(node):
+                calls.append(control_call(node))
+            else:
+                calls.append(kernel_call(node))
+        return calls
+
+    program.calls = build_calls(graph.nodes)
     check_no_deadlock(program.calls)
     program.views = root
     place_state(program, slots, lambda offset: Storage("variable", offset))
@@ -301,8 +333,8 @@ def set_scratch(program: Program, scratch: dict[str, KernelScratch]) -> None:
     program.scratch = {k.symbol: scratch[k.symbol] for k in program.kernels
                        if k.symbol in scratch}
     program.thread_scratch_bytes = max(
-        (program.needs(c).per_thread for c in program.calls), default=0)
-    if any(program.needs(c).buffers for c in program.calls):  # else the plan stands
+        (program.needs(c).per_thread for c in walk(program.calls)), default=0)
+    if any(program.needs(c).buffers for c in walk(program.calls)):  # else the plan stands
         _plan_arena(program)
 
 
@@ -323,8 +355,9 @@ def _assign_storage(program: Program) -> None:
         if base == value and base in written and base not in claimed:
             storage[base] = Storage("output", j)
             claimed.add(base)
-    for call in program.calls:
-        for v in call.operands:
+    for call in walk(program.calls):
+        body_outputs = [v for b in call.control.bodies for v in b.outputs] if call.control else []
+        for v in [*call.operands, *body_outputs]:
             if v.node.op == "constant":
                 storage.setdefault(v, weight(v))
     kept = {root.get(value, value) for _, value in graph.outputs}  # read by output copies
@@ -356,11 +389,14 @@ def _plan_arena(program: Program) -> None:
         del storage[v]
     for view in root:
         storage.pop(view, None)
+    plan_bodies(lambda calls: _memplan_steps(program, calls), program.calls, storage)
     program.memory = plan_arena_storage(program, program.kept)
     program.arena_bytes = program.memory.arena_bytes
     check_sizes(program)
     for v, offset in program.memory.offsets.items():
         storage[v] = Storage("arena", offset)
+    place_bodies(storage, program.memory, program.calls, 0,
+                 lambda offset: Storage("arena", offset))
     for view, base in root.items():
         if base in storage:
             storage[view] = storage[base]
@@ -403,12 +439,14 @@ def check_sizes(program: Program) -> None:
 def plan_arena_storage(program: Program, kept: set[Value]) -> MemoryPlan:
     """The memory plan of the results no other storage holds, over the calls' order;
     those in `kept` (read by the output copies) live to the end."""
-    steps = [Step(call.operands, call.results,
-                  in_place_inputs(call.kernel.body) if call.kernel else {}, call_device(call),
-                  program.needs(call).buffers)
-             for call in program.calls]
+    steps = _memplan_steps(program, program.calls)
     planned = {v for call in program.calls for v in call.results if v not in program.storage}
     return plan_memory(steps, planned, kept)
+
+
+def _memplan_steps(program: Program, calls: list[Call]) -> list[Step]:
+    return [memplan_step(call, call_device(call), program.needs(call).buffers)
+            for call in calls]
 
 
 def weights_blob(program: Program) -> bytes:

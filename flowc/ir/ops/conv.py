@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flowc.ir import dims as dim_exprs
 from flowc.ir.ops import conv_grad, nn_grad
 from flowc.ir.ops.channels_last import (
     CHANNELS_LAST,
@@ -69,22 +70,33 @@ def _check_window(ctx: InferContext, n: int, kernel: Sequence[Dim]) -> None:
 
 def _spatial_out(ctx: InferContext, spatial: Sequence[Dim], kernel: Sequence[Dim],
                  ceil: bool = False) -> tuple[Dim, ...]:
+    """Each output spatial size: static from static dims; over a symbolic dim (static
+    kernel) a dim expression (`ceildiv(H,s)` with SAME pads, else
+    `floordiv(H+pads-window,s)+1`), None in ceil mode (its last-window rule has none)."""
     n = len(spatial)
     strides = _ints_attr(ctx, "strides", n, 1)
     dilations = _ints_attr(ctx, "dilations", n, 1)
-    if not all(isinstance(d, int) for d in (*spatial, *kernel)):
-        if ctx.attrs["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
-            return tuple(-(-d // s) if isinstance(d, int) else None
-                         for d, s in zip(spatial, strides, strict=True))
-        return (None,) * n  # kernel or input unknown: only static everything is computed
-    pads = _pads_for(ctx.attrs, spatial, kernel, strides, dilations)
-    out = []
-    for i in range(n):
-        size = _out_size(spatial[i], kernel[i], strides[i], dilations[i], pads[i], ceil)
-        if size < 1:
-            ctx.fail(f"spatial dim {i} of size {spatial[i]} (pads {pads[i]}) is smaller than "
-                     f"the kernel window {(kernel[i] - 1) * dilations[i] + 1}")
-        out.append(size)
+    if not all(isinstance(k, int) for k in kernel):
+        return (None,) * n  # kernel unknown: only static windows are computed
+    same = ctx.attrs["auto_pad"] in ("SAME_UPPER", "SAME_LOWER")
+    pads = _pads_for(ctx.attrs, [d if isinstance(d, int) else 1 for d in spatial], kernel,
+                     strides, dilations)  # a symbolic dim's pads are used only when not SAME
+    out: list[Dim] = []
+    for i, d in enumerate(spatial):
+        window = (kernel[i] - 1) * dilations[i] + 1
+        if isinstance(d, int):
+            size = _out_size(d, kernel[i], strides[i], dilations[i], pads[i], ceil)
+            if size < 1:
+                ctx.fail(f"spatial dim {i} of size {d} (pads {pads[i]}) is smaller than the "
+                         f"kernel window {window}")
+            out.append(size)
+        elif same:
+            out.append(dim_exprs.ceildiv(d, strides[i]))
+        elif ceil:
+            out.append(None)
+        else:
+            span = dim_exprs.sub(dim_exprs.add(d, pads[i][0] + pads[i][1]), window)
+            out.append(dim_exprs.add(dim_exprs.floordiv(span, strides[i]), 1))
     return tuple(out)
 
 

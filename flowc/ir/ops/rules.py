@@ -7,11 +7,11 @@ dims stay; a 1 yields the other dim; a static dim > 1 against a symbol yields th
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
+from flowc.ir import dims as dim_exprs
 from flowc.ir.ops.registry import InferContext
 from flowc.ir.types import Dim, DType, TensorType, bool_
 
@@ -120,13 +120,7 @@ def const_ints(ctx: InferContext, index: int) -> list[int] | None:
 
 
 def shape_product(dims: Sequence[Dim]) -> Dim:
-    """The product of `dims` when all are static (exact: never wraps), else None (or the
-    single symbol)."""
-    static = [d for d in dims if isinstance(d, int)]
-    symbolic = [d for d in dims if not isinstance(d, int)]
-    total = math.prod(static)
-    if not symbolic:
-        return total
-    if len(symbolic) == 1 and total == 1 and symbolic[0] is not None:
-        return symbolic[0]
-    return None
+    """The product of `dims` as a dim (`ir/dims.py`): an int when all are static (exact:
+    never wraps), an expression over their symbols, None when one is unknown (0 when one
+    is 0)."""
+    return dim_exprs.product(dims)

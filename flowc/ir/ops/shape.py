@@ -7,6 +7,7 @@ import itertools
 
 import numpy as np
 
+from flowc.ir import dims as dim_exprs
 from flowc.ir.ops import gather_grad
 from flowc.ir.ops import shape_grad as grad
 from flowc.ir.ops.registry import PURE, SELECTS, VIEW, AttrSpec, InferContext, define
@@ -50,24 +51,12 @@ def _reshape_infer(ctx: InferContext) -> TensorType:
         elif total is not None and total == rest:
             dims[dims.index(-1)] = 1
         else:
-            dims[dims.index(-1)] = _divide_symbolic(x.shape, known)
+            dims[dims.index(-1)] = dim_exprs.divide(total, rest)
     else:
         total, new = shape_product(x.shape), shape_product(dims)
         if isinstance(total, int) and isinstance(new, int) and total != new:
             ctx.fail(f"cannot reshape {x} ({total} elements) to {target} ({new} elements)")
     return TensorType(x.dtype, tuple(dims))
-
-
-def _divide_symbolic(shape, known):
-    """The dim left for -1 when `shape` has symbols: a symbol that cancels, else None."""
-    remaining = list(shape)
-    for d in known:
-        if d in remaining:
-            remaining.remove(d)
-        else:
-            return None
-    return shape_product(remaining) if all(isinstance(d, int) for d in remaining) or len(
-        remaining) == 1 else None
 
 
 def _reshape_kernel(ctx, x, shape):
@@ -104,14 +93,6 @@ def _unique_axes(ctx: InferContext, raw: list[int], rank: int, what: str = "axes
     return axes
 
 
-def _mul_dim(d, r: int):
-    if r == 1:
-        return d
-    if r == 0:
-        return 0
-    return d * r if isinstance(d, int) else None
-
-
 # ---------------------------------------------------------------- transpose
 
 def _perm(perm, rank: int) -> tuple[int, ...]:
@@ -135,16 +116,6 @@ define("transpose", ("data",), _transpose_infer,
 
 # ---------------------------------------------------------------- concat
 
-def _add_dims(a, b):
-    if isinstance(a, int) and isinstance(b, int):
-        return a + b
-    if a == 0:
-        return b
-    if b == 0:
-        return a
-    return None
-
-
 def _concat_infer(ctx: InferContext) -> TensorType:
     first = ctx.tensor(0)
     if first.rank == 0:
@@ -165,7 +136,7 @@ def _concat_infer(ctx: InferContext) -> TensorType:
                 ctx.fail(f"operand #{i} ({t}): dim {k} is {b}, expected {a} as operand #0")
             if a is None or (not isinstance(a, int) and isinstance(b, int)):
                 dims[k] = b if b is not None else a
-        dims[axis] = _add_dims(dims[axis], t.shape[axis])
+        dims[axis] = dim_exprs.add(dims[axis], t.shape[axis])
     return first.with_shape(tuple(dims))
 
 
@@ -281,8 +252,10 @@ def _slice_infer(ctx: InferContext) -> TensorType:
         d = x.shape[a]
         if isinstance(d, int):
             dims[a] = len(range(d)[_slice_axis(s, e, st, d)])
-        elif s == 0 and st == 1 and e >= 2**31 - 1:
-            dims[a] = d
+        elif st == 1 and s >= 0 and (e >= 2**31 - 1 or e < 0):
+            # [s:] or [s:e<0] of a symbolic dim: d - s (+ e); numpy clamps it at 0, the
+            # expression does not: sizes making it negative are outside the model's domain
+            dims[a] = dim_exprs.add(dim_exprs.sub(d, s), min(e, 0))
         else:
             dims[a] = None
     return x.with_shape(tuple(dims))
@@ -648,7 +621,7 @@ def _tile_infer(ctx: InferContext) -> TensorType:
         return x.with_shape((None,) * x.rank)
     if any(r < 0 for r in reps):
         ctx.fail(f"repeats must be >= 0, found {reps}")
-    return x.with_shape(tuple(_mul_dim(d, r) for d, r in zip(x.shape, reps, strict=True)))
+    return x.with_shape(tuple(dim_exprs.mul(d, r) for d, r in zip(x.shape, reps, strict=True)))
 
 
 define("tile", ("input", "repeats"), _tile_infer,

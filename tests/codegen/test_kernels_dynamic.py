@@ -1,0 +1,252 @@
+"""Kernels with run-time extents ([12], increment 3): a body typed by symbolic dims takes the
+run's dim values (`const int64_t *dims`, the body's symbols in sorted name order) after its
+outputs, and runs any size; ops without such a lowering are refused naming node, op and dim."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+import pytest
+from kernel_harness import aligned, compiled_body, link
+
+from flowc.codegen.cpu.compiler import compile_kernels
+from flowc.codegen.kernels import dim_symbols
+from flowc.ir import FlowcError, Graph, Tensor, TensorType
+from flowc.ir.build import make_node
+from flowc.ir.dims import evaluate
+
+
+def bias_relu_body() -> Graph:
+    """relu(x [S,B,4] + b [4]) * x: its symbols sort as B, S (not their order in x)."""
+    g = Graph("dyn")
+    x = g.add_input("in0", TensorType("f32", ("S", "B", 4)))
+    b = g.add_input("in1", TensorType("f32", (4,)))
+    a = g.append(make_node("add", [x, b])).out()
+    r = g.append(make_node("relu", [a])).out()
+    g.add_output("out0", g.append(make_node("mul", [r, x])).out())
+    return g
+
+
+def call(lib: ctypes.CDLL, body: Graph, inputs: list[np.ndarray], dims: dict[str, int]
+         ) -> list[np.ndarray]:
+    """Call the compiled kernel on `inputs` with outputs of the run's shapes."""
+    outs = [aligned(np.zeros([evaluate(d, dims) for d in t.shape],
+                             t.dtype.np)) for t in body.output_types]
+    table = aligned(np.array([dims[s] for s in dim_symbols(body)], np.int64))
+    buffers = [*map(aligned, inputs), *outs, table]  # alive until the call returns
+    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in buffers])
+    return outs
+
+
+def test_one_elementwise_kernel_runs_every_size():
+    body = bias_relu_body()
+    assert dim_symbols(body) == ["B", "S"]
+    lib = ctypes.CDLL(str(link(compiled_body(body).object, "dyn_ew")))
+    rng = np.random.default_rng(0)
+    for s, b in [(1, 1), (2, 5), (7, 3), (0, 4), (33, 17)]:
+        x = rng.standard_normal((s, b, 4)).astype(np.float32)
+        bias = rng.standard_normal(4).astype(np.float32)
+        (y,) = call(lib, body, [x, bias], {"S": s, "B": b})
+        np.testing.assert_array_equal(y, np.maximum(x + bias, 0) * x)
+
+
+def test_an_op_without_a_dynamic_lowering_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 4)))
+    k = g.append(make_node("constant", [], {"value": Tensor(np.array(0))})).out()
+    g.add_output("out0", g.append(make_node("cumsum", [x, k], name="c")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'c' (cumsum): dim N is dynamic, and op cumsum has no kernel with "
+            "run-time extents on target host yet")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+def test_a_symbolic_operand_dim_broadcast_to_a_static_one_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 4)))
+    y = g.add_input("in1", TensorType("f32", (3, 4)))
+    g.add_output("out0", g.append(make_node("add", [x, y], name="sum")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'sum' (add): operand dim N broadcast to 3: a kernel with run-time extents "
+            "broadcasts static dims only")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+@pytest.mark.parametrize("lead", [("N",), ("N", "S")])
+def test_matmul_with_run_time_rows(lead):
+    """x [..., 8] @ w [8, 5]: the MLP layer's kernel, one for every row count (as the
+    artifact's kernels are: one node, or a fused one)."""
+    g = Graph("dyn_mm")
+    x = g.add_input("in0", TensorType("f32", (*lead, 8)))
+    w = g.add_input("in1", TensorType("f32", (8, 5)))
+    g.add_output("out0", g.append(make_node("matmul", [x, w])).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_mm{len(lead)}")))
+    rng = np.random.default_rng(1)
+    wv = rng.standard_normal((8, 5)).astype(np.float32)
+    for sizes in [(1, 1), (3, 2), (64, 7), (0, 3)]:
+        shape = sizes[:len(lead)]
+        xv = rng.standard_normal((*shape, 8)).astype(np.float32)
+        (got,) = call(lib, g, [xv, wv], dict(zip(lead, shape, strict=True)))
+        np.testing.assert_allclose(got, xv @ wv, rtol=1e-5, atol=1e-5)
+
+
+def test_a_temporary_of_run_time_size_is_refused():
+    """A body whose intermediate needs a buffer of run-time size (matmul then relu in one
+    kernel: the fuse pass makes that one fused node instead, which keeps static shapes)
+    would need scratch the caller cannot size: refused, naming the buffer."""
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 8)))
+    w = g.add_input("in1", TensorType("f32", (8, 5)))
+    y = g.append(make_node("matmul", [x, w])).out()
+    g.add_output("out0", g.append(make_node("relu", [y])).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "temporary of type memref<?x5xf32> is not a dense static buffer")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+def test_attention_matmuls_of_equal_batches():
+    """q [N,S,8] @ k^T [N,8,S] -> scores [N,S,S], then @ v [N,S,8]: both operands of
+    run-time extents, equal batch dims."""
+    g = Graph("dyn_attn")
+    q = g.add_input("in0", TensorType("f32", ("N", "S", 8)))
+    kt = g.add_input("in1", TensorType("f32", ("N", 8, "S")))
+    g.add_output("out0", g.append(make_node("matmul", [q, kt])).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_attn")))
+    rng = np.random.default_rng(4)
+    for n, s in [(1, 1), (2, 16), (3, 5)]:
+        qv = rng.standard_normal((n, s, 8)).astype(np.float32)
+        kv = rng.standard_normal((n, 8, s)).astype(np.float32)
+        (got,) = call(lib, g, [qv, kv], {"N": n, "S": s})
+        np.testing.assert_allclose(got, qv @ kv, rtol=1e-5, atol=1e-5)
+
+
+def test_a_broadcasting_batched_matmul_is_refused_naming_the_node():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 3, 4)))
+    w = g.add_input("in1", TensorType("f32", (1, 4, 5)))
+    g.add_output("out0", g.append(make_node("matmul", [x, w], name="bmm")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'bmm' (matmul): matmul of f32[N,3,4] and f32[1,4,5]: with symbolic dims, a "
+            "kernel takes [..., K] @ [K, N], or batches of equal dims, only so far")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+def test_gather_of_run_time_indices():
+    """The embedding lookup: table [10, 4] (static) at token ids [N, S]."""
+    g = Graph("dyn_gather")
+    table = g.add_input("in0", TensorType("f32", (10, 4)))
+    ids = g.add_input("in1", TensorType("i64", ("N", "S")))
+    g.add_output("out0", g.append(make_node("gather", [table, ids], {"axis": 0})).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_gather")))
+    rng = np.random.default_rng(5)
+    tv = rng.standard_normal((10, 4)).astype(np.float32)
+    for n, s in [(1, 1), (2, 6)]:
+        iv = rng.integers(0, 10, (n, s)).astype(np.int64)
+        (got,) = call(lib, g, [tv, iv], {"N": n, "S": s})
+        np.testing.assert_array_equal(got, tv[iv])
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_row_kernels_take_run_time_leading_dims():
+    """softmax and layer_norm (the encoder's row ops) over [N, S, 16]: f32 rows of static
+    length, their count known at run time."""
+    rng = np.random.default_rng(2)
+    for op, attrs, extra in [("softmax", {"axis": -1}, []),
+                             ("layer_normalization", {"axis": -1, "epsilon": 1e-5},
+                              [rng.standard_normal(16).astype(np.float32),
+                               rng.standard_normal(16).astype(np.float32)])]:
+        g = Graph(f"dyn_{op}")
+        x = g.add_input("in0", TensorType("f32", ("N", "S", 16)))
+        params = [g.add_input(f"in{i + 1}", TensorType("f32", (16,))) for i in range(len(extra))]
+        g.add_output("out0", g.append(make_node(op, [x, *params], attrs)).out())
+        lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}")))
+        for n, s in [(1, 1), (2, 9), (3, 128)]:
+            xv = rng.standard_normal((n, s, 16)).astype(np.float32)
+            (got,) = call(lib, g, [xv, *extra], {"N": n, "S": s})
+            if op == "softmax":
+                want = _softmax(xv)
+            else:
+                mean, var = xv.mean(-1, keepdims=True), xv.var(-1, keepdims=True)
+                want = (xv - mean) / np.sqrt(var + 1e-5) * extra[0] + extra[1]
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=op)
+
+
+def test_a_row_op_over_a_symbolic_row_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", (2, "S")))
+    g.add_output("out0", g.append(make_node("softmax", [x], {"axis": 0}, name="sm")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'sm' (softmax): softmax of f32[2,S] over axis 0: with symbolic dims, a kernel "
+            "takes f32 rows of static trailing dims only so far")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+@pytest.mark.parametrize("op, attrs, consts, want", [
+    ("transpose", {"perm": [1, 0, 2]}, [], lambda x: x.transpose(1, 0, 2)),
+    ("reduce_max", {"keepdims": 1}, [np.array([2])], lambda x: x.max(2, keepdims=True)),
+    ("reduce_min", {"keepdims": 0}, [np.array([1])], lambda x: x.min(1)),
+])
+def test_transpose_and_reductions_take_run_time_dims(op, attrs, consts, want):
+    g = Graph(f"dyn_{op}")
+    x = g.add_input("in0", TensorType("f32", ("N", "S", 6)))
+    operands = [x, *(g.append(make_node("constant", [], {"value": Tensor(c)})).out()
+                     for c in consts)]
+    g.add_output("out0", g.append(make_node(op, operands, attrs)).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}")))
+    rng = np.random.default_rng(3)
+    for n, s in [(1, 1), (2, 7), (5, 3)]:
+        xv = rng.standard_normal((n, s, 6)).astype(np.float32)
+        (got,) = call(lib, g, [xv], {"N": n, "S": s})
+        np.testing.assert_allclose(got, want(xv), rtol=1e-5, atol=1e-6, err_msg=op)
+
+
+def test_a_widened_sum_of_symbolic_dims_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 4)))
+    axes = g.append(make_node("constant", [], {"value": Tensor(np.array([1]))})).out()
+    g.add_output("out0", g.append(make_node("reduce_sum", [x, axes], name="m")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'm' (reduce_sum): reduce_sum of f32[N,4]: with symbolic dims, a kernel sums "
+            "only f64 (the widened accumulator of others would be a temporary of run-time "
+            "size)")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
+def test_concat_and_slice_with_run_time_sizes():
+    """concat([x [N,S,4], y [N,1,4]], axis 1) at the run's offsets, then [:, :, 1:3]: the
+    concat's axis symbolic (S+1), the slice's static."""
+    g = Graph("dyn_cat")
+    x = g.add_input("in0", TensorType("f32", ("N", "S", 4)))
+    y = g.add_input("in1", TensorType("f32", ("N", 1, 4)))
+    cat = g.append(make_node("concat", [y, x, y], {"axis": 1})).out()
+    ints = [g.append(make_node("constant", [], {"value": Tensor(np.array([v]))})).out()
+            for v in (1, 3, 2)]
+    g.add_output("out0", cat)
+    g.add_output("out1", g.append(make_node("slice", [x, *ints])).out())
+    assert [str(t) for t in g.output_types] == ["f32[N,S+2,4]", "f32[N,S,2]"]
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_cat")))
+    rng = np.random.default_rng(6)
+    for n, s in [(1, 1), (2, 5), (3, 0)]:
+        xv = rng.standard_normal((n, s, 4)).astype(np.float32)
+        yv = rng.standard_normal((n, 1, 4)).astype(np.float32)
+        got_cat, got_slice = call(lib, g, [xv, yv], {"N": n, "S": s})
+        np.testing.assert_array_equal(got_cat, np.concatenate([yv, xv, yv], axis=1))
+        np.testing.assert_array_equal(got_slice, xv[:, :, 1:3])
+
+
+def test_a_slice_of_a_symbolic_dim_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", ("N", 4)))
+    ints = [g.append(make_node("constant", [], {"value": Tensor(np.array([v]))})).out()
+            for v in (1, 2**40, 0)]
+    g.add_output("out0", g.append(make_node("slice", [x, *ints], name="tail")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'tail' (slice): slice of f32[N,4] along dim N: with symbolic dims, a kernel "
+            "slices static dims only so far")):
+        compile_kernels([("kernel", g)], "host", cache=False)
