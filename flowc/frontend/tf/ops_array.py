@@ -7,7 +7,7 @@ the importer folds on static types). Shape/Size/Rank of a static operand fold to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -192,7 +192,7 @@ def _rank(ctx: TfContext) -> list[Value]:
     return [ctx.constant(np.asarray(ctx.type(0).rank, np.int32))]
 
 
-def _like(fill: float) -> callable:
+def _like(fill: float) -> Callable[[TfContext], list[Value]]:
     def convert(ctx: TfContext) -> list[Value]:
         value = ctx.constant(np.asarray(fill, ctx.type(0).dtype.np))
         return ctx.emit("expand", [value, ctx.emit1("shape", [ctx.inputs[0]])])
