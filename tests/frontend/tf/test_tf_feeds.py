@@ -89,3 +89,26 @@ def _same_file_view(a: np.ndarray, b: np.ndarray) -> bool:
     while base.base is not None and not isinstance(base, np.memmap):
         base = base.base
     return isinstance(base, np.memmap) and np.array_equal(a, b)
+
+
+def test_unknown_batch_dim_is_the_batch_symbol(tmp_path):
+    """A SavedModel exported with a None batch dim: its input's leading dim is the symbol
+    `batch` (bound by --batch); here the MLP's signature and Placeholder edited to -1."""
+    import shutil
+
+    from flowc.frontend.tf.protos import SavedModel
+
+    saved = shutil.copytree(FIXTURES / "mlp_saved", tmp_path / "m")
+    model = SavedModel()
+    model.ParseFromString((saved / "saved_model.pb").read_bytes())
+    meta = model.meta_graphs[0]
+    meta.signature_def["serving_default"].inputs["x"].tensor_shape.dim[0].size = -1
+    placeholder = next(n for n in meta.graph_def.node if n.name == "serving_default_x")
+    placeholder.attr["shape"].shape.dim[0].size = -1
+    (saved / "saved_model.pb").write_bytes(model.SerializeToString())
+    graph = import_tf(saved)
+    assert str(graph.inputs[0].types[0]) == "f32[batch,16]"
+    x = np.random.default_rng(1).standard_normal((3, 16)).astype(np.float32)
+    fixed = import_tf(FIXTURES / "mlp_saved", feeds=["serving_default_x=3x16:f32"])
+    got, want = interpret(graph, {"x": x}), interpret(fixed, {"serving_default_x": x})
+    np.testing.assert_allclose(got["probs"], want["probs"], rtol=1e-6)
