@@ -190,7 +190,8 @@ class Analysis:
             return False
         end = self.position[group.root]
         for user in users:
-            if user.op != "assign" or user.inputs[1] != node.out():
+            if (user.op != "assign" or user.inputs[1] != node.out()
+                    or user.inputs[0].node.op != "variable"):
                 return False
             start = self.position[user]
             if any(start < p < end for p in (*self.handle_users[user.inputs[0]],
