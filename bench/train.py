@@ -23,7 +23,9 @@ flowc's (above 1: flowc faster), the first three losses, which must agree across
 makes the command exit 1), and per workload flowc's time and memory over the fastest other
 engine's and torch eager's (below 1: flowc better). An engine that cannot run (jax not
 installed in `--jax-python`, no C++ compiler for inductor, a failure in its first steps) is
-a row saying why, never a made-up figure.
+a row saying why, never a made-up figure. Known limit: above one thread the idle children's
+thread pools spin on the shared cores while another engine steps, which slows the stepping
+one (torch most: bench/results/train.md's notes); compare engines at 1 thread.
 """
 
 from __future__ import annotations
