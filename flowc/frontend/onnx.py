@@ -10,7 +10,8 @@ Contract:
   given as a ModelProto must carry its data (an external tensor in it is refused). onnx's
   own refusals (`ValidationError`) and running out of memory are one-line errors too.
 - Models of opset 13 and newer import as they are; older ones are first converted to
-  opset 13 with `onnx.version_converter` (an error names the ops it could not convert).
+  opset 13 with `onnx.version_converter` (an error names the ops it could not convert);
+  opset-8 Scans, which it converts wrongly, become Loops over their batch (`onnx_scan8`).
 - Nodes convert through `onnx_nodes.CONVERTERS`, else straight onto the registry op that
   names them (`OpDef.onnx`). An op with neither that has a function body (a standard
   function op from `onnx.defs`, or a model-local function) is inlined through its body.
@@ -50,6 +51,7 @@ from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
 from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
 from flowc.frontend.onnx_rules import check_no_stray_refs, check_opset, check_unique
 from flowc.frontend.onnx_scan import splice_graph
+from flowc.frontend.onnx_scan8 import mark_scan8, rewrite_scan8
 from flowc.ir import Graph, Node, Tensor, TensorType, Value, dtype
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
@@ -84,8 +86,11 @@ def _upgrade(proto: onnx.ModelProto, path: str) -> onnx.ModelProto:
     check_no_stray_refs(proto.graph, path)
     if opset >= MIN_OPSET:
         return proto
+    scan8: set[str] = set()
+    if opset < 9:
+        proto, scan8 = mark_scan8(proto, path)
     try:
-        return onnx.version_converter.convert_version(proto, MIN_OPSET)
+        converted = onnx.version_converter.convert_version(proto, MIN_OPSET)
     except Exception as exc:  # the converter raises RuntimeError and ValueError alike
         missing = unsupported_nodes(proto, path)
         if missing:  # ops neither onnx nor flowc knows: say so rather than why conversion failed
@@ -95,6 +100,8 @@ def _upgrade(proto: onnx.ModelProto, path: str) -> onnx.ModelProto:
                               "onnx.version_converter cannot convert "
                               f"{', '.join(_unconvertible(proto)) or 'it'}: "
                               f"{lines[0] if lines else repr(exc)}") from None
+    rewrite_scan8(converted, proto, scan8)
+    return converted
 
 
 def _unconvertible(proto: onnx.ModelProto) -> list[str]:

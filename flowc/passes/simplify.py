@@ -11,6 +11,8 @@ floating-point rounding where BatchNorm is folded into weights), and
   stored transposed instead, and the flag cleared;
 - batch_normalization after a conv or gemm with constant weights is folded into them
   (inference: the weights are scaled per output channel, the shift joins the bias);
+- slice(x, s, s + c) with a run-time start s on one static axis becomes a gather of the
+  static size c (see `slice_at_run_time_start` for where the two differ);
 - a concat of more than 32 operands becomes a concat of concats of at most 32 (one wide
   concat kernel compiles in time quadratic in its operands);
 - decomposed LayerNorm, GELU (erf and tanh forms) and softmax become `layer_normalization`,
@@ -48,6 +50,7 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "expand": [("expand-removed", p.expand)],
     "gemm": [("gemm-constant-transposed", p.gemm_transposed_constant)],
     "concat": [("wide-concat-split", p.wide_concat)],
+    "slice": [("slice-at-run-time-start", p.slice_at_run_time_start)],
     "batch_normalization": [("batch-norm-into-conv", p.batch_norm_into_conv),
                             ("batch-norm-into-gemm", p.batch_norm_into_gemm)],
 }

@@ -136,6 +136,52 @@ def expand(node: Node, rw: Rewriter) -> Result:
     return forward(node, node.inputs[0])  # an expand to the shape it already has
 
 
+# ---- slices at a run-time start ---------------------------------------------------------
+
+def _offset(start: Value, end: Value, rw: Rewriter, depth: int = 3) -> int | None:
+    """c when `end` computes `start + c` for a constant integer c: add(start, c) (either
+    order), or the same unsqueeze/reshape (equal constant second operands) of s and s + c."""
+    node = producer(end, "add")
+    if node is not None:
+        for a, b in (node.inputs, node.inputs[::-1]):
+            c = scalar(b, rw)
+            if a == start and c is not None and float(c).is_integer():
+                return int(c)
+    outer, inner = producer(start, "unsqueeze", "reshape"), producer(end, "unsqueeze", "reshape")
+    if depth == 0 or outer is None or inner is None or outer.op != inner.op:
+        return None
+    shapes = [rw.const(v) for v in (outer.inputs[1], inner.inputs[1])]
+    if any(v is None for v in shapes) or not np.array_equal(*shapes) \
+            or outer.attrs != inner.attrs:
+        return None
+    return _offset(outer.inputs[0], inner.inputs[0], rw, depth - 1)
+
+
+def slice_at_run_time_start(node: Node, rw: Rewriter) -> Result:
+    """slice(x, s, s + c) on one static axis of size d (step 1, s a run-time [1]-tensor,
+    0 < c <= d): gather(x, s + [0..c-1]) on that axis, of static size c (`x[i:i+1]` by a
+    loop's iteration number: the slice's size is c, only its place is known at run time).
+    The two agree wherever the slice is whole (c elements), the only case where a static
+    type can hold it. Where ONNX would return fewer, the gather reads others: s + c past
+    the axis' end gives indices out of range (the interpreter refuses them, the kernels
+    clamp them to the axis), and s < 0 <= s + c counts back from the end, as numpy."""
+    x, starts, ends, axes, steps = (*node.inputs, None, None)[:5]
+    if rw.const(starts) is not None or starts.type.shape != (1,) \
+            or (steps is not None and not is_const(steps, rw, 1)):
+        return None
+    axis = 0 if axes is None else rw.const(axes)
+    if axis is None:
+        return None
+    axis = int(np.asarray(axis).reshape(-1)[0]) % x.type.rank
+    size, c = x.type.shape[axis], _offset(starts, ends, rw)
+    if not isinstance(size, int) or c is None or not 0 < c <= size:
+        return None
+    indices = starts if c == 1 else rw.make(
+        "add", [starts, rw.constant(np.arange(c, dtype=starts.type.dtype.np), node)], {},
+        node).out()
+    return rw.replace(node, "gather", [x, indices], {"axis": axis})
+
+
 # ---- MatMul + Add -> Gemm -------------------------------------------------------------
 
 def _broadcasts_to(bias: Value, result: tuple) -> bool:

@@ -38,10 +38,6 @@ SCOPE_OPS = {
 # Control-flow tests whose ops are in scope but that artifacts cannot run, with the reason
 # (not expected failures: the importer or the interpreter, not the compiled path, is short).
 OUT_OF_SCOPE = {
-    "test_loop11": "its body slices by the iteration number: a run-time shape, kernels need "
-                   "static ones",
-    "test_scan_sum": "opset-8 Scan (a batch axis first) is imported as opset 9's: the "
-                     "interpreter fails it too",
 }
 EXPECTED_FAILURES_FILE = pathlib.Path(__file__).with_name("onnx_expected_failures.txt")
 

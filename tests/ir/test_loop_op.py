@@ -140,3 +140,34 @@ def test_padded_scans_are_static_with_a_constant_trip_count():
         make_node("loop", [five, go, x], {"body": body, "padded": 3})
     with pytest.raises(InferError, match="padded scan outputs need a trip count M"):
         make_node("loop", [None, go, x], {"body": body, "padded": 1})
+
+
+@pytest.mark.parametrize(("go", "rows"), [(True, 4), (False, 0)])
+def test_a_constant_condition_the_body_passes_on_gives_exact_scan_rows(go, rows):
+    g = Graph("g")
+    x = g.add_input("x", F3)
+    m = g.append(make_node("constant", [], {"value": Tensor(np.array(4, np.int64))})).out()
+    cond = g.append(make_node("constant", [], {"value": Tensor(np.array(go))})).out()
+    body = Graph("body")
+    values = [body.add_input(f"a{k}", t) for k, t in enumerate([S_I64, S_BOOL, F3])]
+    passed = body.append(make_node("identity", [values[1]], {})).out()
+    body.add_output("cond", passed)
+    body.add_output("carried", values[2])
+    body.add_output("scan", values[2])
+    node = make_node("loop", [m, cond, x], {"body": body})
+    assert node.types[1] == TensorType("f32", (rows, 3))
+
+
+def test_a_condition_the_body_computes_leaves_scan_rows_unknown():
+    g = Graph("g")
+    x = g.add_input("x", F3)
+    m = g.append(make_node("constant", [], {"value": Tensor(np.array(4, np.int64))})).out()
+    cond = g.append(make_node("constant", [], {"value": Tensor(np.array(True))})).out()
+    body = Graph("body")
+    values = [body.add_input(f"a{k}", t) for k, t in enumerate([S_I64, S_BOOL, F3])]
+    flipped = body.append(make_node("not", [values[1]], {})).out()
+    body.add_output("cond", flipped)
+    body.add_output("carried", values[2])
+    body.add_output("scan", values[2])
+    assert make_node("loop", [m, cond, x], {"body": body}).types[1] == TensorType("f32",
+                                                                                   (None, 3))

@@ -65,9 +65,20 @@ def _loop_infer(ctx: InferContext) -> tuple[TensorType, ...]:
     if padded and ctx.type(0) is None:
         ctx.fail("padded scan outputs need a trip count M")
     exact = bound if ctx.type(1) is None else None  # a condition may stop it earlier
+    go = ctx.const(1) if exact is None and _passes_cond(body) else None
+    if go is not None:  # a condition the body passes on unchanged stops it never or at once
+        exact = bound if bool(np.asarray(go).reshape(-1)[0]) else 0
     results += [out.with_shape((exact if k < len(scans) - padded else bound, *out.shape))
                 for k, out in enumerate(scans)]
     return tuple(results)
+
+
+def _passes_cond(body) -> bool:
+    """Whether `body` returns its condition input as its condition (through identities)."""
+    value = body.outputs[0][1]
+    while value.node.op == "identity":
+        value = value.node.inputs[0]
+    return value.node is body.inputs[1]
 
 
 def _loop_kernel(ctx: KernelContext, m, cond, *operands):
