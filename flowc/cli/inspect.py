@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(map(_describe, e['inputs']))} -> "
               f"{', '.join(map(_describe, e['outputs']))}; arena {e['arena_bytes']} bytes"
               f"{labels}")
-    dims = ", ".join(f"{k}={v}" for k, v in m.get("symbolic_dims", {}).items()) or "none"
+    dims = ", ".join(f"{k}={v[0]}..{v[1]} (run time)" if isinstance(v, list) else f"{k}={v}"
+                     for k, v in m.get("symbolic_dims", {}).items()) or "none"
     weights = m["weights"]
     where = f"in {weights['file']}" if weights.get("file") else "embedded"
     print(f"bound dims: {dims}; arena: {m.get('arena_bytes')} bytes; weights: "

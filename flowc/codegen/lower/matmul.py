@@ -160,16 +160,47 @@ def _packed_matmul(ctx: RuleCtx, a, panels) -> list:
     return [convert_tensor(reshape(y, [*lead, blocks * width]), acc, dt)]
 
 
+def _gemm_rows(ctx: RuleCtx, a, b, c) -> ir.Value:
+    """alpha * A @ B + beta * C of run-time M into the result: the result starts as beta * C
+    (or 0) and the contraction (m, k, n innermost, as `contract_rows`) adds into it, so no
+    temporary of run-time size is needed."""
+    dt, out = ctx.out.dtype, ctx.out
+    alpha, beta = float(ctx.attrs["alpha"]), float(ctx.attrs["beta"])
+    if c is None:
+        init = fill(scalar_const(dt, 0), empty(out))
+    else:
+        c_dt = ctx.in_types[2].dtype
+        init = generic([c], [broadcast_map(list(ctx.in_types[2].shape), list(out.shape))],
+                       [empty(out)], [identity_map(2)], "pp",
+                       lambda x, _o: [s.mul(dt, s.convert(x, c_dt, dt), s.const(dt, beta))
+                                      if beta != 1.0 else s.convert(x, c_dt, dt)])[0]
+
+    def body(x, w, total):
+        product = s.mul(dt, x, w)
+        return [s.add(dt, total, product if alpha == 1.0 else
+                      s.mul(dt, product, s.const(dt, alpha)))]
+
+    maps = [affine_map(3, [0, 1]), affine_map(3, [1, 2]), affine_map(3, [0, 2])]
+    return generic([a, b], maps[:2], [init], maps[2:], "prp", body)[0]
+
+
 def transpose2(v: ir.Value) -> ir.Value:
     r, c = value_shape(v)
     et = ir.RankedTensorType(v.type).element_type
     return linalg.transpose(v, outs=[empty(([c, r], et))], permutation=[1, 0]).results[0]
 
 
-@register("gemm")
+@register("gemm", dynamic=True)
 def _gemm(ctx: RuleCtx, a, b, c=None) -> list:
+    """With symbolic dims (issue [12]): A [M, K] of run-time M times a static B, as
+    `contract_rows` (loops, n innermost), then the epilogue."""
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
+    if not ctx.out.is_static:
+        if ctx.attrs["transA"] or not ctx.in_types[1].is_static or acc != dt:
+            raise ctx.error("a gemm of symbolic dims takes A untransposed, a static B and "
+                            "f32/f64 only so far")
+        return [_gemm_rows(ctx, a, transpose2(b) if ctx.attrs["transB"] else b, c)]
     if ctx.attrs["transB"]:
         b = transpose2(b)
     y = contract_at(a, b, dt) if ctx.attrs["transA"] else contract(a, b, dt)
@@ -178,7 +209,7 @@ def _gemm(ctx: RuleCtx, a, b, c=None) -> list:
     ins, maps = [y], [identity_map(2)]
     if c is not None:
         ins.append(c)
-        maps.append(broadcast_map(value_shape(c), shape))
+        maps.append(broadcast_map(list(ctx.in_types[2].shape), shape))
     if alpha == 1.0 and c is None:
         return [convert_tensor(y, acc, dt)]
     c_dt = ctx.in_types[2].dtype if c is not None else dt

@@ -1,0 +1,193 @@
+"""Artifacts with dims given at run time ([12], increment 4): compiled once with a bound
+(`dims={"N": (1, 64)}`), planned at the bounds, run at any size in them (the inputs'
+shapes give the dims); sizes outside the bounds and inputs that disagree are refused
+naming input, axis, dim and values; outputs have the run's shapes."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+import numpy as np
+import pytest
+from artifact_util import views_graph
+
+import flowc
+from flowc.cli import main
+from flowc.codegen.plan.bind import bind_dims
+from flowc.codegen.plan.dynamic import at_bounds, c_bytes, c_dim, dim_table
+from flowc.ir import FlowcError, Graph, Tensor, TensorType
+from flowc.ir.build import make_node
+from flowc.ir.interpret import interpret
+from flowc.ir.printer import print_graph
+from flowc.runtime.errors import ArtifactError, RuntimeStatusError
+
+
+def mlp() -> Graph:
+    """x [N, 8] -> gemm-like layer, relu, a second layer, softmax: the MLP with dynamic batch."""
+    rng = np.random.default_rng(0)
+    g = Graph("mlp")
+    h = g.add_input("x", TensorType("f32", ("N", 8)))
+    for i, (k, n) in enumerate([(8, 16), (16, 4)]):
+        w = g.append(make_node("constant", [], {"value": Tensor(
+            rng.standard_normal((k, n)).astype(np.float32))})).out()
+        b = g.append(make_node("constant", [], {"value": Tensor(
+            rng.standard_normal(n).astype(np.float32))})).out()
+        h = g.append(make_node("matmul", [h, w], name=f"mm{i}")).out()
+        h = g.append(make_node("add", [h, b], name=f"bias{i}")).out()
+        if i == 0:
+            h = g.append(make_node("relu", [h], name="relu")).out()
+    g.add_output("y", g.append(make_node("softmax", [h], {"axis": -1}, name="prob")).out())
+    return g
+
+
+def two_inputs() -> Graph:
+    """x [N, 8] and z [N, 4]: the dim N is read from x and checked against z."""
+    g = Graph("pair")
+    x = g.add_input("x", TensorType("f32", ("N", 4)))
+    z = g.add_input("z", TensorType("f32", ("N", 4)))
+    g.add_output("y", g.append(make_node("mul", [x, z], name="prod")).out())
+    return g
+
+
+@pytest.fixture(scope="module")
+def dyn_mlp(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dyn_mlp")
+    return out, flowc.compile(mlp(), out, dims={"N": (1, 64)})
+
+
+def test_one_artifact_runs_every_batch_in_its_bounds(dyn_mlp):
+    out, manifest = dyn_mlp
+    assert manifest["dims"]["table"] == [{"name": "N", "lo": 1, "hi": 64, "input": "x",
+                                          "axis": 0}]
+    assert manifest["dims"]["inputs"] == [["N", 8]]
+    assert manifest["inputs"][0]["shape"] == [64, 8]  # descriptors at the bounds
+    model = flowc.load(out)
+    rng = np.random.default_rng(1)
+    for n in (1, 3, 8, 64):
+        x = rng.standard_normal((n, 8)).astype(np.float32)
+        y = model(x)
+        assert y.shape == (n, 4)
+        np.testing.assert_allclose(y, interpret(mlp(), {"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_the_arena_is_planned_at_the_bounds(dyn_mlp):
+    """The hidden layer [N, 16] and the logits [N, 4] at N = 64 live at once."""
+    _, manifest = dyn_mlp
+    assert manifest["arena_bytes"] == manifest["memory_plan"]["arena_bytes"] == 64 * 20 * 4
+    assert manifest["symbolic_dims"] == {"N": [1, 64]}
+
+
+@pytest.mark.parametrize("n", [0, 65])
+def test_sizes_outside_the_bounds_are_refused(dyn_mlp, n):
+    model = flowc.load(dyn_mlp[0])
+    with pytest.raises(RuntimeStatusError, match=re.escape(
+            f"mlp: input 'x' axis 0: dim N={n} is outside its bounds 1..64")):
+        model(np.zeros((n, 8), np.float32))
+    assert model(np.ones((2, 8), np.float32)).shape == (2, 4)  # the context still runs
+
+
+def test_a_fixed_axis_or_rank_of_another_size_is_an_artifact_error(dyn_mlp):
+    model = flowc.load(dyn_mlp[0])
+    with pytest.raises(ArtifactError, match=re.escape(
+            "model 'mlp': input 'x' axis 1 must be 8 (shape ['N', 8]), got 7")):
+        model(np.zeros((2, 7), np.float32))
+    with pytest.raises(ArtifactError, match=re.escape(
+            "model 'mlp': input 'x' must be float32 of shape ['N', 8], got float32 of "
+            "shape [8]")):
+        model(np.zeros(8, np.float32))
+
+
+def test_header_documents_the_dims(dyn_mlp):
+    header = (dyn_mlp[0] / "mlp.h").read_text()
+    assert " *   N: 1..64, input 'x' axis 0" in header
+    assert " *   output 'y': f32[N,4]" in header
+    assert "const int64_t *mlp_run_output_shape(const mlp_ctx *ctx, int i);" in header
+    assert "int mlp_set_input_shape(mlp_ctx *ctx, int i, int rank, const int64_t *shape);" \
+        in header
+
+
+def test_the_c_api_takes_shapes_with_set_input(dyn_mlp):
+    """set_input with the actual shape (unaligned data: copied by its actual bytes), run,
+    then run_output_shape and the owned output buffer."""
+    model = flowc.load(dyn_mlp[0])
+    lib, ctx = model._lib, model._ctx
+    x = np.random.default_rng(2).standard_normal((5, 8)).astype(np.float32)
+    raw = np.zeros(x.nbytes + 4, np.uint8)
+    start = 4 if raw.ctypes.data % 64 == 0 else 0
+    raw[start:start + x.nbytes] = x.view(np.uint8).ravel()
+    shape = (ctypes.c_int64 * 2)(5, 8)
+    lib.mlp_set_input.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                  ctypes.c_int, ctypes.POINTER(ctypes.c_int64)]
+    assert lib.mlp_set_input(ctx, 0, raw.ctypes.data + start, 11, 2, shape) == 0
+    lib.mlp_run.argtypes = [ctypes.c_void_p]
+    assert lib.mlp_run(ctx) == 0
+    lib.mlp_run_output_shape.restype = ctypes.POINTER(ctypes.c_int64)
+    lib.mlp_run_output_shape.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    assert lib.mlp_run_output_shape(ctx, 0)[:2] == [5, 4]
+    lib.mlp_output.restype, lib.mlp_output.argtypes = ctypes.c_void_p, [ctypes.c_void_p,
+                                                                        ctypes.c_int]
+    got = np.ctypeslib.as_array(ctypes.cast(lib.mlp_output(ctx, 0),
+                                            ctypes.POINTER(ctypes.c_float)), (5, 4))
+    np.testing.assert_allclose(got, interpret(mlp(), {"x": x})["y"], rtol=1e-5, atol=1e-6)
+    assert lib.mlp_num_dims() == 1
+    lib.mlp_dim_hi.restype = ctypes.c_int64
+    assert lib.mlp_dim_hi(0) == 64
+
+
+def test_views_inputs_weights_and_repeated_outputs_at_run_time_sizes(tmp_path):
+    """Outputs copied at the end (an input, a weight, a repeated value, a view of N*6
+    elements) are copied by their run-time bytes."""
+    g = views_graph()
+    flowc.compile(g, tmp_path / "v", dims={"N": (1, 16)})
+    model = flowc.load(tmp_path / "v")
+    for n in (1, 5, 16):
+        x = np.random.default_rng(n).standard_normal((n, 6)).astype(np.float32)
+        got, want = model.run(x), interpret(g, {"x": x})
+        for name, value in want.items():
+            np.testing.assert_array_equal(got[name], value)
+
+
+def test_inputs_that_disagree_on_a_dim_are_refused(tmp_path):
+    flowc.compile(two_inputs(), tmp_path / "p", dims={"N": (1, 8)})
+    model = flowc.load(tmp_path / "p")
+    x, z = np.ones((3, 4), np.float32), np.full((3, 4), 2, np.float32)
+    np.testing.assert_array_equal(model(x, z), x * z)
+    with pytest.raises(RuntimeStatusError, match=re.escape(
+            "pair: input 'z' axis 0: dim N=2, but input 'x' axis 0 gives N=3; nothing ran")):
+        model(x, z[:2])
+
+
+def test_an_op_without_a_dynamic_lowering_is_refused(tmp_path):
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", ("N", 4)))
+    k = g.append(make_node("constant", [], {"value": Tensor(np.array(0))})).out()
+    g.add_output("y", g.append(make_node("cumsum", [x, k], name="c")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'c' (cumsum): dim N is dynamic, and op cumsum has no kernel with "
+            "run-time extents on target host yet")):
+        flowc.compile(g, tmp_path / "a", dims={"N": (1, 4)})
+
+
+def test_at_bounds_and_c_expressions():
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", ("N", "S")))
+    g.add_output("y", g.append(make_node("flatten", [x], {"axis": 2}, name="flat")).out())
+    graph, sizes = bind_dims(g, None, {"N": (1, 4), "S": (2, 8)})
+    table = dim_table(graph, sizes)
+    assert [(d.name, d.lo, d.hi, d.input, d.axis) for d in table] == [
+        ("N", 1, 4, 0, 0), ("S", 2, 8, 0, 1)]
+    assert "-> (y: f32[32,1])" in print_graph(at_bounds(graph, table))
+    assert c_dim("N*S", table) == "(dims[0] * dims[1])"
+    assert c_dim("ceildiv(S,2)", table) == "((dims[1] + 1) / 2)"
+    assert c_bytes(TensorType("f32", ("N*S", 1)), table) == "((size_t)(dims[0] * dims[1]) * 4u)"
+
+
+def test_cli_summary_and_inspect_show_the_bounds(tmp_path, capsys):
+    src = tmp_path / "pair.flowc"
+    src.write_text(print_graph(two_inputs()))
+    assert main(["compile", str(src), "-o", str(tmp_path / "a"), "--dim", "N=1..8"]) == 0
+    assert ("symbolic dims: N=1..8 (--dim); the artifact runs any size in the bounds of N "
+            "(given by the inputs' shapes at run time)") in capsys.readouterr().out
+    assert main(["inspect", str(tmp_path / "a")]) == 0
+    assert "bound dims: N=1..8 (run time);" in capsys.readouterr().out
