@@ -191,3 +191,23 @@ def test_cli_summary_and_inspect_show_the_bounds(tmp_path, capsys):
             "(given by the inputs' shapes at run time)") in capsys.readouterr().out
     assert main(["inspect", str(tmp_path / "a")]) == 0
     assert "bound dims: N=1..8 (run time);" in capsys.readouterr().out
+
+
+def test_an_encoder_with_dynamic_batch_and_sequence_matches_onnxruntime(tmp_path):
+    """A BERT-like encoder layer exported from torch with dynamic axes N (batch) and S
+    (sequence), compiled once, run at (1, 16), (2, 128), (4, 64) against onnxruntime."""
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    from dynamic_models import encoder_onnx
+
+    path = encoder_onnx(torch, tmp_path / "enc.onnx")
+    flowc.compile(path, tmp_path / "a", dims={"N": (1, 4), "S": (1, 128)})
+    model, session = flowc.load(tmp_path / "a"), ort.InferenceSession(str(path))
+    rng = np.random.default_rng(4)
+    for n, s in [(1, 16), (2, 128), (4, 64)]:
+        x = rng.standard_normal((n, s, 32)).astype(np.float32)
+        np.testing.assert_allclose(model(x), session.run(None, {"x": x})[0], rtol=1e-4,
+                                   atol=1e-5)
+    with pytest.raises(RuntimeStatusError, match=re.escape(
+            "input 'x' axis 1: dim S=129 is outside its bounds 1..128")):
+        model(np.zeros((1, 129, 32), np.float32))

@@ -177,6 +177,29 @@ def test_row_kernels_take_run_time_leading_dims():
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=op)
 
 
+def test_softmax_over_a_last_axis_of_run_time_length():
+    """Attention's softmax over [N, S, S]: rows of run-time length S (one element a step)."""
+    g = Graph("dyn_rows")
+    x = g.add_input("in0", TensorType("f32", ("N", "S", "S")))
+    g.add_output("out0", g.append(make_node("softmax", [x], {"axis": -1})).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_softmax_rows")))
+    rng = np.random.default_rng(3)
+    for n, s in [(1, 1), (2, 7), (1, 33)]:
+        xv = rng.standard_normal((n, s, s)).astype(np.float32)
+        (got,) = call(lib, g, [xv], {"N": n, "S": s})
+        np.testing.assert_allclose(got, _softmax(xv), rtol=1e-5, atol=1e-6)
+
+
+def test_a_log_softmax_row_of_run_time_length_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", (2, "S")))
+    g.add_output("out0", g.append(make_node("log_softmax", [x], {"axis": -1}, name="ls")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'ls' (log_softmax): log_softmax of f32[2,S]: a row of run-time length takes "
+            "softmax only so far")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
 def test_a_row_op_over_a_symbolic_row_is_refused():
     g = Graph("g")
     x = g.add_input("in0", TensorType("f32", (2, "S")))
