@@ -7,9 +7,11 @@ the loader) next to onnxruntime at 1 and 2 threads.
 Each model is compiled once; its outputs are checked against onnxruntime (a mismatch exits
 1), then both engines are timed in bursts after a settle (`kernels_common.time_bursts`, as
 perf.py), per thread count: median ms, 10th-90th percentile, ort/flowc (above 1: flowc
-faster). A model flowc cannot compile yet (its `loop` nodes need control flow in
-artifacts, issue [11]) is reported with the compiler's message and onnxruntime's times
-alone; the script then still exits 0.
+faster). At 1 thread, both engines compute in the calling thread, so a CPU-time ratio is
+added (`cpu_ratio`: medians of `time.thread_time` per call, the engines alternating): on
+a machine whose cores other jobs share, wall times swing with the load; CPU time much
+less (cache contention still shows). A model flowc cannot compile is reported with the
+compiler's message and onnxruntime's times alone; the script then still exits 0.
 """
 
 from __future__ import annotations
@@ -71,6 +73,17 @@ def summary(name: str, bursts: list[list[float]]) -> str:
             f"({q[0] * 1e3:.3f}-{q[-1] * 1e3:.3f})")
 
 
+def cpu_ratio(ort, flowc, calls: int = 60) -> tuple[float, float]:
+    """(median CPU ms per call of ort, of flowc), the two alternating, 1-thread engines."""
+    spent: dict[str, list[float]] = {"ort": [], "flowc": []}
+    for _ in range(calls):
+        for name, fn in (("ort", ort), ("flowc", flowc)):
+            t = time.thread_time()
+            fn()
+            spent[name].append(time.thread_time() - t)
+    return statistics.median(spent["ort"]) * 1e3, statistics.median(spent["flowc"]) * 1e3
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=10)
@@ -115,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
                 if "flowc" in times:
                     ratio = perf_measure.burst_ratio(times["ort"], times["flowc"])
                     row += f", ort/flowc {ratio:.2f}"
+                    if threads == 1:
+                        cpu_o, cpu_f = cpu_ratio(engines["ort"]["ort"],
+                                                 engines["flowc"]["flowc"])
+                        row += (f"; CPU time: ort {cpu_o:.3f} ms, flowc {cpu_f:.3f} ms, "
+                                f"ort/flowc {cpu_o / cpu_f:.2f}")
                 lines.append(row)
                 print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"

@@ -92,7 +92,8 @@ def base_args(command: str, files: dict[str, str]) -> list[str]:
         "run": [files["artifact"], "--random-inputs"], "inspect": [files["artifact"]],
         "profile": [files["artifact"], "--runs", "1"],
         "bench": [files["artifact"], "--runs", "1"],
-        "compile": [files["graph"], "-o", out, "--batch", "2"], "view": [files["graph"], "-o", out + ".html"],
+        "compile": [files["graph"], "-o", out, "--batch", "2"],
+        "view": [files["graph"], "-o", out + ".html"],
         "cache": ["info"], "demo": [],
     }[command]
 

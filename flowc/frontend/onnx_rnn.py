@@ -7,9 +7,8 @@ linear_before_reset (GRU), and any subset of the outputs Y, Y_h, Y_c. Semantics 
 onnxruntime's CPU kernels (`onnx_rnn_cells` has the per-step formulas).
 
 Lowering, per direction (as cuDNN and onnxruntime do):
-- the input projection of all steps is one matmul before the loop: `X @ W^T + Wb + Rb`
-  ([seq, batch, gates*hidden]; Rb's candidate part stays in the step for a GRU with
-  linear_before_reset);
+- the input projection of all steps is one matmul before the loop: `X @ W^T`
+  ([seq, batch, gates*hidden]); the biases Wb + Rb are added in the step (`Cell.step`);
 - a reverse direction walks that projection backwards: reversed along the sequence before
   the loop (per batch row with sequence_lens, as ONNX ReverseSequence), and its Y reversed
   back after;
@@ -208,20 +207,22 @@ def _zeros(e: _Emitter, x: Value, hidden: int) -> Value:
 
 
 def _projection(e: _Emitter, spec: _Spec, x: Value, w: Value, b: Value | None,
-                d: int) -> tuple[Value, Value | None]:
-    """(X @ W[d]^T + the biases foldable out of the step, [seq, batch, gates*hidden];
-    the GRU candidate's recurrent bias Rbh [hidden] where linear_before_reset keeps it in
-    the step, else None)."""
+                d: int) -> tuple[Value, list[Value], Value | None]:
+    """(X @ W[d]^T [seq, batch, gates*hidden]; the biases the step adds, as `Cell.step`
+    takes them (none without B); the GRU candidate's recurrent bias Rbh [hidden] where
+    linear_before_reset keeps it apart, else None)."""
     proj = e.op("matmul", [x, e.op("transpose", [e.pick(w, d)], perm=(1, 0))])
     if b is None:
-        return proj, None
+        return proj, [], None
     wb, rb = e.ctx.emit("split", [e.pick(b, d)], {"axis": 0, "num_outputs": 2})
-    if spec.op == "GRU" and spec.linear_before_reset:
-        wz, wr, wh = e.ctx.emit("split", [wb], {"axis": 0, "num_outputs": 3})
-        rz, rr, rh = e.ctx.emit("split", [rb], {"axis": 0, "num_outputs": 3})
-        bias = e.op("concat", [e.op("add", [wz, rz]), e.op("add", [wr, rr]), wh], axis=0)
-        return e.op("add", [proj, bias]), rh
-    return e.op("add", [proj, e.op("add", [wb, rb])]), None
+    if spec.op != "GRU":
+        return proj, [e.op("add", [wb, rb])], None
+    wz, wr, wh = e.ctx.emit("split", [wb], {"axis": 0, "num_outputs": 3})
+    rz, rr, rh = e.ctx.emit("split", [rb], {"axis": 0, "num_outputs": 3})
+    parts = [e.op("add", [wz, rz]), e.op("add", [wr, rr])]
+    if spec.linear_before_reset:
+        return proj, [*parts, wh], rh
+    return proj, [*parts, e.op("add", [wh, rh])], None
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,7 @@ def _direction(e: _Emitter, spec: _Spec, cell: Cell, inputs: list[Value | None],
     """One direction's loop: [Y_d [seq, batch, hidden] or None, h_final, c_final or None]."""
     index, zeros, want_y = shared.index, shared.zeros, shared.want_y
     x, w, r, b, lens, h0, c0, p = inputs
-    proj, rbh = _projection(e, spec, x, w, b, d)
+    proj, bias, rbh = _projection(e, spec, x, w, b, d)
     if spec.reverse[d]:
         proj = _reverse(e, proj, index)
     carried = [e.pick(h0, d) if h0 is not None else zeros]
@@ -248,12 +249,13 @@ def _direction(e: _Emitter, spec: _Spec, cell: Cell, inputs: list[Value | None],
         carried.append(e.pick(c0, d) if c0 is not None else zeros)
     weights = cell.weights(e, e.pick(r, d), rbh, None if p is None else e.pick(p, d))
     lengths = [] if lens is None else [e.op("unsqueeze", [lens, e.ints(1)])]  # [batch, 1]
-    captures = [proj, *weights, *lengths]
+    captures = [proj, *weights, *bias, *lengths]
     body = StepBody(f"{e.ctx.node.name or spec.op.lower()}_step",
                     [v.type for v in carried], [v.type for v in captures])
     row = body.op("gather", [body.captured[0], body.iteration], axis=0)  # [batch, gates*h]
-    states = cell.step(body, spec.activations[d], spec.clip, row,
-                       body.captured[1:1 + len(weights)])
+    n = len(weights)
+    states = cell.step(body, spec.activations[d], spec.clip, row, body.captured[1:1 + n],
+                       body.captured[1 + n:1 + n + len(bias)])
     if lens is not None:
         valid = body.op("less", [body.iteration, body.captured[-1]])
         y = body.op("where", [valid, states[0], body.zero(x.type.dtype)])

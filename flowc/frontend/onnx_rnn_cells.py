@@ -1,16 +1,19 @@
 """One step of the ONNX recurrent cells, built as the body of a flowc `loop` (`onnx_rnn`).
 
-A step reads `x`, row t of the input projection (X_t W^T + the foldable biases), and the
-carried state. With f, g, h the direction's activations, (.) the elementwise product,
-clip(v) = min(max(v, -clip), clip) when `clip` is set, and R^T's gate blocks as ONNX
-orders them (LSTM i, o, f, c; GRU z, r, h), the formulas are onnxruntime's:
+A step reads `x`, row t of the input projection (X_t W^T), the biases (`b`: Wb + Rb, the
+GRU candidate's Rb_h apart with linear_before_reset; added in the step, where they join the
+kernels of the recurrent matmul's epilogue and the gates, rather than as a pass over the
+whole projection) and the carried state. With f, g, h the direction's activations, (.)
+the elementwise product, clip(v) = min(max(v, -clip), clip) when `clip` is set, and R^T's
+gate blocks as ONNX orders them (LSTM i, o, f, c; GRU z, r, h), the formulas are onnxruntime's:
 
-- RNN:  H = f(clip(x + H_prev R^T))
-- GRU:  z = f(clip(x_z + H_prev R_z^T)), r = f(clip(x_r + H_prev R_r^T));
-        n = g(clip(x_h + (r (.) H_prev) R_h^T))             (linear_before_reset = 0)
-        n = g(clip(x_h + r (.) (H_prev R_h^T + Rb_h)))      (linear_before_reset = 1);
+- RNN:  H = f(clip(x + H_prev R^T + b))
+- GRU:  z = f(clip(x_z + H_prev R_z^T + b_z)), r = f(clip(x_r + H_prev R_r^T + b_r));
+        n = g(clip(x_h + (r (.) H_prev) R_h^T + b_h))       (linear_before_reset = 0)
+        n = g(clip(x_h + b_h + r (.) (H_prev R_h^T + Rb_h))) (linear_before_reset = 1);
         H = (1 - z) (.) n + z (.) H_prev, computed as n + z (.) (H_prev - n)
-- LSTM: i = f(clip(x_i + H_prev R_i^T + P_i (.) C_prev)),
+- LSTM: (x + H_prev R^T + b split in gate blocks as x_. + H_prev R_.^T)
+        i = f(clip(x_i + H_prev R_i^T + P_i (.) C_prev)),
         f_t = 1 - i with input_forget, else f(clip(x_f + H_prev R_f^T + P_f (.) C_prev));
         C = f_t (.) C_prev + i (.) g(clip(x_c + H_prev R_c^T));
         o = f(clip(x_o + H_prev R_o^T + P_o (.) C)), H = o (.) h(C)
@@ -158,8 +161,9 @@ class Cell:
         return [t(r)] if rbh is None else [t(r), rbh]
 
     def step(self, body: StepBody, acts: Sequence[Activation], clip: float | None,
-             x: Value, weights: Sequence[Value]) -> list[Value]:
-        """The new carried states (h, and c for an LSTM) after one step from row x."""
+             x: Value, weights: Sequence[Value], bias: Sequence[Value] = ()) -> list[Value]:
+        """The new carried states (h, and c for an LSTM) after one step from row x; `bias`:
+        none, or b ([gates*hidden]) for RNN and LSTM, b_z, b_r, b_h ([hidden]) for GRU."""
         def pre(v: Value) -> Value:
             if clip is None:
                 return v
@@ -168,18 +172,26 @@ class Cell:
 
         h = body.carried[0]
         if self.op == "RNN":
-            return [activate(body, acts[0], pre(self._gates(body, x, h, weights[0])))]
+            return [activate(body, acts[0], pre(self._gates(body, x, h, weights[0], bias)))]
         if self.op == "GRU":
-            return [self._gru(body, acts, pre, x, h, weights)]
-        return self._lstm(body, acts, pre, x, h, body.carried[1], weights)
+            return [self._gru(body, acts, pre, x, h, weights, bias)]
+        return self._lstm(body, acts, pre, x, h, body.carried[1], weights, bias)
 
     @staticmethod
-    def _gates(body: StepBody, x: Value, h: Value, rt: Value) -> Value:
-        return body.op("add", [x, body.op("matmul", [h, rt])])
+    def _gates(body: StepBody, x: Value, h: Value, rt: Value, bias: Sequence[Value] = ()
+               ) -> Value:
+        """x + h rt (+ the bias): the bias after the matmul, as its epilogue."""
+        gates = body.op("add", [x, body.op("matmul", [h, rt])])
+        return body.op("add", [gates, bias[0]]) if bias else gates
 
-    def _gru(self, body: StepBody, acts, pre, x: Value, h: Value, weights) -> Value:
+    def _gru(self, body: StepBody, acts, pre, x: Value, h: Value, weights, bias) -> Value:
         f, g = acts
         xz, xr, xh = body.ops("split", [x], axis=1, num_outputs=3)
+        bz, br, bh = bias or (None, None, None)
+
+        def plus(v: Value, b: Value | None) -> Value:
+            return v if b is None else body.op("add", [v, b])
+
         if self.linear_before_reset:
             rz, rr, rh = body.ops("split", [body.op("matmul", [h, weights[0]])], axis=1,
                                   num_outputs=3)
@@ -188,20 +200,20 @@ class Cell:
         else:
             rz, rr = body.ops("split", [body.op("matmul", [h, weights[0]])], axis=1,
                               num_outputs=2)
-        z = activate(body, f, pre(body.op("add", [xz, rz])))
-        r = activate(body, f, pre(body.op("add", [xr, rr])))
+        z = activate(body, f, pre(plus(body.op("add", [xz, rz]), bz)))
+        r = activate(body, f, pre(plus(body.op("add", [xr, rr]), br)))
         if self.linear_before_reset:
-            candidate = body.op("add", [xh, body.op("mul", [r, rh])])
+            candidate = body.op("add", [plus(xh, bh), body.op("mul", [r, rh])])
         else:
-            candidate = self._gates(body, xh, body.op("mul", [r, h]), weights[1])
+            candidate = plus(self._gates(body, xh, body.op("mul", [r, h]), weights[1]), bh)
         n = activate(body, g, pre(candidate))
         return body.op("add", [n, body.op("mul", [z, body.op("sub", [h, n])])])
 
     def _lstm(self, body: StepBody, acts, pre, x: Value, h: Value, c: Value,
-              weights) -> list[Value]:
+              weights, bias) -> list[Value]:
         f, g, hact = acts
-        gi, go, gf, gc = body.ops("split", [self._gates(body, x, h, weights[0])], axis=1,
-                                  num_outputs=4)
+        gi, go, gf, gc = body.ops("split", [self._gates(body, x, h, weights[0], bias)],
+                                  axis=1, num_outputs=4)
         peep = weights[1:]
         if peep:
             gi = body.op("add", [gi, body.op("mul", [c, peep[0]])])

@@ -23,8 +23,11 @@ their own, so a long chain becomes several kernels (LLVM's time on one kernel gr
 superlinearly with its size: compile time stays near-linear in the graph's).
 Body nodes keep their names and locations and lose their device (the `fused` node, named
 and located as the root, carries it); control dependencies of members move to the
-`fused` node. Only the top-level graph is fused; nested bodies (`if`) are left as they
-are. Statistics: kernels-formed, nodes-fused, constants-inlined.
+`fused` node. Nested bodies are fused too (each on its own, first), but only those of
+control-flow nodes whose bodies hold a matmul or conv (an epilogue anchor): artifacts run
+those bodies as steps of the entry, one kernel per body node (codegen/plan/control.py),
+while a small body compiled as one `scf` kernel takes plain ops. Statistics:
+kernels-formed, nodes-fused, constants-inlined.
 """
 
 from __future__ import annotations
@@ -216,6 +219,7 @@ class Fuse:
                              f"{self.max_nodes}")
 
     def run(self, graph: Graph) -> Graph:
+        graph = self._fuse_bodies(graph)
         analysis = Analysis(graph, self.max_nodes)
         if not analysis.groups:
             return graph
@@ -247,6 +251,35 @@ class Fuse:
         outputs = [(name, mapping.get(v, v)) for name, v in graph.outputs]
         return Graph(graph.name, graph.inputs, _drop_unused_constants(new_nodes, outputs,
                                                                       analysis), outputs)
+
+
+    def _fuse_bodies(self, graph: Graph) -> Graph:
+        """`graph` with the bodies of its control-flow nodes that hold an epilogue anchor
+        (`_holds_anchor`) fused."""
+        if not any(_holds_anchor(n) for n in graph.nodes):
+            return graph
+        mapping: dict[Value, Value] = {}
+        node_map: dict[Node, Node] = {}
+        nodes = []
+        for node in graph.nodes:
+            attrs = {k: self.run(v) if isinstance(v, Graph) else v
+                     for k, v in node.attrs.items()} if _holds_anchor(node) else node.attrs
+            new = node.replace(
+                inputs=tuple(None if v is None else mapping.get(v, v) for v in node.inputs),
+                attrs=attrs, ctrl=tuple(node_map.get(c, c) for c in node.ctrl))
+            node_map[node] = new
+            mapping.update(zip(node.outputs, new.outputs, strict=True))
+            nodes.append(new)
+        return Graph(graph.name, graph.inputs, nodes,
+                     [(name, mapping.get(v, v)) for name, v in graph.outputs])
+
+
+def _holds_anchor(node: Node) -> bool:
+    """A node other than `fused` whose bodies (nested ones included) hold a matmul or
+    conv."""
+    return node.op != "fused" and any(
+        epilogue_kind(n) is not None or _holds_anchor(n)
+        for body in node.attrs.values() if isinstance(body, Graph) for n in body.nodes)
 
 
 def _group_ctrl(group: Group, position: dict[Node, int]) -> list[Node]:

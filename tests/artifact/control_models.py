@@ -8,6 +8,10 @@ heavy branches hold matmuls (several kernels: control steps), light ones element
 the outer scope. With `swap`, a second carried value g (from input g0) trades places with h
 each iteration: `(h, g) -> (g, h')`. With `residual`, `h' = h + (the above)`: the last
 kernel reads the old h and may write the new one over it.
+`torch_cond()`: `torch.cond(x.sum() > 0, relu(a(x)) * 2, b(x) - 1)` (a, b Linear layers)
+exported by torch.onnx.export(dynamo=True) (needs onnxscript): an ONNX If of two branches.
+`torch_while()`: torch's `while_loop(i < n, (i + 1, tanh(a(h)) + h))` (n an input), the same
+exporter: an ONNX Loop with a condition and no trip count.
 `scripted_loop()`: a torch.jit.script module exported by torch.onnx.export(dynamo=False):
 `for _ in range(int(steps))`, two Linear layers, and inside the loop an `if` on `h.sum() > 0`
 whose branches each run a Linear: an ONNX Loop (trip count: input `steps`) holding an If.
@@ -134,6 +138,45 @@ def scripted_loop() -> onnx.ModelProto:
     torch.onnx.export(torch.jit.script(Net()), (torch.randn(2, 8), torch.tensor(3)), buffer,
                       dynamo=False, input_names=["x", "steps"], output_names=["y"])
     return onnx.load_from_string(buffer.getvalue())
+
+
+def torch_cond() -> onnx.ModelProto:
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+            self.b = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: torch.relu(self.a(x)) * 2.0,
+                              lambda x: self.b(x) - 1.0, (x,))
+
+    torch.manual_seed(0)
+    program = torch.onnx.export(Net().eval(), (torch.randn(2, 8),), dynamo=True,
+                                input_names=["x"], output_names=["y"], verbose=False)
+    return program.model_proto
+
+
+def torch_while() -> onnx.ModelProto:
+    import torch
+    from torch._higher_order_ops.while_loop import while_loop
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+
+        def forward(self, x, n):
+            return while_loop(lambda i, h: i < n, lambda i, h: (i + 1, torch.tanh(self.a(h)) + h),
+                              (torch.zeros((), dtype=torch.int64), x))[1]
+
+    torch.manual_seed(0)
+    program = torch.onnx.export(Net().eval(), (torch.randn(2, 8), torch.tensor(3)),
+                                dynamo=True, input_names=["x", "n"], output_names=["y"],
+                                verbose=False)
+    return program.model_proto
 
 
 def nested_loop_model() -> onnx.ModelProto:

@@ -72,7 +72,8 @@ def test_demo(capsys):
     (["compile", "."], ".: is a directory; expected a .onnx model or a .flowc graph"),
     (["compile", str(MLP.parent / "make_mlp.py")], "make_mlp.py': expected a .onnx model or a "
                                                      ".flowc graph"),
-    (["compile", str(MLP), "--dim", "N"], "--dim 'N' must look like NAME=SIZE or NAME=LO..HI (whole numbers)"),
+    (["compile", str(MLP), "--dim", "N"],
+     "--dim 'N' must look like NAME=SIZE or NAME=LO..HI (whole numbers)"),
     (["compile", str(MLP), "--target", "sparc"], "sparc"),
     (["inspect", "."], ".: no manifest.json; is this a flowc artifact directory"),
 ])

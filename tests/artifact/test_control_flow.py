@@ -2,9 +2,9 @@
 onnxruntime; a small body becomes one scf kernel (plan/control.py `one_kernel`), a large
 one control steps of the entry (plan/control_steps.py, emit/control_c.py): branches and
 iterations of kernel calls, trip count read at run time, scan rows, carried values swapped
-through temporaries, nested if in loop (a torch-scripted loop), kernels profiled per
-iteration, bodies in the memory report; bad control flow is refused with a one-line error
-naming the node."""
+through temporaries, nested if in loop (a torch-scripted loop), `torch.cond` and torch's
+`while_loop` (the dynamo exporter's If and Loop), kernels profiled per iteration, bodies in
+the memory report; bad control flow is refused with a one-line error naming the node."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from control_models import (
     loop_model,
     nested_loop_model,
     scripted_loop,
+    torch_cond,
+    torch_while,
     while_model,
 )
 
@@ -91,7 +93,7 @@ def test_loop_with_matmuls_and_a_scan_output_runs_as_steps(tmp_path):
     assert entry.count("memcpy(out[0], ") == 1  # the initial value: then updated in place
     memory = (tmp_path / "dump" / "memory.txt").read_text()
     assert re.search(r"control step Loop_0: its bodies' region, \d+ bytes at offset \d+\n"
-                     r"  body @body: 3 steps \(m_k\d, m_k\d, m_k\d\), \d+ bytes planned",
+                     r"  body @body: 2 steps \(m_k\d, m_k\d\), \d+ bytes planned",
                      memory), memory
     assert explained == [memory]
 
@@ -113,7 +115,10 @@ def test_while_loop_without_a_trip_count(tmp_path):
 
 def test_carried_value_updated_in_place_by_a_kernel_reading_it(tmp_path):
     model = loop_model(heavy=True, residual=True)
-    flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump")
+    # without fuse: fused into the body's matmul epilogue, the residual add would run in a
+    # kernel that may not write over its operands (memplan.in_place_inputs)
+    flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump",
+                  pipeline="cse,constant-fold,simplify,prune,schedule")
     run_both(model, tmp_path / "m", {"h0": x_feed()[:1]})
     entry = (tmp_path / "dump" / "m_model.c").read_text()
     assert re.search(r"m_k\d\(arena \+ \d+, out\[0\], out\[0\]\);", entry), entry
@@ -135,6 +140,24 @@ def test_torch_scripted_loop_with_an_if_inside(tmp_path):
     entry = (tmp_path / "dump" / "m_model.c").read_text()
     assert "const int64_t trips1 = *(const int64_t *)(in[1]);" in entry
     assert "      if (*(const int8_t *)(" in entry  # the If inside the loop's body
+
+
+def test_torch_cond_exported_by_dynamo(tmp_path):
+    pytest.importorskip("onnxscript")
+    model = torch_cond()
+    assert [n.op_type for n in model.graph.node][-1] == "If"
+    flowc.compile(model, tmp_path / "m", name="m")
+    x = np.abs(x_feed()[:2])
+    run_both(model, tmp_path / "m", {"x": x}, {"x": -x}, {"x": x * np.float32(0.1) - 0.01})
+
+
+def test_torch_while_loop_exported_by_dynamo(tmp_path):
+    pytest.importorskip("onnxscript")
+    model = torch_while()
+    assert [n.op_type for n in model.graph.node][-1] == "Loop"
+    flowc.compile(model, tmp_path / "m", name="m")
+    x = x_feed()[:2]
+    run_both(model, tmp_path / "m", *({"x": x, "n": np.array(n, np.int64)} for n in (0, 1, 5)))
 
 
 def test_loop_nested_in_a_loop(tmp_path):
@@ -171,7 +194,8 @@ def test_profile_counts_a_loops_kernels_per_iteration(tmp_path):
     with flowc.load(tmp_path / "m") as m:
         for trips in (2, 5):
             m.run(h0=x_feed()[:1], M=np.array(trips, np.int64))
-            assert len(m.profiler.last) == 3 * trips  # three kernels per iteration
+            # two kernels per iteration: matmul + tanh, matmul + add (fused in the body)
+            assert len(m.profiler.last) == 2 * trips
 
 
 @pytest.mark.parametrize("cond", [TensorType("f32", ()), TensorType("bool", (2,))])

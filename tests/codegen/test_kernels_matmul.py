@@ -91,7 +91,8 @@ def big_enough(sa, sb) -> bool:
 
 @pytest.mark.parametrize("sa,sb,tiled", [
     ((2, 32, 64), (64, 128), True), ((1, 4, 32, 64), (1, 4, 64, 128), True),
-    ((1, 32, 96), (96, 192), True), ((1, 12, 48), (48, 70), False)])
+    ((1, 32, 96), (96, 192), True), ((1, 12, 48), (48, 70), False),
+    ((64, 1, 64), (64, 128), True)])  # a unit dim of A: folded into a unit reduction loop
 def test_matmul_with_reshaped_result_keeps_its_strategy(sa, sb, tiled):
     """A matmul whose result is reshaped before an elementwise consumer (rank-3/4 operands,
     as in a transformer layer) is generalized by elementwise fusion into a linalg.generic

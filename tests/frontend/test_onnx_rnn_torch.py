@@ -1,6 +1,7 @@
 """torch `nn.LSTM` and `nn.GRU` (batch_first, 2 layers, bidirectional) exported to ONNX
-with both of torch's exporters, imported by flowc and run on the interpreter against torch
-and onnxruntime. The dynamo exporter needs onnxscript (skipped without it).
+with both of torch's exporters, imported by flowc and run on the interpreter and compiled
+(the ONNX backend's compiled engine: an artifact for the fed shapes) against torch and
+onnxruntime. The dynamo exporter needs onnxscript (skipped without it).
 
 Tolerance: `matmul` of inner size input + hidden, widened by the layers times the sequence
 length (each step and layer feeds the next)."""
@@ -14,7 +15,7 @@ import pytest
 
 from flowc.frontend.onnx import import_onnx
 from flowc.ir.interpret import interpret
-from flowc.testing.engines import run_onnxruntime
+from flowc.testing.engines import run, run_onnxruntime
 from flowc.testing.tolerance import assert_close
 
 torch = pytest.importorskip("torch")
@@ -69,11 +70,15 @@ def test_torch_export_matches_torch_and_onnxruntime(kind, dynamo, dynamic):
     with torch.no_grad():
         want_torch = [t.numpy() for t in module(feed)]
     name = g.inputs[0].name
-    got = interpret(g, {name: feed.numpy()})
-    want_ort = run_onnxruntime(m, {m.graph.input[0].name: feed.numpy()})
-    for (out, _), wt, wo in zip(g.outputs, want_torch, want_ort, strict=True):
-        for want, engine in ((wt, "torch"), (wo, "onnxruntime")):
-            assert_close(got[out], want, "matmul", n=INPUT + HIDDEN,
-                         scale=LAYERS * feed.shape[1], err_msg=f"{out} against {engine}")
+    interpreted = interpret(g, {name: feed.numpy()})
+    feeds = {m.graph.input[0].name: feed.numpy()}
+    want_ort = run_onnxruntime(m, feeds)
+    compiled = run(m, feeds, engines=("compiled",))["compiled"]
+    for k, ((out, _), wt, wo) in enumerate(zip(g.outputs, want_torch, want_ort, strict=True)):
+        for got, how in ((interpreted[out], "interpreted"), (compiled[k], "compiled")):
+            for want, engine in ((wt, "torch"), (wo, "onnxruntime")):
+                assert_close(got, want, "matmul", n=INPUT + HIDDEN,
+                             scale=LAYERS * feed.shape[1],
+                             err_msg=f"{out} {how} against {engine}")
     if not dynamic:
         assert all(v.type.is_static for n in loops for v in n.outputs)

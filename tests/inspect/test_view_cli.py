@@ -77,7 +77,8 @@ def test_view_of_an_artifact_directory_draws_its_dump_or_says_how(tmp_path, caps
         f"flowc: error: '{art}': an artifact directory of model 'mlp', which holds no graph; "
         "draw the model it was compiled from (flowc view MODEL -o OUT), or recompile with "
         f"--dump-dir {art}/dump and draw that (flowc view {art} -o OUT)\n")
-    assert main(["compile", str(MLP), "-o", str(art), "-q", "--batch", "2", "--dump-dir", str(art / "dump")]) == 0
+    assert main(["compile", str(MLP), "-o", str(art), "-q", "--batch", "2",
+                 "--dump-dir", str(art / "dump")]) == 0
     assert main(["view", str(art), "-o", str(tmp_path / "a.svg")]) == 0
     assert "cluster-fused" in (tmp_path / "a.svg").read_text()  # the compiled graph
     assert main(["view", str(art), "--memory", "-o", str(tmp_path / "m.svg")]) == 0

@@ -132,8 +132,8 @@ def test_unbounded_loop_asks_for_maximum_iterations():
                               {"body": _loop_body(t, stop=1.0), "captures": 2}))
     loss = g.append(make_node("reduce_sum", [node.out(0)], {"keepdims": 0})).out()
     with pytest.raises(GradientError, match=r"^gradients: loop \(loop\) has no static bound "
-                       r"on its iterations; give while_loop maximum_iterations \(a constant "
-                       r"trip count M\)$"):
+                       r"on its iterations; give it a constant trip count M \(while_loop's "
+                       r"maximum_iterations; an ONNX Loop's M input\)$"):
         backward(g, [loss], [w])
 
 
@@ -200,7 +200,8 @@ def test_api_unbounded_while_loop_is_refused_by_name():
         out = while_loop(lambda v: api.reduce_sum(v, keepdims=0) < 10.0, lambda v: v * 2.0, x)
         with pytest.raises(FlowcError, match=r"^gradients: loop 'while' \(loop\) at "
                            r"test_gradients_control.py:\d+ has no static bound on its "
-                           r"iterations; give while_loop maximum_iterations"):
+                           r"iterations; give it a constant trip count M \(while_loop's "
+                           r"maximum_iterations"):
             g.gradients([api.reduce_sum(out, keepdims=0)], [x])
 
 

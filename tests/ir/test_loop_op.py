@@ -4,7 +4,7 @@ captures) and its type errors."""
 import numpy as np
 import pytest
 
-from flowc.ir import Graph, InferError, InterpretError, TensorType
+from flowc.ir import Graph, InferError, InterpretError, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.interpret import interpret
 from flowc.ir.parser import parse
@@ -114,3 +114,29 @@ def test_zero_trips_with_a_dynamic_scan_shape_is_a_run_time_error():
     with pytest.raises(InterpretError, match=r"the loop ran 0 times and scan output "
                        r"f32\[\?,\?\] has no static shape"):
         interpret(g, {"m": np.array(0, np.int64), "d": np.ones(2, np.float32)})
+
+
+@pytest.mark.parametrize("m", [0, 2, 50])
+def test_padded_scans_have_m_rows_zeros_past_the_iterations_run(m):
+    g = parse(TEXT.replace("captures = 1}", "captures = 1, padded = 1}"))
+    verify(g)
+    got = interpret(g, {"M": np.array(m, np.int64), "acc0": np.float32(1.5),
+                        "c": np.float32(0.5)})
+    _, seq = reference(m, 1.5, 0.5)
+    want = np.zeros(m, np.float32)
+    want[:len(seq)] = seq
+    assert len(seq) < m or m < 50
+    assert_close(got["seq"], want, "exact")
+
+
+def test_padded_scans_are_static_with_a_constant_trip_count():
+    g, _, x = operands()
+    body = body_graph([S_I64, S_BOOL, F3], outputs_from_inputs=(2, 2, 2))
+    go = g.add_input("go", S_BOOL)
+    five = g.append(make_node("constant", [], {"value": Tensor(np.array(5, np.int64))})).out()
+    node = make_node("loop", [five, go, x], {"body": body, "padded": 1})
+    assert [str(t) for t in node.types] == ["f32[3]", "f32[?,3]", "f32[5,3]"]
+    with pytest.raises(InferError, match="padded = 3 but the body returns 2 scan outputs"):
+        make_node("loop", [five, go, x], {"body": body, "padded": 3})
+    with pytest.raises(InferError, match="padded scan outputs need a trip count M"):
+        make_node("loop", [None, go, x], {"body": body, "padded": 1})

@@ -27,7 +27,8 @@ def test_tensor_type_text_and_properties():
 
 
 @pytest.mark.parametrize("bad, message", [
-    ((-1,), "must be >= 0"), (("3x",), "neither an identifier nor a dim expression"), ((1.5,), "a dim is"),
+    ((-1,), "must be >= 0"), (("3x",), "neither an identifier nor a dim expression"),
+    ((1.5,), "a dim is"),
 ])
 def test_bad_dims_are_rejected(bad, message):
     with pytest.raises(TypeError, match=message):

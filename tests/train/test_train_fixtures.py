@@ -32,8 +32,9 @@ def _loss(kind: str, out: np.ndarray, labels: np.ndarray) -> float:
 
 
 def test_every_fixture_is_listed():
-    assert NAMES == ["cnn_adam", "mlp_nesterov_wd", "mlp_sgd", "regressor_adagrad",
-                     "regressor_mse", "transformer_adamw"]
+    assert NAMES == ["cnn_adam", "gru_lm_sgd", "lstm_lm_adam", "lstm_lm_dynamo_sgd",
+                     "mlp_nesterov_wd", "mlp_sgd", "regressor_adagrad", "regressor_mse",
+                     "transformer_adamw"]
 
 
 @pytest.mark.parametrize("name", NAMES)

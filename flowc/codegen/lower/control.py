@@ -13,6 +13,7 @@ from flowc.codegen.lower.context import (
     empty,
     index_const,
     reshape,
+    splat,
     tensor_type,
     value_shape,
 )
@@ -34,7 +35,8 @@ def _if(ctx: RuleCtx, cond, *operands) -> list:
 @register("loop")
 def _loop(ctx: RuleCtx, m, cond, *operands) -> list:
     """scf.while over (carried..., scans..., iteration, cond); each scan output is a tensor
-    of its full static size, row `iteration` written by insert_slice. Tensors come first so
+    of its full static size (zeros for the `padded` ones), row `iteration` written by
+    insert_slice. Tensors come first so
     that canonicalization dropping a scalar never shifts them (bufferization pairs the
     while's operands by position)."""
     from flowc.codegen.lower.graph import lower_graph
@@ -47,7 +49,10 @@ def _loop(ctx: RuleCtx, m, cond, *operands) -> list:
     i64, i1 = ir.IntegerType.get_signless(64), s.i1()
     limit = None if m is None else _first(m)  # M is an i64 scalar
     go0 = s.to_i1(_first(cond)) if cond is not None else arith.ConstantOp(i1, 1).result
-    inits = [*carried, *(empty(t) for t in scan_types), arith.ConstantOp(i64, 0).result, go0]
+    first_padded = len(scan_types) - ctx.attrs["padded"]  # zero rows past those written
+    inits = [*carried, *(splat(t, 0) if k >= first_padded else empty(t)
+                         for k, t in enumerate(scan_types)),
+             arith.ConstantOp(i64, 0).result, go0]
     types = [v.type for v in inits]
     loop = scf.WhileOp(types, inits)
     before = loop.before.blocks.append(*types)

@@ -129,8 +129,9 @@ def retype(graph: Graph, types: Mapping[str, TensorType],
         if node.op == "constant":
             return None  # kept as is, so `renamed` may point at folded inputs
         operands = tuple(None if v is None else renamed.get(v, v) for v in node.inputs)
+        attrs = _retyped_bodies(node, operands)
         result = infer_types(get_op(node.op), [None if v is None else v.type for v in operands],
-                             node.attrs, [const_value(v) for v in operands], node.label())
+                             attrs, [const_value(v) for v in operands], node.label())
         for i, t in enumerate(result):
             if note is not None and isinstance(t, TensorType) and not all(
                     isinstance(d, int) or (d is not None and dim_symbols(d) <= set(bounded))
@@ -141,11 +142,30 @@ def retype(graph: Graph, types: Mapping[str, TensorType],
                            + ", ".join(f"'{n}'" for n in inputs))
                 raise FlowcError(f"node {node.label()}: result #{i} is {t} even with {note}"
                                  f"{because}; flowc artifacts need static shapes")
-        return node.replace(inputs=operands, types=result)
+        return node.replace(inputs=operands, attrs=attrs, types=result)
 
     staged = Graph(graph.name, inputs, [*folded, *graph.nodes],
                    [(n, renamed.get(v, v)) for n, v in graph.outputs])
     return rebuild(staged, reinfer)
+
+
+def _retyped_bodies(node: Node, operands: tuple) -> dict:
+    """The attributes of `node`, an `if` or `loop` given its bodies retyped for the types
+    its `operands` now have (a body an importer typed with symbolic dims, `?` where they
+    met, gets the static ones: a compiled loop needs its carried types to agree)."""
+    if node.op not in ("if", "loop"):
+        return node.attrs
+    # an `if` branch takes the operands after the predicate; a loop body takes the
+    # iteration number and condition, then the operands after M and cond
+    keys, skip = (("then_branch", "else_branch"), 0) if node.op == "if" else (("body",), 2)
+    attrs = dict(node.attrs)
+    for key in keys:
+        body = attrs[key]
+        given = operands[2:] if skip else operands[1:]
+        types = {n.name: v.type for n, v in zip(body.inputs[skip:], given, strict=True)
+                 if v is not None and isinstance(v.type, TensorType)}
+        attrs[key] = retype(body, types)
+    return attrs
 
 
 def bind_dims(graph: Graph, batch: int | None = None, dims: Mapping[str, object] | None = None,

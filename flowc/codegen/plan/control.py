@@ -6,7 +6,7 @@ Contract:
 - `check_bodies(node, check)`: applies `check` (program.py's `check_node`) to every node
   of the bodies, nested bodies included, and checks that every body value has a static
   tensor type, so a body's kernels can be compiled; FlowcError naming the inner node
-  otherwise;
+  otherwise (a stateful one, such as a variable or an assign, by name and op);
 - `check_carried(node)`: for a `loop`, FlowcError naming the node when a carried value's
   type as its body returns it differs from the type it enters with (a compiled loop keeps
   every carried value in one buffer of one static shape);
@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node
+from flowc.ir.ops import OPS
+from flowc.ir.ops.registry import STATEFUL
 from flowc.ir.types import TensorType
 
 CONTROL_OPS = frozenset({"if", "loop"})
@@ -49,6 +51,12 @@ def check_bodies(node: Node, check: Callable[[Node], None]) -> None:
                 raise FlowcError(f"node {node.label()}: input '{n.name}' of body @{body.name} "
                                  f"is {t}; artifacts need static shapes in control-flow bodies")
         for inner in body.nodes:
+            opdef = OPS.get(inner.op)
+            if opdef is not None and opdef.has(STATEFUL):
+                raise FlowcError(f"node {node.label()}: its body @{body.name} holds "
+                                 f"{inner.label()}, which reads or assigns state; a compiled "
+                                 "body runs tensor ops only (read variables before the node "
+                                 "and pass the values in; assign its results after it)")
             if inner.op != "constant":
                 check(inner)
 

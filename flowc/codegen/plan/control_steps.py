@@ -20,6 +20,11 @@ Contract (program.py builds these for control nodes that `control.one_kernel` re
   written straight into the `if` node's result buffer; a loop's carried value is updated
   in place (its kernel writes the slot) when nothing reads the old value after that
   kernel; the copies below then vanish;
+- row views (`ControlStep.rows`): a loop body's `gather` of row `iteration` (axis 0) of a
+  captured value runs as no kernel: its result is the pointer `captured + iteration * row
+  bytes` (an RNN step's slice of the input projection). Only where the loop's trip count
+  is a constant no larger than the captured value's rows (the gather kernel would clamp)
+  and a row's bytes are a multiple of arena.ALIGN (kernels take aligned pointers);
 - a loop's end of iteration: the condition read (when the loop has one), each scan
   element copied into row `it` of its `[trips, ...]` result, then each carried value
   copied into its slot; a carried value the body takes from another slot (a swap) goes
@@ -33,7 +38,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from flowc.codegen.plan.arena import align
+import numpy as np
+
+from flowc.codegen.plan.arena import ALIGN, align
 from flowc.codegen.plan.memplan import MemoryPlan, ScratchSlot, Step, in_place_inputs, plan_memory
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -61,6 +68,7 @@ class ControlStep:
     bodies: list[Body]
     temps: dict[int, int] = field(default_factory=dict)  # carried k -> temp offset in region
     direct: dict[Value, Value] = field(default_factory=dict)  # body value -> outer buffer
+    rows: dict[Value, tuple[Value, int]] = field(default_factory=dict)  # view -> (base, bytes)
     body_offset: int = 0  # where the body plans start in the region
     region_bytes: int = 0
     base: int = 0  # the region's arena offset, once placed
@@ -98,8 +106,10 @@ def build_control(node: Node, root: dict[Value, Value],
         for inner, outer in zip(graph.inputs[2 + n:], operands[n:], strict=True):
             root[inner.out()] = base(outer)
         bodies.append(graph)
-    step = ControlStep(node, [Body(g, build_calls(g.nodes), [base(v) for _, v in g.outputs])
-                              for g in bodies])
+    views = _row_views(node, root) if node.op == "loop" else {}
+    step = ControlStep(node, [Body(g, build_calls([n for n in g.nodes if n not in views]),
+                                   [base(v) for _, v in g.outputs]) for g in bodies])
+    step.rows = {n.out(): row for n, row in views.items()}
     if step.is_loop:
         slots = {node.outputs[k]: k for k in range(step.carried())}
         offset = 2 * SLOT
@@ -110,6 +120,29 @@ def build_control(node: Node, root: dict[Value, Value],
         step.body_offset = offset
     step.direct = _direct(step)
     return step
+
+
+def _constant_trips(node: Node) -> int | None:
+    """A loop's trip count M when a constant gives it, else None."""
+    m = node.inputs[0]
+    if m is None or m.node.op != "constant" or m.node.attrs["value"].is_elided:
+        return None
+    return int(np.asarray(m.node.attrs["value"].data).reshape(-1)[0])
+
+
+def _row_views(node: Node, root: dict[Value, Value]) -> dict[Node, tuple[Value, int]]:
+    """The gathers of a loop body that become row views (module docstring): each as
+    (the captured value it reads, as `root` resolves it, and the row's bytes)."""
+    graph, trips = node.attrs["body"], _constant_trips(node)
+    captured = {n.out() for n in graph.inputs[len(node.inputs) - node.attrs.get("captures", 0):]}
+    iteration = graph.inputs[0].out()
+    rows = {}
+    for n in graph.nodes if trips is not None else []:
+        if (n.op == "gather" and n.attrs.get("axis", 0) == 0 and n.inputs[0] in captured
+                and n.inputs[1] == iteration and 0 <= trips <= n.inputs[0].type.shape[0]
+                and _nbytes(n.out().type) % ALIGN == 0):
+            rows[n] = (root.get(n.inputs[0], n.inputs[0]), _nbytes(n.out().type))
+    return rows
 
 
 def _direct(step: ControlStep) -> dict[Value, Value]:

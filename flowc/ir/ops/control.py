@@ -57,9 +57,16 @@ def _loop_infer(ctx: InferContext) -> tuple[TensorType, ...]:
             ctx.fail(f"carried value #{k} starts as {initial} but the body returns {out}")
         results.append(_merge(initial, out))
     m = ctx.const(0)
-    trips = int(np.asarray(m).reshape(-1)[0]) if m is not None and ctx.type(1) is None \
-        else None
-    results += [out.with_shape((trips, *out.shape)) for out in outputs[1 + n:]]
+    bound = None if m is None else int(np.asarray(m).reshape(-1)[0])
+    scans = outputs[1 + n:]
+    padded = ctx.attrs["padded"]
+    if not 0 <= padded <= len(scans):
+        ctx.fail(f"padded = {padded} but the body returns {len(scans)} scan outputs")
+    if padded and ctx.type(0) is None:
+        ctx.fail("padded scan outputs need a trip count M")
+    exact = bound if ctx.type(1) is None else None  # a condition may stop it earlier
+    results += [out.with_shape((exact if k < len(scans) - padded else bound, *out.shape))
+                for k, out in enumerate(scans)]
     return tuple(results)
 
 
@@ -82,8 +89,14 @@ def _loop_kernel(ctx: KernelContext, m, cond, *operands):
             scan.append(value)
         i += 1
     stacked = []
-    for scan, t in zip(scans, ctx.types[n:], strict=True):
-        if scan:
+    padded = range(len(scans) - ctx.attrs["padded"], len(scans))
+    for k, (scan, t) in enumerate(zip(scans, ctx.types[n:], strict=True)):
+        if k in padded:
+            rows = np.zeros((max(trips, 0), *(scan[0].shape if scan else t.shape[1:])),
+                            t.dtype.np)
+            rows[:len(scan)] = scan if scan else rows[:0]
+            stacked.append(rows)
+        elif scan:
             stacked.append(np.stack(scan))
         elif all(isinstance(d, int) for d in t.shape[1:]):
             stacked.append(np.zeros((0, *t.shape[1:]), t.dtype.np))
@@ -94,10 +107,14 @@ def _loop_kernel(ctx: KernelContext, m, cond, *operands):
 
 define("loop", ("M?", "cond?", "operands*"), _loop_infer, _loop_kernel,
        traits=(PURE, HAS_BODY),
-       attrs=[AttrSpec("body", "graph"), AttrSpec("captures", "int", 0)],
+       attrs=[AttrSpec("body", "graph"), AttrSpec("captures", "int", 0),
+              AttrSpec("padded", "int", 0)],
        vjp=control_grad.LOOP,
        doc="ONNX Loop: runs `body(iteration, cond, carried..., captured...) -> (cond, "
            "carried..., scans...)` while iteration < M and cond hold (each optional, not "
            "both absent). Results: the final carried values, then each scan output stacked "
            "along a new leading dim. The last `captures` operands are passed to every "
-           "iteration unchanged.")
+           "iteration unchanged. The last `padded` scan outputs have M rows (M a "
+           "constant), rows past the iterations run being zeros: per-iteration residuals "
+           "kept for gradients, of a static shape even when a condition may stop the loop "
+           "early.")

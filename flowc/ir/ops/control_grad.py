@@ -13,13 +13,15 @@ values they need as that body's inputs. As TF's while_v2 does, the forward node 
   predicate whose bodies are the two branches' backward bodies, taking the operands they
   read, both residual lists and the cotangents.
 - `loop`: needs a static bound (a constant trip count M, which `while_loop`'s
-  `maximum_iterations` gives): an unbounded loop is refused. The body also returns, as
-  scan outputs, its iteration number and each residual, so the forward loop keeps them per
-  iteration in stacks of at most M rows (rows for the iterations run). The backward is a
-  loop of as many iterations running in reverse (row n-1-j at step j) that carries the
-  cotangents of the carried values and sums those of the float captures; it is bounded by
-  the same constant M (its condition stops it after n steps), so it can be differentiated
-  in turn.
+  `maximum_iterations` gives): an unbounded loop is refused. The body also returns each
+  residual as a scan output, so the forward loop keeps them per iteration in stacks of M
+  rows, static shapes that an artifact preallocates (TF's while_v2 accumulators): a loop
+  without a condition runs n = M iterations; one with a condition may stop earlier, so its
+  stacks are `padded` (rows past the n run are zeros) and it also scans out `iteration + 1`,
+  whose maximum is n. The backward is a loop of as many iterations running in reverse
+  (row n-1-j at step j) that carries the cotangents of the carried values and sums those
+  of the float captures; it is bounded by the same constant M (its condition stops it
+  after n steps), so it can be differentiated in turn.
 """
 
 from __future__ import annotations
@@ -202,8 +204,8 @@ def _loop_vjp(g, cts):
     body, label = g.attrs["body"], g.node.label()
     if g.const_input(0) is None:
         raise GradientError(f"gradients: loop {label} has no static bound on its "
-                            "iterations; give while_loop maximum_iterations (a constant "
-                            "trip count M)")
+                            "iterations; give it a constant trip count M (while_loop's "
+                            "maximum_iterations; an ONNX Loop's M input)")
     captures = g.attrs["captures"]
     n_car = g.num_inputs - 2 - captures
     carried = [j for j in range(n_car) if _is_float(g.in_type(2 + j))]
@@ -216,10 +218,22 @@ def _loop_vjp(g, cts):
     gr = _differentiate(body, ys, xs, ct_types)
     stacked = [body.inputs[i].out() for i in gr.inputs_read if 2 <= i < 2 + n_car]
     stacked += gr.residuals
-    extra = [("iteration", body.inputs[0].out())]
-    extra += [(f"residual{k}", v) for k, v in enumerate(stacked)]
-    kept = g.grow({"body": _grown(body, extra)})
-    trips = g.op("size", kept[0])
+    bound = int(np.asarray(g.const_input(0)).reshape(-1)[0])
+    grown = _grown(body, [])
+    early = g.node.inputs[1] is not None  # a condition may stop it before M iterations
+    if early:  # row k of this scan: k + 1 for the iterations run, then zeros
+        _output(grown, "iterations", _append(grown, "add", body.inputs[0].out(),
+                                             _const(grown, np.int64(1))))
+    for k, v in enumerate(stacked):
+        _output(grown, f"residual{k}", v)
+    # a node grown before (a gradient of a gradient) keeps its padded scans padded
+    padded = g.attrs["padded"] + (len(grown.outputs) - len(body.outputs) if early else 0)
+    kept = g.grow({"body": grown, "padded": padded})
+    stacks = kept[1:] if early else kept
+    if early and bound > 0:
+        trips = g.op("reduce_max", kept[0], keepdims=0)
+    else:
+        trips = g.const(np.int64(0 if early else max(bound, 0)))
     a0 = [cts[j] if cts[j] is not None else g.zeros_like(g.node.out(j)) for j in carried]
     acc0 = [g.zeros_like(g.input(2 + n_car + k)) for k in captured]
     read_caps = [i - 2 - n_car for i in gr.inputs_read if i >= 2 + n_car]
@@ -228,7 +242,7 @@ def _loop_vjp(g, cts):
     step, _ = _inputs(back, "step", [TensorType(i64, ()), TensorType(bool_, ())])
     a = _inputs(back, "a", [v.type for v in a0])
     acc = _inputs(back, "acc", [v.type for v in acc0])
-    rows = _inputs(back, "r", [v.type for v in kept[1:]])
+    rows = _inputs(back, "r", [v.type for v in stacks])
     ct_rows = _inputs(back, "ct", [cts[n_car + s].type for s in scans])
     n = back.add_input("n", TensorType(i64, ()))
     caps = _inputs(back, "k", [g.in_type(2 + n_car + k) for k in read_caps])
@@ -248,11 +262,10 @@ def _loop_vjp(g, cts):
         _output(back, f"d_a{k}", dv if dv is not None else _zeros_like(back, v))
     for k, (v, dv) in enumerate(zip(acc, d[len(carried):], strict=True)):
         _output(back, f"d_acc{k}", v if dv is None else _append(back, "add", v, dv))
-    operands = [*kept[1:], *(cts[n_car + s] for s in scans), trips,
+    operands = [*stacks, *(cts[n_car + s] for s in scans), trips,
                 *(g.input(2 + n_car + k) for k in read_caps)]
-    bound = g.const(np.asarray(g.const_input(0)))
-    node = g.emit("loop", [bound, g.op("greater", trips, g.const(np.int64(0))), *a0, *acc0,
-                           *operands],
+    go = g.op("greater", trips, g.const(np.int64(0)))
+    node = g.emit("loop", [g.const(np.asarray(g.const_input(0))), go, *a0, *acc0, *operands],
                   {"body": back, "captures": len(operands)})
     result: list[Value | None] = [None] * g.num_inputs
     for k, i in enumerate(xs):

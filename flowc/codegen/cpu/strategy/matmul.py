@@ -152,18 +152,20 @@ class Contraction:
     k: int
     out: tuple[int, ...]  # the loop of each dim of the result
     layout: bool
+    units: tuple[int, ...] = ()  # further reduction loops of size 1, tiled as k is
 
 
 def contraction(op: ir.Operation) -> Contraction | None:
     """`op` as a Contraction: a linalg contraction (named matmul or batch matmul, or a
     generic one, as elementwise fusion leaves a matmul whose result is reshaped, or
-    `packed_matmul`'s over column panels of B) with one k loop and an n loop innermost in
+    `packed_matmul`'s over column panels of B) with one k loop (others of size 1, as a
+    unit dim of A folded into the loops leaves, are `units`) and an n loop innermost in
     B and C (further n loops, the panels, are outer loops); else None."""
     if not linalg.isa_contraction_op(op):
         return None
     found = linalg.infer_contraction_dimensions(op)
     batch, ms, ns, ks = (list(d) for d in (found.batch, found.m, found.n, found.k))
-    if not ns or len(ks) != 1 or not ms:
+    if not ns or not ms or not ks:
         return None
     explicit = "indexing_maps" in op.attributes
     maps = (_loops_of([ir.AffineMapAttr(a).value
@@ -171,16 +173,21 @@ def contraction(op: ir.Operation) -> Contraction | None:
             if explicit else CONTRACTIONS.get(op.name))
     if maps is None or len(maps) != 3:
         return None
-    n, k = maps[2][-1], ks[0]
+    n = maps[2][-1]
     if n not in ns or maps[1][-1] != n:
         return None
     sizes = {}
     for value, loops in zip(op.operands, maps, strict=True):
         sizes.update(zip(loops, ir.RankedTensorType(value.type).shape, strict=True))
+    long = [d for d in ks if sizes[d] != 1]
+    if len(long) > 1:
+        return None
+    k = long[0] if long else ks[0]  # a unit dim of A folded into the loops (PREPARE)
     panels = [d for d in ns if d != n]  # B in column panels: one tile per panel
     return Contraction(tuple(sizes[d] for d in range(len(sizes))),
                        (*batch, *panels, *ms[:-1]), ms[-1], n, k, tuple(maps[2]),
-                       op.name in CONTRACTIONS and not explicit)
+                       op.name in CONTRACTIONS and not explicit,
+                       tuple(d for d in ks if d != k))
 
 
 def _loops_of(maps: list[ir.AffineMap]) -> list[list[int]] | None:
@@ -251,8 +258,10 @@ def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
     rows that are not a whole number of register tiles split off inside the column loop."""
 
     def per_loop(outer: int, rows: int, cols: int, red: int) -> list[int]:
-        return [outer if d in c.outer else {c.m: rows, c.n: cols, c.k: red}[d]
-                for d in range(len(c.sizes))]
+        # a unit reduction loop is never tiled (0) and has vector size 1: the call for
+        # the vector sizes is the only one with outer and red both 1
+        return [outer if d in c.outer else int(outer == red == 1) if d in c.units
+                else {c.m: rows, c.n: cols, c.k: red}[d] for d in range(len(c.sizes))]
 
     def fmt(template: str, part: str, rows: int) -> str:
         vsizes = per_loop(1, rows, nr, 1)
