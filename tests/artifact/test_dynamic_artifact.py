@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -211,3 +212,42 @@ def test_an_encoder_with_dynamic_batch_and_sequence_matches_onnxruntime(tmp_path
     with pytest.raises(RuntimeStatusError, match=re.escape(
             "input 'x' axis 1: dim S=129 is outside its bounds 1..128")):
         model(np.zeros((1, 129, 32), np.float32))
+
+
+C_MAIN = r"""
+#include <stdio.h>
+#include "mlp.h"
+int main(void) {
+  mlp_ctx *ctx;
+  float x[3 * 8];
+  for (int i = 0; i < 24; i++) x[i] = (float)i / 24.0f;
+  int64_t shape[2] = {3, 8};
+  if (mlp_create(&ctx) || mlp_set_input(ctx, 0, x, FLOWC_DTYPE_F32, 2, shape) || mlp_run(ctx))
+    return printf("%s\n", mlp_error(ctx)), 1;
+  const int64_t *out = mlp_run_output_shape(ctx, 0);
+  const float *y = mlp_output_y(ctx);
+  printf("%s %lld..%lld [%lld,%lld] %.6f\n", mlp_dim_name(0), (long long)mlp_dim_lo(0),
+         (long long)mlp_dim_hi(0), (long long)out[0], (long long)out[1], y[0] + y[11]);
+  shape[0] = 65;
+  int status = mlp_set_input_shape(ctx, 0, 2, shape);
+  printf("%d %s\n", status, mlp_error(ctx));
+  mlp_destroy(ctx);
+  return 0;
+}
+"""
+
+
+def test_a_c_program_gives_shapes_and_reads_output_shapes(dyn_mlp, tmp_path):
+    """The header compiles warning-free in C and its dims API works from C."""
+    art = dyn_mlp[0]
+    (tmp_path / "main.c").write_text(C_MAIN)
+    subprocess.run(["cc", "-Wall", "-Werror", "-I", str(art), "main.c", "-o", "main",
+                    "-L", str(art), "-lmlp", f"-Wl,-rpath,{art}"], cwd=tmp_path, check=True)
+    done = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True)
+    first, second = done.stdout.splitlines()
+    x = (np.arange(24, dtype=np.float32) / 24).reshape(3, 8)
+    y = interpret(mlp(), {"x": x})["y"]
+    name, bounds, shape, value = first.split(" ")
+    assert (name, bounds, shape) == ("N", "1..64", "[3,4]")
+    assert float(value) == pytest.approx(y[0, 0] + y[2, 3], rel=1e-5)
+    assert second == "2 mlp: input 'x' axis 0: dim N=65 is outside its bounds 1..64; nothing ran"
