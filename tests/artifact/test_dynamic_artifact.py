@@ -191,7 +191,9 @@ def test_cli_summary_and_inspect_show_the_bounds(tmp_path, capsys):
     assert ("symbolic dims: N=1..8 (--dim); the artifact runs any size in the bounds of N "
             "(given by the inputs' shapes at run time)") in capsys.readouterr().out
     assert main(["inspect", str(tmp_path / "a")]) == 0
-    assert "bound dims: N=1..8 (run time);" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "bound dims: N=1..8 (run time);" in out
+    assert "input z: f32[N,4]" in out and "output y: f32[N,4]" in out
 
 
 def test_an_encoder_with_dynamic_batch_and_sequence_matches_onnxruntime(tmp_path):
