@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from kernel_harness import aligned, compiled_body, link
+from kernel_harness import aligned, body_scratch, compiled_body, link
 
 from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernels import dim_symbols
@@ -31,12 +31,13 @@ def bias_relu_body() -> Graph:
 
 def call(lib: ctypes.CDLL, body: Graph, inputs: list[np.ndarray], dims: dict[str, int]
          ) -> list[np.ndarray]:
-    """Call the compiled kernel on `inputs` with outputs of the run's shapes."""
+    """Call the compiled kernel on `inputs` with outputs of the run's shapes (then the
+    dims, then its scratch)."""
     outs = [aligned(np.zeros([evaluate(d, dims) for d in t.shape],
                              t.dtype.np)) for t in body.output_types]
     table = aligned(np.array([dims[s] for s in dim_symbols(body)], np.int64))
     buffers = [*map(aligned, inputs), *outs, table]  # alive until the call returns
-    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in buffers])
+    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in buffers], *body_scratch(body))
     return outs
 
 
@@ -90,6 +91,26 @@ def test_matmul_with_run_time_rows(lead):
         xv = rng.standard_normal((*shape, 8)).astype(np.float32)
         (got,) = call(lib, g, [xv, wv], dict(zip(lead, shape, strict=True)))
         np.testing.assert_allclose(got, xv @ wv, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["matmul", "gemm"])
+def test_rows_in_static_blocks_and_a_tail(op):
+    """x [N, 64] @ w [64, 48] (gemm: + bias [48]): whole blocks of 32 rows as static
+    matmuls (the tiled strategy), the N % 32 rows left as loops."""
+    g = Graph(f"dyn_{op}_blocks")
+    x = g.add_input("in0", TensorType("f32", ("N", 64)))
+    params = [g.add_input("in1", TensorType("f32", (64, 48)))]
+    if op == "gemm":
+        params.append(g.add_input("in2", TensorType("f32", (48,))))
+    g.add_output("out0", g.append(make_node(op, [x, *params])).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}_blocks")))
+    rng = np.random.default_rng(5)
+    consts = [rng.standard_normal(t.shape).astype(np.float32) for t in g.input_types[1:]]
+    for n in (0, 1, 31, 32, 33, 64, 95):
+        xv = rng.standard_normal((n, 64)).astype(np.float32)
+        (got,) = call(lib, g, [xv, *consts], {"N": n})
+        want = xv @ consts[0] + (consts[1] if op == "gemm" else 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"N={n}")
 
 
 def test_a_temporary_of_run_time_size_is_refused():

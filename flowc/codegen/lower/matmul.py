@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import linalg
+from mlir.dialects import arith, linalg, scf, tensor
 
 from flowc.codegen.lower import register
 from flowc.codegen.lower import scalar as s
@@ -26,9 +26,11 @@ from flowc.codegen.lower.context import (
     fill,
     generic,
     identity_map,
+    index_const,
     reshape,
     scalar_const,
     size_of,
+    value_elem,
     value_shape,
 )
 from flowc.ir.types import DType, TensorType, i32
@@ -70,6 +72,43 @@ def contract_rows(a: ir.Value, b: ir.Value, dt: DType, out: TensorType) -> ir.Va
         return [s.add(out.dtype, acc, product)]
 
     return generic([a, b], maps[:2], [init], maps[2:], "p" * (rank - 1) + "rp", body)[0]
+
+
+ROW_BLOCK = 32  # rows of a run-time M computed per static-shaped linalg.matmul
+
+
+def blocked_rows(a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
+    """init + a [M, K] @ b [K, N] (f32/f64, M of run-time extent, K and N static): whole
+    blocks of ROW_BLOCK rows as static `linalg.matmul`s on slices of `init` (which the CPU
+    strategies tile like any static matmul), the last M % ROW_BLOCK rows as loops (n
+    innermost); every result is written into `init`'s buffer (no temporary)."""
+    m, (_, k), (_, n) = size_of(a, 0), value_shape(a), value_shape(b)
+    et, dyn = value_elem(a), ir.ShapedType.get_dynamic_size()
+    step = index_const(ROW_BLOCK)
+    full = arith.muli(arith.divui(m, step), step)
+
+    def rows(t: ir.Value, at: ir.Value, count: int | ir.Value, width: int) -> ir.Value:
+        static = count if isinstance(count, int) else dyn
+        return tensor.extract_slice(ir.RankedTensorType.get([static, width], et), t, [at],
+                                    [] if isinstance(count, int) else [count], [],
+                                    [dyn, 0], [static, width], [1, 1])
+
+    def put(r: ir.Value, t: ir.Value, at: ir.Value, count: int | ir.Value) -> ir.Value:
+        static = count if isinstance(count, int) else dyn
+        return tensor.insert_slice(r, t, [at], [] if isinstance(count, int) else [count], [],
+                                   [dyn, 0], [static, n], [1, 1])
+
+    loop = scf.ForOp(index_const(0), full, step, [init])
+    with ir.InsertionPoint(loop.body):
+        i, out = loop.induction_variable, loop.inner_iter_args[0]
+        r = linalg.matmul(rows(a, i, ROW_BLOCK, k), b, outs=[rows(out, i, ROW_BLOCK, n)])
+        scf.YieldOp([put(r, out, i, ROW_BLOCK)])
+    out = loop.results[0]
+    rest = arith.subi(m, full)
+    maps = [affine_map(3, [0, 2]), affine_map(3, [2, 1]), affine_map(3, [0, 1])]
+    tail = generic([rows(a, full, rest, k), b], maps[:2], [rows(out, full, rest, n)], maps[2:],
+                   "ppr", lambda x, w, acc: [arith.addf(acc, arith.mulf(x, w))])[0]
+    return put(tail, out, full, rest)
 
 
 def contract_at(at: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
@@ -129,6 +168,9 @@ def _matmul(ctx: RuleCtx, a, b) -> list:
         y = matmul_nd(a, b, dt, list(ctx.out.shape))
     elif dt.is_bool:
         raise ctx.error("a bool matmul of symbolic dims has no kernel yet")
+    elif ctx.in_types[0].rank == ctx.in_types[1].rank == 2 and ctx.in_types[1].is_static \
+            and dt == acc_dtype(dt) and dt.is_float:
+        return [blocked_rows(a, b, fill(scalar_const(dt, 0), empty(ctx.out)))]
     elif (ctx.in_types[0].rank >= 2 and ctx.in_types[1].rank == 2) or (
             ctx.in_types[0].rank == ctx.in_types[1].rank > 2
             and ctx.in_types[0].shape[:-2] == ctx.in_types[1].shape[:-2]):
@@ -175,10 +217,12 @@ def _gemm_rows(ctx: RuleCtx, a, b, c) -> ir.Value:
                        lambda x, _o: [s.mul(dt, s.convert(x, c_dt, dt), s.const(dt, beta))
                                       if beta != 1.0 else s.convert(x, c_dt, dt)])[0]
 
+    if alpha == 1.0:
+        return blocked_rows(a, b, init)
+
     def body(x, w, total):
         product = s.mul(dt, x, w)
-        return [s.add(dt, total, product if alpha == 1.0 else
-                      s.mul(dt, product, s.const(dt, alpha)))]
+        return [s.add(dt, total, s.mul(dt, product, s.const(dt, alpha)))]
 
     maps = [affine_map(3, [0, 1]), affine_map(3, [1, 2]), affine_map(3, [0, 2])]
     return generic([a, b], maps[:2], [init], maps[2:], "prp", body)[0]
