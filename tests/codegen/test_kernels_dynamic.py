@@ -95,8 +95,8 @@ def test_matmul_with_run_time_rows(lead):
 
 @pytest.mark.parametrize("op", ["matmul", "gemm"])
 def test_rows_in_static_blocks_and_a_tail(op):
-    """x [N, 64] @ w [64, 48] (gemm: + bias [48]): whole blocks of 32 rows as static
-    matmuls (the tiled strategy), the N % 32 rows left as loops."""
+    """x [N, 64] @ w [64, 48] (gemm: + bias [48]): whole blocks of 32 rows, then of 8, as
+    static matmuls (the tiled strategy), the N % 8 rows left as loops."""
     g = Graph(f"dyn_{op}_blocks")
     x = g.add_input("in0", TensorType("f32", ("N", 64)))
     params = [g.add_input("in1", TensorType("f32", (64, 48)))]
@@ -106,7 +106,7 @@ def test_rows_in_static_blocks_and_a_tail(op):
     lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}_blocks")))
     rng = np.random.default_rng(5)
     consts = [rng.standard_normal(t.shape).astype(np.float32) for t in g.input_types[1:]]
-    for n in (0, 1, 31, 32, 33, 64, 95):
+    for n in (0, 1, 7, 8, 31, 32, 33, 41, 64, 95):
         xv = rng.standard_normal((n, 64)).astype(np.float32)
         (got,) = call(lib, g, [xv, *consts], {"N": n})
         want = xv @ consts[0] + (consts[1] if op == "gemm" else 0)

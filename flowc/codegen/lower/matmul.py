@@ -74,18 +74,16 @@ def contract_rows(a: ir.Value, b: ir.Value, dt: DType, out: TensorType) -> ir.Va
     return generic([a, b], maps[:2], [init], maps[2:], "p" * (rank - 1) + "rp", body)[0]
 
 
-ROW_BLOCK = 32  # rows of a run-time M computed per static-shaped linalg.matmul
+ROW_BLOCKS = (32, 8)  # rows of a run-time M computed per static-shaped linalg.matmul
 
 
 def blocked_rows(a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
     """init + a [M, K] @ b [K, N] (f32/f64, M of run-time extent, K and N static): whole
-    blocks of ROW_BLOCK rows as static `linalg.matmul`s on slices of `init` (which the CPU
-    strategies tile like any static matmul), the last M % ROW_BLOCK rows as loops (n
+    blocks of 32 rows, then of 8, as static `linalg.matmul`s on slices of `init` (which the
+    CPU strategies tile like any static matmul), the last M % 8 rows as loops (m, k, n
     innermost); every result is written into `init`'s buffer (no temporary)."""
     m, (_, k), (_, n) = size_of(a, 0), value_shape(a), value_shape(b)
     et, dyn = value_elem(a), ir.ShapedType.get_dynamic_size()
-    step = index_const(ROW_BLOCK)
-    full = arith.muli(arith.divui(m, step), step)
 
     def rows(t: ir.Value, at: ir.Value, count: int | ir.Value, width: int) -> ir.Value:
         static = count if isinstance(count, int) else dyn
@@ -98,17 +96,21 @@ def blocked_rows(a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
         return tensor.insert_slice(r, t, [at], [] if isinstance(count, int) else [count], [],
                                    [dyn, 0], [static, n], [1, 1])
 
-    loop = scf.ForOp(index_const(0), full, step, [init])
-    with ir.InsertionPoint(loop.body):
-        i, out = loop.induction_variable, loop.inner_iter_args[0]
-        r = linalg.matmul(rows(a, i, ROW_BLOCK, k), b, outs=[rows(out, i, ROW_BLOCK, n)])
-        scf.YieldOp([put(r, out, i, ROW_BLOCK)])
-    out = loop.results[0]
-    rest = arith.subi(m, full)
-    maps = [affine_map(3, [0, 2]), affine_map(3, [2, 1]), affine_map(3, [0, 1])]
-    tail = generic([rows(a, full, rest, k), b], maps[:2], [rows(out, full, rest, n)], maps[2:],
-                   "ppr", lambda x, w, acc: [arith.addf(acc, arith.mulf(x, w))])[0]
-    return put(tail, out, full, rest)
+    out, start = init, index_const(0)
+    for block in ROW_BLOCKS:  # rows [start, end): whole blocks of `block` rows
+        step = index_const(block)
+        end = arith.addi(start, arith.muli(arith.divui(arith.subi(m, start), step), step))
+        loop = scf.ForOp(start, end, step, [out])
+        with ir.InsertionPoint(loop.body):
+            i, acc = loop.induction_variable, loop.inner_iter_args[0]
+            r = linalg.matmul(rows(a, i, block, k), b, outs=[rows(acc, i, block, n)])
+            scf.YieldOp([put(r, acc, i, block)])
+        out, start = loop.results[0], end
+    rest = arith.subi(m, start)
+    maps = [affine_map(3, [0, 1]), affine_map(3, [1, 2]), affine_map(3, [0, 2])]  # (m, k, n)
+    tail = generic([rows(a, start, rest, k), b], maps[:2], [rows(out, start, rest, n)],
+                   maps[2:], "prp", lambda x, w, acc: [arith.addf(acc, arith.mulf(x, w))])[0]
+    return put(tail, out, start, rest)
 
 
 def contract_at(at: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
