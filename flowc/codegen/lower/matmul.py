@@ -113,6 +113,33 @@ def blocked_rows(a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
     return put(tail, out, start, rest)
 
 
+def blocked_lead(a: ir.Value, b: ir.Value, out: TensorType) -> ir.Value:
+    """a [M, K] or [B, M, K] @ b [K, N] of type `out` (float), M (and B) of run-time
+    extent, by `blocked_rows`: for a batch, a loop over it, each step on the slices a[i]
+    and out[i] (rank-reducing slices: views, so every result lands in the output)."""
+    init = fill(scalar_const(out.dtype, 0), empty(out))
+    if out.rank == 2:
+        return blocked_rows(a, b, init)
+    dyn, et = ir.ShapedType.get_dynamic_size(), elem_type(out.dtype)
+    rows, (_, _, k), n = size_of(a, 1), value_shape(a), out.shape[-1]
+    count = [] if isinstance(rows, int) else [rows]
+    static = rows if isinstance(rows, int) else dyn
+    end = size_of(a, 0)
+    loop = scf.ForOp(index_const(0), end if not isinstance(end, int) else index_const(end),
+                     index_const(1), [init])
+    with ir.InsertionPoint(loop.body):
+        i, acc = loop.induction_variable, loop.inner_iter_args[0]
+
+        def part(t: ir.Value, width: int) -> ir.Value:
+            return tensor.extract_slice(ir.RankedTensorType.get([static, width], et), t, [i],
+                                        count, [], [dyn, 0, 0], [1, static, width], [1, 1, 1])
+
+        y = blocked_rows(part(a, k), b, part(acc, n))
+        scf.YieldOp([tensor.insert_slice(y, acc, [i], count, [], [dyn, 0, 0],
+                                         [1, static, n], [1, 1, 1])])
+    return loop.results[0]
+
+
 def contract_at(at: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
     """at [K, M] transposed times b [K, N] in `acc_dtype(dt)`: a `linalg.matmul` whose
     indexing map reads A^T in place (no transposed copy of A: each k step reads a
@@ -170,9 +197,9 @@ def _matmul(ctx: RuleCtx, a, b) -> list:
         y = matmul_nd(a, b, dt, list(ctx.out.shape))
     elif dt.is_bool:
         raise ctx.error("a bool matmul of symbolic dims has no kernel yet")
-    elif ctx.in_types[0].rank == ctx.in_types[1].rank == 2 and ctx.in_types[1].is_static \
-            and dt == acc_dtype(dt) and dt.is_float:
-        return [blocked_rows(a, b, fill(scalar_const(dt, 0), empty(ctx.out)))]
+    elif ctx.in_types[0].rank in (2, 3) and ctx.in_types[1].rank == 2 and \
+            ctx.in_types[1].is_static and dt == acc_dtype(dt) and dt.is_float:
+        return [blocked_lead(a, b, ctx.out)]
     elif (ctx.in_types[0].rank >= 2 and ctx.in_types[1].rank == 2) or (
             ctx.in_types[0].rank == ctx.in_types[1].rank > 2
             and ctx.in_types[0].shape[:-2] == ctx.in_types[1].shape[:-2]):
