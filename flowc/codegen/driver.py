@@ -5,7 +5,8 @@ Contract: `compile(model, output_dir, options=None, /, **overrides) -> manifest`
 meaning) and `overrides` replace its fields by name (an unknown name is a FlowcError).
 1. checks `output_dir` (absent, empty or an artifact) and the dump folder (not the output
    directory) before any work; imports `model` (an `ir.Graph`, an `onnx.ModelProto`, or a
-   path to `.onnx` / `.flowc`); a graph without outputs that assigns no variable is a
+   path to `.onnx` / `.flowc`, a TensorFlow `.pb` GraphDef or SavedModel directory with
+   `signature`/`feeds`/`fetches`/`tf_config`); a graph without outputs that assigns no variable is a
    FlowcError (it would compile to an artifact doing nothing);
 2. binds symbolic dims (`bind_dims`: `batch` for leading dims, `dims` by name: a size, or a
    bound `(lo, hi)`; a symbolic dim with neither is a FlowcError listing every such dim, so
@@ -110,15 +111,30 @@ class Part:
     dump_prefix: str = ""
 
 
-def load_model(model: ModelLike) -> Graph:
-    """The graph of `model`: a Graph, an onnx.ModelProto, or a .onnx / .flowc path."""
+def load_model(model: ModelLike, options: CompileOptions | None = None) -> Graph:
+    """The graph of `model`: a Graph, an onnx.ModelProto, a .onnx / .flowc path, or a
+    TensorFlow model (a frozen GraphDef .pb or a SavedModel directory), imported with
+    `options`' signature, feeds, fetches and tf_config (refused for other models)."""
+    opts = options or CompileOptions()
+    tf_options = {"signature": opts.signature, "feeds": opts.feeds, "fetches": opts.fetches,
+                  "config": opts.tf_config}
+    if isinstance(model, str | os.PathLike) and is_tf_model(Path(model)):
+        from flowc.frontend.tf import import_tf
+
+        return import_tf(model, **tf_options)
+    given = [flag for flag, value in zip(("--signature", "--feed", "--fetch", "--config"),
+                                         tf_options.values(), strict=True) if value]
+    if given:
+        raise FlowcError(f"{', '.join(given)}: only for TensorFlow models (a .pb GraphDef or "
+                         "a SavedModel directory)")
     if isinstance(model, Graph):
         return model
     if isinstance(model, str | os.PathLike):
         path = Path(model)
         if not path.is_file():
-            what = "is a directory" if path.is_dir() else "no such file"
-            raise FlowcError(f"{path}: {what}; expected a .onnx model or a .flowc graph")
+            what = "is a directory without saved_model.pb" if path.is_dir() else "no such file"
+            raise FlowcError(f"{path}: {what}; expected a .onnx model, a .flowc graph, a .pb "
+                             "GraphDef or a SavedModel directory")
         if path.suffix == ".flowc":
             from flowc.ir.parser import parse
 
@@ -127,10 +143,16 @@ def load_model(model: ModelLike) -> Graph:
             except OSError as exc:
                 raise FlowcError(f"cannot read '{path}': {exc.strerror or exc}") from None
         if path.suffix != ".onnx":
-            raise FlowcError(f"'{path}': expected a .onnx model or a .flowc graph")
+            raise FlowcError(f"'{path}': expected a .onnx model, a .flowc graph, a .pb "
+                             "GraphDef or a SavedModel directory")
     from flowc.frontend.onnx import import_onnx
 
     return import_onnx(model)
+
+
+def is_tf_model(path: Path) -> bool:
+    """A frozen GraphDef (.pb) or a SavedModel directory (holding saved_model.pb)."""
+    return (path.suffix == ".pb" and not path.is_dir()) or (path / "saved_model.pb").is_file()
 
 
 def default_name(model: ModelLike, graph: Graph) -> str:
@@ -271,7 +293,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.train:
         graph, training, entries[TRAIN_ENTRY] = load_training(model, opts)
     else:
-        graph, training = load_model(model), None
+        graph, training = load_model(model, opts), None
         check_no_training_options(opts)
     if not graph.outputs and not any(writes_variable(n.op) for n in graph.nodes):
         raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "

@@ -115,6 +115,20 @@ class CompileOptions:
                        "second entry; run computes only these tensors (names separated by "
                        "commas; repeatable), train_step runs the whole graph, on one context",
                        metavar="NAME,...", action="append"))
+    signature: str | None = field(default=None, metadata=_cli(
+        "--signature", "a TensorFlow SavedModel: the signature to compile (default "
+                       "serving_default, else its only one)", metavar="NAME"))
+    feeds: tuple[str, ...] = field(default=(), metadata=_cli(
+        "--feed", "a TensorFlow model: feed tensor NODE[:i] as an input of this shape and "
+                  "dtype (e.g. x=4x16:f32; any tensor can be fed); repeatable",
+        metavar="NODE[:i]=SHAPE:DTYPE", action="append"))
+    fetches: tuple[str, ...] = field(default=(), metadata=_cli(
+        "--fetch", "a TensorFlow model: compute tensor NODE[:i] (an output named NODE, or "
+                   "NODE_i); repeatable; the graph is pruned to the fetches", metavar="NODE[:i]",
+        action="append"))
+    tf_config: str | None = field(default=None, metadata=_cli(
+        "--config", "a TensorFlow model: its feeds and fetches from a tf2xla.Config in text "
+                    "form (tfcompile's model.config.pbtxt)", metavar="FILE"))
     # API only: objects and callbacks
     cache: CompileCache | bool | None = None
     """None: the environment's cache ($FLOWC_CACHE_DIR); False: none; or a CompileCache."""
@@ -135,7 +149,8 @@ class CompileOptions:
         if unknown:
             raise FlowcError(f"flowc.compile: unknown option{'s' * (len(unknown) > 1)} "
                              f"{', '.join(unknown)}; the options are {', '.join(sorted(known))}")
-        fixed = {k: tuple(v) if k in ("gpu_archs", "place") and v is not None else v
+        fixed = {k: tuple(v) if k in ("gpu_archs", "place", "feeds", "fetches")
+                 and v is not None else v
                  for k, v in overrides.items()}
         for key in ("frozen", "inference"):  # names, each item maybe several, by commas
             if key in fixed:

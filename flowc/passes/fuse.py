@@ -13,7 +13,15 @@ absorbs producers
   are copied into the body; the outer constant is dropped when nothing else uses it.
 A producer is absorbed only if every user of it is already in the group (it is not a graph
 output, has no other consumer and no control dependents), so a group is convex and its
-only value used outside is the root's result: every `fused` node has one result. Nodes
+only value used outside is the root's result, with one exception, the optimizer update:
+an elementwise producer of the root's shape, into an elementwise group, whose other users
+are all `assign`s of it to a variable (a slot: Adam's m and v, SGD's momentum) joins the
+group as an extra result (`fused` results: the root's, then these in graph order); each
+such assign placed before the root moves to right after the `fused` node, so the producer
+is absorbed only when no node between the assign and the root touches that variable (has
+its handle as an operand) or depends on the assign. A group with extra results absorbs no
+matmul or conv anchor. So a parameter and its slots are updated by one kernel, which
+codegen runs in place on the variables (codegen/plan/state.py). Nodes
 are never absorbed when they are stateful or not pure, hold bodies, sit on a different
 device than the root, or have any operand or result whose type is not static (`N` or
 `?` dims: a kernel's buffers have fixed sizes). A group of one node stays as it is. A
@@ -86,6 +94,8 @@ class Group:
     members: set[Node] = field(default_factory=set)
     constants: set[Node] = field(default_factory=set)
     pushed: set[Node] = field(default_factory=set)  # producers considered for absorption
+    extras: list[Node] = field(default_factory=list)  # members whose result is also a result
+    moved: list[Node] = field(default_factory=list)  # their assigns, emitted after the root
 
 
 class Analysis:
@@ -96,8 +106,15 @@ class Analysis:
         self.position = {n: i for i, n in enumerate(graph.nodes)}
         self.consumers: dict[Node, set[Node]] = {}
         self.pinned: set[Node] = {v.node for _, v in graph.outputs}  # must stay visible
+        self.handle_users: dict[Value, list[int]] = {}  # variable handle -> positions using it
+        self.ctrl_users: dict[Node, list[int]] = {}  # node -> positions depending on it
         consumers = self.consumers
-        for node in graph.nodes:
+        for i, node in enumerate(graph.nodes):
+            for v in node.inputs:
+                if v is not None and v.node.op == "variable":
+                    self.handle_users.setdefault(v, []).append(i)
+            for c in node.ctrl:
+                self.ctrl_users.setdefault(c, []).append(i)
             for v in node.inputs:
                 if v is not None:
                     users = consumers.get(v.node)
@@ -135,6 +152,8 @@ class Analysis:
         self.groups.append(group)
         for node in group.members:
             self.group_of[node] = group
+        group.extras.sort(key=self.position.__getitem__)
+        group.moved.sort(key=self.position.__getitem__)
 
     def push_operands(self, heap: list, group: Group, node: Node) -> None:
         for v in node.inputs:
@@ -155,12 +174,35 @@ class Analysis:
     def absorbable(self, group: Group, node: Node) -> bool:
         root = group.root
         if (node in self.group_of or node in self.pinned or node.device != root.device
-                or not self.can_fuse(node) or not self.consumers[node] <= group.members):
+                or not self.can_fuse(node)):
             return False
+        outside = self.consumers[node] - group.members
+        if outside:
+            return self.extra_result(group, node, outside)
         if elementwise(node):
             return True
         return (epilogue_kind(node) is not None and group.kind == "elementwise"
-                and node.types[0].shape == root.types[0].shape)
+                and not group.extras and node.types[0].shape == root.types[0].shape)
+
+    def extra_result(self, group: Group, node: Node, users: set[Node]) -> bool:
+        """Whether `node`, whose `users` are outside `group`, joins it as an extra result
+        (all of them assigns of it that may move after the root; module docstring); if so,
+        records it and them in the group."""
+        if (group.kind != "elementwise" or not elementwise(node)
+                or node.types[0].shape != group.root.types[0].shape):
+            return False
+        end = self.position[group.root]
+        for user in users:
+            if (user.op != "assign" or user.inputs[1] != node.out()
+                    or user.inputs[0].node.op != "variable"):
+                return False
+            start = self.position[user]
+            if any(start < p < end for p in (*self.handle_users[user.inputs[0]],
+                                             *self.ctrl_users.get(user, ()))):
+                return False
+        group.extras.append(node)
+        group.moved.extend(u for u in users if self.position[u] < end)
+        return True
 
 
 def build_body(group: Group, position: dict[Node, int],
@@ -201,6 +243,8 @@ def build_body(group: Group, position: dict[Node, int],
                                    merged=node.merged)
         body.nodes.append(copy)
     body.add_output("out", Value(copies[group.root], 0))
+    for k, node in enumerate(group.extras, 1):
+        body.add_output(f"out{k}", Value(copies[node], 0))
     return body, operands
 
 
@@ -226,9 +270,10 @@ class Fuse:
         mapping: dict[Value, Value] = {}
         node_map: dict[Node, Node] = {}
         new_nodes: list[Node] = []
+        moved = {a for g in analysis.groups for a in g.moved}
         for node in graph.nodes:
             group = analysis.group_of.get(node)
-            if group is not None and node is not group.root:
+            if (group is not None and node is not group.root) or node in moved:
                 continue
             ctrl = tuple(dict.fromkeys(node_map.get(c, c) for c in (
                 node.ctrl if group is None else _group_ctrl(group, analysis.position))))
@@ -239,15 +284,23 @@ class Fuse:
             else:
                 body, operands = build_body(group, analysis.position, mapping)
                 # the body's output type is the root's: no type rule to run (verify checks)
-                new = Node("fused", operands, {"body": body, "kind": group.kind}, node.types,
+                types = (*node.types, *(n.types[0] for n in group.extras))
+                new = Node("fused", operands, {"body": body, "kind": group.kind}, types,
                            ctrl=ctrl, device=node.device, name=node.name, loc=node.loc,
                            merged=node.merged)
                 stats.count("kernels-formed")
                 stats.count("nodes-fused", len(group.members))
+                for k, extra in enumerate(group.extras, 1):
+                    mapping[extra.out()] = new.out(k)
             node_map[node] = new
-            for old, fresh in zip(node.outputs, new.outputs, strict=True):
+            for old, fresh in zip(node.outputs, new.outputs, strict=False):
                 mapping[old] = fresh
             new_nodes.append(new)
+            for assign in () if group is None else group.moved:
+                node_map[assign] = assign.replace(
+                    inputs=tuple(mapping.get(v, v) for v in assign.inputs),
+                    ctrl=tuple(dict.fromkeys(node_map.get(c, c) for c in assign.ctrl)))
+                new_nodes.append(node_map[assign])
         outputs = [(name, mapping.get(v, v)) for name, v in graph.outputs]
         return Graph(graph.name, graph.inputs, _drop_unused_constants(new_nodes, outputs,
                                                                       analysis), outputs)

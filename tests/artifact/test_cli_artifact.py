@@ -67,11 +67,13 @@ def test_demo(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["compile", "nope.onnx"], "nope.onnx: no such file"),
-    (["compile", "model.txt"], "model.txt: no such file; expected a .onnx model or a .flowc "
-                               "graph"),
-    (["compile", "."], ".: is a directory; expected a .onnx model or a .flowc graph"),
-    (["compile", str(MLP.parent / "make_mlp.py")], "make_mlp.py': expected a .onnx model or a "
-                                                     ".flowc graph"),
+    (["compile", "model.txt"], "model.txt: no such file; expected a .onnx model, a .flowc "
+                               "graph, a .pb GraphDef or a SavedModel directory"),
+    (["compile", "."], ".: is a directory without saved_model.pb; expected a .onnx model, a "
+                       ".flowc graph, a .pb GraphDef or a SavedModel directory"),
+    (["compile", str(MLP.parent / "make_mlp.py")], "make_mlp.py': expected a .onnx model, a "
+                                                     ".flowc graph, a .pb GraphDef or a "
+                                                     "SavedModel directory"),
     (["compile", str(MLP), "--dim", "N"],
      "--dim 'N' must look like NAME=SIZE or NAME=LO..HI (whole numbers)"),
     (["compile", str(MLP), "--target", "sparc"], "sparc"),

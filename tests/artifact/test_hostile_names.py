@@ -128,6 +128,17 @@ def test_non_ascii_names_round_trip(tmp_path):
     check_runs(art, tmp_path, inp, out)
 
 
+def test_names_of_the_api_getters_get_accessors_of_their_own(tmp_path):
+    """A tensor named like a descriptor getter (NAME_output_shape(int) ...) keeps that
+    function and gets an accessor with a suffix: the artifact links and runs."""
+    art = tmp_path / "art"
+    flowc.compile(relu_onnx("bytes", "shape", "Relu"), art)
+    header = next(art.glob("*.h")).read_text()
+    assert "g_input_bytes_2(g_ctx *ctx)" in header and "g_output_shape_2(" in header
+    assert "const int64_t *g_output_shape(int i)" in header
+    check_runs(art, tmp_path, "bytes", "shape")
+
+
 def test_gpu_tables_and_comments_escape_names(tmp_path):
     """A node placed on a GPU: its name reaches the launch table (a C string), the transfer
     steps' comments and the rendezvous keys of a mixed CPU+GPU artifact (compiled and

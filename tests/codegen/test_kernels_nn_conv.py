@@ -122,3 +122,23 @@ def test_an_optional_result_without_lowering_is_a_clear_error(monkeypatch):
                        r"makes 1 result\(s\), the node has 2 \(its optional results are not "
                        r"lowered yet\)"):
         check_op("max_pool", [f(1, 2, 4, 4)], {"kernel_shape": (2, 2), "num_outputs": 2})
+
+
+@pytest.mark.parametrize("x_shape,w_shape,images", [
+    ((8, 4, 16, 16), (16, 4, 16, 16), 4),  # a filter gradient's conv: 3x3 output, batch = C
+    ((2, 16, 12, 12), (16, 16, 3, 3), 1),  # wide enough output rows: one image per tile
+])
+def test_narrow_output_convs_tile_several_images(x_shape, w_shape, images):
+    """A conv whose output rows are too narrow to fill the register tile (the filter
+    gradient's: the output is the 3x3 filter) tiles several images at once; the results
+    still match."""
+    from kernel_harness import op_body
+
+    from flowc.codegen.cpu.compiler import compile_kernels
+
+    seen = {}
+    attrs = {"pads": (1, 1, 1, 1)}
+    body = op_body("conv", [f(*x_shape), f(*w_shape)], attrs)
+    compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    assert f"tile_sizes [{images}, 1, " in seen["k.schedule.mlir"]
+    check_op("conv", [f(*x_shape), f(*w_shape)], attrs)

@@ -7,7 +7,8 @@ with the bare-pointer calling convention; `to_llvm_ir` then translates it. The k
 scratch (`KernelScratch`) is recorded on the module (`scratch_of` reads it).
 Steps:
 
-1. `PREPARE`: fuse elementwise producers into consumers, clean up; then f32 exp, tanh and
+1. `PREPARE`: fuse elementwise producers into consumers, clean up; producers with several
+   uses merged into a consumer as extra results (`merge_generics`); then f32 exp, tanh and
    erf become arith polynomials (`vmath`), so that their loops vectorize.
 2. The transform script `schedule(module, target)` writes: each op of static shapes with
    an entry in `strategy.STRATEGIES` (matmul, batch matmul, 2-D conv) gets its tiling,
@@ -42,7 +43,7 @@ from mlir import ir
 from mlir.dialects import llvm as llvm_dialect
 
 from flowc.codegen import scratch
-from flowc.codegen.cpu import omp, vmath
+from flowc.codegen.cpu import merge_generics, omp, vmath
 from flowc.codegen.cpu.strategy import STRATEGIES, epilogue
 from flowc.codegen.cpu.strategy.common import FINISH_VECTORS
 from flowc.codegen.kernel_code import KernelScratch
@@ -125,6 +126,8 @@ def lower(module: ir.Module, target: Target, what: str,
     fail on some shape, the kernel is lowered without them (plain loops) rather than not
     at all; the dumped schedule then starts with a `// fallback:` line saying why."""
     run_passes(module, PREPARE, what)
+    if merge_generics.merge(module):  # producers with several uses: extra results
+        run_passes(module, "canonicalize,cse", what)
     vmath.approximate(module)
     module = epilogue.fuse(module, target, what)  # matmul epilogues into its column blocks
     prepared = str(module)

@@ -59,9 +59,15 @@ class ModelInfo:
     dims: tuple[str, ...] = ()  # dims given at run time: one line each (dynamic.dims_note)
 
 
+# the API's own functions NAME_input_X / NAME_output_X (the descriptor getters): a tensor's
+# typed accessor never takes one of these suffixes (a tensor named "shape" gets "shape_2")
+RESERVED_SUFFIXES = ("name", "dtype", "rank", "shape", "bytes")
+
+
 def accessor_names(names: list[str]) -> list[str]:
-    """Distinct C identifiers for `names`, in order (a clash gets `_2`, `_3` ...)."""
-    used: set[str] = set()
+    """Distinct C identifiers for `names`, in order (a clash, with each other or with a
+    RESERVED_SUFFIXES getter, gets `_2`, `_3` ...)."""
+    used: set[str] = set(RESERVED_SUFFIXES)
     result = []
     for name in names:
         base = candidate = c_identifier(name)

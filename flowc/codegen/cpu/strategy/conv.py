@@ -11,7 +11,8 @@ from flowc.codegen.cpu.strategy.conv_epilogue import epilogue, fused_rows
 from flowc.codegen.target import Target
 
 # 2-D convolution (NHWC input, HWCF filter): register tiles of OW_TILE output pixels by
-# F_TILE output channels, c blocks of C_TILE; the 1x1-window slice of the kernel window is
+# F_TILE output channels (times a few images when that is too few vectors: `batch_tile`),
+# c blocks of C_TILE; the 1x1-window slice of the kernel window is
 # decomposed into a 1-D convolution and vectorized; the output tile stays in registers
 # across the c, kw and kh loops. The outer loop (parallel when the conv is worth splitting:
 # `rows_loop`) runs over output rows, or over blocks of output channels when the filter is
@@ -77,6 +78,16 @@ def pixel_tile(ow: int, vectors: int) -> int:
     return ow_tile
 
 
+def batch_tile(batch: int, accumulators: int) -> int:
+    """Images per register tile: 1, unless a row's tile has fewer than MIN_ACCUMULATORS
+    vectors (a narrow output, such as a filter gradient's conv: its output is the filter,
+    3 pixels wide, its batch the input's channels); then the largest divisor of `batch`
+    keeping the tile within ACCUMULATORS vectors (more independent FMA chains)."""
+    if accumulators >= MIN_ACCUMULATORS:
+        return 1
+    return divisor(batch, max(1, ACCUMULATORS // accumulators))
+
+
 def rows_loop(parallel: bool) -> str:
     """The transform op tiling output rows: a parallel loop (scf.forall) or a serial one."""
     return "tile_using_forall" if parallel else "tile_using_for"
@@ -92,13 +103,13 @@ def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
     if width is None:
         return None
-    _, _, ow, f = out.shape
+    batch, _, ow, f = out.shape
     c = ir.RankedTensorType(op.operands[1].type).shape[2]
     lanes = target.vector_bits // width
     f_tile = channel_tile(f, lanes, 4)
     vectors = max(1, f_tile // lanes)
     ow_tile = pixel_tile(ow, vectors)
-    tiles = [1, 1, ow_tile, f_tile, 1, 1, divisor(c, C_TILE)]
+    tiles = [batch_tile(batch, ow_tile * vectors), 1, ow_tile, f_tile, 1, 1, divisor(c, C_TILE)]
     kh, kw = ir.RankedTensorType(op.operands[1].type).shape[:2]
     flops = 2 * math.prod(out.shape) * kh * kw * c
     by_channels = kh * kw * c * f * width // 8 > WEIGHTS_IN_CACHE

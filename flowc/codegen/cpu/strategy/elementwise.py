@@ -9,10 +9,11 @@ the kernel runs in place (output == input), and the scalar loop runs: ~35x slowe
 Contract: `elementwise_strategy(op, target, i)` returns, for a top-level `linalg.generic`
 of such a function (its arguments are not `llvm.noalias`) whose loops are all parallel,
 whose indexing maps read dims in increasing order (broadcasts, no transposes), whose
-result map is the identity and whose result is f32/f64, the script that tiles its outer
-dims by 1 (a parallel loop, which `parallel.py` serializes when small) and its innermost
-dim by INNER_TILE_VECTORS vectors (masked at the tail), and vectorizes the tile (only
-bodies of arith and VECTOR_MATH ops: f32 exp, tanh and erf are arith after `vmath`): each
+result maps are the identity and whose results (one or more: `merge_generics.py`) are all
+of one f32/f64 type, the script that tiles its outer dims by 1 (a parallel loop, which
+`parallel.py` serializes when small) and its innermost dim by INNER_TILE_VECTORS vectors
+(masked at the tail), and vectorizes the tile (only bodies of arith and VECTOR_MATH ops:
+f32 exp, tanh and erf are arith after `vmath`): each
 element is read by vector loads and written by vector stores at the same index, which is
 correct in place. Any other op: None (plain loops).
 """
@@ -48,9 +49,9 @@ def elementwise_strategy(op: ir.Operation, target: Target, i: int) -> str | None
     fn = op.parent  # top level only: ops inside loops were placed by another strategy
     if fn.name != "func.func" or "llvm.noalias" in str(fn.attributes["arg_attrs"]):
         return None
-    if len(op.results) != 1:
-        return None
     out = ir.RankedTensorType(op.results[0].type)
+    if any(r.type != out for r in op.results):
+        return None
     width = {"f32": 32, "f64": 64}.get(str(out.element_type))
     rank = out.rank
     if width is None or rank == 0 or not _order_keeping(op) or not _vector_body(op):
@@ -76,7 +77,7 @@ def _vector_body(op: ir.Operation) -> bool:
 
 def _order_keeping(op: ir.Operation) -> bool:
     """Every map reads loop dims in increasing order (broadcasts, no transposes), and the
-    result's map is the identity."""
+    results' maps are the identity."""
     maps = [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
     for m in maps:
         dims = []
@@ -86,4 +87,4 @@ def _order_keeping(op: ir.Operation) -> bool:
             dims.append(expr.position)
         if dims != sorted(dims):
             return False
-    return maps[-1] == ir.AffineMap.get_identity(maps[-1].n_dims)
+    return all(m == ir.AffineMap.get_identity(m.n_dims) for m in maps[-len(op.results):])

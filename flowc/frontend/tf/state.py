@@ -1,0 +1,95 @@
+"""TF variables in the importer: VarHandleOp/VariableV2, ReadVariableOp and the resource
+assigns, with the order TF's control edges give them.
+
+Contract (`StateOps(builder)`, one per flowc graph being built):
+- `find_assigned(nodes)`: the variables the pruned graph assigns (AssignVariableOp,
+  AssignAddVariableOp, AssignSubVariableOp on a handle that leads back, through Identity
+  and inlined calls, to a VarHandleOp). Those become flowc `variable`s (shared_name: the
+  node's name, init: the checkpoint value) read with `read_variable` and written with
+  `assign`/`assign_add`/`assign_sub`; every other variable is read-only and becomes a
+  constant (inference on a SavedModel is then foldable like a frozen graph).
+- Order: a stateful flowc node made for TF node T gets, as control edges, the stateful
+  nodes made for everything T's control inputs lead back to (through data and control
+  inputs, e.g. a NoOp gathering assigns), so reads and writes keep TF's order.
+- An assigned variable used inside an If/While body, or without a checkpoint value, is a
+  one-line TfImportError naming the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from flowc.frontend.tf.errors import TfImportError
+from flowc.frontend.tf.loader import TfNode, through_identity
+from flowc.ir import Node, Value
+from flowc.ir.types import VarType, tensor_type_of
+
+_ASSIGNS = {"AssignVariableOp": "assign", "AssignAddVariableOp": "assign_add",
+            "AssignSubVariableOp": "assign_sub"}
+STATE_OPS = ("VarHandleOp", "VariableV2", "ReadVariableOp", "NoOp", *_ASSIGNS)
+WRITES = frozenset(_ASSIGNS.values())
+STATEFUL = frozenset(("read_variable", *WRITES))
+
+
+class StateOps:
+    def __init__(self, builder: Any):
+        self.builder = builder
+        self.assigned: set[str] = set()
+        self.effects: dict[str, frozenset[Node]] = {}   # TF node -> stateful flowc nodes
+        self.current: list[Node] = []                   # made for the node being converted
+
+    def sharing(self, builder: Any) -> StateOps:
+        """The state of the same graph, seen from another builder (an inlined body)."""
+        other = StateOps(builder)
+        other.assigned, other.effects = self.assigned, self.effects
+        return other
+
+    def find_assigned(self, nodes: Sequence[TfNode]) -> None:
+        table = self.builder.g.nodes
+        for node in nodes:
+            if node.op in _ASSIGNS and node.inputs:
+                self.assigned.add(through_identity(table, node.inputs[0])[0])
+
+    def emitted(self, node: Node) -> None:
+        if node.op in STATEFUL:
+            self.current.append(node)
+
+    def done(self, node: TfNode) -> None:
+        """Record what `node` (just converted) leads back to."""
+        effects = set(self.current)
+        for name in [*(ref[0] for ref in node.inputs), *node.controls]:
+            effects |= self.effects.get(name, frozenset())
+        self.effects[node.name] = frozenset(effects)
+        self.current = []
+
+    def _after(self, node: TfNode) -> list[Node]:
+        found: set[Node] = set()
+        for name in node.controls:
+            found |= self.effects.get(name, frozenset())
+        return sorted(found, key=lambda n: n.name or "")
+
+    def convert(self, node: TfNode, inputs: list[Value], where: str) -> list[Value]:
+        b = self.builder
+        if node.op == "NoOp":
+            return []
+        if node.op in ("VarHandleOp", "VariableV2"):
+            if node.value is None:
+                raise TfImportError(f"{where}: the variable has no value (freeze the graph, "
+                                    "or give the SavedModel directory with its variables)")
+            if node.name not in self.assigned:
+                return [b.constant(node.value, node.name)]
+            return list(b.emit("variable", [], {"type": tensor_type_of(node.value),
+                                                "shared_name": node.name,
+                                                "init": node.value}, node, where))
+        handle = inputs[0]
+        is_variable = isinstance(handle.type, VarType)
+        if node.op == "ReadVariableOp":
+            if not is_variable:
+                return [handle]
+            return list(b.emit("read_variable", [handle], {}, node, where, self._after(node)))
+        if not is_variable:
+            raise TfImportError(f"{where}: assigns a variable flowc cannot trace back to its "
+                                "VarHandleOp")
+        b.emit(_ASSIGNS[node.op], [handle, inputs[1]], {}, node, where, self._after(node))
+        return []
