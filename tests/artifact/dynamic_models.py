@@ -30,3 +30,18 @@ def encoder_onnx(torch: Any, path: Path, d: int = 32, hidden: int = 64) -> Path:
                       input_names=["x"], output_names=["y"], dynamo=False,
                       dynamic_axes={"x": {0: "N", 1: "S"}, "y": {0: "N", 1: "S"}})
     return path
+
+
+def cnn_onnx(torch: Any, path: Path, width: int = 8, size: int = 16) -> Path:
+    """A small CNN (conv, batch norm, relu, max pool, conv, relu, global average pool,
+    linear) exported to `path` with input x [N, 3, size, size] and output y [N, 10]."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(), nn.Linear(2 * width, 10)).eval()
+    torch.onnx.export(model, (torch.randn(2, 3, size, size),), str(path), input_names=["x"],
+                      output_names=["y"], dynamo=False,
+                      dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    return path

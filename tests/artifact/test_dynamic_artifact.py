@@ -216,6 +216,23 @@ def test_an_encoder_with_dynamic_batch_and_sequence_matches_onnxruntime(tmp_path
         model(np.zeros((1, 129, 32), np.float32))
 
 
+def test_a_cnn_with_dynamic_batch_matches_onnxruntime(tmp_path):
+    """Convs, batch norm, pools and the global mean run sample by sample over the batch
+    (lower/per_sample.py): one artifact for N = 1, 3, 8, 64."""
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    from dynamic_models import cnn_onnx
+
+    path = cnn_onnx(torch, tmp_path / "cnn.onnx")
+    flowc.compile(path, tmp_path / "a", dims={"N": (1, 64)})
+    model, session = flowc.load(tmp_path / "a"), ort.InferenceSession(str(path))
+    rng = np.random.default_rng(7)
+    for n in (1, 3, 8, 64):
+        x = rng.standard_normal((n, 3, 16, 16)).astype(np.float32)
+        np.testing.assert_allclose(model(x), session.run(None, {"x": x})[0], rtol=1e-4,
+                                   atol=1e-5)
+
+
 C_MAIN = r"""
 #include <stdio.h>
 #include "mlp.h"

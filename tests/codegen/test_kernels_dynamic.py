@@ -250,16 +250,35 @@ def test_transpose_and_reductions_take_run_time_dims(op, attrs, consts, want):
         np.testing.assert_allclose(got, want(xv), rtol=1e-5, atol=1e-6, err_msg=op)
 
 
-def test_a_widened_sum_of_symbolic_dims_is_refused():
+def test_a_widened_sum_of_a_symbolic_inner_dim_is_refused():
+    """f32[4, N, 3] summed over axis 2: N is no leading batch, so no sample loop, and the
+    f64 accumulator [4, N] would be a temporary of run-time size."""
     g = Graph("g")
-    x = g.add_input("in0", TensorType("f32", ("N", 4)))
-    axes = g.append(make_node("constant", [], {"value": Tensor(np.array([1]))})).out()
+    x = g.add_input("in0", TensorType("f32", (4, "N", 3)))
+    axes = g.append(make_node("constant", [], {"value": Tensor(np.array([2]))})).out()
     g.add_output("out0", g.append(make_node("reduce_sum", [x, axes], name="m")).out())
     with pytest.raises(FlowcError, match=re.escape(
-            "node 'm' (reduce_sum): reduce_sum of f32[N,4]: with symbolic dims, a kernel sums "
-            "only f64 (the widened accumulator of others would be a temporary of run-time "
+            "node 'm' (reduce_sum): reduce_sum of f32[4,N,3]: with symbolic dims, a kernel "
+            "sums only f64 (the widened accumulator of others would be a temporary of run-time "
             "size)")):
         compile_kernels([("kernel", g)], "host", cache=False)
+
+
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean"])
+def test_an_f32_sum_keeping_the_batch_runs_sample_by_sample(op):
+    """A per-sample op (lower/per_sample.py) over a batch of run-time extent: the static
+    rule on each sample [1, 3, 5] in a loop over N."""
+    g = Graph(f"dyn_{op}")
+    x = g.add_input("in0", TensorType("f32", ("N", 3, 5)))
+    axes = g.append(make_node("constant", [], {"value": Tensor(np.array([2]))})).out()
+    g.add_output("out0", g.append(make_node(op, [x, axes], {"keepdims": 0})).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}_samples")))
+    rng = np.random.default_rng(6)
+    for n in (0, 1, 4):
+        xv = rng.standard_normal((n, 3, 5)).astype(np.float32)
+        (got,) = call(lib, g, [xv], {"N": n})
+        want = xv.sum(2) if op == "reduce_sum" else xv.mean(2)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_concat_and_slice_with_run_time_sizes():
