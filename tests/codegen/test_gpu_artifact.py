@@ -58,7 +58,7 @@ def test_a_cpu_artifact_never_loads_the_driver(tmp_path):
 
 def test_gpu_arch_for_a_cpu_target_is_refused(tmp_path):
     with pytest.raises(FlowcError, match="gpu_archs \\['sm_90'\\] given for the CPU target"):
-        flowc.compile(zoo.mlp(), tmp_path / "a", gpu_archs=["sm_90"], cache=False)
+        flowc.compile(zoo.mlp(), tmp_path / "a", gpu_archs=["sm_90"], batch=1, cache=False)
 
 
 def test_cli_compiles_for_one_gpu_arch(tmp_path):
