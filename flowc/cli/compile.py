@@ -80,15 +80,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def describe_bindings(sizes: dict[str, int], batch: int | None, dims: dict[str, object]) -> str:
-    """The summary line naming each symbolic dim's size and what gave it (the artifact
-    runs only these sizes); "" when the model has none."""
+def describe_bindings(sizes: dict[str, object], batch: int | None,
+                      dims: dict[str, object]) -> str:
+    """The summary line naming each symbolic dim's size, or its bounds (a dim given at run
+    time: `N=1..64`), and what gave it; "" when the model has none."""
     if not sizes:
         return ""
-    parts = [f"{sym}={size} ({'--dim' if sym in dims else f'--batch {batch}'})"
+    parts = [f"{sym}={_bound(size)} ({'--dim' if sym in dims else f'--batch {batch}'})"
              for sym, size in sizes.items()]
+    dynamic = [sym for sym, size in sizes.items() if isinstance(size, list | tuple)]
+    if dynamic:
+        return (f"symbolic dims: {', '.join(parts)}; the artifact runs any size in the bounds "
+                f"of {', '.join(dynamic)} (given by the inputs' shapes at run time)")
     return (f"symbolic dims bound: {', '.join(parts)}; the artifact runs only these sizes "
             "(recompile with --batch / --dim for others)")
+
+
+def _bound(size: object) -> str:
+    return f"{size[0]}..{size[1]}" if isinstance(size, list | tuple) else str(size)
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:

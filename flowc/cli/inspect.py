@@ -1,7 +1,8 @@
 """`flowc inspect DIR`: describe an artifact directory from its manifest.
 
 Contract: `add_parser(subparsers)` registers the command; `run(args)` prints the model,
-target, inputs, outputs and variables, the entries after `run` (a training artifact's
+target, inputs, outputs (with their named dims where dims are given at run time) and
+variables, the entries after `run` (a training artifact's
 `train_step`: its inputs, outputs, arena and labels check), bound dims, arena and memory
 plan, devices and partitions, files (with their sizes, or `missing`) and kernels, and
 returns 0. It uses the runtime's manifest reader only (an unreadable manifest is its ArtifactError).
@@ -32,9 +33,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu: {', '.join(target.get('gpu_devices', [])) or 'every kernel'}; archs "
               f"{', '.join(target['gpu_archs'])}; cubins {', '.join(target['cubins']) or 'none'}"
               f"; ptx {target.get('ptx')}")
+    symbolic = m.get("dims", {})  # dims given at run time: the shapes with their names
     for kind in ("inputs", "outputs", "variables"):
-        for t in m.get(kind, []):
-            print(f"{kind[:-1]} {_describe(t)}")
+        for i, t in enumerate(m.get(kind, [])):
+            shapes = symbolic.get(kind)
+            print(f"{kind[:-1]} {_describe({**t, 'shape': shapes[i]} if shapes else t)}")
     for e in m.get("entries", [])[1:]:  # run, entry 0, is the inputs and outputs above
         labels = (f"; {e['labels']['input']} checked in [0, {e['labels']['classes']})"
                   if e.get("labels") else "")
@@ -42,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(map(_describe, e['inputs']))} -> "
               f"{', '.join(map(_describe, e['outputs']))}; arena {e['arena_bytes']} bytes"
               f"{labels}")
-    dims = ", ".join(f"{k}={v}" for k, v in m.get("symbolic_dims", {}).items()) or "none"
+    dims = ", ".join(f"{k}={v[0]}..{v[1]} (run time)" if isinstance(v, list) else f"{k}={v}"
+                     for k, v in m.get("symbolic_dims", {}).items()) or "none"
     weights = m["weights"]
     where = f"in {weights['file']}" if weights.get("file") else "embedded"
     print(f"bound dims: {dims}; arena: {m.get('arena_bytes')} bytes; weights: "

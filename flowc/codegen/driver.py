@@ -10,9 +10,11 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    FlowcError (it would compile to an artifact doing nothing);
 2. binds symbolic dims (`bind_dims`: `batch` for leading dims, `dims` by name: a size, or a
    bound `(lo, hi)`; a symbolic dim with neither is a FlowcError listing every such dim, so
-   no size is ever picked silently); a bounded dim that types any node is refused
-   (`refuse_dynamic`, naming node, op and dim) until the arena plan and the entry take
-   run-time dims (kernels do: codegen/kernels.py);
+   no size is ever picked silently); a bounded dim (`(lo, hi)`) stays symbolic: the
+   program is planned at the bounds and its kernels take the run's dims
+   (`plan/dynamic.py`); training artifacts, GPU targets and devices refuse one
+   (`refuse_dynamic`, naming node, op and dim), as the kernel check refuses an op without
+   a dynamic lowering (codegen/kernels.py) and `attach_dynamic` control steps;
 3. runs the pass pipeline, verifying after each pass (with `devices`, the `place` pass
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
    `device_supports`; its report goes to `explain_placement` and DUMP_DIR/placement.txt;
@@ -21,7 +23,7 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
    entry's, else the one graph's) also has the `remat` pass before fuse when `remat` is
    not off (`remat_passes`) and, with `train`, first the passes `gradients` and
    `apply-optimizer` (`step_passes`); the `run` entry's has neither), then requires every
-   type static (`require_static`), so every kernel has static shapes;
+   type static but for bounded dims (`require_static`);
 4. builds the program (`build_program`: kernels, weights, arena plan). With `train` the
    ONNX model becomes a training artifact of two entries (`load_training`): the step's
    graph (entry `train_step`) and the inference graph (entry `run`) each run steps 2-3
@@ -73,8 +75,15 @@ from flowc.codegen.entries import inference_graph
 from flowc.codegen.gpu.backend import GpuBackend
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.options import CompileOptions
-from flowc.codegen.plan.bind import bind_dims, format_sizes, refuse_dynamic, require_static
+from flowc.codegen.plan.bind import (
+    bind_dims,
+    bounded_dims,
+    format_sizes,
+    refuse_dynamic,
+    require_static,
+)
 from flowc.codegen.plan.control_steps import refused
+from flowc.codegen.plan.dynamic import at_bounds, attach_dynamic, dim_table
 from flowc.codegen.plan.memreport import report_memory
 from flowc.codegen.plan.partitions import call_device, gpu_devices, gpu_kernels_of, host_kernels
 from flowc.codegen.plan.program import Program, build_program, set_scratch
@@ -318,15 +327,25 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     def lower(g: Graph, prefix: str = "") -> tuple[Graph, dict[str, int]]:
         pipeline = step_pipeline if g is stepped else passes
         g, sizes = bind_dims(g, opts.batch, opts.dims, strict=False)
-        refuse_dynamic(g, sizes)
+        if entries or isinstance(backend, GpuBackend) or opts.devices:
+            refuse_dynamic(g, sizes, "training artifacts, GPU targets and devices")
         g = PassManager(pipeline, dump=sys.stderr if opts.print_ir_after_all else None,
                         dump_dir=dump, progress=opts.progress, dump_prefix=prefix).run(g)
-        return require_static(g, format_sizes(sizes)), sizes
+        return require_static(g, format_sizes(sizes), bounded_dims(sizes)), sizes
 
     graph, sizes = lower(graph)
     name = model_prefix(opts.name, default_name(model, graph))
     others = [build_program(lower(g, f"{entry}.")[0], name, entry=entry)
               for entry, g in entries.items()]
+    table = dim_table(graph, sizes)
+    if table and others:
+        raise FlowcError(f"dim {table[0].name} is dynamic ({table[0].lo}..{table[0].hi}), "
+                         "and artifacts of several entries do not run dynamic dims yet")
+    if table:  # planned at the bounds, run at the sizes given (plan/dynamic.py)
+        program = build_program(at_bounds(graph, table), name)
+        attach_dynamic(program, graph, table)
+        return compile_parts(graph, program, kernel_parts(program, backend, target, opts),
+                             Path(output_dir), sizes, opts, training)
     if others and training is not None and training["classes"] is not None:
         labels = [n for n, _ in others[0].inputs].index(training["labels"]["name"])
         others[0].labels = (labels, training["classes"])

@@ -36,6 +36,7 @@ from flowc.codegen.lower.context import (
     tensor_type,
 )
 from flowc.codegen.lower.graph import lower_graph, unsupported
+from flowc.codegen.lower.per_sample import batch_symbol
 from flowc.codegen.plan.memplan import in_place_inputs
 from flowc.codegen.target import Target, get_target
 from flowc.ir import dims
@@ -124,7 +125,7 @@ def _dynamic_values(node: Node, target: Target) -> list[str]:
     if None in symbolic:
         return [f"node {node.label()}: a dim is ? (no rule names its size); a kernel needs "
                 "sizes or symbolic dims"]
-    if not lowers_dynamic(node.op, target):
+    if not lowers_dynamic(node.op, target) and batch_symbol(node) is None:
         return [f"node {node.label()}: dim {symbolic[0]} is dynamic, and op {node.op} has no "
                 f"kernel with run-time extents on target {target.name} yet"]
     out = node.types[0].shape if node.types and isinstance(node.types[0], TensorType) else ()

@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 # 2: the narrow dtype codes 13..22; 3: NAME_run_with; 4: variables, checkpoints;
-# 5: entries (flowc_model.entries, NAME_train_step, the manifest's `entries`)
-ABI_VERSION = 5
+# 5: entries (flowc_model.entries, NAME_train_step, the manifest's `entries`); 6: dims given
+# at run time (flowc_model.dims, flowc_tensor_desc.dim_of, the entry's `dims` argument)
+ABI_VERSION = 6
 MANIFEST_FORMAT = "flowc-artifact"
 MANIFEST_FILE = "manifest.json"
 ALIGN = 64  # bytes: every buffer a kernel sees is aligned to this

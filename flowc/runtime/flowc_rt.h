@@ -67,18 +67,32 @@ typedef struct {
   const char *name;
   int32_t dtype; /* a code of abi.py's DTYPES */
   int32_t rank;
-  const int64_t *shape;
-  size_t bytes;
+  const int64_t *shape; /* a dynamic axis: its dim's upper bound */
+  size_t bytes;         /* at the bounds */
+  const int32_t *dim_of; /* an input's axes: the dim (index in flowc_model.dims) read from
+                            it, -1 for a fixed size; NULL: every axis fixed */
 } flowc_tensor_desc;
 
+/* A dim given at run time (issue [12]): the size of axis `axis` of input `input` in the
+ * shape the caller gives (set_input, set_input_shape), in [lo, hi]. The arena and the
+ * owned buffers are planned at the upper bounds (offsets fixed at the bound sizes); a run
+ * of smaller dims uses the front of each buffer. */
+typedef struct {
+  const char *name;
+  int64_t lo, hi;
+  int32_t input, axis;
+} flowc_dim;
+
 /* Runs the kernels in order: inputs[i] and outputs[j] are 64-byte aligned buffers of the
- * described sizes, arena holds arena_bytes (kernels' scratch buffers included), weights the
+ * described sizes (of the run's dims: `dims`, one value per flowc_model.dims, NULL for a
+ * model without), arena holds arena_bytes (kernels' scratch buffers included), weights the
  * weights blob, thread_scratch the thread-scratch region (thread_scratch_bytes per thread
  * slot of the pool, slot t at t * thread_scratch_bytes; kernels index it by their slot,
  * `__kmpc_global_thread_num`), variables the variables block (variables_bytes: each
  * variable at its offset, read and written in place). Cannot fail, and allocates nothing. */
 typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *arena,
-                               const char *weights, char *thread_scratch, char *variables);
+                               const char *weights, char *thread_scratch, char *variables,
+                               const int64_t *dims);
 
 /* ---- partitions (partition.c): a graph split over devices by the partition pass ----
  * Each partition (one per device) has its own entry function (a CPU device) or GPU program
@@ -91,7 +105,7 @@ typedef void (*flowc_entry_fn)(void *const *inputs, void *const *outputs, char *
 typedef struct flowc_rendezvous flowc_rendezvous;
 typedef void (*flowc_part_fn)(void *const *inputs, void *const *outputs, char *arena,
                               const char *weights, char *thread_scratch, char *variables,
-                              flowc_rendezvous *rv);
+                              const int64_t *dims, flowc_rendezvous *rv);
 struct flowc_gpu_program_s;
 typedef struct {
   const char *device;  /* cpu:0, cpu:1 ... gpu:0 */
@@ -210,6 +224,11 @@ typedef struct {
   /* Entries (above): entries[0] repeats inputs, outputs and entry; 0 entries: that one. */
   int32_t num_entries;
   const flowc_entry *entries;
+  /* Dims given at run time (flowc_dim); output_shapes writes every output's shape (output
+   * 0's dims, then output 1's ...) for the values `dims`. 0 dims: a static model. */
+  int32_t num_dims;
+  const flowc_dim *dims;
+  void (*output_shapes)(const int64_t *dims, int64_t *shapes);
 } flowc_model;
 
 typedef struct flowc_pool flowc_pool;
@@ -236,6 +255,10 @@ typedef struct flowc_ctx {
   struct flowc_gpu_ctx *gpu;    /* GPU models: driver, device memory, module, stream */
   char *variables;              /* the variables block (model->variables_bytes) */
   void **entry_io;              /* entries after the first: their inputs, outputs, copies */
+  /* A model with dims (num_dims > 0): their values for the next run (computed by run from
+   * the inputs' shapes), then each input's shape as last given, then each output's shape
+   * as of the last run (before one: at the bounds). NULL for a static model. */
+  int64_t *dim_values;
 } flowc_ctx;
 
 FLOWC_HIDDEN int FLOWC_RT(rt_create)(const flowc_model *m, const char *weights_path,
@@ -251,6 +274,12 @@ FLOWC_HIDDEN int FLOWC_RT(rt_set_input)(flowc_ctx *ctx, int index, const void *d
 FLOWC_HIDDEN int FLOWC_RT(rt_set_output)(flowc_ctx *ctx, int index, void *data, int dtype,
                                          int rank, const int64_t *shape);
 FLOWC_HIDDEN void *FLOWC_RT(rt_input)(flowc_ctx *ctx, int index);
+/* A model with dims: the shape of input `index` for the next runs (its rank, its fixed
+ * axes as described; its dynamic ones are checked by run); and output `index`'s shape as
+ * of the last run (NULL for a bad index). A static model's are its descriptors'. */
+FLOWC_HIDDEN int FLOWC_RT(rt_set_input_shape)(flowc_ctx *ctx, int index, int rank,
+                                              const int64_t *shape);
+FLOWC_HIDDEN const int64_t *FLOWC_RT(rt_output_shape)(const flowc_ctx *ctx, int index);
 FLOWC_HIDDEN const void *FLOWC_RT(rt_output)(const flowc_ctx *ctx, int index);
 FLOWC_HIDDEN int FLOWC_RT(rt_set_threads)(flowc_ctx *ctx, int threads);
 FLOWC_HIDDEN int FLOWC_RT(rt_set_arena)(flowc_ctx *ctx, void *arena, size_t bytes);

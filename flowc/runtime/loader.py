@@ -51,6 +51,7 @@ from flowc.runtime.abi import (
     STATUS,
     numpy_dtype,
 )
+from flowc.runtime.dims import DynamicRuns
 from flowc.runtime.errors import ArtifactError, RuntimeStatusError
 from flowc.runtime.profile import Profiler
 from flowc.runtime.verify import read_manifest, verify_files
@@ -122,6 +123,7 @@ class Model:
         self._entry_pointers = {  # per entry, as _pointers for run (filled under the lock)
             name: tuple((ctypes.c_void_p * max(len(e[kind]), 1))() for kind in
                         ("inputs", "outputs")) for name, e in self.entries.items()}
+        self._dynamic = DynamicRuns.bind(self)  # dims given at run time (dims.py)
 
     # ---- setting up -----------------------------------------------------------------
     def _fn(self, suffix: str) -> Any:
@@ -369,7 +371,10 @@ class Model:
 
     def run(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
         """{output name: array} for the given inputs (by position or name); the arrays
-        are new, the caller's own."""
+        are new, the caller's own (of the run's shapes, for an artifact with dims given at
+        run time: `flowc/runtime/dims.py`)."""
+        if self._dynamic is not None:
+            return self._dynamic.run(args, kwargs)
         arrays = self._feeds(args, kwargs)
         outputs, addresses = [], []
         for shape, dt, nbytes in self._out_alloc:

@@ -154,7 +154,7 @@ static void run_part(flowc_ctx *ctx, const flowc_partition *p) {
            ctx->thread_scratch ? ctx->thread_scratch + (size_t)(p - ctx->model->partitions) *
                                      (size_t)ctx->threads * ctx->model->thread_scratch_bytes
                                : NULL,
-           ctx->variables, ctx->rendezvous);
+           ctx->variables, NULL, ctx->rendezvous);
 }
 
 static void *worker(void *arg) {

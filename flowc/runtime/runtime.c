@@ -108,6 +108,19 @@ static int setup(flowc_ctx *ctx, const char *weights_file) {
                 owned, m->arena_bytes);
   bind_own(ctx);
   for (int i = 0; i < m->num_inputs; i++) memset(ctx->inputs[i], 0, m->inputs[i].bytes);
+  if (m->num_dims) { /* dims at their bounds, then every input's and output's shape */
+    size_t count = (size_t)m->num_dims;
+    for (int i = 0; i < m->num_inputs; i++) count += (size_t)m->inputs[i].rank;
+    for (int i = 0; i < m->num_outputs; i++) count += (size_t)m->outputs[i].rank;
+    if (!(ctx->dim_values = calloc(count ? count : 1, sizeof(int64_t))))
+      return fail(ctx, FLOWC_ERR_NOMEM, "%s: out of memory", m->name);
+    int64_t *p = ctx->dim_values;
+    for (int k = 0; k < m->num_dims; k++) *p++ = m->dims[k].hi;
+    for (int i = 0; i < m->num_inputs; p += m->inputs[i].rank, i++)
+      memcpy(p, m->inputs[i].shape, (size_t)m->inputs[i].rank * sizeof(int64_t));
+    for (int i = 0; i < m->num_outputs; p += m->outputs[i].rank, i++)
+      memcpy(p, m->outputs[i].shape, (size_t)m->outputs[i].rank * sizeof(int64_t));
+  }
   ctx->threads = 1;
   int scratch = alloc_thread_scratch(ctx, 1);
   if (scratch) return scratch;
@@ -159,6 +172,7 @@ void FLOWC_RT(rt_destroy)(flowc_ctx *ctx) {
   if (ctx->arena_owned) free(ctx->arena);
   free(ctx->thread_scratch);
   free(ctx->variables);
+  free(ctx->dim_values);
   free(ctx->owned);
   free(ctx->inputs);
   free(ctx);
@@ -178,7 +192,7 @@ static int unusable(flowc_ctx *ctx) {
   if (ctx->owned && ctx->arena && (ctx->weights || !m->weights_bytes) &&
       (ctx->variables || !m->variables_bytes) &&
       (ctx->thread_scratch || !m->thread_scratch_bytes) &&
-      (ctx->rendezvous || !m->num_partitions))
+      (ctx->rendezvous || !m->num_partitions) && (ctx->dim_values || !m->num_dims))
     return FLOWC_OK;
   if (strstr(ctx->error, "is unusable")) return FLOWC_ERR_ARGUMENT; /* said already */
   char why[FLOWC_ERROR_BYTES / 2];
@@ -204,7 +218,8 @@ static int check_tensor(flowc_ctx *ctx, const char *what, const flowc_tensor_des
                 model, what, d->name, d->rank, want, rank);
   }
   int same = rank == 0 || shape;
-  for (int i = 0; same && i < rank; i++) same = shape[i] == d->shape[i];
+  for (int i = 0; same && i < rank; i++)
+    same = shape[i] == d->shape[i] || (d->dim_of && d->dim_of[i] >= 0 && shape[i] >= 0);
   if (!same) {
     char want[256], got[256];
     format_shape(want, sizeof want, d->rank, d->shape);
@@ -237,6 +252,72 @@ static void *own_output(flowc_ctx *ctx, int i) {
   return p;
 }
 
+/* Where the shape of input i (output j: num_inputs + j) is kept (a model with dims). */
+static int64_t *shape_slot(const flowc_ctx *ctx, int i) {
+  const flowc_model *m = ctx->model;
+  int64_t *p = ctx->dim_values + m->num_dims;
+  for (int k = 0; k < i; k++)
+    p += k < m->num_inputs ? m->inputs[k].rank : m->outputs[k - m->num_inputs].rank;
+  return p;
+}
+
+/* The bytes of a tensor of descriptor d and shape `shape` (its size at the run's dims). */
+static size_t actual_bytes(const flowc_tensor_desc *d, const int64_t *shape) {
+  size_t bound = 1, actual = 1;
+  for (int i = 0; i < d->rank; i++) {
+    bound *= (size_t)d->shape[i];
+    actual *= (size_t)shape[i];
+  }
+  return bound ? d->bytes / bound * actual : 0;
+}
+
+static size_t input_bytes(const flowc_ctx *ctx, int i) {
+  const flowc_model *m = ctx->model;
+  return m->num_dims ? actual_bytes(&m->inputs[i], shape_slot(ctx, i)) : m->inputs[i].bytes;
+}
+
+static size_t output_bytes(const flowc_ctx *ctx, int j) {
+  const flowc_model *m = ctx->model;
+  return m->num_dims ? actual_bytes(&m->outputs[j], shape_slot(ctx, m->num_inputs + j))
+                     : m->outputs[j].bytes;
+}
+
+/* Records input i's shape (a model with dims; already checked by check_tensor). */
+static void keep_shape(flowc_ctx *ctx, int i, const int64_t *shape) {
+  if (ctx->model->num_dims && ctx->model->inputs[i].rank)
+    memcpy(shape_slot(ctx, i), shape, (size_t)ctx->model->inputs[i].rank * sizeof(int64_t));
+}
+
+/* The run's dims from the inputs' shapes: each in its bounds, and every input axis of a dim
+ * agreeing with it; then the outputs' shapes. Else a one-line message naming the input,
+ * axis, dim and values (nothing runs). */
+static int resolve_dims(flowc_ctx *ctx) {
+  const flowc_model *m = ctx->model;
+  for (int k = 0; k < m->num_dims; k++) {
+    const flowc_dim *d = &m->dims[k];
+    int64_t v = shape_slot(ctx, d->input)[d->axis];
+    if (v < d->lo || v > d->hi)
+      return fail(ctx, FLOWC_ERR_SHAPE, "%s: input '%s' axis %d: dim %s=%lld is outside its "
+                  "bounds %lld..%lld; nothing ran", m->name, m->inputs[d->input].name, d->axis,
+                  d->name, (long long)v, (long long)d->lo, (long long)d->hi);
+    ctx->dim_values[k] = v;
+  }
+  for (int i = 0; i < m->num_inputs; i++) {
+    const flowc_tensor_desc *t = &m->inputs[i];
+    const int64_t *shape = shape_slot(ctx, i);
+    for (int a = 0; t->dim_of && a < t->rank; a++) {
+      int k = t->dim_of[a];
+      if (k >= 0 && shape[a] != ctx->dim_values[k])
+        return fail(ctx, FLOWC_ERR_SHAPE, "%s: input '%s' axis %d: dim %s=%lld, but input "
+                    "'%s' axis %d gives %s=%lld; nothing ran", m->name, t->name, a,
+                    m->dims[k].name, (long long)shape[a], m->inputs[m->dims[k].input].name,
+                    m->dims[k].axis, m->dims[k].name, (long long)ctx->dim_values[k]);
+    }
+  }
+  m->output_shapes(ctx->dim_values, shape_slot(ctx, m->num_inputs));
+  return FLOWC_OK;
+}
+
 static int set_input(flowc_ctx *ctx, int i, const void *data, int dtype, int rank,
                      const int64_t *shape) {
   int bad = unusable(ctx);
@@ -247,12 +328,60 @@ static int set_input(flowc_ctx *ctx, int i, const void *data, int dtype, int ran
                 m->name, i, m->num_inputs);
   int status = check_tensor(ctx, "input", &m->inputs[i], data, dtype, rank, shape);
   if (status) return status;
+  keep_shape(ctx, i, shape);
+  if (m->num_dims && rank) { /* an axis past its bound would overrun the owned buffer */
+    const flowc_tensor_desc *d = &m->inputs[i];
+    for (int a = 0; d->dim_of && a < rank; a++)
+      if (d->dim_of[a] >= 0 && shape[a] > d->shape[a])
+        return fail(ctx, FLOWC_ERR_SHAPE, "%s: input '%s' axis %d: dim %s=%lld is outside its "
+                    "bounds %lld..%lld", m->name, d->name, a, m->dims[d->dim_of[a]].name,
+                    (long long)shape[a], (long long)m->dims[d->dim_of[a]].lo,
+                    (long long)d->shape[a]);
+  }
   void *own = own_input(ctx, i);
   if (((uintptr_t)data % FLOWC_ALIGN) == 0)
     ctx->inputs[i] = (void *)data; /* borrowed: valid until set again or destroyed */
   else
-    memcpy(own, data, m->inputs[i].bytes);
+    memcpy(own, data, input_bytes(ctx, i));
   return FLOWC_OK;
+}
+
+static int set_input_shape(flowc_ctx *ctx, int i, int rank, const int64_t *shape) {
+  int bad = unusable(ctx);
+  if (bad) return bad;
+  const flowc_model *m = ctx->model;
+  if (i < 0 || i >= m->num_inputs)
+    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: input index %d out of range (the model has %d)",
+                m->name, i, m->num_inputs);
+  int status = check_tensor(ctx, "input", &m->inputs[i], ctx, m->inputs[i].dtype, rank, shape);
+  if (status) return status;
+  const flowc_tensor_desc *d = &m->inputs[i];
+  for (int a = 0; d->dim_of && a < rank; a++)
+    if (d->dim_of[a] >= 0 && shape[a] > d->shape[a])
+      return fail(ctx, FLOWC_ERR_SHAPE, "%s: input '%s' axis %d: dim %s=%lld is outside its "
+                  "bounds %lld..%lld; nothing ran", m->name, d->name, a,
+                  m->dims[d->dim_of[a]].name, (long long)shape[a],
+                  (long long)m->dims[d->dim_of[a]].lo, (long long)d->shape[a]);
+  keep_shape(ctx, i, shape);
+  return FLOWC_OK;
+}
+
+int FLOWC_RT(rt_set_input_shape)(flowc_ctx *ctx, int i, int rank, const int64_t *shape) {
+  if (!ctx) return FLOWC_ERR_ARGUMENT;
+  pthread_mutex_lock(&ctx->lock);
+  int status = set_input_shape(ctx, i, rank, shape);
+  pthread_mutex_unlock(&ctx->lock);
+  return status;
+}
+
+const int64_t *FLOWC_RT(rt_output_shape)(const flowc_ctx *ctx, int j) {
+  if (!ctx || j < 0 || j >= ctx->model->num_outputs) return NULL;
+  if (!ctx->model->num_dims) return ctx->model->outputs[j].shape;
+  flowc_ctx *c = (flowc_ctx *)ctx;
+  pthread_mutex_lock(&c->lock);
+  const int64_t *p = c->dim_values ? shape_slot(c, c->model->num_inputs + j) : NULL;
+  pthread_mutex_unlock(&c->lock);
+  return p;
 }
 
 static int set_output(flowc_ctx *ctx, int i, void *data, int dtype, int rank,
@@ -333,7 +462,7 @@ static int run_with(flowc_ctx *ctx, const void *const *inputs, void *const *outp
     if (((uintptr_t)inputs[i] % FLOWC_ALIGN) == 0)
       ctx->inputs[i] = (void *)inputs[i];
     else
-      memcpy(ctx->inputs[i], inputs[i], m->inputs[i].bytes);
+      memcpy(ctx->inputs[i], inputs[i], input_bytes(ctx, i));
   }
   for (int i = 0; i < m->num_outputs; i++) {
     if (((uintptr_t)outputs[i] % FLOWC_ALIGN) == 0)
@@ -416,7 +545,7 @@ static int run_entry(flowc_ctx *ctx, int k, const void *const *inputs, void *con
     copy[i] = aligned ? NULL : outputs[i];
   }
   FLOWC_RT(pool_enter)(ctx->pool);
-  e->entry(ins, outs, ctx->arena, ctx->weights, ctx->thread_scratch, ctx->variables);
+  e->entry(ins, outs, ctx->arena, ctx->weights, ctx->thread_scratch, ctx->variables, NULL);
   FLOWC_RT(pool_leave)();
   for (int i = 0; i < e->num_outputs; i++)
     if (copy[i]) memcpy(copy[i], outs[i], e->outputs[i].bytes);
@@ -514,15 +643,19 @@ static int run(flowc_ctx *ctx) {
       if (ctx->out_copy[i]) memcpy(ctx->out_copy[i], ctx->outputs[i], m->outputs[i].bytes);
     return gs;
   }
+  if (m->num_dims) {
+    int resolved = resolve_dims(ctx);
+    if (resolved) return resolved;
+  }
   FLOWC_RT(pool_enter)(ctx->pool);
   int status = m->num_partitions ? FLOWC_RT(rt_run_partitions)(ctx) : FLOWC_OK;
   if (status == FLOWC_OK)
     m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights, ctx->thread_scratch,
-             ctx->variables);
+             ctx->variables, m->num_dims ? ctx->dim_values : NULL);
   FLOWC_RT(pool_leave)();
   if (status) return status;
   for (int i = 0; i < m->num_outputs; i++)
-    if (ctx->out_copy[i]) memcpy(ctx->out_copy[i], ctx->outputs[i], m->outputs[i].bytes);
+    if (ctx->out_copy[i]) memcpy(ctx->out_copy[i], ctx->outputs[i], output_bytes(ctx, i));
   return FLOWC_OK;
 }
 

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from kernel_harness import aligned, compiled_body, link
+from kernel_harness import aligned, body_scratch, compiled_body, link
 
 from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernels import dim_symbols
@@ -31,12 +31,13 @@ def bias_relu_body() -> Graph:
 
 def call(lib: ctypes.CDLL, body: Graph, inputs: list[np.ndarray], dims: dict[str, int]
          ) -> list[np.ndarray]:
-    """Call the compiled kernel on `inputs` with outputs of the run's shapes."""
+    """Call the compiled kernel on `inputs` with outputs of the run's shapes (then the
+    dims, then its scratch)."""
     outs = [aligned(np.zeros([evaluate(d, dims) for d in t.shape],
                              t.dtype.np)) for t in body.output_types]
     table = aligned(np.array([dims[s] for s in dim_symbols(body)], np.int64))
     buffers = [*map(aligned, inputs), *outs, table]  # alive until the call returns
-    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in buffers])
+    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in buffers], *body_scratch(body))
     return outs
 
 
@@ -90,6 +91,26 @@ def test_matmul_with_run_time_rows(lead):
         xv = rng.standard_normal((*shape, 8)).astype(np.float32)
         (got,) = call(lib, g, [xv, wv], dict(zip(lead, shape, strict=True)))
         np.testing.assert_allclose(got, xv @ wv, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["matmul", "gemm"])
+def test_rows_in_static_blocks_and_a_tail(op):
+    """x [N, 64] @ w [64, 48] (gemm: + bias [48]): whole blocks of 32 rows, then of 8, as
+    static matmuls (the tiled strategy), the N % 8 rows left as loops."""
+    g = Graph(f"dyn_{op}_blocks")
+    x = g.add_input("in0", TensorType("f32", ("N", 64)))
+    params = [g.add_input("in1", TensorType("f32", (64, 48)))]
+    if op == "gemm":
+        params.append(g.add_input("in2", TensorType("f32", (48,))))
+    g.add_output("out0", g.append(make_node(op, [x, *params])).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}_blocks")))
+    rng = np.random.default_rng(5)
+    consts = [rng.standard_normal(t.shape).astype(np.float32) for t in g.input_types[1:]]
+    for n in (0, 1, 7, 8, 31, 32, 33, 41, 64, 95):
+        xv = rng.standard_normal((n, 64)).astype(np.float32)
+        (got,) = call(lib, g, [xv, *consts], {"N": n})
+        want = xv @ consts[0] + (consts[1] if op == "gemm" else 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"N={n}")
 
 
 def test_a_temporary_of_run_time_size_is_refused():
@@ -177,6 +198,29 @@ def test_row_kernels_take_run_time_leading_dims():
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=op)
 
 
+def test_softmax_over_a_last_axis_of_run_time_length():
+    """Attention's softmax over [N, S, S]: rows of run-time length S (one element a step)."""
+    g = Graph("dyn_rows")
+    x = g.add_input("in0", TensorType("f32", ("N", "S", "S")))
+    g.add_output("out0", g.append(make_node("softmax", [x], {"axis": -1})).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_softmax_rows")))
+    rng = np.random.default_rng(3)
+    for n, s in [(1, 1), (2, 7), (1, 33)]:
+        xv = rng.standard_normal((n, s, s)).astype(np.float32)
+        (got,) = call(lib, g, [xv], {"N": n, "S": s})
+        np.testing.assert_allclose(got, _softmax(xv), rtol=1e-5, atol=1e-6)
+
+
+def test_a_log_softmax_row_of_run_time_length_is_refused():
+    g = Graph("g")
+    x = g.add_input("in0", TensorType("f32", (2, "S")))
+    g.add_output("out0", g.append(make_node("log_softmax", [x], {"axis": -1}, name="ls")).out())
+    with pytest.raises(FlowcError, match=re.escape(
+            "node 'ls' (log_softmax): log_softmax of f32[2,S]: a row of run-time length takes "
+            "softmax only so far")):
+        compile_kernels([("kernel", g)], "host", cache=False)
+
+
 def test_a_row_op_over_a_symbolic_row_is_refused():
     g = Graph("g")
     x = g.add_input("in0", TensorType("f32", (2, "S")))
@@ -206,16 +250,35 @@ def test_transpose_and_reductions_take_run_time_dims(op, attrs, consts, want):
         np.testing.assert_allclose(got, want(xv), rtol=1e-5, atol=1e-6, err_msg=op)
 
 
-def test_a_widened_sum_of_symbolic_dims_is_refused():
+def test_a_widened_sum_of_a_symbolic_inner_dim_is_refused():
+    """f32[4, N, 3] summed over axis 2: N is no leading batch, so no sample loop, and the
+    f64 accumulator [4, N] would be a temporary of run-time size."""
     g = Graph("g")
-    x = g.add_input("in0", TensorType("f32", ("N", 4)))
-    axes = g.append(make_node("constant", [], {"value": Tensor(np.array([1]))})).out()
+    x = g.add_input("in0", TensorType("f32", (4, "N", 3)))
+    axes = g.append(make_node("constant", [], {"value": Tensor(np.array([2]))})).out()
     g.add_output("out0", g.append(make_node("reduce_sum", [x, axes], name="m")).out())
     with pytest.raises(FlowcError, match=re.escape(
-            "node 'm' (reduce_sum): reduce_sum of f32[N,4]: with symbolic dims, a kernel sums "
-            "only f64 (the widened accumulator of others would be a temporary of run-time "
+            "node 'm' (reduce_sum): reduce_sum of f32[4,N,3]: with symbolic dims, a kernel "
+            "sums only f64 (the widened accumulator of others would be a temporary of run-time "
             "size)")):
         compile_kernels([("kernel", g)], "host", cache=False)
+
+
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean"])
+def test_an_f32_sum_keeping_the_batch_runs_sample_by_sample(op):
+    """A per-sample op (lower/per_sample.py) over a batch of run-time extent: the static
+    rule on each sample [1, 3, 5] in a loop over N."""
+    g = Graph(f"dyn_{op}")
+    x = g.add_input("in0", TensorType("f32", ("N", 3, 5)))
+    axes = g.append(make_node("constant", [], {"value": Tensor(np.array([2]))})).out()
+    g.add_output("out0", g.append(make_node(op, [x, axes], {"keepdims": 0})).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}_samples")))
+    rng = np.random.default_rng(6)
+    for n in (0, 1, 4):
+        xv = rng.standard_normal((n, 3, 5)).astype(np.float32)
+        (got,) = call(lib, g, [xv], {"N": n})
+        want = xv.sum(2) if op == "reduce_sum" else xv.mean(2)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
 def test_concat_and_slice_with_run_time_sizes():

@@ -35,6 +35,7 @@ from flowc.codegen.emit.outdir import staged
 from flowc.codegen.emit.profile_c import profile_header
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.plan.control_steps import walk
+from flowc.codegen.plan.dynamic import dims_note
 from flowc.codegen.plan.partitions import host_kernels
 from flowc.codegen.plan.program import Program, arena_bytes_of, weights_blob
 from flowc.codegen.plan.working_memory import statement, working_memory
@@ -56,7 +57,8 @@ def model_info(program: Program, weights_file: str | None) -> ModelInfo:
     return ModelInfo(program.name, tensors(program.inputs), tensors(program.outputs),
                      arena_bytes_of(program), weights_file, tuple(program.regions),
                      tuple(statement(working_memory(program), program.name)),
-                     tensors([(v.name, v.type) for v in program.variables]), entries)
+                     tensors([(v.name, v.type) for v in program.variables]), entries,
+                     dims_note(program))
 
 
 def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,

@@ -29,6 +29,8 @@ from flowc.codegen.emit.header import C_TYPES, ModelInfo, TensorInfo
 from flowc.codegen.emit.partition_entry import model_fields, render_partitioned
 from flowc.codegen.emit.profile_c import profile_api, profile_prelude, timed
 from flowc.codegen.kernel_code import KernelScratch
+from flowc.codegen.kernels import dim_symbols
+from flowc.codegen.plan.dynamic import c_bytes, dim_indices, dims_locals, dims_tables
 from flowc.codegen.plan.partitions import host_kernels
 from flowc.codegen.plan.program import Call, Kernel, Program
 from flowc.codegen.plan.state import copy_step
@@ -48,10 +50,17 @@ def _descs(kind: str, tensors: Sequence[TensorInfo], program: Program,
         dims = ", ".join(str(d) for d in t.shape) or "0"
         lines.append(f"static const int64_t {table}{kind}_shape_{i}[] = {{{dims}}};")
     rows = []
+    symbolic = {"input": program.symbolic_inputs,
+                "output": program.symbolic_outputs}.get(kind) if program.dims else None
     for i, (t, tt) in enumerate(zip(tensors, _types(kind, program), strict=True)):
         nbytes = int(tt.num_elements) * tt.dtype.np.itemsize
+        dim_of = ""
+        if symbolic is not None:
+            lines.append(f"static const int32_t {table}{kind}_dims_{i}[] = "
+                         f"{{{dim_indices(symbolic[i], program.dims)}}};")
+            dim_of = f", {table}{kind}_dims_{i}"
         rows.append(f"  {{{c_string(t.name)}, {DTYPE_CODES[t.dtype]}, {len(t.shape)}, "
-                    f"{table}{kind}_shape_{i}, {nbytes}u}},")
+                    f"{table}{kind}_shape_{i}, {nbytes}u{dim_of}}},")
     body = "\n".join(rows) or "  {0}"
     lines.append(f"static const flowc_tensor_desc {table}{kind}s[] = {{\n{body}\n}};")
     return lines
@@ -80,12 +89,14 @@ def _cpu_check(features: Sequence[str]) -> list[str]:
 def kernel_prototype(program: Program, kernel: Kernel) -> str:
     needs = program.scratch.get(kernel.symbol, KernelScratch())
     params = (["const void *"] * len(kernel.body.inputs) + ["void *"] * len(kernel.body.outputs)
+              + ["const int64_t *"] * bool(dim_symbols(kernel.body))
               + ["void *"] * needs.arguments)
     return f"FLOWC_HIDDEN void {kernel.symbol}({', '.join(params)});"
 
 
 def _entry(program: Program, profile: bool = False, function: str = "entry") -> list[str]:
-    lines = [f"static void {function}({ENTRY_PARAMS}) {{", f"  {ENTRY_UNUSED}"]
+    lines = [f"static void {function}({ENTRY_PARAMS}) {{", f"  {ENTRY_UNUSED}",
+             *dims_locals(program)]
     index = {k.symbol: i for i, k in enumerate(program.kernels)}
 
     def kernel_c(call: Call, args: list[str]) -> str:
@@ -104,7 +115,9 @@ def _entry(program: Program, profile: bool = False, function: str = "entry") -> 
         else:
             lines.append(f"  {kernel_c(call, call_arguments(program, step))}")
     for j, source, nbytes in program.copies:
-        lines.append(f"  memcpy(out[{j}], {pointer(source)}, {nbytes}u);")
+        size = (c_bytes(program.symbolic_outputs[j], program.dims) if program.dims
+                else f"{nbytes}u")
+        lines.append(f"  memcpy(out[{j}], {pointer(source)}, {size});")
     lines.append("}")
     return lines
 
@@ -181,6 +194,24 @@ def _entry_api(info: ModelInfo) -> list[str]:
     return lines
 
 
+def _dims_api(info: ModelInfo) -> list[str]:
+    """The functions of a model with dims given at run time (header.py documents them)."""
+    n, api, ctx = info.name, "__attribute__((visibility(\"default\")))", "(flowc_ctx *)ctx"
+    if not info.dims:
+        return []
+    get = "k >= 0 && k < model.num_dims"
+    return [
+        f"{api} int {n}_set_input_shape({n}_ctx *ctx, int i, int rank, const int64_t *shape) {{",
+        f"  return {n}_rt_set_input_shape({ctx}, i, rank, shape);\n}}",
+        f"{api} const int64_t *{n}_run_output_shape(const {n}_ctx *ctx, int i) {{",
+        f"  return {n}_rt_output_shape((const flowc_ctx *)ctx, i);\n}}",
+        f"{api} int {n}_num_dims(void) {{ return model.num_dims; }}",
+        f"{api} const char *{n}_dim_name(int k) {{ return {get} ? model.dims[k].name : 0; }}",
+        f"{api} int64_t {n}_dim_lo(int k) {{ return {get} ? model.dims[k].lo : -1; }}",
+        f"{api} int64_t {n}_dim_hi(int k) {{ return {get} ? model.dims[k].hi : -1; }}",
+    ]
+
+
 def _api(info: ModelInfo) -> list[str]:
     n = info.name
     api = "__attribute__((visibility(\"default\")))"
@@ -241,6 +272,7 @@ def _api(info: ModelInfo) -> list[str]:
         f"{api} const void *{n}_output(const {n}_ctx *ctx, int i) {{",
         f"  return {n}_rt_output((const flowc_ctx *)ctx, i);\n}}",
     ]
+    lines += _dims_api(info)
     for i, t in enumerate(info.inputs):
         lines.append(f"{api} {C_TYPES[t.dtype]} *{n}_input_{t.c_name}({n}_ctx *ctx) {{ "
                      f"return {n}_rt_input({ctx}, {i}); }}")
@@ -279,6 +311,8 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         *_state_fields(program),
         *([f"  .num_entries = {len(program.entries)}, .entries = entries,"]
           if info.entries else []),
+        *([f"  .num_dims = {len(program.dims)}, .dims = dim_table, .output_shapes = output_shapes,"]
+          if program.dims else []),
         "};",
     ]
     parts = [
@@ -293,6 +327,7 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         *_descs("input", info.inputs, program),
         *_descs("output", info.outputs, program),
         *_state_tables(program, info, flowc_version),
+        *dims_tables(program),
         "",
         *_cpu_check(cpu_features),
         "",

@@ -56,6 +56,7 @@ class ModelInfo:
     memory: tuple[str, ...] = ()  # the working-memory statement (working_memory.py)
     variables: tuple[TensorInfo, ...] = ()  # state kept across runs (plan/state.py)
     entries: tuple[EntryInfo, ...] = ()  # the entries after `run` (a training artifact's)
+    dims: tuple[str, ...] = ()  # dims given at run time: one line each (dynamic.dims_note)
 
 
 # the API's own functions NAME_input_X / NAME_output_X (the descriptor getters): a tensor's
@@ -151,6 +152,43 @@ size_t {n}_{e.name}_{kind}_bytes(int i);""")
     return "\n".join(text) + "\n"
 
 
+def _shapes_note(info: ModelInfo) -> str:
+    return ("shapes are fixed at compile time" if not info.dims else
+            "each dynamic dim is shown at its upper bound")
+
+
+def _dims_note(info: ModelInfo) -> str:
+    """The header's lines on dims given at run time (none for a static model)."""
+    if not info.dims:
+        return ""
+    lines = "\n".join(f" *   {c_comment(line)}" for line in info.dims)
+    n = info.name
+    return f"""
+ * Dims given at run time, each read from an input's shape (its bounds, where it is read):
+{lines}
+ * Give each input's actual shape with {n}_set_input (or {n}_set_input_shape before
+ * {n}_run_with); a run checks each dim against its bounds and every input axis of a dim
+ * against the others (FLOWC_ERR_SHAPE naming the input, axis, dim and values: nothing
+ * runs). Buffers and the arena are sized at the bounds, offsets fixed at the bound sizes;
+ * a run uses the front of each buffer. After a run, {n}_run_output_shape(ctx, i) is
+ * output i's shape (its byte size: the product times the element size); the outputs'
+ * buffers must hold that many bytes (at most {n}_output_bytes(i)).
+ * {n}_num_dims, {n}_dim_name, {n}_dim_lo and {n}_dim_hi list the dims."""
+
+
+def _dims_api(info: ModelInfo) -> str:
+    n = info.name
+    return "" if not info.dims else f"""
+/* Dims given at run time (see the top of this file). */
+int {n}_set_input_shape({n}_ctx *ctx, int i, int rank, const int64_t *shape);
+const int64_t *{n}_run_output_shape(const {n}_ctx *ctx, int i);
+int {n}_num_dims(void);
+const char *{n}_dim_name(int k);
+int64_t {n}_dim_lo(int k);
+int64_t {n}_dim_hi(int k);
+"""
+
+
 def render_header(info: ModelInfo) -> str:
     n = info.name
     guard = f"FLOWC_MODEL_{n.upper()}_H"
@@ -186,8 +224,8 @@ def render_header(info: ModelInfo) -> str:
  * run to return, and runs take turns; for parallel runs use one context per thread. No
  * call may use a context once {n}_destroy has begun.{_entries_note(info)}
  * {weights}
- * Tensors are dense row-major; shapes are fixed at compile time:
-{tables}
+ * Tensors are dense row-major; {_shapes_note(info)}:
+{tables}{_dims_note(info)}
  * Temporaries live in one arena of {info.arena_bytes} bytes per context.{_regions(info)}{memory}
  */
 #ifndef {guard}
@@ -264,7 +302,7 @@ int {n}_set_output({n}_ctx *ctx, int i, void *data, int dtype, int rank,
     const int64_t *shape);
 void *{n}_input({n}_ctx *ctx, int i);
 const void *{n}_output(const {n}_ctx *ctx, int i);
-
+{_dims_api(info)}
 /* Variables: state the model keeps across runs in the context (outside the arena), set
  * from their initial values by {n}_create; runs read and assign them in graph order.
  * {n}_variable gives variable `name`'s buffer (dense, its dtype and shape; valid until

@@ -50,6 +50,15 @@ def _tensor(t: TensorInfo) -> dict[str, Any]:
     return {"name": t.name, "c_name": t.c_name, "dtype": t.dtype, "shape": list(t.shape)}
 
 
+def _dims(program: Program) -> dict[str, Any]:
+    """The run-time dims (plan/dynamic.py) and the symbolic shape of each input/output."""
+    return {"table": [{"name": d.name, "lo": d.lo, "hi": d.hi,
+                       "input": program.inputs[d.input][0], "axis": d.axis}
+                      for d in program.dims],
+            "inputs": [list(t.shape) for t in program.symbolic_inputs],
+            "outputs": [list(t.shape) for t in program.symbolic_outputs]}
+
+
 def _entry(e: EntryInfo) -> dict[str, Any]:
     return {"name": e.name, "inputs": [_tensor(t) for t in e.inputs],
             "outputs": [_tensor(t) for t in e.outputs], "arena_bytes": e.arena_bytes,
@@ -77,7 +86,9 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
                      "outputs": [_tensor(t) for t in info.outputs],
                      "arena_bytes": program.arena_bytes},
                     *(_entry(e) for e in info.entries)],
-        "symbolic_dims": dict(sorted(sizes.items())),
+        "symbolic_dims": {k: list(v) if isinstance(v, tuple) else v  # a bound: [lo, hi]
+                          for k, v in sorted(sizes.items())},
+        **({"dims": _dims(program)} if program.dims else {}),
         "arena_bytes": info.arena_bytes,
         "memory_plan": program.memory.report(),
         "working_memory": working_memory(program),

@@ -4,7 +4,8 @@ Contract: `lower_graph(graph, args, target)` emits, at the current insertion poi
 computing `graph`'s outputs from `args` (one tensor value per graph input) and returns one
 tensor value per output. Every node goes through its rule (`lookup`); a node without one
 is a FlowcError naming op, node and target (the kernel compiler calls `check_supported`
-first, so this is a safety net for nested bodies).
+first, so this is a safety net for nested bodies). A per-sample op whose batch is of
+run-time extent runs its static rule sample by sample (`per_sample.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from mlir import ir
 
 from flowc.codegen.lower import lookup, lowers_dynamic
 from flowc.codegen.lower.context import RuleCtx, tensor_type
+from flowc.codegen.lower.per_sample import batch_symbol, lower_per_sample
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -58,16 +60,19 @@ def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[
         rule = lookup(node.op, target)
         if rule is None:
             raise FlowcError(unsupported(node, target))
+        per_sample = batch_symbol(node) is not None
         for i, t in enumerate(node.types):
             if not isinstance(t, TensorType) or None in t.shape or (
-                    not t.is_static and not lowers_dynamic(node.op, target)):
+                    not t.is_static and not lowers_dynamic(node.op, target) and not per_sample):
                 raise FlowcError(f"codegen ({target.name}): node {node.label()}: result #{i} "
                                  f"is {t}; a kernel needs static tensor types")
         ctx = RuleCtx(node, get_op(node.op).resolve_attrs(node.attrs),
                       [None if v is None else v.type for v in node.inputs], list(node.types),
                       [None if v is None else consts.get(v) for v in node.inputs], target)
-        with node_location(node):
-            results = rule(ctx, *[None if v is None else values[v] for v in node.inputs])
+        operands = [None if v is None else values[v] for v in node.inputs]
+        with node_location(node):  # a batch of run-time extent: sample by sample
+            results = (lower_per_sample(ctx, rule, operands) if per_sample
+                       else rule(ctx, *operands))
         if len(results) != len(node.types):
             raise FlowcError(f"codegen ({target.name}): node {node.label()}: the rule for "
                              f"'{node.op}' makes {len(results)} result(s), the node has "

@@ -44,6 +44,9 @@ def _softmax(ctx: RuleCtx, x) -> list:
     acc = s.compute_dtype(t.dtype)
     axis = ctx.attrs["axis"] % t.rank
     if t.dtype == f32 and axis == t.rank - 1 and not ctx.target.is_gpu:  # (CPU vectors)
+        if ctx.node.op == "log_softmax" and not isinstance(t.shape[-1], int):
+            raise ctx.error(f"log_softmax of {t}: a row of run-time length takes softmax only "
+                            "so far (log_softmax's second pass needs a row temporary)")
         return [_softmax_rows(ctx, x, ctx.node.op == "log_softmax")]
     _rows_only(ctx, t, axis)
     shape = list(t.shape)

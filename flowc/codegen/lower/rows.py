@@ -21,13 +21,16 @@ building blocks of a row pass, all on that row only:
 
 Rows are independent: above PARALLEL_MIN elements in all they are an `scf.forall` (the
 runtime's threads split the rows), below it a plain `scf.for`; neither allocates.
-V is the largest power of two up to the target's f32 lanes that divides L.
+V is the largest power of two up to the target's f32 lanes that divides L. Leading dims
+may be of run-time extent (then rows are a plain `scf.for`), and so may L when the row is
+the last axis alone (issue [12]: then V = 1, one element per step).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 from mlir import ir
 from mlir.dialects import arith, linalg, scf, tensor, vector
 
@@ -47,7 +50,7 @@ class Row:
 
     def __init__(self, x_row: ir.Value, out_row: ir.Value, lanes: int):
         self.x, self.out, self.lanes = x_row, out_row, lanes
-        self.length = value_shape(x_row)[0]
+        self.length = size_of(x_row, 0)  # an index value when of run-time extent
         self.f32 = ir.F32Type.get()
 
     def _read(self, src: str, j: ir.Value) -> ir.Value:
@@ -67,8 +70,8 @@ class Row:
         vt = ir.VectorType.get([self.lanes], et)
         acc0 = arith.ConstantOp(vt, ir.DenseElementsAttr.get_splat(
             vt, ir.FloatAttr.get(et, init))).result
-        loop = scf.ForOp(index_const(0), index_const(self.length), index_const(self.lanes),
-                         [acc0])
+        end = index_const(self.length) if isinstance(self.length, int) else self.length
+        loop = scf.ForOp(index_const(0), end, index_const(self.lanes), [acc0])
         with ir.InsertionPoint(loop.body):
             v = self._read(src, loop.induction_variable)
             if wide:
@@ -127,9 +130,9 @@ class _Rows:
                  sizes: list[int | ir.Value] | None = None):
         self.shape, self.axis = shape, axis
         self.inner = shape[axis:]
-        self.length = 1
-        for d in self.inner:
-            self.length *= d
+        # the row's dims of run-time extent (the last axis alone, row_kernel checks)
+        self.dynamic = [d for d in (sizes or shape)[axis:] if not isinstance(d, int)]
+        self.length = _DYN if self.dynamic else int(np.prod(self.inner))
         index, rest = [], r
         for d in reversed((sizes or shape)[:axis]):  # row -> outer indices, last dim fastest
             d = index_const(d) if isinstance(d, int) else d
@@ -139,7 +142,8 @@ class _Rows:
 
     def _params(self):
         static = [_DYN] * self.axis + [0] * len(self.inner)
-        return self.offsets, [], [], static, [1] * self.axis + self.inner, [1] * len(self.shape)
+        return (self.offsets, self.dynamic, [], static, [1] * self.axis + self.inner,
+                [1] * len(self.shape))
 
     def read(self, t: ir.Value) -> ir.Value:
         et = ir.RankedTensorType(t.type).element_type
@@ -170,10 +174,13 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
             index_const(d) if isinstance(d, int) else d)
     for d in shape[axis:]:
         length *= d
+    if _DYN in shape[axis:] and axis != len(shape) - 1:
+        raise ValueError("row_kernel: a row of run-time length must be the last axis alone")
     init = empty((sizes, ir.F32Type.get()))
-    lanes = lanes_for(length, target)
-    if not isinstance(rows, int):
-        loop = scf.ForOp(index_const(0), rows, index_const(1), [init])
+    lanes = 1 if _DYN in shape[axis:] else lanes_for(length, target)
+    if not isinstance(rows, int) or _DYN in shape[axis:]:
+        loop = scf.ForOp(index_const(0), rows if not isinstance(rows, int) else
+                         index_const(rows), index_const(1), [init])
         r, out = loop.induction_variable, loop.inner_iter_args[0]
         with ir.InsertionPoint(loop.body):
             at = _Rows(shape, axis, r, sizes)

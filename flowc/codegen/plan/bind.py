@@ -16,11 +16,12 @@ Contract:
   (`ir/limits.py`). With `strict`, a result the rules cannot make static is a FlowcError
   naming the node (bounded symbols aside); without, it is left for the passes (constant
   folding may make it static) and `require_static`.
-- `require_static(graph, note)` re-infers every node and raises for any non-static result.
-- `refuse_dynamic(graph, bounds)` raises, for a graph whose types still hold a bounded
-  symbol, a FlowcError naming the first node, its op and the symbol with its bound: kernels
-  take run-time extents (codegen/kernels.py) but the artifact's arena plan, entry and
-  runtime do not yet (issue [12]); give the dim a size for a static artifact.
+- `require_static(graph, note, bounded=())` re-infers every node and raises for any
+  non-static result (dims over the symbols of `bounded` aside).
+- `refuse_dynamic(graph, bounds, what)` raises, for a graph whose types still hold a
+  bounded symbol, a FlowcError naming the first node, its op and the symbol with its
+  bound: `what` (training artifacts, GPU targets ...) do not run dynamic dims yet; give
+  the dim a size for a static artifact. `bounded_dims(bounds)`: the bounded symbols.
 - `specialize(graph, feeds, fold=())` types each input as its feed array; the inputs named
   in `fold` become constants holding the feed's value (for inputs whose values decide
   result shapes: `value_dependent_inputs`). The artifact then runs exactly these shapes (its
@@ -190,7 +191,11 @@ def _largest(bound: Bound) -> int:
     return bound[1] if isinstance(bound, tuple) else bound
 
 
-def refuse_dynamic(graph: Graph, bounds: Mapping[str, Bound]) -> None:
+def bounded_dims(bounds: Mapping[str, Bound]) -> set[str]:
+    return {k for k, v in bounds.items() if isinstance(v, tuple)}
+
+
+def refuse_dynamic(graph: Graph, bounds: Mapping[str, Bound], what: str) -> None:
     """FlowcError naming the first node with a result typed by a bounded symbol (see the
     module docstring); nothing when `bounds` has none or no node uses one."""
     bounded = {k: v for k, v in bounds.items() if isinstance(v, tuple)}
@@ -202,10 +207,10 @@ def refuse_dynamic(graph: Graph, bounds: Mapping[str, Bound]) -> None:
                 if sym in bounded:
                     lo, hi = bounded[sym]
                     raise FlowcError(
-                        f"node {node.label()}: dim {sym} is dynamic ({lo}..{hi}) "
-                        f"in its result {t}, and artifacts do not run dynamic dims yet (the "
-                        f"arena and entry are planned for static sizes); give the dim a size "
-                        f"for a static artifact (dims={{'{sym}': SIZE}}, CLI: --dim {sym}=SIZE)")
+                        f"node {node.label()}: op '{node.op}': dim {sym} is dynamic "
+                        f"({lo}..{hi}) in its result {t}, and {what} do not run dynamic "
+                        f"dims yet; give the dim a size for a static artifact "
+                        f"(dims={{'{sym}': SIZE}}, CLI: --dim {sym}=SIZE)")
 
 
 def value_dependent_inputs(*nodes: Node) -> list[str]:
@@ -237,9 +242,10 @@ def _upstream(nodes) -> list[Node]:
     return list(seen)
 
 
-def require_static(graph: Graph, note: str) -> Graph:
-    """`graph` with every type re-inferred; FlowcError for a result that is not static."""
-    return retype(graph, {}, note=note)
+def require_static(graph: Graph, note: str, bounded: Collection[str] = ()) -> Graph:
+    """`graph` with every type re-inferred; FlowcError for a result that is not static
+    (dims over `bounded` symbols aside)."""
+    return retype(graph, {}, note=note, bounded=bounded)
 
 
 def specialize(graph: Graph, feeds: Mapping[str, np.ndarray], fold: Collection[str] = ()

@@ -154,6 +154,10 @@ class Program:
     # (input index, classes): an input of class indices the runtime checks to lie in
     # [0, classes) before this entry runs (a training step's labels)
     labels: tuple[int, int] | None = None
+    # dims given at run time (plan/dynamic.py: the program is planned at their bounds)
+    dims: list = field(default_factory=list)  # dynamic.RunDim, sorted by name
+    symbolic_inputs: list[TensorType] = field(default_factory=list)
+    symbolic_outputs: list[TensorType] = field(default_factory=list)
 
     @property
     def entries(self) -> list[Program]:
