@@ -16,8 +16,12 @@ dependencies:
 - `matmul a, B` with `a` of rank >= 2 and B a rank-2 constant [K, N] becomes
   `packed_matmul a, P`;
 - `gemm A, B[, C]` with transA = 0, alpha = 1, a constant B (transB: B^T is packed) and
-  beta = 1 or a constant C (beta * C folded) becomes `packed_matmul A, P` (named as the
-  gemm) plus, with a C, an `add` of C named `GEMM/bias` (unless taken);
+  beta = 1 or a constant C (beta * C folded) becomes `packed_matmul A, P[, C]` (named as
+  the gemm) when C is a row bias ([N], leading 1s allowed), else `packed_matmul A, P`
+  plus an `add` of C named `GEMM/bias` (unless taken);
+- `add(packed_matmul a, P, c)` (either order) of a row bias c, the add the product's only
+  user and of its type, becomes `packed_matmul a, P, c` (named as the add): the kernel
+  starts its register tiles from the bias, so C is not written and read back to add it;
 where P is B as panels [N / NR, K, NR] (`flowc.ir.ops.nn.pack_panels`), NR =
 `panel_bytes` / the element size (128 bytes: 32 f32, two AVX-512 vectors, the register
 tile's width). Only when N is a multiple of NR larger than NR (one panel is B itself) and
@@ -25,7 +29,7 @@ K <= `max_k` (beyond it the kernel's K x NR strip no longer stays in L2 across t
 tiles that reuse it). One P per constant and layout, shared by its users. A constant
 that anything else also reads (another op, a graph output, or a matmul as its A) is left
 as it is: packing it would store it twice (a tied embedding table, gathered and multiplied
-by, would double its memory). Statistics: `weights-packed`.
+by, would double its memory). Statistics: `weights-packed`, `bias-into-packed-matmul`.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops.nn import pack_panels
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
+from flowc.passes.simplify_patterns import sole_producer
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -107,8 +112,8 @@ class PackWeights:
             p = panels(b, bool(attrs.get("transB", 0)), node, rw)
             if p is None:
                 return None
-            if c is None:
-                return rw.replace(node, "packed_matmul", [a, p])
+            if c is None or _row_bias(c, node.types[0]):
+                return rw.replace(node, "packed_matmul", [a, p] + ([c] if c is not None else []))
             # the product keeps the gemm's name and sources; the bias add is NAME/bias
             product = rw.make("packed_matmul", [a, p], {}, node).replace(
                 name=node.name, merged=node.merged)
@@ -119,7 +124,26 @@ class PackWeights:
             return [bias.out()]
 
         return apply_patterns(graph, {"matmul": [("weights-packed", matmul)],
-                                      "gemm": [("weights-packed", gemm)]})
+                                      "gemm": [("weights-packed", gemm)],
+                                      "add": [("bias-into-packed-matmul", _bias_into)]})
+
+
+def _row_bias(c: Value, out) -> bool:
+    """Whether `c` is a bias [N] (leading 1s allowed, rank at most `out`'s) of `out`'s
+    dtype, N `out`'s last dim."""
+    t = c.type
+    return (hasattr(t, "dtype") and t.dtype == out.dtype and 1 <= t.rank <= out.rank
+            and all(d == 1 for d in t.shape[:-1]) and t.shape[-1] == out.shape[-1])
+
+
+def _bias_into(node: Node, rw: Rewriter) -> Node | None:
+    """add(packed_matmul a, P, c) of a row bias c: packed_matmul a, P, c (module docstring)."""
+    for product, c in (node.inputs, node.inputs[::-1]):
+        mm = sole_producer(product, rw, "packed_matmul", like=node)
+        if (mm is not None and len(mm.inputs) == 2 and not node.ctrl
+                and product.type == node.types[0] and _row_bias(c, node.types[0])):
+            return rw.replace(node, "packed_matmul", [*mm.inputs, c])
+    return None
 
 
 def _read_otherwise(graph: Graph) -> set[Node]:

@@ -12,7 +12,8 @@ floating-point rounding where BatchNorm is folded into weights), and
 - batch_normalization after a conv or gemm with constant weights is folded into them
   (inference: the weights are scaled per output channel, the shift joins the bias);
 - slice(x, s, s + c) with a run-time start s on one static axis becomes a gather of the
-  static size c (see `slice_at_run_time_start` for where the two differ);
+  static size c where s provably lies in [0, d - c], the only place where the two agree
+  (a loop body's iteration number lies in [0, M - 1] for a constant trip count M);
 - a concat of more than 32 operands becomes a concat of concats of at most 32 (one wide
   concat kernel compiles in time quadratic in its operands);
 - decomposed LayerNorm, GELU (erf and tanh forms) and softmax become `layer_normalization`,
@@ -28,11 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from flowc.ir.graph import Graph
+from flowc.ir.graph import Graph, Node, rebuild
 from flowc.passes import simplify_patterns as p
 from flowc.passes import simplify_recognize as r
 from flowc.passes.registry import register
-from flowc.passes.rewrite import Pattern, apply_patterns, in_bodies
+from flowc.passes.rewrite import Pattern, apply_patterns, bodies, map_bodies
 
 # op -> [(pattern name, pattern)], tried in order.
 PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
@@ -64,4 +65,18 @@ class Simplify:
     name: ClassVar[str] = "simplify"
 
     def run(self, graph: Graph) -> Graph:
-        return apply_patterns(in_bodies(graph, self.run), PATTERNS)
+        if any(bodies(n) for n in graph.nodes):
+            graph = rebuild(graph, lambda node, _old: self._bodies(node))
+        return apply_patterns(graph, PATTERNS)
+
+    def _bodies(self, node: Node) -> Node:
+        """`node` with its bodies simplified; a loop's body knows the range of its
+        iteration number (p.KNOWN_RANGES) while it is."""
+        counter = p.loop_counter_range(node)
+        if counter is None:
+            return map_bodies(node, self.run)
+        token = p.KNOWN_RANGES.set({**p.KNOWN_RANGES.get(), counter[0]: counter[1]})
+        try:
+            return map_bodies(node, self.run)
+        finally:
+            p.KNOWN_RANGES.reset(token)

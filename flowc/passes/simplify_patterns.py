@@ -12,6 +12,10 @@ so no broadcast, dtype change or device transfer is lost.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextvars import ContextVar
+from types import MappingProxyType
+
 import numpy as np
 
 from flowc.ir.graph import Node, Value
@@ -157,14 +161,62 @@ def _offset(start: Value, end: Value, rw: Rewriter, depth: int = 3) -> int | Non
     return _offset(outer.inputs[0], inner.inputs[0], rw, depth - 1)
 
 
+# Integer ranges [lo, hi] that values are known to lie in, beyond what the graph shows: a
+# loop body's iteration number lies in [0, M - 1] for a constant trip count M. Set by
+# `simplify` while it rewrites such a body (see `loop_counter_range`).
+KNOWN_RANGES: ContextVar[Mapping[Value, tuple[int, int]]] = ContextVar(
+    "KNOWN_RANGES", default=MappingProxyType({}))
+_I64 = (-2 ** 63, 2 ** 63 - 1)
+
+
+def loop_counter_range(node: Node) -> tuple[Value, tuple[int, int]] | None:
+    """(the body's iteration-number input, [0, M - 1]) of a `loop` with a constant trip
+    count M >= 1, else None."""
+    m = Rewriter.const(node.inputs[0]) if node.op == "loop" else None
+    if m is None or int(np.asarray(m).reshape(-1)[0]) < 1:
+        return None
+    return node.attrs["body"].inputs[0].out(), (0, int(np.asarray(m).reshape(-1)[0]) - 1)
+
+
+def int_range(value: Value | None, rw: Rewriter, depth: int = 6) -> tuple[int, int] | None:
+    """[lo, hi] holding every element of the integer `value`, or None when unknown: from
+    constants, KNOWN_RANGES, add/sub of known ranges (none where int64 could wrap), mod by
+    a positive constant (floor mod: [0, k - 1]), clip by constant bounds, and through
+    identity/unsqueeze/squeeze/reshape."""
+    if value is None or not value.type.dtype.is_int or depth == 0:
+        return None
+    if value in KNOWN_RANGES.get():
+        return KNOWN_RANGES.get()[value]
+    data = rw.const(value)
+    if data is not None:
+        return (int(data.min()), int(data.max())) if data.size else None
+    node = value.node
+    if node.ctrl:
+        return None
+    ins = [int_range(v, rw, depth - 1) for v in node.inputs] if node.op in (
+        "add", "sub", "clip") else None
+    if node.op in ("identity", "unsqueeze", "squeeze", "reshape"):
+        return int_range(node.inputs[0], rw, depth - 1)
+    if node.op in ("add", "sub") and None not in ins:
+        (a, b), (c, d) = ins
+        lo, hi = (a + c, b + d) if node.op == "add" else (a - d, b - c)
+        return (lo, hi) if _I64[0] <= lo and hi <= _I64[1] else None
+    if node.op == "mod" and not node.attrs.get("fmod", 0):
+        k = rw.const(node.inputs[1])
+        return (0, int(k.max()) - 1) if k is not None and k.size and k.min() > 0 else None
+    if node.op == "clip" and len(ins) == 3 and ins[1] is not None and ins[2] is not None:
+        return min(ins[1][0], ins[2][0]), ins[2][1]  # min > max yields max
+    return None
+
+
 def slice_at_run_time_start(node: Node, rw: Rewriter) -> Result:
     """slice(x, s, s + c) on one static axis of size d (step 1, s a run-time [1]-tensor,
-    0 < c <= d): gather(x, s + [0..c-1]) on that axis, of static size c (`x[i:i+1]` by a
-    loop's iteration number: the slice's size is c, only its place is known at run time).
-    The two agree wherever the slice is whole (c elements), the only case where a static
-    type can hold it. Where ONNX would return fewer, the gather reads others: s + c past
-    the axis' end gives indices out of range (the interpreter refuses them, the kernels
-    clamp them to the axis), and s < 0 <= s + c counts back from the end, as numpy."""
+    0 < c <= d) where s provably lies in [0, d - c] (`int_range`): gather(x, s + [0..c-1])
+    on that axis, of static size c (`x[i:i+1]` by a loop's iteration number: the slice's
+    size is c, only its place is known at run time). Only there do the two agree: ONNX
+    returns fewer than c elements where s + c > d or s < 0 <= s + c, which no static type
+    holds, while the gather would read other elements (clamped, or counted from the end);
+    so an s of unknown range keeps the slice."""
     x, starts, ends, axes, steps = (*node.inputs, None, None)[:5]
     if rw.const(starts) is not None or starts.type.shape != (1,) \
             or (steps is not None and not is_const(steps, rw, 1)):
@@ -175,6 +227,9 @@ def slice_at_run_time_start(node: Node, rw: Rewriter) -> Result:
     axis = int(np.asarray(axis).reshape(-1)[0]) % x.type.rank
     size, c = x.type.shape[axis], _offset(starts, ends, rw)
     if not isinstance(size, int) or c is None or not 0 < c <= size:
+        return None
+    where = int_range(starts, rw)
+    if where is None or where[0] < 0 or where[1] > size - c:
         return None
     indices = starts if c == 1 else rw.make(
         "add", [starts, rw.constant(np.arange(c, dtype=starts.type.dtype.np), node)], {},

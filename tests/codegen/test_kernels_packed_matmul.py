@@ -2,6 +2,8 @@
 against the interpreter: rows that are and are not whole register tiles (M = 1, 5, 64, 100),
 leading batch dims folded into M, K short and long, f32 and f64, one to many panels."""
 
+import re
+
 import numpy as np
 import pytest
 from kernel_harness import check_op
@@ -38,11 +40,14 @@ def test_panels_round_trip_and_layout():
 
 @pytest.mark.parametrize("a_shape,k,n", [((64, 256), 256, 512), ((1, 128, 96), 96, 256),
                                          ((1, 300), 300, 1024), ((20, 64), 64, 64)])
-def test_packed_matmul_is_tiled_with_its_bias_and_relu(a_shape, k, n):
+@pytest.mark.parametrize("operand", [False, True], ids=["add", "operand"])
+def test_packed_matmul_is_tiled_with_its_bias_and_relu(a_shape, k, n, operand):
     """A packed_matmul + bias + relu kernel (what `pack-weights` then `fuse` make of a
-    dense layer) gets the direct matmul strategy (no fallback to plain loops): panels a
-    parallel loop when the work is enough, the fill fused (unless rows are split into whole
-    register tiles and the rest), vector FMAs; the results match."""
+    dense layer; the bias an add or, as `pack-weights` now gives it, the product's third
+    operand) gets the direct matmul strategy (no fallback to plain loops): panels a
+    parallel loop when the work is enough, the fill (or the bias, broadcast into C's
+    register tiles) fused (unless rows are split into whole register tiles and the rest),
+    vector FMAs; the results match."""
     from kernel_harness import run_body
 
     from flowc.codegen.cpu.compiler import compile_kernels
@@ -56,14 +61,17 @@ def test_packed_matmul_is_tiled_with_its_bias_and_relu(a_shape, k, n):
     a = g.add_input("a", TensorType("f32", a_shape))
     p = g.add_input("p", TensorType("f32", (n // 32, k, 32)))
     c = g.add_input("c", TensorType("f32", (n,)))
-    y = g.append(make_node("packed_matmul", [a, p])).out()
-    z = g.append(make_node("add", [y, c])).out()
+    if operand:
+        z = g.append(make_node("packed_matmul", [a, p, c])).out()
+    else:
+        z = g.append(make_node("add", [g.append(make_node("packed_matmul", [a, p])).out(),
+                                       c])).out()
     g.add_output("r", g.append(make_node("relu", [z])).out())
     seen = {}
     compile_kernels([("k", g)], "host", dump=lambda name, text: seen.__setitem__(name, text))
     schedule = seen["k.schedule.mlir"]
     assert "fallback" not in schedule
-    assert "tile_using_forall %mm0" in schedule
+    assert re.search(r"tile_using_forall %mm\d", schedule)  # (the bias init: op 0)
     rows = int(np.prod(a_shape[:-1]))
     split = rows > 8 and rows % 8 != 0  # whole register tiles and the rest, unfused fill
     assert ("fuse_into_containing_op" in schedule) == (not split)
@@ -73,3 +81,19 @@ def test_packed_matmul_is_tiled_with_its_bias_and_relu(a_shape, k, n):
     feeds = [rand(*a_shape), pack_panels(rand(k, n), 32), rand(n)]
     want = interpret(g, dict(zip(("a", "p", "c"), feeds, strict=True)))["r"]
     assert_close(run_body(g, feeds)[0], want, "matmul", k)
+
+
+@pytest.mark.parametrize("a_shape,k,n,bias", [
+    ((1, 40), 40, 64, (64,)), ((5, 40), 40, 64, (1, 64)), ((64, 300), 300, 96, (96,)),
+    ((100, 17), 17, 64, (64,)), ((2, 9, 33), 33, 128, (1, 1, 128)),
+])
+def test_packed_matmul_with_a_bias_matches_the_interpreter(a_shape, k, n, bias):
+    """The bias is C's init (rows that are whole register tiles and the rest, batch dims)."""
+    check_op("packed_matmul", [rand(*a_shape), pack_panels(rand(k, n), 32), rand(*bias)],
+             consts=(1,))
+
+
+def test_packed_matmul_with_a_bias_f64():
+    check_op("packed_matmul", [rand(24, 50, dtype=np.float64),
+                               pack_panels(rand(50, 48, dtype=np.float64), 16),
+                               rand(48, dtype=np.float64)], consts=(1,))

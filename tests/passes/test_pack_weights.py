@@ -114,3 +114,54 @@ def test_packed_matmul_type_errors_name_the_operands(a_shape, p_shape, message):
         g.append(make_node("packed_matmul", [a, p], name="dense/packed"))
     assert message in str(info.value)
     assert "packed_matmul" in str(info.value)
+
+
+@pytest.mark.parametrize("bias_shape", [(3, 8), (2, 8), (8, 1), (1, 1, 8)])
+def test_packed_matmul_bias_type_errors_name_the_operand(bias_shape):
+    g = Graph("bad")
+    a = g.add_input("a", TensorType("f32", (3, 5)))
+    p = g.add_input("p", TensorType("f32", (2, 5, 4)))
+    c = g.add_input("c", TensorType("f32", bias_shape))
+    with pytest.raises(InferError) as info:
+        g.append(make_node("packed_matmul", [a, p, c], name="dense/packed"))
+    dims = ",".join(map(str, bias_shape))
+    assert str(info.value) == ("'dense/packed' (packed_matmul): bias must be [N] (leading "
+                               f"dims of 1 allowed) with N=8, found f32[{dims}]")
+
+
+def _biased(a_shape, c_shape, op: str = "matmul", uses: int = 1) -> Graph:
+    """add(matmul(a, B), c) of a constant B [40, 64] (the product also an output when
+    `uses` is 2), or gemm(a, B, c) when `op` is gemm."""
+    g = Graph("biased")
+    a = g.add_input("a", TensorType("f32", a_shape))
+    w = g.append(make_node("constant", [], {"value": Tensor(rand(40, 64))})).out()
+    c = g.append(make_node("constant", [], {"value": Tensor(rand(*c_shape))})).out()
+    if op == "gemm":
+        g.add_output("y", g.append(make_node("gemm", [a, w, c])).out())
+        return g
+    product = g.append(make_node("matmul", [a, w])).out()
+    g.add_output("y", g.append(make_node("add", [c, product])).out())
+    if uses == 2:
+        g.add_output("p", product)
+    return g
+
+
+@pytest.mark.parametrize("graph,absorbed", [
+    (_biased((5, 40), (64,)), True),
+    (_biased((2, 7, 40), (1, 1, 64)), True),    # a 3-D activation, its bias [1, 1, N]
+    (_biased((5, 40), (64,), "gemm"), True),
+    (_biased((5, 40), (5, 64), "gemm"), False),  # a full C: stays an add
+    (_biased((5, 40), (5, 64)), False),
+    (_biased((5, 40), (1, 1, 64)), False),       # the add broadcasts the product up
+    (_biased((5, 40), (64,), uses=2), False),    # the product is read otherwise too
+], ids=["2d", "3d", "gemm", "gemm-full-c", "full-c", "broadcast-up", "shared"])
+def test_a_row_bias_becomes_the_packed_matmuls_third_operand(graph, absorbed):
+    """The kernel then starts C from the bias: no pass over C to add it."""
+    after = PassManager(parse_pipeline("pack-weights,prune")).run(graph)
+    node = next(n for n in after.nodes if n.op == "packed_matmul")
+    assert (len(node.inputs) == 3) == absorbed
+    assert any(n.op == "add" for n in after.nodes) != absorbed
+    x = rand(*graph.inputs[0].out().type.shape)
+    got, want = interpret(after, {"a": x}), interpret(graph, {"a": x})
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)

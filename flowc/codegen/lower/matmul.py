@@ -212,16 +212,24 @@ def _matmul(ctx: RuleCtx, a, b) -> list:
 
 
 @register("packed_matmul")
-def _packed_matmul(ctx: RuleCtx, a, panels) -> list:
+def _packed_matmul(ctx: RuleCtx, a, panels, bias=None) -> list:
     """a [..., M, K] (leading dims folded into M) times panels [N / NR, K, NR]: one
     contraction generic over (m, panel, column in panel, k) into C [M, N / NR, NR], which
-    is C [M, N] in memory (the CPU strategy tiles panels in parallel, rows, then k)."""
+    is C [M, N] in memory (the CPU strategy tiles panels in parallel, rows, then k). C
+    starts as zeros (a fill) or, with a bias [N], as the bias broadcast over the rows (an
+    all-parallel generic the strategy fuses into its register tiles as it does the fill)."""
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
     blocks, k, width = value_shape(panels)
     lead = value_shape(a)[:-1]
     rows = int(np.prod(lead))
-    init = fill(scalar_const(acc, 0), empty(([rows, blocks, width], elem_type(acc))))
+    c = empty(([rows, blocks, width], elem_type(acc)))
+    if bias is None:
+        init = fill(scalar_const(acc, 0), c)
+    else:
+        init = generic([reshape(bias, [blocks, width])], [affine_map(3, [1, 2])], [c],
+                       [affine_map(3, [0, 1, 2])], "ppp",
+                       lambda b, _out: [s.convert(b, dt, acc)])[0]
 
     def body(x, y, out):
         return [s.add(acc, out, s.mul(acc, s.convert(x, dt, acc), s.convert(y, dt, acc)))]

@@ -9,8 +9,9 @@ alone, the matmul writes all of C and the epilogue then streams C through memory
 Contract: `fuse(module, target, what)` runs after PREPARE and before the strategies
 (`cpu.pipeline.schedule`). For each such pair whose C is wide enough, it tiles the epilogue
 over column blocks of C (an `scf.for`, `column_tile` picks the width) and fuses the matmul
-and the fill of its accumulator into that loop (`transform.structured.fuse_into_containing_op`):
-each block of C is computed, then run through the epilogue while it is still in cache.
+and the init of its accumulator (a fill, or packed_matmul's bias broadcast) into that loop
+(`transform.structured.fuse_into_containing_op`): each block of C is computed, then run
+through the epilogue while it is still in cache.
 Only where A is small enough to be read again per block from L2 (A_ELEMENTS).
 The matmul strategies then see the block-sized contraction inside the loop and tile it
 as usual (their parallel loops stay inside each block). Returns the module (a new one, as
@@ -24,7 +25,7 @@ import math
 from mlir import ir
 from mlir.dialects import linalg
 
-from flowc.codegen.cpu.strategy.matmul import contraction
+from flowc.codegen.cpu.strategy.matmul import contraction, filled_init
 from flowc.codegen.mlir_run import apply_script, run_passes
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
@@ -121,11 +122,9 @@ def fuse(module: ir.Module, target: Target, what: str) -> ir.Module:
     for mm in _contractions(module):
         out = ir.RankedTensorType(mm.results[0].type)
         width = {"f32": 32, "f64": 64}.get(str(out.element_type))
-        init = mm.operands[2].owner
         epilogue = _epilogue_of(mm)
         loops = contraction(mm)
-        if (width is None or epilogue is None or loops is None
-                or getattr(init, "name", "") != "linalg.fill"):
+        if width is None or epilogue is None or loops is None or not filled_init(mm):
             continue
         k, n = loops.sizes[loops.k], loops.sizes[loops.n]
         tile = column_tile(k, n, target.vector_bits // width)

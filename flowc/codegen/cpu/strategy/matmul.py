@@ -225,10 +225,10 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     name = f"mm{i}"
     head = MATCH.format(n=name, op=op.name, i=i)
     if m < MICRO_ROWS:
-        return head + direct(name, c, m, nr, _filled(op), _transposed(op), lanes)
+        return head + direct(name, c, m, nr, filled_init(op), _transposed(op), lanes)
     if k <= DIRECT_MAX_K and n % nr == 0 and wide:
-        if m % MICRO_ROWS == 0 or (_filled(op) and _transposed(op)):
-            return head + direct(name, c, MICRO_ROWS, nr, _filled(op), _transposed(op), lanes)
+        if m % MICRO_ROWS == 0 or (filled_init(op) and _transposed(op)):
+            return head + direct(name, c, MICRO_ROWS, nr, filled_init(op), _transposed(op), lanes)
         main = m - m % MICRO_ROWS  # rows in whole register tiles; the rest, a tile of its own
         return (head + SPLIT.format(n=name, at=main, dim=c.m)
                 + direct(f"{name}a", c, MICRO_ROWS, nr, False)
@@ -252,7 +252,7 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
 def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
            transposed: bool = False, lanes: int = 0) -> str:
     """The direct script (DIRECT_TILES[_FILL|_BT], DIRECT_MICRO) for the op `%NAME_op`: MR x NR
-    register tiles (MR dividing its rows); `filled`: its init is a fill, fused;
+    register tiles (MR dividing its rows); `filled`: its init is a fill (or broadcast), fused;
     `transposed` (with `filled`): B is a 2-D transpose, fused per column tile, its strip
     transposed in register tiles when `strip_tiles` finds some for `lanes`-wide vectors,
     rows that are not a whole number of register tiles split off inside the column loop."""
@@ -309,8 +309,14 @@ def strip_tiles(k: int, nr: int, lanes: int) -> list[int] | None:
     return tiles if min(tiles) >= MIN_TILE else None
 
 
-def _filled(op: ir.Operation) -> bool:
-    return _producer(op, 2) == "linalg.fill"
+def filled_init(op: ir.Operation) -> bool:
+    """Whether C's init is one the tiles take in (DIRECT_TILES_FILL): a fill, or a
+    broadcast (an all-parallel generic of one input: packed_matmul's bias)."""
+    init = op.operands[2].owner
+    name = _producer(op, 2)
+    return name == "linalg.fill" or (name == "linalg.generic" and len(init.operands) == 2
+                                     and all("parallel" in str(t) for t in ir.ArrayAttr(
+                                         init.attributes["iterator_types"])))
 
 
 def _transposed(op: ir.Operation) -> bool:
