@@ -166,6 +166,8 @@ ALLOWED = {
     "run as steps of the entry (code specific to if and loop), a lowering table's keys",
     ("codegen/plan/control.py", "HEAVY_OPS"): "a codegen policy: the ops whose own kernels "
     "are tiled, packed or parallel, which an scf region would run as plain loops",
+    ("codegen/lower/per_sample.py", "PER_SAMPLE"): "a lowering table: the ops whose static "
+    "rule the per-sample loop reuses for a batch of run-time extent ([12])",
     ("passes/remat.py", "CHEAP"): "the dots_saveable policy's menu of data-movement ops "
     "recomputed besides elementwise ones (as JAX's checkpoint policies name primitives)",
     # tables keyed by op of what a pass or codegen does with each (conventions.md: rewrite
