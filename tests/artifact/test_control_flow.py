@@ -131,6 +131,7 @@ def test_carried_values_trading_places(tmp_path):
 
 
 def test_torch_scripted_loop_with_an_if_inside(tmp_path):
+    pytest.importorskip("torch")  # the [reference] extra
     model = scripted_loop()
     assert [n.op_type for n in model.graph.node] == ["Constant", "Loop"]
     flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump")
