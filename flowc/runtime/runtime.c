@@ -318,6 +318,22 @@ static int resolve_dims(flowc_ctx *ctx) {
   return FLOWC_OK;
 }
 
+/* Input i's run-time shape (its rank and dtype already checked): each axis of a dim within
+ * the dim's upper bound (the descriptor's shape), else an error and nothing kept (an axis
+ * past its bound would overrun the owned buffer); then kept for the run. */
+static int accept_shape(flowc_ctx *ctx, int i, int rank, const int64_t *shape) {
+  const flowc_model *m = ctx->model;
+  const flowc_tensor_desc *d = &m->inputs[i];
+  for (int a = 0; d->dim_of && a < rank; a++)
+    if (d->dim_of[a] >= 0 && shape[a] > d->shape[a])
+      return fail(ctx, FLOWC_ERR_SHAPE, "%s: input '%s' axis %d: dim %s=%lld is outside its "
+                  "bounds %lld..%lld; nothing ran", m->name, d->name, a,
+                  m->dims[d->dim_of[a]].name, (long long)shape[a],
+                  (long long)m->dims[d->dim_of[a]].lo, (long long)d->shape[a]);
+  keep_shape(ctx, i, shape);
+  return FLOWC_OK;
+}
+
 static int set_input(flowc_ctx *ctx, int i, const void *data, int dtype, int rank,
                      const int64_t *shape) {
   int bad = unusable(ctx);
@@ -327,17 +343,8 @@ static int set_input(flowc_ctx *ctx, int i, const void *data, int dtype, int ran
     return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: input index %d out of range (the model has %d)",
                 m->name, i, m->num_inputs);
   int status = check_tensor(ctx, "input", &m->inputs[i], data, dtype, rank, shape);
+  if (!status) status = accept_shape(ctx, i, rank, shape);
   if (status) return status;
-  keep_shape(ctx, i, shape);
-  if (m->num_dims && rank) { /* an axis past its bound would overrun the owned buffer */
-    const flowc_tensor_desc *d = &m->inputs[i];
-    for (int a = 0; d->dim_of && a < rank; a++)
-      if (d->dim_of[a] >= 0 && shape[a] > d->shape[a])
-        return fail(ctx, FLOWC_ERR_SHAPE, "%s: input '%s' axis %d: dim %s=%lld is outside its "
-                    "bounds %lld..%lld", m->name, d->name, a, m->dims[d->dim_of[a]].name,
-                    (long long)shape[a], (long long)m->dims[d->dim_of[a]].lo,
-                    (long long)d->shape[a]);
-  }
   void *own = own_input(ctx, i);
   if (((uintptr_t)data % FLOWC_ALIGN) == 0)
     ctx->inputs[i] = (void *)data; /* borrowed: valid until set again or destroyed */
@@ -354,16 +361,7 @@ static int set_input_shape(flowc_ctx *ctx, int i, int rank, const int64_t *shape
     return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: input index %d out of range (the model has %d)",
                 m->name, i, m->num_inputs);
   int status = check_tensor(ctx, "input", &m->inputs[i], ctx, m->inputs[i].dtype, rank, shape);
-  if (status) return status;
-  const flowc_tensor_desc *d = &m->inputs[i];
-  for (int a = 0; d->dim_of && a < rank; a++)
-    if (d->dim_of[a] >= 0 && shape[a] > d->shape[a])
-      return fail(ctx, FLOWC_ERR_SHAPE, "%s: input '%s' axis %d: dim %s=%lld is outside its "
-                  "bounds %lld..%lld; nothing ran", m->name, d->name, a,
-                  m->dims[d->dim_of[a]].name, (long long)shape[a],
-                  (long long)m->dims[d->dim_of[a]].lo, (long long)d->shape[a]);
-  keep_shape(ctx, i, shape);
-  return FLOWC_OK;
+  return status ? status : accept_shape(ctx, i, rank, shape);
 }
 
 int FLOWC_RT(rt_set_input_shape)(flowc_ctx *ctx, int i, int rank, const int64_t *shape) {
