@@ -127,20 +127,29 @@ def test_a_temporary_of_run_time_size_is_refused():
         compile_kernels([("kernel", g)], "host", cache=False)
 
 
-def test_attention_matmuls_of_equal_batches():
-    """q [N,S,8] @ k^T [N,8,S] -> scores [N,S,S], then @ v [N,S,8]: both operands of
-    run-time extents, equal batch dims."""
+@pytest.mark.parametrize("a_shape, b_shape", [
+    (("N", "S", 8), ("N", 8, "S")),  # q @ k^T: columns of run-time extent
+    (("N", "S", "S"), ("N", "S", 40)),  # p @ v: depth of run-time extent
+    (("N", 2, "S", 8), ("N", 2, 8, "S")),  # multi-head: two leading dims
+    (("S", "S"), ("S", 8)),
+])
+def test_attention_matmuls_of_equal_batches(a_shape, b_shape):
+    """Attention's products, both operands of run-time extents, equal batch dims: static
+    blocks of rows, columns and depth (tiled) plus tails as loops; sizes below, at and
+    past the blocks (8 and 32 rows, 32 columns, 32 deep)."""
     g = Graph("dyn_attn")
-    q = g.add_input("in0", TensorType("f32", ("N", "S", 8)))
-    kt = g.add_input("in1", TensorType("f32", ("N", 8, "S")))
-    g.add_output("out0", g.append(make_node("matmul", [q, kt])).out())
-    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_attn")))
+    a = g.add_input("in0", TensorType("f32", a_shape))
+    b = g.add_input("in1", TensorType("f32", b_shape))
+    g.add_output("out0", g.append(make_node("matmul", [a, b])).out())
+    name = "dyn_attn_" + "_".join(map(str, a_shape + b_shape))  # one library per case
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, name)))
     rng = np.random.default_rng(4)
-    for n, s in [(1, 1), (2, 16), (3, 5)]:
-        qv = rng.standard_normal((n, s, 8)).astype(np.float32)
-        kv = rng.standard_normal((n, 8, s)).astype(np.float32)
-        (got,) = call(lib, g, [qv, kv], {"N": n, "S": s})
-        np.testing.assert_allclose(got, qv @ kv, rtol=1e-5, atol=1e-5)
+    for n, s in [(1, 1), (2, 16), (3, 5), (1, 33), (2, 71), (1, 128)]:
+        dims = {"N": n, "S": s}
+        av, bv = (rng.standard_normal([dims.get(d, d) for d in shape]).astype(np.float32)
+                  for shape in (a_shape, b_shape))
+        (got,) = call(lib, g, [av, bv], {k: v for k, v in dims.items() if k in a_shape})
+        np.testing.assert_allclose(got, av @ bv, rtol=1e-4, atol=1e-4, err_msg=f"{n, s}")
 
 
 def test_a_broadcasting_batched_matmul_is_refused_naming_the_node():
@@ -199,14 +208,15 @@ def test_row_kernels_take_run_time_leading_dims():
 
 
 def test_softmax_over_a_last_axis_of_run_time_length():
-    """Attention's softmax over [N, S, S]: rows of run-time length S (one element a step)."""
+    """Attention's softmax over [N, S, S]: rows of run-time length S (folds of whole
+    vectors, then a tail of S % lanes elements: lengths below, at and past the lanes)."""
     g = Graph("dyn_rows")
     x = g.add_input("in0", TensorType("f32", ("N", "S", "S")))
     g.add_output("out0", g.append(make_node("softmax", [x], {"axis": -1})).out())
     lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_softmax_rows")))
     rng = np.random.default_rng(3)
-    for n, s in [(1, 1), (2, 7), (1, 33)]:
-        xv = rng.standard_normal((n, s, s)).astype(np.float32)
+    for n, s in [(1, 1), (2, 7), (1, 33), (2, 16), (1, 100)]:
+        xv = 4 * rng.standard_normal((n, s, s)).astype(np.float32)
         (got,) = call(lib, g, [xv], {"N": n, "S": s})
         np.testing.assert_allclose(got, _softmax(xv), rtol=1e-5, atol=1e-6)
 
