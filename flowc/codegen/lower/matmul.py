@@ -144,16 +144,25 @@ def _matmul(ctx: RuleCtx, a, b) -> list:
     return [convert_tensor(y, acc_dtype(dt), dt)]
 
 
-@register("packed_matmul")
+@register("packed_matmul", dynamic=True)
 def _packed_matmul(ctx: RuleCtx, a, panels, bias=None) -> list:
     """a [..., M, K] (leading dims folded into M) times panels [N / NR, K, NR]: one
     contraction generic over (m, panel, column in panel, k) into C [M, N / NR, NR], which
     is C [M, N] in memory (the CPU strategy tiles panels in parallel, rows, then k). C
     starts as zeros (a fill) or, with a bias [N], as the bias broadcast over the rows (an
-    all-parallel generic the strategy fuses into its register tiles as it does the fill)."""
+    all-parallel generic the strategy fuses into its register tiles as it does the fill).
+    With leading dims of run-time extent (f32/f64 only: pack-weights packs no other), the
+    rows in static blocks (`matmul_blocks.blocked_packed`) into the result, which starts
+    as the bias (or zeros)."""
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
     blocks, k, width = value_shape(panels)
+    if not ctx.out.is_static:
+        rank = ctx.out.rank
+        init = fill(scalar_const(dt, 0), empty(ctx.out)) if bias is None else generic(
+            [reshape(bias, [blocks * width])], [affine_map(rank, [rank - 1])], [empty(ctx.out)],
+            [identity_map(rank)], "p" * rank, lambda b, _out: [b])[0]
+        return [blocked_batch(a, panels, init, panels=True)]
     lead = value_shape(a)[:-1]
     rows = int(np.prod(lead))
     c = empty(([rows, blocks, width], elem_type(acc)))

@@ -13,9 +13,15 @@ static or of run-time extent), written into `init`'s buffer (no temporary):
 - depth of a block of rows and columns, when K is of run-time extent: whole blocks of
   DEPTH_BLOCK, each accumulated into the block's result, the rest as loops.
 
-`blocked_batch(a, b, init)` does the same for a [..., M, K] @ b [K, N] or b [..., K, N]
-(the same leading dims): a loop over each leading dim (rank-reducing slices: views, so
-each result lands in the output).
+`blocked_packed(a, panels, init)` is init + a [M, K] @ B for a constant B stored as
+column panels [N / NR, K, NR] (`packed_matmul`, K and N static): the same blocks of rows,
+each a static contraction over the panels (the strategy tiles it as a static
+packed_matmul), the last M % 8 rows as loops (m, k, n innermost, B read as
+P[n / NR, k, n % NR]).
+
+`blocked_batch(a, b, init, panels=False)` does either for a [..., M, K] @ b [K, N] or
+b [..., K, N] (the same leading dims), or panels: a loop over each leading dim
+(rank-reducing slices: views, so each result lands in the output).
 """
 
 from __future__ import annotations
@@ -25,7 +31,16 @@ from collections.abc import Sequence
 from mlir import ir
 from mlir.dialects import arith, linalg, scf, tensor
 
-from flowc.codegen.lower.context import affine_map, generic, index_const, size_of, value_elem
+from flowc.codegen.lower.context import (
+    affine_map,
+    expr_map,
+    generic,
+    index_const,
+    reshape,
+    size_of,
+    value_elem,
+    value_shape,
+)
 
 ROW_BLOCKS = (32, 8)  # rows of a run-time M computed per static-shaped linalg.matmul
 COL_BLOCK = 32  # columns of a run-time N per block (two AVX-512 f32 vectors)
@@ -64,8 +79,7 @@ def _put(part: ir.Value, t: ir.Value, offsets: Sequence[Size], sizes: Sequence[S
 def _loops(a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
     """c + a @ b as a generic over (m, k, n innermost): rows of C updated by rows of B."""
     maps = [affine_map(3, [0, 1]), affine_map(3, [1, 2]), affine_map(3, [0, 2])]
-    return generic([a, b], maps[:2], [c], maps[2:], "prp",
-                   lambda x, w, acc: [arith.addf(acc, arith.mulf(x, w))])[0]
+    return generic([a, b], maps[:2], [c], maps[2:], "prp", _add_product)[0]
 
 
 def _blocks(extent: Size, block: int, init: ir.Value, step_fn, start: Size = 0
@@ -113,28 +127,55 @@ def _columns(a: ir.Value, b: ir.Value, c: ir.Value, rows: int) -> ir.Value:
     return _put(part, acc, [0, end], [rows, rest])
 
 
-def blocked(a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
-    """init + a [M, K] @ b [K, N]: see the module docstring."""
-    m, k, n = size_of(a, 0), size_of(a, 1), size_of(b, 1)
+def _add_product(x: ir.Value, w: ir.Value, acc: ir.Value) -> list[ir.Value]:
+    return [arith.addf(acc, arith.mulf(x, w))]
+
+
+def _panel_rows(a: ir.Value, panels: ir.Value, c: ir.Value, rows: int) -> ir.Value:
+    """c [rows, N] + a [rows, K] @ panels (rows static): over (m, panel, column, k), C
+    viewed as [rows, N / NR, NR] (packed_matmul's contraction)."""
+    blocks, _, width = value_shape(panels)
+    c3 = reshape(c, [rows, blocks, width])
+    y = generic([a, panels], [affine_map(4, [0, 3]), affine_map(4, [1, 3, 2])], [c3],
+                [affine_map(4, [0, 1, 2])], "pppr", _add_product)[0]
+    return reshape(y, [rows, blocks * width])
+
+
+def _panel_loops(a: ir.Value, panels: ir.Value, c: ir.Value) -> ir.Value:
+    """c + a @ B of a run-time row count, B read from its panels in place."""
+    k, n = ir.AffineDimExpr.get(1), ir.AffineDimExpr.get(2)
+    width = ir.AffineConstantExpr.get(value_shape(panels)[2])
+    maps = [affine_map(3, [0, 1]), expr_map(3, [ir.AffineFloorDivExpr.get(n, width), k,
+                                                 ir.AffineModExpr.get(n, width)]),
+            affine_map(3, [0, 2])]
+    return generic([a, panels], maps[:2], [c], maps[2:], "prp", _add_product)[0]
+
+
+def blocked(a: ir.Value, b: ir.Value, init: ir.Value, panels: bool = False) -> ir.Value:
+    """init + a [M, K] @ b [K, N] (or b as panels): see the module docstring."""
+    m, k = size_of(a, 0), size_of(a, 1)
+    n = value_shape(b)[0] * value_shape(b)[2] if panels else size_of(b, 1)
     out, start = init, index_const(0)
     for block in ROW_BLOCKS:
         def step(at: ir.Value, acc: ir.Value, block: int = block) -> ir.Value:
-            part = _columns(_slice(a, [at, 0], [block, k]), b,
-                            _slice(acc, [at, 0], [block, n]), block)
+            rows, c = _slice(a, [at, 0], [block, k]), _slice(acc, [at, 0], [block, n])
+            part = _panel_rows(rows, b, c, block) if panels else _columns(rows, b, c, block)
             return _put(part, acc, [at, 0], [block, n])
 
         out, start = _blocks(m, block, out, step, start)
     rest = arith.subi(_index(m), start)
-    tail = _loops(_slice(a, [start, 0], [rest, k]), b, _slice(out, [start, 0], [rest, n]))
+    a_rest, c_rest = _slice(a, [start, 0], [rest, k]), _slice(out, [start, 0], [rest, n])
+    tail = _panel_loops(a_rest, b, c_rest) if panels else _loops(a_rest, b, c_rest)
     return _put(tail, out, [start, 0], [rest, n])
 
 
-def blocked_batch(a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
+def blocked_batch(a: ir.Value, b: ir.Value, init: ir.Value, panels: bool = False
+                  ) -> ir.Value:
     """init + a [..., M, K] @ b (see the module docstring)."""
     rank = len(ir.RankedTensorType(a.type).shape)
     if rank == 2:
-        return blocked(a, b, init)
-    batched = len(ir.RankedTensorType(b.type).shape) == rank
+        return blocked(a, b, init, panels)
+    batched = not panels and len(ir.RankedTensorType(b.type).shape) == rank
 
     def sizes(t: ir.Value) -> list[Size]:
         return [1] + [size_of(t, i) for i in range(1, len(ir.RankedTensorType(t.type).shape))]
@@ -145,7 +186,7 @@ def blocked_batch(a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
 
         part = blocked_batch(_slice(a, at_(a), sizes(a), 1),
                              _slice(b, at_(b), sizes(b), 1) if batched else b,
-                             _slice(acc, at_(acc), sizes(acc), 1))
+                             _slice(acc, at_(acc), sizes(acc), 1), panels)
         return _put(part, acc, at_(acc), sizes(acc))
 
     return _blocks(size_of(a, 0), 1, init, step)[0]
