@@ -54,6 +54,27 @@ def test_one_elementwise_kernel_runs_every_size():
         np.testing.assert_array_equal(y, np.maximum(x + bias, 0) * x)
 
 
+@pytest.mark.parametrize("shape", [("N",), ("N", "S"), ("S", "N", 3), ("N", 16, 32)])
+def test_elementwise_kernels_are_vectorized_tiles_at_any_extent(shape):
+    """An elementwise kernel of run-time extents gets the elementwise strategy (outer dims
+    tiled by 1, the last in vector tiles, masked when of run-time length): results
+    exact at extents below, at and past a tile (and 0)."""
+    g = Graph("dyn_ew_tiles")
+    x = g.add_input("in0", TensorType("f32", shape))
+    y = g.add_input("in1", TensorType("f32", shape))
+    r = g.append(make_node("relu", [x])).out()
+    g.add_output("out0", g.append(make_node("mul", [r, y])).out())
+    name = "dyn_ew_" + "_".join(map(str, shape))
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, name)))
+    rng = np.random.default_rng(7)
+    for n, s in [(0, 2), (1, 1), (5, 17), (64, 3), (70, 65)]:
+        dims = {"N": n, "S": s}
+        xv, yv = (rng.standard_normal([dims.get(d, d) for d in shape]).astype(np.float32)
+                  for _ in range(2))
+        (got,) = call(lib, g, [xv, yv], {k: v for k, v in dims.items() if k in shape})
+        np.testing.assert_array_equal(got, np.maximum(xv, 0) * yv)
+
+
 def test_an_op_without_a_dynamic_lowering_is_refused():
     g = Graph("g")
     x = g.add_input("in0", TensorType("f32", ("N", 4)))
