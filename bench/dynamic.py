@@ -121,11 +121,14 @@ def main() -> None:
         f"{platform.python_version()}; a shared, noisy machine: ratios of medians only, "
         "the two artifacts timed in turns in one process.",
         "",
-        "Dynamic artifact time / static artifact time at the static size (1.00: same; "
-        "dynamic matmuls of a static B run blocks of 32 and 8 rows through the tiled "
-        "strategy, unpacked; attention's batched matmuls, softmax rows of run-time length "
-        "and transposes are still plain loops; convs and pools run the static kernel "
-        "sample by sample):",
+        "Dynamic artifact time / static artifact time at the static size (1.00: same). "
+        "In the dynamic artifact, matmuls of run-time extents run static blocks of rows "
+        "(32, 8), columns and depth (32) through the tiled strategy, layers on packed "
+        "weights too; softmax rows of run-time length fold whole vectors; elementwise "
+        "kernels get the vectorized tiles of the static ones; convs and pools run the "
+        "static kernel on blocks of 8 samples, then sample by sample; matmul epilogues "
+        "(bias, relu, residual add) are not fused into the matmul kernel yet, except "
+        "a bias into packed weights:",
         "",
         "| model | threads | dynamic / static |",
         "| --- | --- | --- |",

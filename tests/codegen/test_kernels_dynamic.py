@@ -322,14 +322,14 @@ def test_a_widened_sum_of_a_symbolic_inner_dim_is_refused():
 @pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean"])
 def test_an_f32_sum_keeping_the_batch_runs_sample_by_sample(op):
     """A per-sample op (lower/per_sample.py) over a batch of run-time extent: the static
-    rule on each sample [1, 3, 5] in a loop over N."""
+    rule on blocks of 8 samples [8, 3, 5], then on each sample left [1, 3, 5]."""
     g = Graph(f"dyn_{op}")
     x = g.add_input("in0", TensorType("f32", ("N", 3, 5)))
     axes = g.append(make_node("constant", [], {"value": Tensor(np.array([2]))})).out()
     g.add_output("out0", g.append(make_node(op, [x, axes], {"keepdims": 0})).out())
     lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}_samples")))
     rng = np.random.default_rng(6)
-    for n in (0, 1, 4):
+    for n in (0, 1, 4, 8, 19):
         xv = rng.standard_normal((n, 3, 5)).astype(np.float32)
         (got,) = call(lib, g, [xv], {"N": n})
         want = xv.sum(2) if op == "reduce_sum" else xv.mean(2)
