@@ -322,7 +322,7 @@ def test_a_widened_sum_of_a_symbolic_inner_dim_is_refused():
 @pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean"])
 def test_an_f32_sum_keeping_the_batch_runs_sample_by_sample(op):
     """A per-sample op (lower/per_sample.py) over a batch of run-time extent: the static
-    rule on blocks of 8 samples [8, 3, 5], then on each sample left [1, 3, 5]."""
+    rule on each sample [1, 3, 5] in a loop over N."""
     g = Graph(f"dyn_{op}")
     x = g.add_input("in0", TensorType("f32", ("N", 3, 5)))
     axes = g.append(make_node("constant", [], {"value": Tensor(np.array([2]))})).out()
