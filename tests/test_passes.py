@@ -63,6 +63,9 @@ def test_named_pipeline_has_a_reason_per_step():
     ("cse{x=1}", "pass 'cse' has no option 'x' (its options: none)"),
     ("prune{keep_stateful=yes}", "option 'keep_stateful' takes true or false, found 'yes'"),
     ("prune{keep_stateful}", "needs a value"),
+    ("prune{keep_stateful=true,keep_stateful=false}",
+     r"pass 'prune': option 'keep_stateful' is given twice"),
+    ("prune{keep_stateful=true,}", r"pass 'prune': an empty option in"),
     ("cse,", "ends with ','"),
     ("cse{", "malformed pipeline"),
 ])
