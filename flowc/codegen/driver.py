@@ -269,7 +269,7 @@ def target_backend(opts: CompileOptions) -> Backend:
     """The backend for `opts.target`: the GPU's for a GPU target (`nvptx`), else
     `opts.backend` (default `CpuBackend`)."""
     if is_gpu_target(opts.target or "host"):
-        return GpuBackend(opts.gpu_archs)
+        return GpuBackend(opts.gpu_archs, opts.gpu_matmul)
     return opts.backend or CpuBackend()
 
 
@@ -471,7 +471,8 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
     if program.variables:
         raise FlowcError(f"node {program.variables[0].node.label()}: variables on gpu:0 are "
                          "not supported yet; compile this graph for a CPU target")
-    gpu = backend if isinstance(backend, GpuBackend) else GpuBackend(opts.gpu_archs)
+    gpu = (backend if isinstance(backend, GpuBackend)
+           else GpuBackend(opts.gpu_archs, opts.gpu_matmul))
     if not program.regions:  # wholly on the GPU: --target nvptx, or every step placed there
         if not kernels:
             raise FlowcError(f"graph @{program.graph.name} has no kernels to run on the GPU")
