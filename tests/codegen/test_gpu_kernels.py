@@ -142,6 +142,7 @@ def test_bf16_and_f16_matmuls_get_the_tensor_core_stage():
             assert "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in body
             assert "cp.async.cg.shared.global" in body and "cp.async.wait_group" in body
             assert ".local" not in body
+            assert f".maxntid {stage.block}, 1, 1\n.minnctapersm 2" in body
         for stage in (f32[0], k16[0]):
             body = _entry(ptx, stage.symbol)
             assert "mma.sync" not in body and "ld.shared.v" in body
@@ -152,8 +153,8 @@ def test_bf16_and_f16_matmuls_get_the_tensor_core_stage():
 @NEEDS_PTXAS
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_tensor_core_stage_fits_in_registers(arch, tmp_path):
-    """ptxas -v of the 128x128 bf16 stage and the 64x64 f16 one: no spills, registers
-    within two blocks of 256 threads per SM (at most 128)."""
+    """ptxas -v of the 128x128 bf16 stage and the 64x64 f16 one: no spills; the launch
+    bounds (two blocks per SM) keep the 256-thread one within 128 registers."""
     binary = compile_gpu_kernels([("tc", _matmul_body(256, 64, 256, "bf16")),
                                   ("tc16", _matmul_body(128, 32, 64, "f16"))], (arch,))
     (tmp_path / "k.ptx").write_text(binary.ptx[arch])

@@ -25,7 +25,8 @@ with `ldmatrix.x4` and its B fragments with `ldmatrix.x4.trans` (B stays K-major
 memory) and issues `mi` x `nj` `mma.sync`s; two barriers per step (data landed; buffer free
 again). Shared rows are padded by 8 elements (16 bytes) so that the eight 16-byte rows one
 `ldmatrix` phase reads fall in distinct banks. At the end each lane stores (or adds) its
-accumulator pairs as 2-vectors of C.
+accumulator pairs as 2-vectors of C. Launch bounds (`.maxntid threads`, `.minnctapersm 2`)
+hold ptxas to 128 registers at 256 threads: two blocks per SM.
 """
 
 from __future__ import annotations
@@ -284,8 +285,10 @@ def stage_text(name: str, arg_types: list[ir.Type], positions: tuple[int, int, i
     consts_text = "".join(f"  {v} = arith.constant {c} : index\n" for c, v in consts.items())
     args = ", ".join(f"%arg{i}: {x}" for i, x in enumerate(arg_types))
     align = "{llvm.align = 16 : i64}"
+    bounds = (f"attributes {{known_block_size = array<i32: {t.threads}, 1, 1>, "
+              "nvvm.minctasm = 2 : i32}")  # ptxas: 2 blocks per SM (<= 128 registers)
     text = (f"gpu.func @{name}({args}) workgroup(%as: {sa} {align}, %bs: {sb} {align}) kernel "
-            f"{{\n{consts_text}  %zero = arith.constant 0.0 : f32\n" + "\n".join(body)
+            f"{bounds} {{\n{consts_text}  %zero = arith.constant 0.0 : f32\n" + "\n".join(body)
             + "\n  gpu.return\n}\n")
     return text, (m // t.bm) * (n // t.bn), t.threads
 
