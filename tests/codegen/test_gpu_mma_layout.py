@@ -4,11 +4,17 @@ integers, place every thread's cp.async copies, ldmatrix row addresses and accum
 stores; `ldmatrix` and `mma.sync.m16n8k16` are modelled from the PTX ISA's tables
 ("Matrix fragments for mma.m16n8k16 with floating point type", "Warp-level matrix load
 instruction: ldmatrix"), independently of the kernel; C assembled from the per-thread
-fragments must equal numpy's A @ B exactly (small integers). The double buffering (which
-buffer a step reads) is control flow the model does not cover: every step refills."""
+fragments must equal numpy's A @ B exactly (small integers); the models are in
+ptx_model.py. Then the stage text itself, as the GPU pipeline dumps it, is interpreted op by
+op (gpu_warp_interp.py: a block's threads in lockstep), which covers its wiring as well:
+argument positions, the double buffers, register orders, the store or add into C. Neither
+can show a missing cp.async wait or barrier (copies land at once, threads never race)."""
 
 import numpy as np
 import pytest
+from gpu_warp_interp import run_stage
+from mlir import ir
+from ptx_model import ldmatrix, mma_sync
 
 from flowc.codegen.gpu import mma
 from flowc.codegen.gpu.mma import Ix
@@ -16,60 +22,10 @@ from flowc.codegen.gpu.mma import Ix
 IX = Ix()  # numbers only
 
 
-def ldmatrix(smem: np.ndarray, rows: np.ndarray, cols: np.ndarray, trans: bool) -> np.ndarray:
-    """ldmatrix.sync.aligned.m8n8.x4[.trans].b16: lanes 8q..8q+7 give the addresses of rows
-    0..7 of matrix q (8 consecutive elements each); register q of lane l holds matrix q's
-    elements (l / 4, 2(l % 4) + e), e = 0, 1, or with .trans (2(l % 4) + e, l / 4).
-    Returns [lane, register, e]."""
-    lane = np.arange(32)
-    out = np.empty((32, 4, 2), smem.dtype)
-    for q in range(4):
-        mat = np.stack([smem[rows[8 * q + i], cols[8 * q + i]:cols[8 * q + i] + 8]
-                        for i in range(8)])
-        for e in range(2):
-            r, c = lane // 4, 2 * (lane % 4) + e
-            out[:, q, e] = mat[c, r] if trans else mat[r, c]
-    return out
-
-
-def a_position(lane, i):
-    """(row, col) of a_i of `lane` in the 16x16 A (PTX ISA, .f16/.bf16 m16n8k16)."""
-    g, t = lane // 4, lane % 4
-    return g + 8 * ((i // 2) % 2), 2 * t + (i % 2) + 8 * (i // 4)
-
-
-def b_position(lane, i):
-    """(row k, col n) of b_i of `lane` in the 16x8 B."""
-    g, t = lane // 4, lane % 4
-    return 2 * t + (i % 2) + 8 * (i // 2), g
-
-
-def c_position(lane, i):
-    """(row, col) of c_i (and d_i) of `lane` in the 16x8 f32 C."""
-    g, t = lane // 4, lane % 4
-    return g + 8 * (i // 2), 2 * t + (i % 2)
-
-
-def _assemble(shape, position, regs: np.ndarray) -> np.ndarray:
-    """The matrix whose element at `position(lane, i)` is regs[lane, i]; each exactly once."""
-    out, seen = np.zeros(shape, regs.dtype), np.zeros(shape, int)
-    lane = np.arange(32)
-    for i in range(regs.shape[1]):
-        r, c = position(lane, i)
-        out[r, c] = regs[:, i]
-        np.add.at(seen, (r, c), 1)
-    assert (seen == 1).all(), "a fragment table that does not cover its matrix once"
-    return out
-
-
-def mma_sync(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """mma.sync.aligned.m16n8k16.row.col.f32: a [lane, 4 registers, 2], b [lane, 2, 2],
-    c [lane, 4]; register r holds elements 2r, 2r + 1. Returns d [lane, 4]."""
-    A = _assemble((16, 16), a_position, a.reshape(32, 8))
-    B = _assemble((16, 8), b_position, b.reshape(32, 4))
-    D = A @ B + _assemble((16, 8), c_position, c)
-    lane = np.arange(32)
-    return np.stack([D[c_position(lane, i)] for i in range(4)], axis=1)
+def _ldmatrix(smem: np.ndarray, address, trans: bool) -> np.ndarray:
+    """One warp's ldmatrix.x4 from `smem` at per-lane (row, column) `address`."""
+    r, c = address
+    return ldmatrix(smem[r[:, None], c[:, None] + np.arange(8)][None], trans)[0]
 
 
 def simulate(t: mma.MmaTiling, A: np.ndarray, B: np.ndarray) -> np.ndarray:
@@ -94,16 +50,17 @@ def simulate(t: mma.MmaTiling, A: np.ndarray, B: np.ndarray) -> np.ndarray:
             for w in acc:
                 lane, wrow, wcol = mma.warp_origin(IX, t, w * 32 + np.arange(32))
                 for kk in range(t.bk // 16):
-                    fa = [ldmatrix(sa, *mma.ldmatrix_a(IX, lane, wrow, i, kk), False)
+                    fa = [_ldmatrix(sa, mma.ldmatrix_a(IX, lane, wrow, i, kk), False)
                           [:, list(mma.A_REGS)] for i in range(t.mi)]
                     fb = {}
                     for jj in range(t.nj // 2):
-                        regs = ldmatrix(sb, *mma.ldmatrix_b(IX, lane, wcol, jj, kk), True)
+                        regs = _ldmatrix(sb, mma.ldmatrix_b(IX, lane, wcol, jj, kk), True)
                         for h, pair in enumerate(mma.B_REGS):
                             fb[2 * jj + h] = regs[:, list(pair)]
                     for i in range(t.mi):
                         for j in range(t.nj):
-                            acc[w][i, j] = mma_sync(fa[i], fb[j], acc[w][i, j])
+                            acc[w][i, j] = mma_sync(fa[i][None], fb[j][None],
+                                                    acc[w][i, j][None])[0]
         for w in acc:
             lane, wrow, wcol = mma.warp_origin(IX, t, w * 32 + np.arange(32))
             for i in range(t.mi):
@@ -155,3 +112,59 @@ def test_ldmatrix_phases_are_free_of_bank_conflicts(tiling):
             for q in range(4):
                 words = byte[8 * q:8 * q + 8, None] // 4 + np.arange(4)
                 assert len(set((words % 32).ravel())) == 32
+
+
+def _stage(text: str):
+    """(the parsed module, its first gpu.func) of a dumped `gpu.module` or bare `gpu.func`
+    text (the module owns the function: keep it alive)."""
+    if not text.lstrip().startswith("gpu.module"):
+        text = f"gpu.module @g {{\n{text}}}"
+    module = ir.Module.parse(text)
+    return module, module.body.operations[0].regions[0].blocks[0].operations[0]
+
+
+@pytest.mark.parametrize(("m", "k", "n", "dtype"), [(256, 64, 256, "bf16"),
+                                                     (128, 96, 64, "f16")])
+def test_the_compiled_stage_computes_a_times_b(m, k, n, dtype):
+    """The stage text the GPU pipeline dumps for a bf16/f16 matmul, interpreted op by op
+    (gpu_warp_interp.py: lockstep threads, ldmatrix and mma.sync from the PTX model), fills
+    the f32 C with A @ B: the text's wiring (argument positions, buffer choice, register
+    order, the zero-fill store) as well as its index math."""
+    from flowc.codegen.gpu.kernels import compile_gpu_kernels
+    from flowc.ir import Graph, TensorType
+    from flowc.ir.build import make_node
+
+    g = Graph("mm")
+    a = g.add_input("a", TensorType(dtype, (m, k)))
+    b = g.add_input("b", TensorType(dtype, (k, n)))
+    g.add_output("c", g.append(make_node("matmul", [a, b])).out())
+    dumps: dict[str, str] = {}
+    binary = compile_gpu_kernels([("mm", g)], ("sm_80",), dumps.__setitem__, cache=False)
+    stage = binary.kernels[0].stages[0]
+    rng = np.random.default_rng(6)
+    A = rng.integers(-3, 4, (m, k)).astype(np.float64)
+    B = rng.integers(-3, 4, (k, n)).astype(np.float64)
+    c_round, c32 = np.full((m, n), np.nan), np.full((m, n), np.nan)  # output, f32 scratch
+    with ir.Context(), ir.Location.unknown():
+        _module, fn = _stage(dumps["mm.stages.mlir"])
+        assert ir.StringAttr(fn.attributes["sym_name"]).value == stage.symbol
+        run_stage(fn, [A, B, c_round, c32], stage.grid, stage.block)
+    np.testing.assert_array_equal(c32, A @ B)
+
+
+def test_the_accumulating_stage_adds_into_c():
+    """The stage's form for a C that is not zero-filled just before adds A @ B to C."""
+    t = mma.TILINGS[0]
+    rng = np.random.default_rng(7)
+    A = rng.integers(-3, 4, (t.bm, 64)).astype(np.float64)
+    B = rng.integers(-3, 4, (64, 2 * t.bn)).astype(np.float64)
+    C = rng.integers(-3, 4, (t.bm, 2 * t.bn)).astype(np.float64)
+    want = C + A @ B
+    with ir.Context(), ir.Location.unknown():
+        types = [ir.Type.parse(f"memref<{t.bm}x64xbf16>"),
+                 ir.Type.parse(f"memref<64x{2 * t.bn}xbf16>"),
+                 ir.Type.parse(f"memref<{t.bm}x{2 * t.bn}xf32>")]
+        text, grid, block = mma.stage_text("acc", types, (0, 1, 2), zero=False)
+        _module, fn = _stage(text)
+        run_stage(fn, [A, B, C], grid, block)
+    np.testing.assert_array_equal(C, want)
