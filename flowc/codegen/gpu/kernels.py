@@ -15,10 +15,10 @@ matmuls on tensor cores where `gpu_target.uses_tensor_cores` says so. Same input
 `cache` (flowc/codegen/cache.py; None: the environment's, False: none) keeps, like the CPU
 kernels', each kernel's lowering (`gpukernel`: its stages, scratch sizes and LLVM IR, keyed
 by `toolchain()`, symbol, printed body and the tensor-core choice: independent of the
-architecture otherwise), each
-architecture's PTX (`ptx`: keyed by the kernels' keys, the arch and libdevice's digest)
-and cubin (`cubin`: the PTX key and ptxas's `--version`); with `dump` nothing is read from
-it, so every dump is written. A warm compile returns the same bytes as a cold one.
+architecture otherwise), each architecture's PTX (`ptx`: keyed by the kernels' keys, the
+arch and libdevice's digest) and cubin (`cubin`: the PTX key and ptxas's `--version`); with
+`dump` nothing is read from it, so every dump is written. A warm compile returns the same
+bytes as a cold one.
 """
 
 from __future__ import annotations

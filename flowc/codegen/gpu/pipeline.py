@@ -1,8 +1,8 @@
 """THE GPU pipeline: from a kernel's linalg-on-tensors function to PTX for NVPTX.
 
-Contract: `lower_kernel(sym, module, what, dump, tensor_cores=False) -> GpuKernel` takes the module
-`kernels.build_module` makes for one flowc kernel (the same one the CPU pipeline takes) and
-returns the LLVM IR of one or more device functions (`SYM_s0`, `SYM_s1`, ...: the
+Contract: `lower_kernel(sym, module, what, dump, tensor_cores=False) -> GpuKernel` takes the
+module `kernels.build_module` makes for one flowc kernel (the same one the CPU pipeline
+takes) and returns the LLVM IR of one or more device functions (`SYM_s0`, `SYM_s1`, ...: the
 *stages*, launched in order on one stream) plus each stage's launch shape. Every stage
 takes the same bare-pointer arguments: the body's inputs, its outputs, then its scratch
 buffers (temporaries the kernel needs, `GpuKernel.scratch` bytes each, 64-byte aligned,
@@ -54,8 +54,9 @@ TO_LOOPS = ",".join([
 ])
 
 TO_NVVM = ",".join([
-    "gpu.module(convert-nvgpu-to-nvvm,lower-affine,convert-scf-to-cf,canonicalize,expand-strided-metadata,"
-    "lower-affine,convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=64})",
+    "gpu.module(convert-nvgpu-to-nvvm,lower-affine,convert-scf-to-cf,canonicalize,"
+    "expand-strided-metadata,lower-affine,"
+    "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=64})",
     "reconcile-unrealized-casts",
     "canonicalize",
 ])
