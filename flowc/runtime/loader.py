@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from flowc import distributed
 from flowc.runtime import training, variables
 from flowc.runtime.abi import (
     ABI_VERSION,
@@ -84,6 +85,7 @@ class Model:
         self._bind()
         self._check_tables()
         self._ctx = ctypes.c_void_p()
+        distributed.prepare(self.manifest)  # tasks on MPI ranks: the library's path
         weights = str(files.weights).encode() if files.weights else None  # the checked file
         status = self._fn("create_with_weights")(ctypes.byref(self._ctx), weights)
         if status:
