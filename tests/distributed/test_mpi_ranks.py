@@ -83,6 +83,20 @@ def test_model_parallel_matches_one_process(install, artifacts, tmp_path, name, 
     check_matches(artifacts, name, out, n)
 
 
+@pytest.mark.parametrize("install", MPIS)
+def test_plain_mpiexec_after_mpi4py_initialised_mpi(install, artifacts, tmp_path):
+    """`mpiexec -n 2 python app.py`, the app importing mpi4py (MPI initialised, its library
+    loaded) before flowc.load: the runtime uses that MPI, beside the app's own messages."""
+    _, python, mpiexec, _ = install
+    directory, x, _ = artifacts["cnn2"]
+    out = tmp_path / "out.npz"
+    done = subprocess.run([mpiexec, "-n", "2", python, str(PROGRAM), str(directory), str(x),
+                           str(out), "mpi4py"], capture_output=True, text=True,
+                          env=environment(FLOWC_MPI_TIMEOUT="30"), timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_matches(artifacts, "cnn2", out, 2)
+
+
 def test_standard_abi_library(artifacts, tmp_path):
     """MPICH's libmpi_abi.so (the MPI-5 standard ABI: other handle values) under its mpiexec."""
     found = [i for i in installs() if i[0] == "mpich"]
