@@ -4,7 +4,8 @@ ABI, Open MPI's, and the MPI-5 standard ABI through MPICH's libmpi_abi.so) match
 artifact run in one process (every task on a thread); a rank that exits or hangs mid-run
 fails the job within the timeout, naming the rank and the channel; `flowc launch` notices
 a rank that exited early though mpiexec returned 0, and a rank count that is not the task
-count."""
+count; plain mpiexec runs a program that initialised MPI with mpi4py first, and a C program
+linking the artifact."""
 
 from __future__ import annotations
 
@@ -95,6 +96,52 @@ def test_plain_mpiexec_after_mpi4py_initialised_mpi(install, artifacts, tmp_path
                           env=environment(FLOWC_MPI_TIMEOUT="30"), timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     check_matches(artifacts, "cnn2", out, 2)
+
+
+C_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mlp.h"
+
+/* argv: the input file, the output file's prefix (rank appended from the launcher's env) */
+int main(int argc, char **argv) {
+  if (argc != 3) return 2;
+  mlp_ctx *ctx;
+  if (mlp_create(&ctx)) { fprintf(stderr, "%s\n", mlp_error(ctx)); return 1; }
+  FILE *f = fopen(argv[1], "rb");
+  if (!f || fread(mlp_input(ctx, 0), mlp_input_bytes(0), 1, f) != 1) return 2;
+  fclose(f);
+  if (mlp_run(ctx)) { fprintf(stderr, "%s\n", mlp_error(ctx)); return 1; }
+  const char *rank = getenv("PMI_RANK") ? getenv("PMI_RANK") : getenv("OMPI_COMM_WORLD_RANK");
+  char path[4096];
+  snprintf(path, sizeof path, "%s.%s", argv[2], rank ? rank : "none");
+  FILE *out = fopen(path, "wb");
+  if (!out || fwrite(mlp_output(ctx, 0), mlp_output_bytes(0), 1, out) != 1) return 3;
+  fclose(out);
+  mlp_destroy(ctx);
+  return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("install", MPIS)
+def test_a_c_program_under_mpiexec(install, artifacts, tmp_path):
+    """A C program linking libmlp.a, run by plain mpiexec with FLOWC_LIBMPI: each rank's
+    NAME_run returns the single-process outputs."""
+    _, _, mpiexec, lib = install
+    directory, x, want = artifacts["mlp2"]
+    (tmp_path / "main.c").write_text(C_MAIN)
+    subprocess.run(["cc", "-O1", f"-I{directory}", "main.c", str(directory / "libmlp.a"),
+                    "-lm", "-lpthread", "-ldl", "-o", "main"], cwd=tmp_path, check=True)
+    np.load(x).tofile(tmp_path / "x.bin")
+    done = subprocess.run([mpiexec, "-n", "2", str(tmp_path / "main"), "x.bin", "out"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env=environment(FLOWC_LIBMPI=lib, FLOWC_MPI_TIMEOUT="30"), check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for rank in (0, 1):
+        got = np.fromfile(tmp_path / f"out.{rank}", np.float32).reshape(want["probs"].shape)
+        np.testing.assert_allclose(got, want["probs"], rtol=1e-6)
 
 
 def test_standard_abi_library(artifacts, tmp_path):
