@@ -18,11 +18,14 @@
  * initialised (MPI_THREAD_MULTIPLE) only when nobody has yet, and then finalised at exit.
  * Each context duplicates MPI_COMM_WORLD (collective: every rank creates its contexts in
  * the same order), so its messages never meet the application's. A channel between
- * partitions of two tasks is a message with the channel's index as tag: the sender copies
- * the tensor into the channel's staging buffer and posts MPI_Isend from it (never waits);
- * the receiver posts MPI_Irecv into its destination and polls MPI_Test until it completes,
- * the run failed elsewhere, or the timeout ($FLOWC_MPI_TIMEOUT seconds, default 600)
- * passes: then the run fails naming the peer rank and the channel. A run ends by waiting
+ * partitions of two tasks is a run of messages with the channel's index as tag, one per
+ * piece of $FLOWC_MPI_PIECE_BYTES (default 4 MiB, at most 1 GiB; MPI keeps messages of one
+ * tag and peer in order, and a tensor of any size fits an int count): the sender copies
+ * the tensor into the channel's staging buffer and posts an MPI_Isend per piece (never
+ * waits); the receiver posts an MPI_Irecv per piece into its destination, all at once, and
+ * polls MPI_Test until they complete, the run failed elsewhere, or the timeout
+ * ($FLOWC_MPI_TIMEOUT seconds, default 600) passes: then the run fails naming the peer
+ * rank and the channel. A run ends by waiting
  * (same timeout) for its sends, and, after the output copies, each output goes from the
  * rank that computed it to every other (tag: channels + output index), so every rank's run
  * returns the same outputs. Calls into MPI are serialised by a mutex per context.
@@ -34,7 +37,6 @@
 #include "flowc_rt.h"
 
 #include <dlfcn.h>
-#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,9 +67,11 @@ struct flowc_mpi {
   int rank, size;
   int *task;       /* per partition: its task */
   int *from, *to;  /* per channel: the sending and receiving partitions */
-  mpi_h *sends;    /* per channel, then per output and peer: a posted send */
-  unsigned char *sending;
-  int num_sends;
+  size_t piece;   /* bytes per message */
+  size_t *base;   /* per channel, then per output: its first request slot */
+  mpi_h *reqs;    /* request slots: a channel's pieces, an output's pieces per peer */
+  unsigned char *active; /* per slot: a posted send not yet completed */
+  size_t num_reqs;
   pthread_mutex_t mu; /* serialises MPI calls */
   double timeout;
   const flowc_model *model;
@@ -196,6 +200,46 @@ static int poll(struct flowc_mpi *mp, mpi_h *req, double deadline, flowc_rendezv
   }
 }
 
+/* Waits for n posted requests in turn (same contract as poll); on a failure the ones not
+ * yet complete are cancelled and freed. */
+static int poll_all(struct flowc_mpi *mp, mpi_h *reqs, size_t n, double deadline,
+                    flowc_rendezvous *stop) {
+  for (size_t i = 0; i < n; i++) {
+    int got = poll(mp, &reqs[i], deadline, stop);
+    if (!got) continue;
+    pthread_mutex_lock(&mp->mu);
+    for (size_t j = i + 1; j < n; j++) {
+      mp->Cancel(&reqs[j]);
+      mp->Request_free(&reqs[j]);
+    }
+    pthread_mutex_unlock(&mp->mu);
+    return got;
+  }
+  return 0;
+}
+
+static size_t pieces(const struct flowc_mpi *mp, size_t bytes) {
+  return bytes ? (bytes + mp->piece - 1) / mp->piece : 1;
+}
+
+/* Posts the pieces of `bytes` at `data` to (send) or from peer `peer` with `tag` into
+ * reqs[0 ..]; the MPI error code of the first failing post, or 0. */
+static int post(struct flowc_mpi *mp, int send, void *data, size_t bytes, int peer, int tag,
+                mpi_h *reqs) {
+  size_t n = pieces(mp, bytes);
+  int rc = 0;
+  pthread_mutex_lock(&mp->mu);
+  for (size_t i = 0; i < n && !rc; i++) {
+    size_t at = i * mp->piece, len = bytes - at < mp->piece ? bytes - at : mp->piece;
+    if (!bytes) len = 0;
+    char *p = (char *)data + (bytes ? at : 0);
+    rc = send ? mp->Isend(p, (int)len, mp->byte, peer, tag, mp->comm, &reqs[i])
+              : mp->Irecv(p, (int)len, mp->byte, peer, tag, mp->comm, &reqs[i]);
+  }
+  pthread_mutex_unlock(&mp->mu);
+  return rc;
+}
+
 static const char *channel_key(const struct flowc_mpi *mp, int channel) {
   return mp->model->channels[channel].key;
 }
@@ -209,8 +253,9 @@ void FLOWC_RT(mpi_destroy)(flowc_mpi *mp) {
   free(mp->task);
   free(mp->from);
   free(mp->to);
-  free(mp->sends);
-  free(mp->sending);
+  free(mp->base);
+  free(mp->reqs);
+  free(mp->active);
   pthread_mutex_destroy(&mp->mu);
   free(mp);
 }
@@ -225,10 +270,6 @@ static int map_channels(flowc_ctx *ctx, struct flowc_mpi *mp) {
     if (mp->from[k] < 0 || mp->to[k] < 0)
       return FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_ARGUMENT, "%s: channel %d's key '%s' names no "
                                "partition's device", m->name, k, key);
-    if (m->channels[k].bytes > INT_MAX)
-      return FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_ARGUMENT, "%s: channel %d (%s) carries %zu "
-                               "bytes, more than one MPI message holds (2 GiB)", m->name, k,
-                               key, m->channels[k].bytes);
   }
   return FLOWC_OK;
 }
@@ -294,13 +335,23 @@ int FLOWC_RT(mpi_create)(flowc_ctx *ctx, flowc_mpi **out) {
                                m->num_channels + m->num_outputs);
     goto done;
   }
-  size_t nsend = (size_t)m->num_channels + (size_t)m->num_outputs * (size_t)mp->size;
+  const char *piece = getenv("FLOWC_MPI_PIECE_BYTES");
+  mp->piece = piece && atol(piece) > 0 ? (size_t)atol(piece) : (size_t)4 << 20;
+  if (mp->piece > (size_t)1 << 30) mp->piece = (size_t)1 << 30;
+  size_t slots = (size_t)m->num_channels + (size_t)m->num_outputs;
+  mp->base = calloc(slots + 1, sizeof *mp->base);
+  for (size_t k = 0; mp->base && k < slots; k++) { /* request slots: channels, then outputs */
+    int ch = k < (size_t)m->num_channels;
+    size_t bytes = ch ? m->channels[k].bytes : m->outputs[k - (size_t)m->num_channels].bytes;
+    mp->base[k] = mp->num_reqs;
+    mp->num_reqs += pieces(mp, bytes) * (ch ? 1 : (size_t)mp->size);
+  }
   mp->task = calloc((size_t)m->num_partitions, sizeof *mp->task);
   mp->from = calloc((size_t)m->num_channels + 1, sizeof *mp->from);
   mp->to = calloc((size_t)m->num_channels + 1, sizeof *mp->to);
-  mp->sends = calloc(nsend + 1, sizeof *mp->sends);
-  mp->sending = calloc(nsend + 1, 1);
-  if (!mp->task || !mp->from || !mp->to || !mp->sends || !mp->sending) {
+  mp->reqs = calloc(mp->num_reqs + 1, sizeof *mp->reqs);
+  mp->active = calloc(mp->num_reqs + 1, 1);
+  if (!mp->base || !mp->task || !mp->from || !mp->to || !mp->reqs || !mp->active) {
     status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_NOMEM, "%s: out of memory", m->name);
     goto done;
   }
@@ -340,18 +391,16 @@ int FLOWC_RT(mpi_remote)(const flowc_mpi *mp, int channel) {
 
 int FLOWC_RT(mpi_send)(flowc_mpi *mp, int channel, const void *data, char *message,
                        size_t message_bytes) {
-  size_t bytes = mp->model->channels[channel].bytes;
+  size_t bytes = mp->model->channels[channel].bytes, at = mp->base[channel];
   int peer = mp->task[mp->to[channel]];
-  pthread_mutex_lock(&mp->mu);
-  int rc = mp->Isend(data, (int)bytes, mp->byte, peer, channel, mp->comm, &mp->sends[channel]);
-  pthread_mutex_unlock(&mp->mu);
+  int rc = post(mp, 1, (void *)data, bytes, peer, channel, &mp->reqs[at]);
   if (rc) {
     snprintf(message, message_bytes, "%s: rank %d: MPI_Isend to rank %d on channel %d (%s) "
              "failed (error %d)", mp->model->name, mp->rank, peer, channel,
              channel_key(mp, channel), rc);
     return FLOWC_ERR_DEVICE;
   }
-  mp->sending[channel] = 1;
+  memset(&mp->active[at], 1, pieces(mp, bytes));
   return FLOWC_OK;
 }
 
@@ -359,11 +408,9 @@ int FLOWC_RT(mpi_recv)(flowc_mpi *mp, flowc_rendezvous *rv, int channel, void *d
                        char *message, size_t message_bytes) {
   size_t bytes = mp->model->channels[channel].bytes;
   int peer = mp->task[mp->from[channel]];
-  mpi_h req = 0;
-  pthread_mutex_lock(&mp->mu);
-  int rc = mp->Irecv(data, (int)bytes, mp->byte, peer, channel, mp->comm, &req);
-  pthread_mutex_unlock(&mp->mu);
-  int got = rc ? -1 : poll(mp, &req, now() + mp->timeout, rv);
+  mpi_h *reqs = &mp->reqs[mp->base[channel]]; /* this rank only receives on the channel */
+  int rc = post(mp, 0, data, bytes, peer, channel, reqs);
+  int got = rc ? -1 : poll_all(mp, reqs, pieces(mp, bytes), now() + mp->timeout, rv);
   if (got == 0 || got == 2) return got ? FLOWC_ERR_DEVICE : FLOWC_OK;
   if (got == 1)
     snprintf(message, message_bytes, "%s: rank %d: no message from rank %d on channel %d (%s) "
@@ -375,24 +422,22 @@ int FLOWC_RT(mpi_recv)(flowc_mpi *mp, flowc_rendezvous *rv, int channel, void *d
   return FLOWC_ERR_DEVICE;
 }
 
-/* Waits for every posted send (index < n) up to the timeout; frees them all on a failure. */
-static int wait_sends(flowc_ctx *ctx, flowc_mpi *mp, int n, int failed) {
+/* Waits for every active send slot up to the timeout; frees them all on a failure. */
+static int wait_sends(flowc_ctx *ctx, flowc_mpi *mp, int failed) {
   double deadline = now() + mp->timeout;
   int status = failed;
-  for (int k = 0; k < n; k++) {
-    if (!mp->sending[k]) continue;
-    mp->sending[k] = 0;
+  for (size_t k = 0; k < mp->num_reqs; k++) {
+    if (!mp->active[k]) continue;
+    mp->active[k] = 0;
     if (!status) {
-      int got = poll(mp, &mp->sends[k], deadline, NULL);
-      if (!got) continue;
-      const char *what = k < ctx->model->num_channels ? channel_key(mp, k) : "an output";
-      status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: rank %d: the send of message %d "
-                                 "(%s) was not taken within %g s (FLOWC_MPI_TIMEOUT): a peer "
-                                 "exited or hangs", ctx->model->name, mp->rank, k, what,
+      if (!poll(mp, &mp->reqs[k], deadline, NULL)) continue;
+      status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: rank %d: a send (request %zu) "
+                                 "was not taken within %g s (FLOWC_MPI_TIMEOUT): a peer "
+                                 "exited or hangs", ctx->model->name, mp->rank, k,
                                  mp->timeout);
     } else {
       pthread_mutex_lock(&mp->mu);
-      mp->Request_free(&mp->sends[k]);
+      mp->Request_free(&mp->reqs[k]);
       pthread_mutex_unlock(&mp->mu);
     }
   }
@@ -400,7 +445,7 @@ static int wait_sends(flowc_ctx *ctx, flowc_mpi *mp, int n, int failed) {
 }
 
 int FLOWC_RT(mpi_end_run)(flowc_ctx *ctx, flowc_mpi *mp, int status) {
-  return wait_sends(ctx, mp, ctx->model->num_channels, status);
+  return wait_sends(ctx, mp, status);
 }
 
 int FLOWC_RT(mpi_share_outputs)(flowc_ctx *ctx, flowc_mpi *mp) {
@@ -409,29 +454,23 @@ int FLOWC_RT(mpi_share_outputs)(flowc_ctx *ctx, flowc_mpi *mp) {
   for (int j = 0; j < m->num_outputs && !status; j++) {
     int part = m->output_partition ? m->output_partition[j] : -1;
     if (part < 0) continue;
-    int owner = mp->task[part], bytes = (int)m->outputs[j].bytes;
+    int owner = mp->task[part];
+    size_t bytes = m->outputs[j].bytes, n = pieces(mp, bytes), at = mp->base[nch + j];
     if (owner == mp->rank) {
-      for (int r = 0; r < mp->size; r++) {
+      for (int r = 0; r < mp->size && !status; r++) {
         if (r == mp->rank) continue;
-        int slot = nch + j * mp->size + r;
-        pthread_mutex_lock(&mp->mu);
-        int rc = mp->Isend(ctx->outputs[j], bytes, mp->byte, r, nch + j, mp->comm,
-                           &mp->sends[slot]);
-        pthread_mutex_unlock(&mp->mu);
-        if (rc)
+        size_t slot = at + (size_t)r * n;
+        if (post(mp, 1, ctx->outputs[j], bytes, r, nch + j, &mp->reqs[slot]))
           status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: rank %d: MPI_Isend of output "
                                      "%s to rank %d failed", m->name, mp->rank,
                                      m->outputs[j].name, r);
         else
-          mp->sending[slot] = 1;
+          memset(&mp->active[slot], 1, n);
       }
       continue;
     }
-    mpi_h req = 0;
-    pthread_mutex_lock(&mp->mu);
-    int rc = mp->Irecv(ctx->outputs[j], bytes, mp->byte, owner, nch + j, mp->comm, &req);
-    pthread_mutex_unlock(&mp->mu);
-    int got = rc ? -1 : poll(mp, &req, now() + mp->timeout, NULL);
+    int rc = post(mp, 0, ctx->outputs[j], bytes, owner, nch + j, &mp->reqs[at]);
+    int got = rc ? -1 : poll_all(mp, &mp->reqs[at], n, now() + mp->timeout, NULL);
     if (got)
       status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: rank %d: output %s from rank %d "
                                  "%s", m->name, mp->rank, m->outputs[j].name, owner,
@@ -439,5 +478,5 @@ int FLOWC_RT(mpi_share_outputs)(flowc_ctx *ctx, flowc_mpi *mp) {
                                             "(FLOWC_MPI_TIMEOUT): the rank exited or hangs"
                                           : "failed");
   }
-  return wait_sends(ctx, mp, nch + m->num_outputs * mp->size, status);
+  return wait_sends(ctx, mp, status);
 }

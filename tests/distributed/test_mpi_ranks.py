@@ -85,6 +85,16 @@ def test_model_parallel_matches_one_process(install, artifacts, tmp_path, name, 
 
 
 @pytest.mark.parametrize("install", MPIS)
+def test_tensors_in_many_pieces(install, artifacts, tmp_path):
+    """FLOWC_MPI_PIECE_BYTES=100: every channel and output travels as many messages of one
+    tag (the CNN's 2 KiB and larger ones, posted at once, matched in order)."""
+    done, out = run_program(install, artifacts, tmp_path, "cnn2", 2,
+                            FLOWC_MPI_PIECE_BYTES="100")
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_matches(artifacts, "cnn2", out, 2)
+
+
+@pytest.mark.parametrize("install", MPIS)
 def test_plain_mpiexec_after_mpi4py_initialised_mpi(install, artifacts, tmp_path):
     """`mpiexec -n 2 python app.py`, the app importing mpi4py (MPI initialised, its library
     loaded) before flowc.load: the runtime uses that MPI, beside the app's own messages."""
