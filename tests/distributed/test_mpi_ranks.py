@@ -85,6 +85,26 @@ def test_model_parallel_matches_one_process(install, artifacts, tmp_path, name, 
 
 
 @pytest.mark.parametrize("install", MPIS)
+def test_plain_mpiexec_finds_the_wheels_library(install, artifacts, tmp_path):
+    """`mpiexec -n 2 python -m flowc run DIR` without FLOWC_LIBMPI: the loader finds the
+    library in the environment's lib/ (flowc.distributed.library) before create."""
+    _, python, mpiexec, lib = install
+    env = environment()
+    env.pop("FLOWC_LIBMPI", None)
+    found = subprocess.run([python, "-c", "from flowc import distributed; "
+                            "print(distributed.library())"], capture_output=True, text=True,
+                           env=env, check=True).stdout.strip()
+    assert found == lib
+    directory, x, want = artifacts["mlp2"]
+    done = subprocess.run([mpiexec, "-n", "2", python, "-m", "flowc", "run", str(directory),
+                           "--input", f"x={x}", "--threads", "1", "--output-dir",
+                           str(tmp_path)], capture_output=True, text=True, env=env,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    np.testing.assert_allclose(np.load(tmp_path / "probs.npy"), want["probs"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("install", MPIS)
 def test_tensors_in_many_pieces(install, artifacts, tmp_path):
     """FLOWC_MPI_PIECE_BYTES=100: every channel and output travels as many messages of one
     tag (the CNN's 2 KiB and larger ones, posted at once, matched in order)."""
