@@ -25,7 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from flowc.cli.common import Count
+from flowc.cli import run as run_cli
+from flowc.cli.common import Count, Parser
 from flowc.ir.errors import FlowcError
 
 
@@ -79,9 +80,9 @@ def check_run_options(args: argparse.Namespace) -> None:
     """A directory's ARGS are `flowc run` options: parsed here first, so a bad one is one
     error (SystemExit(1), printed by the parser) rather than one per rank."""
     if Path(args.target).is_dir():
-        from flowc.cli import build_parser  # the command table (imported when used)
-
-        build_parser().parse_args(["run", args.target, *args.args])
+        parser = Parser(prog="flowc")
+        run_cli.add_parser(parser.add_subparsers(dest="command")).parse_args(
+            [args.target, *args.args])
 
 
 def command(args: argparse.Namespace, mpiexec: str) -> list[str]:

@@ -94,3 +94,11 @@ def test_launch_without_mpiexec_says_how_to_get_one(tmp_path, capsys, monkeypatc
     monkeypatch.setenv("PATH", str(tmp_path))
     assert main(["launch", "-n", "2", str(script)]) == 1
     assert "no mpiexec next to this Python or on PATH" in capsys.readouterr().err
+
+
+def test_launch_checks_run_options_before_starting_ranks(placed, capsys):
+    root, _, _ = placed
+    assert main(["launch", "-n", "2", str(root / "placed"), "--threads", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("flowc: error: run: argument --threads: expected a whole number")
+    assert len(err.splitlines()) == 1
