@@ -43,8 +43,8 @@ def interpreter_engine(graph: Graph, dims: Mapping[str, tuple[int, int]] | None 
 
 def compiled_engine(graph: Graph, dims: Mapping[str, tuple[int, int]] | None = None) -> Run:
     """The compiled path, run by the runtime: one artifact for a model with symbolic input
-    dims (bounded by `dims`, else by defaults that grow with the feeds), else one per fed
-    shape signature (flowc/codegen/session.py)."""
+    dims (bounded by `dims`, else by twice the first fed size, doubled as feeds pass it),
+    else one per fed shape signature (flowc/codegen/session.py)."""
     from flowc.codegen.session import CompiledSession
 
     return CompiledSession(graph, dims=dims).run

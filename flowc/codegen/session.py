@@ -16,14 +16,15 @@ session or any other compile, are not compiled again. This is the ONNX backend's
 
 One artifact per model ([12]): a graph whose inputs have symbolic dims (plain symbols,
 `N`, `S`) is compiled once with those dims bounded (`dims`: {name: (lo, hi)}; a symbol
-not given gets 1..max(DEFAULT_BOUND, its first fed size), and a later feed past that
-bound recompiles with the bound doubled, or raised to the fed size), and that artifact runs
-every fed shape in the bounds. What still binds statically, one artifact per fed shape
-as above: a graph with no symbolic input dim (its shapes are its signature) or with a
-`?` input dim; a feed with a size of 0, a fixed axis fed another size or a size outside
-given bounds; and every feed of a graph the dynamic compile refuses (an op without a
-kernel of run-time extents, an input whose values decide result shapes, ...: the reason is
-`static_reason`).
+not given gets 1..HEADROOM * its first fed size, and a later feed past that bound
+recompiles with the bound doubled, or raised to the fed size: the arena, planned at the
+bounds, stays within twice what the largest feed needs, and a growing size recompiles
+about log2 times), and that artifact runs every fed shape in the bounds. What still binds
+statically, one artifact per fed shape as above: a graph with no symbolic input dim (its
+shapes are its signature) or with a `?` input dim; a feed with a size of 0, a fixed axis
+fed another size or a size outside given bounds; and every feed of a graph the dynamic
+compile refuses (an op without a kernel of run-time extents, an input whose values decide
+result shapes, ...: the reason is `static_reason`).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from flowc.ir.types import TensorType
 from flowc.runtime.loader import Model, load
 
 FOLD_MAX_ELEMENTS = 64  # inputs up to this size may be folded into constants
-DEFAULT_BOUND = 64  # the least upper bound a symbolic dim gets when none is given
+HEADROOM = 2  # a symbolic dim given no bound gets 1..HEADROOM * its first fed size
 
 
 def _signature(feeds: Mapping[str, np.ndarray], fold: tuple[str, ...]) -> tuple:
@@ -111,8 +112,7 @@ class CompiledSession:
                      if sizes[k] > bounds[k][1] else bounds[k] for k in bounds}
             model.close()
         else:
-            grown = {k: self.dims.get(k, (1, max(DEFAULT_BOUND, size)))
-                     for k, size in sizes.items()}
+            grown = {k: self.dims.get(k, (1, HEADROOM * size)) for k, size in sizes.items()}
         out = Path(self._dir.name) / f"d{self.compiles}"
         try:
             compile_model(self.graph, out, target=self.target, batch=None, name="model",

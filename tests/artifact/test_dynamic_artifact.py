@@ -218,8 +218,8 @@ def test_an_encoder_with_dynamic_batch_and_sequence_matches_onnxruntime(tmp_path
 
 def test_the_onnx_backend_runs_the_encoder_on_one_artifact(tmp_path):
     """The ONNX backend's compiled device: the encoder with symbolic N and S compiled
-    once (N bounded 1..4, S by default: 1..64, doubled to 1..128 by the first longer
-    sequence), every fed shape on it, against onnxruntime."""
+    once (N bounded 1..4, S by default: 1..2 * the first sequence, 1..128, which every
+    later one fits), every fed shape on it, against onnxruntime."""
     torch = pytest.importorskip("torch")
     ort = pytest.importorskip("onnxruntime")
     import onnx
@@ -232,11 +232,11 @@ def test_the_onnx_backend_runs_the_encoder_on_one_artifact(tmp_path):
     backend, session = rep._run.__self__, ort.InferenceSession(str(path))
     rng = np.random.default_rng(5)
     try:
-        for n, s in [(1, 16), (4, 64), (2, 100), (2, 128), (1, 3)]:
+        for n, s in [(2, 64), (4, 16), (2, 100), (2, 128), (1, 3)]:
             x = rng.standard_normal((n, s, 32)).astype(np.float32)
             np.testing.assert_allclose(rep.run([x])[0], session.run(None, {"x": x})[0],
                                        rtol=1e-4, atol=1e-5, err_msg=f"{n, s}")
-        assert backend.compiles == 2 and backend._dynamic[1] == {"N": (1, 4), "S": (1, 128)}
+        assert backend.compiles == 1 and backend._dynamic[1] == {"N": (1, 4), "S": (1, 128)}
         assert not backend._models  # no shape compiled statically
     finally:
         backend.close()
