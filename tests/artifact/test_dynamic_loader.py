@@ -90,3 +90,17 @@ def test_dim_value_reads_what_the_ir_writes(text):
 def test_dim_value_refuses_other_text(text):
     with pytest.raises(ArtifactError, match="in the manifest is not one flowc writes"):
         dim_value(text, {"N": 5, "S": 7})
+
+
+def test_own_buffers_at_the_bounds_run_any_size_in_place(views):
+    """The context's own buffers are views at the bounds: an input written at the front of
+    its buffer (a leading slice) and the own outputs run without a copy of either."""
+    own_in, own_out = views.own_buffers()
+    assert own_in["x"].shape == (8, 6) and own_out["flat"].shape == (48,)
+    x = own_in["x"][:5]
+    x[...] = np.arange(30, dtype=np.float32).reshape(5, 6) - 10
+    got = views.run_into(own_out, x=x)
+    want = views.run(x.copy())
+    for name, array in got.items():
+        np.testing.assert_array_equal(array, want[name], err_msg=name)
+        assert np.shares_memory(array, own_out[name]), name
