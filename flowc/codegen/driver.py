@@ -323,6 +323,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     step_pipeline = ([*step_passes(stepped, training, opts), *passes] if training is not None
                      else passes)
     step_pipeline = remat_passes(step_pipeline, stepped, opts)
+    gpu = isinstance(backend, GpuBackend)
+    passes, step_pipeline = (precision_passes(p, opts, gpu) for p in (passes, step_pipeline))
 
     def lower(g: Graph, prefix: str = "") -> tuple[Graph, dict[str, int]]:
         pipeline = step_pipeline if g is stepped else passes
@@ -422,6 +424,24 @@ def remat_passes(passes: list, graph: Graph, opts: CompileOptions) -> list:
                          "'gradients' scope, no gradients pass) whose activations it could "
                          "recompute")
     return with_option_pass(passes, "remat", Remat(opts.remat))
+
+
+def precision_passes(passes: list, opts: CompileOptions, gpu: bool) -> list:
+    """`passes` with the `precision` pass of `opts.precision` (none for f32); an unknown
+    precision, or one for a GPU target (whose kernels keep their own formats), is a
+    FlowcError naming the option."""
+    from flowc.passes.pipeline import with_option_pass
+    from flowc.passes.precision import DTYPES, Precision
+
+    if opts.precision == "f32":
+        return passes
+    if opts.precision not in DTYPES:
+        raise FlowcError(f"--precision: '{opts.precision}' is not one of f32, "
+                         f"{', '.join(DTYPES)}")
+    if gpu:
+        raise FlowcError(f"--precision {opts.precision}: CPU targets only (a GPU target's "
+                         "kernels keep their own formats)")
+    return with_option_pass(passes, "precision", Precision(opts.precision))
 
 
 def check_no_training_options(opts: CompileOptions) -> None:

@@ -2,7 +2,7 @@
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
 `fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
-`winograd`, `gradients`, `apply-optimizer`, `remat`).
+`winograd`, `gradients`, `apply-optimizer`, `remat`, `precision`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -15,6 +15,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     pack_weights,
     partition,
     place,
+    precision,
     prune,
     remat,
     schedule,

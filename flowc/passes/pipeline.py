@@ -55,6 +55,10 @@ OPTION_PASSES: dict[str, tuple[str, str, str]] = {
                                "after the last cse (which would merge the clones back into "
                                "the forward nodes), before fuse (which puts them in the "
                                "backward kernels that read them)"),
+    "precision": ("precision", "channels-last", "matmul/conv weights and products in bf16 "
+                                                "(f32 accumulation): after simplify (gemms "
+                                                "formed, batch norms folded into the weights), "
+                                                "before the f32-only layout rewrites"),
 }
 
 _ITEM_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_-]*)\s*(?:\{([^{}]*)\})?\s*(?:,|$)")
