@@ -2,7 +2,7 @@
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
 `fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
-`winograd`, `gradients`, `apply-optimizer`, `remat`, `precision`).
+`winograd`, `gradients`, `apply-optimizer`, `remat`, `precision`, `widen`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -20,6 +20,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     remat,
     schedule,
     simplify,
+    widen,
     winograd,
 )
 from flowc.passes.base import Pass

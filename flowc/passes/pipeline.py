@@ -31,6 +31,8 @@ PIPELINES: dict[str, list[tuple[str, str]]] = {
         ("simplify", "remove identities, collapse chains, form gemm, fold batch norms"),
         ("cse", "merge what folding and simplification made equal"),
         ("prune", "drop nodes the rewrites, or the frontend, left unused; keep stateful ones"),
+        ("widen", "bf16/f16 convs with constant filters as f32 convs between casts (the "
+                  "f32 rewrites below then take them)"),
         ("channels-last", "2-D conv chains in NHWC, filters transposed once (after BN folding)"),
         ("partition", "send/recv on every edge between devices (nothing on one device)"),
         ("pack-weights", "constant matmul weights in column panels, read in one stream (CPU)"),
