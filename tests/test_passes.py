@@ -50,7 +50,7 @@ def test_named_pipeline_has_a_reason_per_step():
     assert text.startswith(
         "cse,constant-fold{max_bytes=10485760},simplify,cse,prune{keep_stateful=true},"
         "widen,channels-last,partition{default_device=cpu:0,lossy_bf16=false},"
-        "pack-weights{panel_bytes=128,max_k=4096},winograd{tile=4,min_channels=8,min_size=4},"
+        "pack-weights{panel_bytes=128,max_k=4096,gemv_panel_bytes=512},winograd{tile=4,min_channels=8,min_size=4},"
         "fuse")
     assert print_pipeline(parse_pipeline(text)) == text
 
@@ -63,6 +63,9 @@ def test_named_pipeline_has_a_reason_per_step():
     ("cse{x=1}", "pass 'cse' has no option 'x' (its options: none)"),
     ("prune{keep_stateful=yes}", "option 'keep_stateful' takes true or false, found 'yes'"),
     ("prune{keep_stateful}", "needs a value"),
+    ("prune{keep_stateful=true,keep_stateful=false}",
+     r"pass 'prune': option 'keep_stateful' is given twice"),
+    ("prune{keep_stateful=true,}", r"pass 'prune': an empty option in"),
     ("cse,", "ends with ','"),
     ("cse{", "malformed pipeline"),
 ])

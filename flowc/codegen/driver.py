@@ -271,7 +271,7 @@ def target_backend(opts: CompileOptions) -> Backend:
     """The backend for `opts.target`: the GPU's for a GPU target (`nvptx`), else
     `opts.backend` (default `CpuBackend`)."""
     if is_gpu_target(opts.target or "host"):
-        return GpuBackend(opts.gpu_archs)
+        return GpuBackend(opts.gpu_archs, opts.gpu_matmul)
     return opts.backend or CpuBackend()
 
 
@@ -461,8 +461,8 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
                  opts: CompileOptions) -> list[Part]:
     """The parts `program`'s kernels compile in (see the module docstring, step 5), with
     the checks that need the program: no control step on a GPU, a GPU target's graph is
-    not split over devices, a GPU runs some kernel, `gpu_archs` go with a GPU, `--profile`
-    with CPU kernels only."""
+    not split over devices, a GPU runs some kernel, `gpu_archs` and `gpu_matmul` go with a
+    GPU, `--profile` with CPU kernels only."""
     kernels = [(k.symbol, k.body) for k in program.kernels]
     on_gpu = isinstance(backend, GpuBackend) or any(
         is_gpu_device(call_device(c)) for c in program.calls)
@@ -481,6 +481,9 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
             raise FlowcError(f"gpu_archs {list(opts.gpu_archs)} given for the CPU target "
                              f"{target.name} and no node on a GPU; use target='nvptx' or "
                              "place nodes on gpu:0 (devices='cpu:0,gpu:0')")
+        if opts.gpu_matmul != CompileOptions.gpu_matmul:
+            raise FlowcError(f"--gpu-matmul {opts.gpu_matmul} given for the CPU target "
+                             f"{target.name} and no node on a GPU")
         if not target.runnable and "CC" not in os.environ:
             raise FlowcError(f"target {target.name} ({target.triple}) is not this machine's: "
                              "set CC to a C compiler for it (e.g. aarch64-linux-gnu-gcc) to "
@@ -494,7 +497,8 @@ def kernel_parts(program: Program, backend: Backend, target: Any,
     if program.variables:
         raise FlowcError(f"node {program.variables[0].node.label()}: variables on gpu:0 are "
                          "not supported yet; compile this graph for a CPU target")
-    gpu = backend if isinstance(backend, GpuBackend) else GpuBackend(opts.gpu_archs)
+    gpu = (backend if isinstance(backend, GpuBackend)
+           else GpuBackend(opts.gpu_archs, opts.gpu_matmul))
     if not program.regions:  # wholly on the GPU: --target nvptx, or every step placed there
         if not kernels:
             raise FlowcError(f"graph @{program.graph.name} has no kernels to run on the GPU")

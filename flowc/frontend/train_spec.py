@@ -15,6 +15,7 @@ import re
 
 from flowc.frontend.train import OPTIMIZERS, Optimizer
 from flowc.ir.errors import FlowcError
+from flowc.ir.option_text import parse_option_list
 
 _SPEC_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(?:\{([^{}]*)\})?\s*")
 
@@ -48,21 +49,10 @@ def parse_optimizer_spec(text: str) -> Optimizer:
         raise FlowcError(f"unknown optimizer '{m.group(1)}' (known optimizers: {_known()})")
     defaults = cls().options
     values: dict[str, bool | float] = {}
-    for item in (s.strip() for s in (m.group(2) or "").split(",")):
-        if not item:
-            if m.group(2) and m.group(2).strip():
-                raise FlowcError(f"malformed optimizer spec '{text}': an empty option "
-                                 "(two commas, or a trailing one)")
-            continue
-        key, eq, value = (part.strip() for part in item.partition("="))
-        if not eq or not value:
-            raise FlowcError(f"optimizer '{name}': option '{item}' needs a value "
-                             "(option=value)")
+    for key, value in parse_option_list(f"optimizer '{name}'", m.group(2)).items():
         if key not in defaults:
             raise FlowcError(f"optimizer '{name}' has no option '{key}' (its options: "
                              f"{', '.join(defaults)})")
-        if key in values:
-            raise FlowcError(f"optimizer '{name}': option '{key}' is given twice")
         values[key] = _value(name, key, defaults[key], value)
     return cls(**values)
 

@@ -26,10 +26,18 @@ where P is B as panels [N / NR, K, NR] (`flowc.ir.ops.nn.pack_panels`), NR =
 `panel_bytes` / the element size (128 bytes: 32 f32, two AVX-512 vectors, the register
 tile's width). Only when N is a multiple of NR larger than NR (one panel is B itself) and
 K <= `max_k` (beyond it the kernel's K x NR strip no longer stays in L2 across the row
-tiles that reuse it). One P per constant and layout, shared by its users. A constant
-that anything else also reads (another op, a graph output, or a matmul as its A) is left
-as it is: packing it would store it twice (a tied embedding table, gathered and multiplied
-by, would double its memory). Statistics: `weights-packed`, `bias-into-packed-matmul`.
+tiles that reuse it). A matrix-vector product (A one row: an RNN step at batch 1) takes
+panels of `gemv_panel_bytes` (512: 128 f32) where N allows, else NR: it streams all of B
+once per call, which wide panels read fastest (bench/rnn.py's LSTM at batch 1, R^T
+256 x 1024 per step, CPU ms: row-major 0.93, 32-wide panels 0.89, 128-wide 0.76).
+One P per constant and layout, shared by its users. A constant that anything else also
+reads (another op, a graph output, or a matmul as its A) is left as it is: packing it
+would store it twice (a tied embedding table, gathered and multiplied by, would double
+its memory). Loops (bodies are rewritten first): a capture of a `loop`
+that is a constant nothing else reads, which its body reads only as the B of
+matrix-vector products, becomes a constant inside the body (the capture dropped), so it
+is packed there, once, at compile time. Statistics: `weights-packed`,
+`bias-into-packed-matmul`.
 """
 
 from __future__ import annotations
@@ -41,7 +49,7 @@ import numpy as np
 
 from flowc.ir.devices import is_gpu_device
 from flowc.ir.errors import FlowcError
-from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.graph import Graph, Node, Value, rebuild
 from flowc.ir.ops.nn import pack_panels
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
@@ -58,26 +66,25 @@ class PackWeights:
     name: ClassVar[str] = "pack-weights"
     panel_bytes: int = 128
     max_k: int = 4096
+    gemv_panel_bytes: int = 512
 
     def __post_init__(self) -> None:
         for option, value, least in (("panel_bytes", self.panel_bytes, 8),
+                                     ("gemv_panel_bytes", self.gemv_panel_bytes, 8),
                                      ("max_k", self.max_k, 0)):
             if value < least:  # a panel narrower than one 8-byte element is no panel
                 raise FlowcError(f"pass 'pack-weights': option '{option}' must be >= {least}, "
                                  f"found {value}")
 
     def run(self, graph: Graph) -> Graph:
-        graph = in_bodies(graph, self.run)
+        graph = in_bodies(_inline_captures(graph), self.run)
         shared = _read_otherwise(graph)
-        packed: dict[tuple[Value, bool], Value] = {}
+        packed: dict[tuple[Value, bool, int], Value] = {}
         names = {n.name for n in graph.nodes}
 
         def panels(value: Value, transposed: bool, like: Node, rw: Rewriter) -> Value | None:
             """`value` (a constant, transposed first if asked) as panels; None if it is not
             a constant this pass packs."""
-            key = (value, transposed)
-            if key in packed:
-                return packed[key]
             if value.node in shared:
                 return None
             data = rw.const(value)
@@ -85,10 +92,16 @@ class PackWeights:
                 return None
             b = data.T if transposed else data
             k, n = b.shape
-            width = self.panel_bytes // data.dtype.itemsize
-            if n % width or n <= width or k > self.max_k:
+            rows = like.inputs[0].type
+            sizes = ((self.gemv_panel_bytes,) if rows.is_static and _one_row(rows) else ())
+            fits = [w for w in (*sizes, self.panel_bytes)
+                    if n % (w // data.dtype.itemsize) == 0 and n > w // data.dtype.itemsize]
+            if not fits or k > self.max_k:
                 return None
-            packed[key] = rw.constant(pack_panels(b, width), like)
+            width = fits[0] // data.dtype.itemsize
+            key = (value, transposed, width)
+            if key not in packed:
+                packed[key] = rw.constant(pack_panels(b, width), like)
             return packed[key]
 
         def matmul(node: Node, rw: Rewriter) -> Node | None:
@@ -161,3 +174,58 @@ def _eligible(node: Node) -> bool:
     t = node.types[0] if len(node.types) == 1 else None
     return (not node.ctrl and not is_gpu_device(node.device) and t is not None
             and hasattr(t, "dtype") and t.dtype.np in FLOATS and t.is_static)
+
+
+def _inline_captures(graph: Graph) -> Graph:
+    """`graph` with each loop capture that is a constant only that loop reads, and that its
+    body reads only as the B of matrix-vector products (`_gemv_only`), made a constant
+    inside the body (the capture dropped), so the body's pass packs it."""
+    readers: dict[Node, int] = {}
+    for node in graph.nodes:
+        for v in {v for v in node.inputs if v is not None}:
+            readers[v.node] = readers.get(v.node, 0) + 1
+    for _, v in graph.outputs:
+        readers[v.node] = readers.get(v.node, 0) + 1
+
+    def inline(node: Node, _old) -> Node | None:
+        if node.op != "loop" or not node.attrs.get("captures", 0):
+            return None
+        body, captures = node.attrs["body"], node.attrs["captures"]
+        first = len(node.inputs) - captures
+        taken = [k for k in range(first, len(node.inputs))
+                 if node.inputs[k].node.op == "constant" and readers[node.inputs[k].node] == 1
+                 and not node.inputs[k].node.attrs["value"].is_elided
+                 and _gemv_only(body, body.inputs[k].out())]
+        if not taken:
+            return None
+        consts = {body.inputs[k].out(): node.inputs[k].node.replace(inputs=(), ctrl=())
+                  for k in taken}
+        inner = rebuild(Graph(body.name, [n for k, n in enumerate(body.inputs)
+                                          if k not in taken], body.nodes, body.outputs),
+                        lambda n, _o: n.replace(inputs=tuple(
+                            consts[v].out() if v in consts else v for v in n.inputs))
+                        if any(v in consts for v in n.inputs) else None)
+        inner.nodes[:0] = list(consts.values())
+        return node.replace(inputs=tuple(v for k, v in enumerate(node.inputs) if k not in taken),
+                            attrs=node.attrs.replace(body=inner,
+                                                     captures=captures - len(taken)))
+
+    return rebuild(graph, inline) if any(n.op == "loop" for n in graph.nodes) else graph
+
+
+def _gemv_only(body: Graph, value: Value) -> bool:
+    """Whether `body` reads `value` (a rank-2 float) only as the B (input 1) of matmul/gemm
+    nodes whose A is one row (a matrix-vector product, which streams B once per
+    iteration: panels read B in one stream), and at least once."""
+    uses = [(n, k) for n in body.nodes for k, v in enumerate(n.inputs) if v == value]
+    if value.type.rank != 2 or value.type.dtype.np not in FLOATS:
+        return False
+    return bool(uses) and all(
+        k == 1 and n.op in ("matmul", "gemm") and not n.attrs.get("transA", 0)
+        and n.inputs[0].type.is_static and _one_row(n.inputs[0].type)
+        and _eligible(n) for n, k in uses) and not any(value in n.ctrl for n in body.nodes)
+
+
+def _one_row(t) -> bool:
+    """Whether a matmul's A of type `t` (static) is one row: a matrix-vector product."""
+    return int(np.prod(t.shape[:-1])) == 1

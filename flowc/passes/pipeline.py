@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from flowc.ir.errors import FlowcError
+from flowc.ir.option_text import parse_option_list
 from flowc.passes.registry import PASSES
 
 Pipeline = list  # a list of pass instances, run in order
@@ -112,13 +113,7 @@ def parse_pipeline(text: str) -> list[Any]:
         if not m or m.end() == pos:
             raise FlowcError(f"malformed pipeline '{text}' at column {pos + 1}: expected "
                              "a pass name like cse or prune{keep_stateful=false}")
-        options: dict[str, str] = {}
-        for item in filter(None, (s.strip() for s in (m.group(2) or "").split(","))):
-            key, eq, value = item.partition("=")
-            if not eq:
-                raise FlowcError(f"pass '{m.group(1)}': option '{item}' needs a value "
-                                 "(option=value)")
-            options[key.strip()] = value.strip()
+        options = parse_option_list(f"pass '{m.group(1)}'", m.group(2))
         passes.append(make_pass(m.group(1), options))
         pos = m.end()
         if text[m.end() - 1:m.end()] == "," and pos == len(text):

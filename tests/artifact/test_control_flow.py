@@ -4,7 +4,8 @@ one control steps of the entry (plan/control_steps.py, emit/control_c.py): branc
 iterations of kernel calls, trip count read at run time, scan rows, carried values swapped
 through temporaries, nested if in loop (a torch-scripted loop), `torch.cond` and torch's
 `while_loop` (the dynamo exporter's If and Loop), kernels profiled per iteration, bodies in
-the memory report; bad control flow is refused with a one-line error naming the node."""
+the memory report, a split in a branch as views of its operand; bad control flow is
+refused with a one-line error naming the node."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from control_models import (
     torch_while,
     while_model,
 )
+from onnx import TensorProto, helper, numpy_helper
 
 import flowc
 from flowc.codegen.plan.control import one_kernel
@@ -249,3 +251,33 @@ def test_control_steps_in_a_graph_split_over_devices_are_refused(tmp_path):
 def test_control_steps_on_a_gpu_target_are_refused(tmp_path):
     with pytest.raises(FlowcError, match=re.escape(REFUSED)):
         flowc.compile(if_model(heavy=True), tmp_path / "m", name="m", target="nvptx")
+
+
+def test_split_in_a_branch_is_views_of_its_operand(tmp_path):
+    # then: t = x @ w, its two row halves (contiguous: split on axis 0) each times w, again
+    # concatenated; the halves are the bytes of t at offsets 0 and 64 (no split kernel)
+    then_nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]),
+                  helper.make_node("Split", ["t"], ["a", "b"], axis=0, num_outputs=2),
+                  helper.make_node("MatMul", ["a", "w"], ["a2"]),
+                  helper.make_node("MatMul", ["b", "w"], ["b2"]),
+                  helper.make_node("Concat", ["b2", "a2"], ["t_out"], axis=0)]
+    else_nodes = [helper.make_node("MatMul", ["x", "w"], ["e0"]),
+                  helper.make_node("MatMul", ["e0", "w"], ["e_out"])]
+    branch = [helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(
+        out, TensorProto.FLOAT, [4, 8])]) for name, nodes, out in (
+            ("then", then_nodes, "t_out"), ("else", else_nodes, "e_out"))]
+    w = (np.random.default_rng(3).standard_normal((8, 8)) * 0.3).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("If", ["c"], ["y"], then_branch=branch[0], else_branch=branch[1])],
+        "split_if", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                     helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])],
+        [numpy_helper.from_array(w, "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    (node,) = control_nodes(model)
+    assert not one_kernel(node)
+    flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump")
+    run_both(model, tmp_path / "m", *({"c": np.array(c), "x": x_feed()} for c in (True, False)))
+    entry = (tmp_path / "dump" / "m_model.c").read_text()
+    then = entry[entry.index("if (*(const int8_t *)"):entry.index("} else {")]
+    assert "split" not in then and re.search(r"\(char \*\)\(arena \+ \d+\) \+ 64\b", then), then

@@ -4,6 +4,9 @@
   plan/control_steps.py), no gather kernel, and stores no iteration number nothing
   reads; the gate chain is fused inside the body (passes/fuse.py); the whole thing
   matches onnxruntime;
+- at batch 1, the step's gate slices are views at byte offsets of the one gemm result
+  (no split kernel) and the hidden state is written once per step, into its row of Y: the
+  carried value is read through a pointer moved to that row (no copy in the loop);
 - a loop whose trip count is an input and that has a scan output (its rows would be the
   trip count) is refused at compile time, so no run can write past the scan buffer;
   through the compiled session (the ONNX backend), the trip count is folded and each value
@@ -28,7 +31,7 @@ from flowc.testing.tolerance import assert_close
 SEQ, BATCH, SIZE = 6, 4, 16
 
 
-def rnn_model(op: str) -> onnx.ModelProto:
+def rnn_model(op: str, batch: int = BATCH) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     gates = {"LSTM": 4, "GRU": 3}[op]
     inits = [numpy_helper.from_array(rng.uniform(-0.3, 0.3, shape).astype(np.float32), name)
@@ -37,7 +40,7 @@ def rnn_model(op: str) -> onnx.ModelProto:
     node = helper.make_node(op, ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=SIZE)
     graph = helper.make_graph(
         [node], "rnn", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
-                                                      (SEQ, BATCH, SIZE))],
+                                                      (SEQ, batch, SIZE))],
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h")],
         inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -63,6 +66,26 @@ def test_rnn_step_reads_its_row_in_place_and_fuses_its_gates(op, tmp_path):
     # the projection before the loop, then a handful of kernels per step (the gate chain
     # in few kernels: 9 body nodes and more otherwise)
     assert (per_step - 1) % SEQ == 0 and (per_step - 1) // SEQ <= 5, per_step
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_rnn_step_at_batch_1_slices_its_gates_and_writes_y_once(op, tmp_path):
+    model = rnn_model(op, batch=1)
+    flowc.compile(model, tmp_path / "m", name="m", dump_dir=tmp_path / "dump", profile=True)
+    x = np.random.default_rng(2).standard_normal((SEQ, 1, SIZE)).astype(np.float32)
+    with flowc.load(tmp_path / "m") as art:
+        got = art.run(X=x)
+        per_step = (len(art.profiler.last) - 1) // SEQ
+    for g, want in zip(got.values(), run_onnxruntime(model, {"X": x}), strict=True):
+        assert_close(g, want, "matmul", n=2 * SIZE, scale=SEQ)
+    entry = (tmp_path / "dump" / "m_model.c").read_text()
+    loop = entry[entry.index("for (int64_t it1"):entry.index("memcpy(out[0]")]
+    assert "memcpy" not in loop.split("\n    }\n")[0], loop  # nothing copied per step
+    assert re.search(r"c1_0 = \(char \*\)\(arena \+ \d+\) \+ it1 \* 64;", loop), loop
+    assert re.search(r"\(char \*\)\(arena \+ \d+\) \+ (64|128)\b", loop), loop  # a gate
+    body = (tmp_path / "dump" / "m.flowc").read_text().split("loop ", 1)[1]
+    assert "= split" in body and "split" not in loop  # in the body, but no kernel
+    assert per_step == 3, per_step  # the gemm(s) and the gate kernels
 
 
 def test_trip_count_input_with_a_scan_output_is_refused_at_compile(tmp_path):

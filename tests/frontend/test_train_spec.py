@@ -39,8 +39,8 @@ def test_canonical_form_round_trips(name):
     ("sgd{lr=fast}", r"optimizer 'sgd': option 'lr' takes a number, found 'fast'"),
     ("sgd{lr}", r"optimizer 'sgd': option 'lr' needs a value \(option=value\)"),
     ("sgd{lr=1,lr=2}", r"optimizer 'sgd': option 'lr' is given twice"),
-    ("sgd{lr=1,}", r"malformed optimizer spec 'sgd\{lr=1,\}': an empty option "
-                   r"\(two commas, or a trailing one\)"),
+    ("sgd{lr=1,}", r"optimizer 'sgd': an empty option in '\{lr=1,\}' \(two commas, or a "
+                   r"trailing one\)"),
     ("sgd{lr=1", r"malformed optimizer spec 'sgd\{lr=1': expected a name and options like "
                  r"adam\{lr=1e-3,beta1=0.9\} \(optimizers: adagrad, adam, adamw, rmsprop, "
                  r"sgd\)"),

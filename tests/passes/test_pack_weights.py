@@ -165,3 +165,63 @@ def test_a_row_bias_becomes_the_packed_matmuls_third_operand(graph, absorbed):
     got, want = interpret(after, {"a": x}), interpret(graph, {"a": x})
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
+
+
+def rnn_graph(op: str, batch: int, hidden: int = 64, seq: int = 3) -> Graph:
+    """An ONNX `op` layer (weights as initializers) imported: the step's h x R^T product
+    reads R^T as a constant capture of the loop."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from flowc.frontend.onnx import import_onnx
+
+    gates = {"LSTM": 4, "GRU": 3}[op]
+    inits = [numpy_helper.from_array(rand(*shape) * 0.2, name) for name, shape in (
+        ("W", (1, gates * hidden, 16)), ("R", (1, gates * hidden, hidden)),
+        ("B", (1, 2 * gates * hidden)))]
+    graph = helper.make_graph(
+        [helper.make_node(op, ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=hidden)], "rnn",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, (seq, batch, 16))],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("Y", "Y_h")],
+        inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return import_onnx(onnx.ModelProto.FromString(model.SerializeToString()))
+
+
+@pytest.mark.parametrize("op,batch,panels", [
+    ("LSTM", 1, [(2, 64, 128)]),  # 4H = 256: two 128-wide panels, packed in the body
+    # the GRU's products (z and r: 2H = 128 columns, one wide panel; h: 64) fall back to NR
+    ("GRU", 1, [(4, 64, 32), (2, 64, 32)]),
+    ("LSTM", 2, []),  # two rows: no gemv, R^T stays a capture
+])
+def test_a_loops_constant_gemv_weight_is_packed_inside_its_body(op, batch, panels):
+    graph = rnn_graph(op, batch)
+    after, _ = packed(graph, "simplify,constant-fold,pack-weights")
+    loop = next(n for n in after.nodes if n.op == "loop")
+    body = loop.attrs["body"]
+    got = [n.types[0].shape for n in body.nodes if n.op == "constant" and n.types[0].rank == 3]
+    assert got == panels
+    captured = [v.type.shape for v in loop.inputs[len(loop.inputs) - loop.attrs["captures"]:]
+                if v.node.op == "constant"]
+    assert ((64, 256) in captured) == (batch > 1)  # R^T, unless inlined
+    x = rand(3, batch, 16)
+    for name in ("Y", "Y_h"):
+        np.testing.assert_allclose(interpret(after, {"X": x})[name],
+                                   interpret(graph, {"X": x})[name], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("a_shape,n,pipeline,want", [
+    ((1, 40), 256, "pack-weights", (2, 40, 128)),  # one row: wide panels
+    ((1, 1, 40), 256, "pack-weights", (2, 40, 128)),
+    ((1, 40), 96, "pack-weights", (3, 40, 32)),  # N not whole wide panels: NR
+    ((1, 40), 256, "pack-weights{gemv_panel_bytes=256}", (4, 40, 64)),
+    ((2, 40), 256, "pack-weights", (8, 40, 32)),  # two rows: NR
+])
+def test_a_matrix_vector_product_takes_wide_panels(a_shape, n, pipeline, want):
+    graph = dense_graph("matmul", a_shape, rand(40, n), None, {})
+    after, count = packed(graph, pipeline)
+    assert count == 1
+    assert [nd.types[0].shape for nd in after.nodes if nd.op == "constant"] == [want]
+    x = rand(*a_shape)
+    np.testing.assert_allclose(interpret(after, {"a": x})["y"], interpret(graph, {"a": x})["y"],
+                               rtol=1e-5, atol=1e-5)

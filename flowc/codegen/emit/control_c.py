@@ -12,9 +12,11 @@ control step `call.control`:
   calls, the condition read back (a loop with one), each scan
   element copied into row `itD` of its result, carried values staged (swaps) then copied
   into their slots. D is the nesting depth, so nested loops keep their own counters.
-A loop's row views (`ControlStep.rows`) are pointers into their captured value,
-`(char *)BASE + itD * ROW`, wherever a body (nested ones included) names them (`views`:
-value -> C pointer expression).
+A step's views (`ControlStep.views`) are pointers into their base, `(char *)(BASE) +
+OFFSET + itD * ROW`, wherever a body (nested ones included) names them (`views`: value ->
+C pointer expression). A moved carried value k (`ControlStep.moved`) is read through
+`char *cD_k`: the slot before the first iteration, then the scan row the iteration wrote
+(the pointer moves instead of a copy); after the loop the slot gets its last value once.
 `kernel_c(call, args)` renders one kernel call (entry.py: with profiling, timed: a loop's
 kernels are then counted once per iteration); `args` are `body_arguments`.
 """
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from flowc.codegen.emit.entry_args import pointer
-from flowc.codegen.plan.control_steps import Body
+from flowc.codegen.plan.control_steps import Body, View
 from flowc.codegen.plan.program import Call, Program, Storage, nbytes
 from flowc.ir.graph import Value
 
@@ -44,6 +46,12 @@ def body_arguments(program: Program, body: Body, j: int, views: Views | None = N
     args = [_ptr(program, views or {}, v) for v in (*call.operands, *call.results)]
     args += [pointer(Storage("arena", offset)) for offset in body.scratch.get(j, [])]
     return args + (["ts"] if program.needs(call).per_thread else [])
+
+
+def _at(base: str, view: View, it: str) -> str:
+    """The C pointer of `view` given its base's pointer `base` (module docstring)."""
+    return "".join([f"(char *)({base})", f" + {view.offset}" * bool(view.offset),
+                    f" + {it} * {view.row}" * bool(view.row)])
 
 
 def _copy(dst: str, src: str, size: int, pad: str) -> list[str]:
@@ -70,6 +78,8 @@ def render_control(program: Program, call: Call, kernel_c: KernelC, depth: int =
     node, pad = step.node, "  " * depth
     views = dict(views or {})
     if not step.is_loop:
+        for view, at in step.views.items():
+            views[view] = _at(_ptr(program, views, at.base), at, "")
         cond = _ptr(program, views, call.operands[0])
         lines = [f"{pad}if (*(const int8_t *)({cond})) {{"]
         for k, body in enumerate(step.bodies):
@@ -107,11 +117,16 @@ def _loop(program: Program, call: Call, kernel_c: KernelC, depth: int, views: Vi
     scans = node.outputs[n:]
     for result in scans[len(scans) - node.attrs.get("padded", 0):]:
         lines.append(f"{inner}memset({ptr(result)}, 0, {nbytes(result.type)}u);")
-    for view, (base, row) in step.rows.items():
-        views[view] = f"(char *)({ptr(base)}) + {it} * {row}"
+    moved = {k: f"c{depth}_{k}" for k in step.moved}
+    slots = {k: ptr(node.outputs[k]) for k in moved}
+    for k, var in moved.items():
+        lines.append(f"{inner}char *{var} = (char *)({slots[k]});")
+        views[node.outputs[k]] = var
+    for view, at in step.views.items():
+        views[view] = _at(ptr(at.base), at, it)
     lines.append(f"{inner}for (int64_t {it} = 0; {it} < {trips} && {go}; ++{it}) {{")
     deep = "  " * (depth + 2)
-    read = {v for c in body.calls for v in c.operands} | set(body.outputs)
+    read = {v for c in body.calls for v in c.operands} | set(body.outputs[cond is None:])
     for slot, (ctype, var) in zip(graph.inputs[:2], (("int64_t", it), ("int8_t", go)),
                                   strict=True):
         if slot.out() in read:  # else no store: nothing in the body reads the slot
@@ -121,13 +136,18 @@ def _loop(program: Program, call: Call, kernel_c: KernelC, depth: int, views: Vi
         lines.append(f"{deep}{go} = *(const int8_t *)({ptr(body.outputs[0])});")
     for result, src in zip(node.outputs[n:], body.outputs[1 + n:], strict=True):
         row = nbytes(src.type)
-        lines.append(f"{deep}memcpy((char *)({ptr(result)}) + {it} * {row}, {ptr(src)}, "
-                     f"{row}u);")
+        lines += _copy(_at(ptr(result), View(result, 0, row), it), ptr(src), row, deep)
     carried = list(zip(node.outputs[:n], body.outputs[1:1 + n], strict=True))
     staged = {k: pointer(Storage("arena", step.base + offset))
               for k, offset in step.temps.items()}
     for k, src in staged.items():
         lines += _copy(src, ptr(carried[k][1]), nbytes(carried[k][0].type), deep)
     for k, (slot, src) in enumerate(carried):
-        lines += _copy(ptr(slot), staged.get(k, ptr(src)), nbytes(slot.type), deep)
-    return [*lines, f"{inner}}}", f"{pad}}}"]
+        if k not in moved:
+            lines += _copy(ptr(slot), staged.get(k, ptr(src)), nbytes(slot.type), deep)
+    lines += [f"{deep}{moved[k]} = {ptr(carried[k][1])};" for k in moved]
+    lines.append(f"{inner}}}")
+    for k, var in moved.items():
+        lines.append(f"{inner}if ({var} != (char *)({slots[k]})) "
+                     f"memcpy({slots[k]}, {var}, {nbytes(node.types[k])}u);")
+    return [*lines, f"{pad}}}"]

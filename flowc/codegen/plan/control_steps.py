@@ -20,22 +20,34 @@ Contract (program.py builds these for control nodes that `control.one_kernel` re
   written straight into the `if` node's result buffer; a loop's carried value is updated
   in place (its kernel writes the slot) when nothing reads the old value after that
   kernel; the copies below then vanish;
-- row views (`ControlStep.rows`): a loop body's `gather` of row `iteration` (axis 0) of a
-  captured value runs as no kernel: its result is the pointer `captured + iteration * row
-  bytes` (an RNN step's slice of the input projection). Only where the loop's trip count
-  is a constant no larger than the captured value's rows (the gather kernel would clamp)
-  and a row's bytes are a multiple of arena.ALIGN (kernels take aligned pointers);
+- views (`ControlStep.views`, `View`): body values that run as no kernel, their bytes
+  at `base + offset + iteration * row` of another value's buffer:
+  - row views: a loop body's `gather` of row `iteration` (axis 0) of a captured value
+    (an RNN step's slice of the input projection). Only where the loop's trip count is a
+    constant no larger than the captured value's rows (the gather kernel would clamp) and
+    a row's bytes are a multiple of arena.ALIGN (kernels take aligned pointers);
+  - part views: a body's `split` whose parts are contiguous (every dim before the axis is
+    1: an RNN step's gates, sliced from the one gemm result at batch 1) gives each part
+    as its byte offset in the split's operand, when every offset is a multiple of
+    arena.ALIGN. The body plan sees a read of a part as a read of its base;
+  - moved carried values (`ControlStep.moved`): a loop's carried value k that a kernel of
+    the body computes and that is also a scan element (an RNN's hidden state, also its
+    output Y) is written once, into row `iteration` of the scan result (a row of
+    arena.ALIGN bytes; no carried result other than k names it, and the body does not
+    return the old value). The body then reads the carried value through a pointer that
+    starts at the slot and moves to the row written at the end of each iteration; the slot
+    gets the last row after the loop (one copy per loop, none per iteration);
 - a loop's end of iteration: the condition read (when the loop has one), each scan
-  element copied into row `it` of its `[trips, ...]` result, then each carried value
-  copied into its slot; a carried value the body takes from another slot (a swap) goes
-  through a temporary first, so no copy reads a slot already overwritten. Nothing is
-  allocated per iteration.
+  element copied into row `it` of its `[trips, ...]` result (not a moved one: it is
+  there), then each carried value copied into its slot (a moved one: its pointer moved);
+  a carried value the body takes from another slot (a swap) goes through a temporary
+  first, so no copy reads a slot already overwritten. Nothing is allocated per iteration.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -62,13 +74,24 @@ class Body:
     scratch: dict[int, list[int]] = field(default_factory=dict)  # call -> scratch offsets
 
 
+@dataclass(frozen=True)
+class View:
+    """A body value whose bytes are `base`'s at `offset + iteration * row` (module
+    docstring); `row` 0 outside a loop's per-iteration views."""
+
+    base: Value
+    offset: int = 0
+    row: int = 0
+
+
 @dataclass
 class ControlStep:
     node: Node
     bodies: list[Body]
     temps: dict[int, int] = field(default_factory=dict)  # carried k -> temp offset in region
     direct: dict[Value, Value] = field(default_factory=dict)  # body value -> outer buffer
-    rows: dict[Value, tuple[Value, int]] = field(default_factory=dict)  # view -> (base, bytes)
+    views: dict[Value, View] = field(default_factory=dict)  # in the order they resolve
+    moved: list[int] = field(default_factory=list)  # carried values living in scan rows
     body_offset: int = 0  # where the body plans start in the region
     region_bytes: int = 0
     base: int = 0  # the region's arena offset, once placed
@@ -107,9 +130,14 @@ def build_control(node: Node, root: dict[Value, Value],
             root[inner.out()] = base(outer)
         bodies.append(graph)
     views = _row_views(node, root) if node.op == "loop" else {}
+    for graph in bodies:
+        views.update(_part_views(graph, root))
     step = ControlStep(node, [Body(g, build_calls([n for n in g.nodes if n not in views]),
                                    [base(v) for _, v in g.outputs]) for g in bodies])
-    step.rows = {n.out(): row for n, row in views.items()}
+    step.views = {v: view for n, made in views.items() for v, view in zip(
+        n.outputs, made, strict=True)}
+    if step.is_loop:
+        _move_carried(step)
     if step.is_loop:
         slots = {node.outputs[k]: k for k in range(step.carried())}
         offset = 2 * SLOT
@@ -130,9 +158,9 @@ def _constant_trips(node: Node) -> int | None:
     return int(np.asarray(m.node.attrs["value"].data).reshape(-1)[0])
 
 
-def _row_views(node: Node, root: dict[Value, Value]) -> dict[Node, tuple[Value, int]]:
-    """The gathers of a loop body that become row views (module docstring): each as
-    (the captured value it reads, as `root` resolves it, and the row's bytes)."""
+def _row_views(node: Node, root: dict[Value, Value]) -> dict[Node, list[View]]:
+    """The gathers of a loop body that become row views (module docstring), each with its
+    view (of the captured value, as `root` resolves it)."""
     graph, trips = node.attrs["body"], _constant_trips(node)
     captured = {n.out() for n in graph.inputs[len(node.inputs) - node.attrs.get("captures", 0):]}
     iteration = graph.inputs[0].out()
@@ -141,8 +169,46 @@ def _row_views(node: Node, root: dict[Value, Value]) -> dict[Node, tuple[Value, 
         if (n.op == "gather" and n.attrs.get("axis", 0) == 0 and n.inputs[0] in captured
                 and n.inputs[1] == iteration and 0 <= trips <= n.inputs[0].type.shape[0]
                 and _nbytes(n.out().type) % ALIGN == 0):
-            rows[n] = (root.get(n.inputs[0], n.inputs[0]), _nbytes(n.out().type))
+            rows[n] = [View(root.get(n.inputs[0], n.inputs[0]), 0, _nbytes(n.out().type))]
     return rows
+
+
+def _part_views(graph: Graph, root: dict[Value, Value]) -> dict[Node, list[View]]:
+    """The splits of a body whose parts become views of their operand (module
+    docstring), each with its parts' views."""
+    found = {}
+    for n in graph.nodes:
+        t = n.inputs[0].type if n.op == "split" else None
+        if not isinstance(t, TensorType) or not t.is_static:
+            continue
+        axis = n.attrs.get("axis", 0) % max(t.rank, 1)
+        offsets = np.cumsum([0] + [_nbytes(r) for r in n.types])[:-1]
+        if (int(np.prod(t.shape[:axis])) == 1 and all(int(o) % ALIGN == 0 for o in offsets)
+                and all(isinstance(r, TensorType) and r.dtype == t.dtype for r in n.types)):
+            base = root.get(n.inputs[0], n.inputs[0])
+            found[n] = [View(base, int(o)) for o in offsets]
+    return found
+
+
+def _move_carried(step: ControlStep) -> None:
+    """Make the carried values that are also scan elements views of their scan rows
+    (module docstring: moved carried values)."""
+    node, body, n = step.node, step.bodies[0], step.carried()
+    made = {v for c in body.calls for v in c.results}
+    carried, scans = body.outputs[1:1 + n], body.outputs[1 + n:]
+    for k, v in enumerate(carried):
+        row = _nbytes(v.type)
+        if (v in made and v in scans and carried.count(v) == 1 and row % ALIGN == 0
+                and node.outputs[k] not in body.outputs and v not in step.views):
+            step.views[v] = View(node.outputs[n + scans.index(v)], 0, row)
+            step.moved.append(k)
+
+
+def base_of(step: ControlStep, v: Value) -> Value:
+    """The value whose buffer holds `v`: through the step's views, else `v`."""
+    while v in step.views:
+        v = step.views[v].base
+    return v
 
 
 def _direct(step: ControlStep) -> dict[Value, Value]:
@@ -166,7 +232,7 @@ def _direct(step: ControlStep) -> dict[Value, Value]:
     for k, v in enumerate(carried):
         slot = node.outputs[k]
         maker = [j for j, c in enumerate(body.calls) if v in c.results]
-        if not maker or carried.count(v) != 1 or slot in body.outputs:
+        if not maker or carried.count(v) != 1 or slot in body.outputs or v in step.views:
             continue
         j = maker[0]
         readers = [i for i, c in enumerate(body.calls) if slot in c.operands]
@@ -213,10 +279,22 @@ def plan_bodies(steps_of: Callable[[list[Any]], list[Step]], calls: list[Any],
         for body in step.bodies:
             plan_bodies(steps_of, body.calls, storage)
             planned = {v for c in body.calls for v in c.results
-                       if v not in storage and v not in step.direct}
-            kept = {v for v in body.outputs if v in planned}
-            body.plan = plan_memory(steps_of(body.calls), planned, kept)
+                       if v not in storage and v not in step.direct and v not in step.views}
+            kept = {base_of(step, v) for v in body.outputs} & planned
+            body.plan = plan_memory([_through_views(step, s) for s in steps_of(body.calls)],
+                                    planned, kept)
         step.region_bytes = step.body_offset + max(b.plan.arena_bytes for b in step.bodies)
+
+
+def _through_views(control: ControlStep, step: Step) -> Step:
+    """`step` reading each view's base instead (so the body plan keeps a base live while
+    its views are read), and never in place over a view."""
+    if not any(v in control.views for v in step.operands):
+        return step
+    views = {i for i, v in enumerate(step.operands) if v in control.views}
+    return replace(step, operands=tuple(base_of(control, v) for v in step.operands),
+                   in_place={j: tuple(i for i in ops if i not in views)
+                             for j, ops in step.in_place.items()})
 
 
 def place_bodies(storage: dict[Value, Any], plan: MemoryPlan, calls: list[Any],
