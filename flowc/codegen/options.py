@@ -92,7 +92,7 @@ class CompileOptions:
                    "pure op), off (see flowc/passes/remat.py)", metavar="POLICY", nargs="?",
         const="dots_saveable"))
     precision: str = field(default="f32", metadata=_cli(
-        "--precision", "f32 (default), bf16 or f16: an f32 model's matmul/gemm/conv weights "
+        "--precision", "f32 (default), bf16 or f16: an f32 model's matmul/gemm weights "
                        "stored in that type and the products computed in it with f32 "
                        "accumulation; everything else, inputs and outputs stay f32 (the "
                        "command reports the outputs' difference from the f32 build; see "

@@ -1,18 +1,22 @@
-"""`precision`: an f32 model's matmuls and convs computed in bf16 (or f16), weights stored so.
+"""`precision`: an f32 model's matmuls (and convs) computed in bf16 or f16, weights stored so.
 
 What `flowc compile --precision bf16` adds to the pipeline (before `channels-last`: see
-`pipeline.OPTION_PASSES`). Each f32 `matmul`, `gemm` or `conv` whose weight (operand 1)
-is an f32 constant becomes:
+`pipeline.OPTION_PASSES`). Each f32 `matmul` or `gemm` (and, with `convs=true`, `conv`)
+whose weight (operand 1) is an f32 constant becomes:
 - the weight as a constant of `dtype` (rounded to nearest even once, at compile time: the
   weights blob holds it in 2 bytes an element);
 - the activation `cast` to `dtype`;
 - the op on those (its kernel accumulates in f32: flowc/codegen/lower, strategy/narrow.py),
   its result `cast` back to f32;
 - a bias (a gemm's C with beta 1, a conv's constant B) added after that cast, in f32.
-Everything else stays f32: softmax, normalizations and other reductions, elementwise ops,
-the graph's inputs and outputs. A gemm with beta other than 1 and a C, or a conv whose bias
-is not a constant, is left f32. Not on GPU devices (their kernels keep their own formats)
-or nodes with control dependencies.
+Convs are left f32 by default: a bf16 conv has no kernel faster than the f32 one yet (its
+operands are widened to f32 for the direct conv, and it loses the f32-only Winograd and
+channels-last rewrites: the zoo CNN ran 0.58x the f32 build's speed with them converted,
+bench/results/precision.md). Everything else stays f32: softmax, normalizations and other
+reductions, elementwise ops, the graph's inputs and outputs; so does a matmul of two
+non-constant operands (attention's), a gemm with beta other than 1 and a C, a conv whose
+bias is not a constant, a node on a GPU device (its kernels keep their own formats) or
+with control dependencies.
 
 Guarantees: the outputs differ from the f32 build's by the operands' rounding (bf16 keeps
 8 significant bits: a relative error up to 2^-9 per operand, ~2^-9 * sqrt(K) on a K-long
@@ -41,11 +45,12 @@ DTYPES = ("bf16", "f16")
 @register
 @dataclass(frozen=True)
 class Precision:
-    """Matmul, gemm and conv of f32 models in `dtype` with f32 accumulation (see the module
-    docstring)."""
+    """Matmul and gemm (and conv, `convs`) of f32 models in `dtype` with f32 accumulation
+    (see the module docstring)."""
 
     name: ClassVar[str] = "precision"
     dtype: str = "bf16"
+    convs: bool = False
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -79,7 +84,8 @@ class Precision:
             return [y]
 
         patterns = [("ops-reduced-precision", rewrite)]
-        return apply_patterns(graph, {"matmul": patterns, "gemm": patterns, "conv": patterns})
+        ops = ("matmul", "gemm", *(("conv",) if self.convs else ()))
+        return apply_patterns(graph, {op: patterns for op in ops})
 
 
 def _eligible(node: Node, rw: Rewriter) -> bool:
