@@ -340,8 +340,12 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
 
     graph, sizes = lower(graph)
     name = model_prefix(opts.name, default_name(model, graph))
-    others = [build_program(lower(g, f"{entry}.")[0], name, entry=entry)
-              for entry, g in entries.items()]
+    lowered = {entry: lower(g, f"{entry}.")[0] for entry, g in entries.items()}
+    if training is not None:  # the labels' shape as bound (--batch, --dim), not as imported
+        spec = training["labels"]
+        spec["shape"] = list(next(n.out().type.shape for n in lowered[TRAIN_ENTRY].inputs
+                                  if n.name == spec["name"]))
+    others = [build_program(g, name, entry=entry) for entry, g in lowered.items()]
     table = dim_table(graph, sizes)
     if table and others:
         raise FlowcError(f"dim {table[0].name} is dynamic ({table[0].lo}..{table[0].hi}), "

@@ -50,9 +50,10 @@ class CompileOptions:
         "--gpu-arch", "with --target nvptx or nodes on gpu:0 (--devices cpu:0,gpu:0): a GPU "
                       "architecture to build a cubin for (repeatable; default sm_80 and sm_90)",
         metavar="SM", action="append"))
-    gpu_matmul: str = field(default="tensor-cores", metadata=_cli(
-        "--gpu-matmul", "GPU matmuls of bf16/f16 operands: tensor-cores (mma.sync, when every "
-                        "--gpu-arch is sm_80 or newer) or cuda-cores (f32 multiply-adds)",
+    gpu_matmul: str = field(default="cuda-cores", metadata=_cli(
+        "--gpu-matmul", "GPU matmuls of bf16/f16 operands: cuda-cores (f32 multiply-adds; the "
+                        "default) or tensor-cores (mma.sync, when every --gpu-arch is sm_80 "
+                        "or newer; not yet run on a GPU)",
         choices=("tensor-cores", "cuda-cores")))
     name: str | None = field(default=None, metadata=_cli(
         "--name", "symbol prefix (default: the model file's name)", metavar="NAME"))

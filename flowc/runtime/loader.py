@@ -1,9 +1,10 @@
 """`flowc.runtime.load(dir)`: a compiled artifact as a Python callable over numpy arrays.
 
-Contract: this module imports only the standard library, numpy and `flowc.runtime` (never
-the compiler, mlir or llvmlite). `load(dir, threads=None)` reads `manifest.json` and checks
-it and the files it lists before any of them is used (verify.py: regular files inside the
-directory, the library's and the weights file's sha256), opens `libNAME.so` with ctypes,
+Contract: this module imports only the standard library, numpy, `flowc.runtime` and
+`flowc.distributed` (never the compiler, mlir or llvmlite). `load(dir, threads=None)`
+reads `manifest.json` and checks it and the files it lists before any of them is used
+(verify.py: regular files inside the directory, the library's and the weights file's
+sha256), opens `libNAME.so` with ctypes,
 checks that the library's own tables agree with the manifest, and creates one runtime
 context (the C runtime refuses a CPU lacking the features the kernels were built
 for). The returned `Model` runs with `run(**inputs) -> {name: array}` or
@@ -29,6 +30,9 @@ graph compiled with `inference=`) on the same context (same variables), returnin
 outputs by name; a training artifact's `train_step(*inputs, labels)` runs its step and
 returns the loss as a float, and `parameters()` lists the trained variables (training.py).
 Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
+An artifact placed over tasks, loaded in a process mpiexec started, runs this rank's task
+(`flowc.distributed.prepare` points the runtime at the MPI library first;
+docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from flowc import distributed
 from flowc.runtime import training, variables
 from flowc.runtime.abi import (
     ABI_VERSION,
@@ -84,6 +89,7 @@ class Model:
         self._bind()
         self._check_tables()
         self._ctx = ctypes.c_void_p()
+        distributed.prepare(self.manifest)  # tasks on MPI ranks: the library's path
         weights = str(files.weights).encode() if files.weights else None  # the checked file
         status = self._fn("create_with_weights")(ctypes.byref(self._ctx), weights)
         if status:

@@ -62,8 +62,9 @@ def test_gpu_arch_for_a_cpu_target_is_refused(tmp_path):
 
 
 def test_gpu_matmul_for_a_cpu_target_or_unknown_is_refused(tmp_path):
-    with pytest.raises(FlowcError, match="--gpu-matmul cuda-cores given for the CPU target"):
-        flowc.compile(zoo.mlp(), tmp_path / "a", gpu_matmul="cuda-cores", batch=1, cache=False)
+    with pytest.raises(FlowcError, match="--gpu-matmul tensor-cores given for the CPU target"):
+        flowc.compile(zoo.mlp(), tmp_path / "a", gpu_matmul="tensor-cores", batch=1,
+                      cache=False)
     with pytest.raises(FlowcError, match="--gpu-matmul: unknown kind 'wmma'; known: "
                                          "tensor-cores, cuda-cores"):
         flowc.compile(zoo.mlp(), tmp_path / "b", target="nvptx", gpu_matmul="wmma", batch=1,

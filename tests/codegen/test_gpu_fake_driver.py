@@ -159,7 +159,8 @@ def test_tensor_core_stage_is_refused_by_the_emulator(work):
     b = g.add_input("b", TensorType("bf16", (32, 128)))
     g.add_output("c", g.append(make_node("matmul", [a, b])).out())
     dump = work / "tc.dump"
-    flowc.compile(g, work / "tc", target="nvptx", dump_dir=dump, cache=False)
+    flowc.compile(g, work / "tc", target="nvptx", dump_dir=dump, cache=False,
+                  gpu_matmul="tensor-cores")
     (work / "tc.emu").mkdir()
     with pytest.raises(ValueError, match=r"stage \w+_s0 uses tensor cores .* compile with "
                                          "gpu_matmul='cuda-cores'"):

@@ -122,14 +122,14 @@ def test_large_matmul_gets_the_shared_memory_tiled_stage():
 
 
 def test_bf16_and_f16_matmuls_get_the_tensor_core_stage():
-    """By default (--gpu-matmul tensor-cores, sm_80 and sm_90) a bf16 or f16 matmul whose
+    """With --gpu-matmul tensor-cores (sm_80 and sm_90) a bf16 or f16 matmul whose
     shape fits becomes the mma.sync stage: cp.async copies, ldmatrix loads, mma.sync; f32
     and a K the stage does not take stay on the CUDA-core kernel."""
     binary = compile_gpu_kernels([("tc", _matmul_body(256, 64, 256, "bf16")),
                                   ("tc16", _matmul_body(128, 32, 64, "f16")),
                                   ("f32", _matmul_body(256, 64, 256)),
                                   ("k16", _matmul_body(128, 16, 128, "bf16"))],
-                                 ("sm_80", "sm_90"))
+                                 ("sm_80", "sm_90"), matmul="tensor-cores")
     tc, tc16, f32, k16 = (k.stages for k in binary.kernels)
     assert [(s.grid, s.block) for s in tc[:1]] == [(4, 256)] and len(tc) == 2  # then bf16 C
     assert [(s.grid, s.block) for s in tc16[:1]] == [(2, 128)]  # 64x64 tiles, four warps
@@ -156,7 +156,8 @@ def test_tensor_core_stage_fits_in_registers(arch, tmp_path):
     """ptxas -v of the 128x128 bf16 stage and the 64x64 f16 one: no spills; the launch
     bounds (two blocks per SM) keep the 256-thread one within 128 registers."""
     binary = compile_gpu_kernels([("tc", _matmul_body(256, 64, 256, "bf16")),
-                                  ("tc16", _matmul_body(128, 32, 64, "f16"))], (arch,))
+                                  ("tc16", _matmul_body(128, 32, 64, "f16"))], (arch,),
+                                 matmul="tensor-cores")
     (tmp_path / "k.ptx").write_text(binary.ptx[arch])
     run = subprocess.run([gpu_target.ptxas_path(), f"-arch={arch}", "-O3", "-v",
                           str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],

@@ -139,7 +139,8 @@ def test_the_compiled_stage_computes_a_times_b(m, k, n, dtype):
     b = g.add_input("b", TensorType(dtype, (k, n)))
     g.add_output("c", g.append(make_node("matmul", [a, b])).out())
     dumps: dict[str, str] = {}
-    binary = compile_gpu_kernels([("mm", g)], ("sm_80",), dumps.__setitem__, cache=False)
+    binary = compile_gpu_kernels([("mm", g)], ("sm_80",), dumps.__setitem__, cache=False,
+                                 matmul="tensor-cores")
     stage = binary.kernels[0].stages[0]
     rng = np.random.default_rng(6)
     A = rng.integers(-3, 4, (m, k)).astype(np.float64)

@@ -49,7 +49,7 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
                         archs: Sequence[str] = gpu_target.DEFAULT_ARCHS,
                         dump: Dump | None = None, target: Target | str = "nvptx",
                         cache: CompileCache | bool | None = None,
-                        matmul: str = "tensor-cores") -> GpuBinary:
+                        matmul: str = "cuda-cores") -> GpuBinary:
     archs = tuple(gpu_target.check_arch(a) for a in archs)
     if not archs:
         raise FlowcError("compile_gpu_kernels: no GPU architecture given")

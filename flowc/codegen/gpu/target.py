@@ -10,8 +10,9 @@ Contract:
 - `ptxas_path()`, `libdevice_path()`: where they were found (CUDA_HOME, /usr/local/cuda,
   the directory of ptxas), or None.
 - `uses_tensor_cores(archs, matmul)`: whether bf16/f16 matmuls get the tensor-core stage:
-  `matmul` (`--gpu-matmul`) is "tensor-cores" (the default) and every arch is sm_80 or
-  newer; "cuda-cores" keeps the CUDA-core kernel; anything else is a FlowcError.
+  `matmul` (`--gpu-matmul`) is "tensor-cores" and every arch is sm_80 or newer;
+  "cuda-cores" (the default until the tensor-core stage has run correctly on a GPU) keeps
+  the CUDA-core kernel; anything else is a FlowcError.
 - Same input, same bytes.
 """
 
