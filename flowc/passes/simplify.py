@@ -7,7 +7,7 @@ floating-point rounding where BatchNorm is folded into weights), and
   `cast`, `expand` that do not change their operand's type;
 - transpose(transpose(x)) is one transpose (or none), reshape(reshape(x)) one reshape;
 - add(matmul(a, b), c) with 2-D a, b and c broadcasting to the result is gemm(a, b, c) (so is
-  add(gemm(a, b), c) of a gemm without C and beta 1);
+  add(gemm(a, b), c) of a gemm without C and beta 1, c a row);
 - a gemm operand marked transposed (transA/transB) that is a constant read only there is
   stored transposed instead, and the flag cleared;
 - 2-D transposes go into gemm's transA/transB flags: of a gemm's operand, of a gemm's
