@@ -64,6 +64,7 @@ CASES = {
     "rsqrt": ([np.abs(X) + 1], {}, ()), "reciprocal": ([X], {}, ()), "exp": ([X], {}, ()),
     "log": ([np.abs(X) + 0.1], {}, ()), "erf": ([X], {}, ()), "tanh": ([X], {}, ()),
     "sin": ([X], {}, ()), "cos": ([X], {}, ()), "floor": ([X], {}, ()), "ceil": ([X], {}, ()),
+    "round": ([X], {}, ()),
     "sigmoid": ([X], {}, ()), "softplus": ([X], {}, ()), "softsign": ([X], {}, ()),
     "leaky_relu": ([X], {}, ()),
     "hard_sigmoid": ([X], {}, ()), "gelu": ([X], {}, ()), "clip": ([X, np.float32(-.5),
