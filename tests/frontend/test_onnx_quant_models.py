@@ -1,0 +1,122 @@
+"""Quantized models end to end: a small MLP and a small CNN, quantized by onnxruntime's own
+`quantize_dynamic` (per-channel int8 weights: DynamicQuantizeLinear, MatMulInteger,
+ConvInteger) and `quantize_static` (QDQ format, per-channel int8 weights, u8 activations,
+calibrated on a seeded CalibrationDataReader), compiled by flowc and compared with
+onnxruntime's session of the same quantized model on 20 seeded inputs.
+
+What holds: the static (QDQ) models are within one quantum of their output's
+DequantizeLinear scale per element (exact on these inputs: flowc dequantizes and computes
+in f32 where onnxruntime fuses integer kernels, so a value within an f32 rounding of a tie
+could differ by one quantum); the dynamic MLP is exact (every step is an exact
+decomposition); the dynamic CNN differs by f32 rounding only (its GlobalAveragePool sums
+f32 in another order), with top-1 agreement on every input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from flowc.onnx_backend import FlowcBackend
+
+quantization = pytest.importorskip("onnxruntime.quantization")
+RNG = np.random.default_rng(14)
+
+
+def _w(name, *shape, scale=0.2):
+    return numpy_helper.from_array((RNG.standard_normal(shape) * scale).astype(np.float32), name)
+
+
+def _model(name, nodes, shape, out, weights):
+    graph = helper.make_graph(nodes, name,
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)],
+                              weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def mlp():
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]),
+             helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["o"]),
+             helper.make_node("Add", ["o", "b2"], ["y"])]
+    return _model("mlp", nodes, [4, 32], [4, 10],
+                  [_w("w1", 32, 64), _w("b1", 64, scale=0.1), _w("w2", 64, 10),
+                   _w("b2", 10, scale=0.1)])
+
+
+def cnn():
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("MatMul", ["f", "wf"], ["y"])]
+    return _model("cnn", nodes, [2, 3, 12, 12], [2, 10],
+                  [_w("w1", 8, 3, 3, 3, scale=0.3), _w("b1", 8, scale=0.1),
+                   _w("w2", 8, 8, 3, 3), _w("wf", 8, 10, scale=0.3)])
+
+
+class Reader(quantization.CalibrationDataReader):
+    """Eight seeded standard-normal batches."""
+
+    def __init__(self, shape):
+        rng = np.random.default_rng(1)
+        self.batches = iter([{"x": rng.standard_normal(shape).astype(np.float32)}
+                             for _ in range(8)])
+
+    def get_next(self):
+        return next(self.batches, None)
+
+
+def quantized(build, kind, tmp_path) -> tuple[onnx.ModelProto, tuple[int, ...]]:
+    m = build()
+    shape = tuple(d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim)
+    src, dst = tmp_path / "f32.onnx", tmp_path / f"{kind}.onnx"
+    onnx.save(m, src)
+    if kind == "dynamic":
+        quantization.quantize_dynamic(src, dst, weight_type=quantization.QuantType.QInt8,
+                                      per_channel=True)
+    else:
+        quantization.quantize_static(src, dst, Reader(shape),
+                                     quant_format=quantization.QuantFormat.QDQ,
+                                     per_channel=True,
+                                     activation_type=quantization.QuantType.QUInt8,
+                                     weight_type=quantization.QuantType.QInt8)
+    return onnx.load(dst), shape
+
+
+def output_quantum(m: onnx.ModelProto) -> float:
+    """The scale of the DequantizeLinear that produces the model's output."""
+    (node,) = [n for n in m.graph.node if n.output[0] == m.graph.output[0].name]
+    assert node.op_type == "DequantizeLinear"
+    scales = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    return float(scales[node.input[1]])
+
+
+@pytest.mark.parametrize("build", [mlp, cnn])
+@pytest.mark.parametrize("kind", ["dynamic", "static"])
+def test_quantized_model_matches_onnxruntime(build, kind, tmp_path):
+    import onnxruntime as ort
+
+    m, shape = quantized(build, kind, tmp_path)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(m.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    rep = FlowcBackend.prepare(m, "CPU")
+    for seed in range(20):
+        x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+        (want,) = session.run(None, {"x": x})
+        (got,) = rep.run([x])
+        assert (got.argmax(-1) == want.argmax(-1)).all()
+        if kind == "static":
+            assert np.abs(got - want).max() <= output_quantum(m) * (1 + 1e-6)
+        elif build is mlp:
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
