@@ -18,12 +18,12 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
 3. runs the pass pipeline, verifying after each pass (with `devices`, the `place` pass
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
    `device_supports`; its report goes to `explain_placement` and DUMP_DIR/placement.txt;
-   for a GPU target without `pack-weights` and `winograd`, whose panels and transformed
-   filters the GPU's kernels do not read; the training step's pipeline (the `train_step`
-   entry's, else the one graph's) also has the `remat` pass before fuse when `remat` is
-   not off (`remat_passes`) and, with `train`, first the passes `gradients` and
-   `apply-optimizer` (`step_passes`); the `run` entry's has neither), then requires every
-   type static but for bounded dims (`require_static`);
+   for a GPU target without `pack-weights`, `winograd` and `qdq`, whose panels, transformed
+   filters and VNNI-packed weights the GPU's kernels do not read; the training step's
+   pipeline (the `train_step` entry's, else the one graph's) also has the `remat` pass
+   before fuse when `remat` is not off (`remat_passes`) and, with `train`, first the
+   passes `gradients` and `apply-optimizer` (`step_passes`); the `run` entry's has
+   neither), then requires every type static but for bounded dims (`require_static`);
 4. builds the program (`build_program`: kernels, weights, arena plan). With `train` the
    ONNX model becomes a training artifact of two entries (`load_training`): the step's
    graph (entry `train_step`) and the inference graph (entry `run`) each run steps 2-3
@@ -315,7 +315,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     backend = target_backend(opts)
     target = backend.get_target(opts.target or "host")
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
-        passes = [p for p in passes if p.name not in ("pack-weights", "winograd")]
+        passes = [p for p in passes if p.name not in ("pack-weights", "winograd", "qdq")]
     # the pipeline of each entry: the training step's (the graph with a backward pass: the
     # train_step entry, else the one graph) gets --remat and, on the ONNX route, first the
     # passes that build its gradients and update

@@ -2,7 +2,7 @@
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
 `fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
-`winograd`, `gradients`, `apply-optimizer`, `remat`).
+`winograd`, `qdq`, `gradients`, `apply-optimizer`, `remat`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -16,6 +16,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     partition,
     place,
     prune,
+    qdq,
     remat,
     schedule,
     simplify,

@@ -1,0 +1,56 @@
+"""`qmatmul` (flowc/ir/ops/quant.py, lowered by flowc/codegen/lower/quant.py): exact
+against the interpreter on shapes with row, column and depth tails (M % 4, N % 16, K % 4),
+at the extremes of u8 x s8 (255 * -128); on a VNNI host through vpdpbusd, on the baseline
+x86-64 target through widened loops."""
+
+import numpy as np
+import pytest
+from kernel_harness import check_op, op_body, run_body
+
+from flowc.codegen.cpu.compiler import compile_kernels
+from flowc.codegen.target import get_target
+from flowc.ir.interpret import interpret
+from flowc.ir.ops.quant import pack, unpack
+
+RNG = np.random.default_rng(14)
+VNNI = "+avx512vnni" in get_target("host").features.split(",")
+
+
+def operands(m, k, n, extreme=False):
+    if extreme:
+        return np.full((m, k), 255, np.uint8), np.full((k, n), -128, np.int8)
+    return (RNG.integers(0, 256, (m, k)).astype(np.uint8),
+            RNG.integers(-128, 128, (k, n)).astype(np.int8))
+
+
+@pytest.mark.parametrize("m,k,n", [(4, 32, 64), (5, 30, 10), (9, 64, 80), (1, 7, 3),
+                                   (16, 256, 130)])
+def test_qmatmul_matches_the_interpreter(m, k, n):
+    a, b = operands(m, k, n)
+    assert (unpack(pack(b), k, n) == b).all()
+    check_op("qmatmul", [a, pack(b)], {"n": n})
+
+
+def test_qmatmul_extremes_are_exact():
+    a, b = operands(3, 1024, 16, extreme=True)
+    check_op("qmatmul", [a, pack(b)], {"n": 16})
+
+
+@pytest.mark.skipif(not VNNI, reason="the host has no AVX512-VNNI")
+def test_qmatmul_uses_vpdpbusd_on_a_vnni_host():
+    a, b = operands(8, 64, 64)
+    seen = {}
+    compile_kernels([("k", op_body("qmatmul", [a, pack(b)], {"n": 64}))], "host",
+                    dump=lambda name, text: seen.__setitem__(name, text))
+    assert "llvm.x86.avx512.vpdpbusd.512" in seen["k.llvm.mlir"]
+
+
+def test_qmatmul_without_vnni_is_widened_loops():
+    a, b = operands(5, 12, 20)
+    body = op_body("qmatmul", [a, pack(b)], {"n": 20})
+    seen = {}
+    compile_kernels([("k", body)], "x86-64", dump=lambda name, text: seen.__setitem__(name, text))
+    assert "vpdpbusd" not in seen["k.llvm.mlir"]
+    (got,) = run_body(body, [a, pack(b)], target="x86-64")
+    want = interpret(body, {i.name: v for i, v in zip(body.inputs, [a, pack(b)], strict=True)})
+    np.testing.assert_array_equal(got, next(iter(want.values())))
