@@ -1,7 +1,8 @@
 """`qmatmul` (flowc/ir/ops/quant.py, lowered by flowc/codegen/lower/quant.py): exact
 against the interpreter on shapes with row, column and depth tails (M % 4, N % 16, K % 4),
 at the extremes of u8 x s8 (255 * -128); on a VNNI host through vpdpbusd, on the baseline
-x86-64 target through widened loops."""
+x86-64 target through widened loops. And the integer contractions the importer makes of
+MatMulInteger / ConvInteger: i32 convs take the tiled conv strategy."""
 
 import numpy as np
 import pytest
@@ -54,3 +55,19 @@ def test_qmatmul_without_vnni_is_widened_loops():
     (got,) = run_body(body, [a, pack(b)], target="x86-64")
     want = interpret(body, {i.name: v for i, v in zip(body.inputs, [a, pack(b)], strict=True)})
     np.testing.assert_array_equal(got, next(iter(want.values())))
+
+
+@pytest.mark.parametrize("x,w,attrs", [((1, 16, 12, 12), (32, 16, 3, 3), {"pads": (1, 1, 1, 1)}),
+                                       ((2, 8, 9, 9), (16, 8, 3, 3), {"strides": (2, 2)})])
+def test_integer_conv_takes_the_conv_strategy(x, w, attrs):
+    """An i32 conv (ConvInteger's widened operands, frontend/onnx_quant.py) is lowered to
+    linalg.conv_2d_nhwc_hwcf and tiled as an f32 one is (vector integer multiplies, no
+    fallback to loops), with results exact."""
+    xs = RNG.integers(-255, 256, x).astype(np.int32)
+    ws = RNG.integers(-255, 256, w).astype(np.int32)
+    seen = {}
+    compile_kernels([("k", op_body("conv", [xs, ws], attrs))], "host",
+                    dump=lambda name, text: seen.__setitem__(name, text))
+    assert "fallback" not in seen["k.schedule.mlir"]
+    assert "linalg.conv_2d_nhwc_hwcf" in seen["k.schedule.mlir"]
+    check_op("conv", [xs, ws], attrs)

@@ -201,7 +201,7 @@ def _conv_first(ctx: RuleCtx, x, w, b, types) -> ir.Value:
                                                      out_spatial)
     xp = pad_spatial(x, begin, end, scalar_const(dt, 0))
     group = ctx.attrs["group"]
-    if len(kernel) == 2 and group == 1 and dt.name in ("f32", "f64"):
+    if len(kernel) == 2 and group == 1 and dt.name in ("f32", "f64", "i32"):
         y = _nhwc_conv(xp, w, strides, dilations, out_spatial, acc)
     else:
         y = conv_core(xp, w, group, strides, dilations, out_spatial, acc, dt)
