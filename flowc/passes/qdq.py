@@ -1,10 +1,11 @@
-"""`qdq`: matmuls of dequantized u8 activations and constant s8 weights become `qmatmul`,
+"""`qdq`: matmuls of dequantized u8/s8 activations and constant s8 weights become `qmatmul`,
 the integer kernel (VNNI's vpdpbusd on x86 with AVX512-VNNI), as onnxruntime's QDQ
 transformer makes QLinearMatMul / MatMulIntegerToFloat of them.
 
 Matches, on a `matmul` of A [M, K] and a constant B [K, N] (the forms flowc's ONNX importer
 gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
-- f32: A = (f32(a) - f32(za)) * sa, B = (f32(w) - f32(zw)) * sw: a u8 (any producer), za a
+- f32: A = (f32(a) - f32(za)) * sa, B = (f32(w) - f32(zw)) * sw: a u8 or s8 (any producer;
+  s8 is shifted to u8, a + 128, and za with it, as onnxruntime does for VNNI), za a
   scalar, sa a constant scalar, w a constant s8, zw all zero, sw a constant scalar or one
   per column. The matmul becomes f32(acc) * (sa * sw), acc = qmatmul(a, pack(w)) -
   za * colsum(w) in i32; a `div` of that by a constant scalar (the QuantizeLinear after it)
@@ -15,7 +16,7 @@ gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
   DynamicQuantizeLinear's).
 Guarantees: i32 results are exact (the same integers); f32 results are onnxruntime's
 (the integer product scaled once), which differ from the unrewritten f32 sum of dequantized
-products by f32 rounding. Left alone: s8 activations, nonzero weight zero points, weights
+products by f32 rounding. Left alone: nonzero weight zero points, weights
 that are not constant, matmuls of other ranks, nodes with control dependencies or on a GPU.
 Statistics: `matmuls-quantized`, `requantize-folded`.
 """
@@ -30,7 +31,7 @@ import numpy as np
 from flowc.ir.devices import is_gpu_device
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops.quant import pack
-from flowc.ir.types import TensorType, f32, i32
+from flowc.ir.types import TensorType, f32, i32, u8
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
 
@@ -113,7 +114,7 @@ class Qdq:
         if a.type.rank != 2 or b.type.rank != 2:
             return None
         qa, qb = _quantized(rw, a, dt), _quantized(rw, b, dt)
-        if qa is None or qb is None or qa[0].type.dtype.name != "u8":
+        if qa is None or qb is None or qa[0].type.dtype.name not in ("u8", "i8"):
             return None
         w = _value(rw, qb[0])
         if w is None or w.dtype != np.int8:
@@ -126,20 +127,28 @@ class Qdq:
 
     def _accumulate(self, node: Node, rw: Rewriter, a: Value, za: Value | None,
                     w: np.ndarray) -> Value:
-        """qmatmul(a, pack(w)) - za * colsum(w), in i32."""
+        """qmatmul(a, pack(w)) - za * colsum(w), in i32; an s8 `a` shifted to u8 first
+        (a + 128, za + 128: onnxruntime's handling of s8 x s8 on VNNI)."""
+        shift = 128 if a.type.dtype.name == "i8" else 0
+        if shift:
+            wide = rw.make("cast", [a], {"to": i32}, node).out()
+            moved = rw.make("add", [wide, rw.constant(np.int32(shift), node)], {}, node).out()
+            a = rw.make("cast", [moved], {"to": u8}, node).out()
         acc = rw.make("qmatmul", [a, rw.constant(pack(w), node)], {"n": w.shape[1]},
                       node).out()
-        if za is None:
-            return acc
         colsum = w.astype(np.int32).sum(axis=0, dtype=np.int32)
-        known = _value(rw, za)
+        known = np.zeros((), np.int32) if za is None else _value(rw, za)
         if known is not None:
-            if not np.any(known):
+            zero = (known.astype(np.int32) + shift).astype(np.int32)
+            if not np.any(zero):
                 return acc
-            correction = rw.constant((colsum * known.astype(np.int32)).astype(np.int32), node)
+            correction = rw.constant((colsum * zero).astype(np.int32), node)
         else:
-            wide = rw.make("cast", [za], {"to": i32}, node).out()
-            correction = rw.make("mul", [wide, rw.constant(colsum, node)], {}, node).out()
+            zero = rw.make("cast", [za], {"to": i32}, node).out()
+            if shift:
+                zero = rw.make("add", [zero, rw.constant(np.int32(shift), node)], {},
+                               node).out()
+            correction = rw.make("mul", [zero, rw.constant(colsum, node)], {}, node).out()
         return rw.make("sub", [acc, correction], {}, node).out()
 
     def _matmul(self, node: Node, rw: Rewriter) -> Node | list[Value] | None:

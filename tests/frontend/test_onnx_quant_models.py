@@ -1,6 +1,6 @@
 """Quantized models end to end: a small MLP and a small CNN, quantized by onnxruntime's own
 `quantize_dynamic` (per-channel int8 weights: DynamicQuantizeLinear, MatMulInteger,
-ConvInteger) and `quantize_static` (QDQ format, per-channel int8 weights, u8 activations,
+ConvInteger) and `quantize_static` (QDQ format, per-channel int8 weights, u8 or s8 activations,
 calibrated on a seeded CalibrationDataReader), compiled by flowc and compared with
 onnxruntime's session of the same quantized model on 20 seeded inputs.
 
@@ -82,10 +82,11 @@ def quantized(build, kind, tmp_path) -> tuple[onnx.ModelProto, tuple[int, ...]]:
         quantization.quantize_dynamic(src, dst, weight_type=quantization.QuantType.QInt8,
                                       per_channel=True)
     else:
+        activations = quantization.QuantType.QInt8 if kind == "static_s8" else \
+            quantization.QuantType.QUInt8
         quantization.quantize_static(src, dst, Reader(shape),
                                      quant_format=quantization.QuantFormat.QDQ,
-                                     per_channel=True,
-                                     activation_type=quantization.QuantType.QUInt8,
+                                     per_channel=True, activation_type=activations,
                                      weight_type=quantization.QuantType.QInt8)
     return onnx.load(dst), shape
 
@@ -99,7 +100,7 @@ def output_quantum(m: onnx.ModelProto) -> float:
 
 
 @pytest.mark.parametrize("build", [mlp, cnn])
-@pytest.mark.parametrize("kind", ["dynamic", "static"])
+@pytest.mark.parametrize("kind", ["dynamic", "static", "static_s8"])
 def test_quantized_model_matches_onnxruntime(build, kind, tmp_path):
     import onnxruntime as ort
 
@@ -114,7 +115,7 @@ def test_quantized_model_matches_onnxruntime(build, kind, tmp_path):
         (want,) = session.run(None, {"x": x})
         (got,) = rep.run([x])
         assert (got.argmax(-1) == want.argmax(-1)).all()
-        if kind == "static":
+        if kind.startswith("static"):
             assert np.abs(got - want).max() <= output_quantum(m) * (1 + 1e-6)
         elif build is mlp:
             np.testing.assert_array_equal(got, want)
