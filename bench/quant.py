@@ -7,6 +7,7 @@ quantized model and flowc's own f32 build of the model before quantization.
 Writes bench/results/quant.md.
 
     .venv/bin/python bench/quant.py [--threads 1 2] [--rounds 20] [--batch 16]
+                                    [--models mlp cnn]
 
 All engines in one process, timed in bursts after a settle pause (kernels_common.time_bursts:
 each engine's burst of calls in turn, the order rotated each round); flowc through its C
@@ -117,7 +118,7 @@ def quantize(model, kind: str, work: Path):
     return onnx.load(dst)
 
 
-def run(threads: list[int], rounds: int, batch: int) -> list[str]:
+def run(threads: list[int], rounds: int, batch: int, names: list[str]) -> list[str]:
     import kernels_common as kc
     import perf_measure
 
@@ -128,7 +129,7 @@ def run(threads: list[int], rounds: int, batch: int) -> list[str]:
              "| threads | model | quantized | flowc int8 | onnxruntime int8 | flowc f32 "
              "| ort int8 / flowc int8 | flowc f32 / flowc int8 | max abs diff vs ort |",
              "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for build in (mlp, cnn):
+    for build in [{"mlp": mlp, "cnn": cnn}[name] for name in names]:
         f32 = build(batch)
         name = f32.graph.name
         models = {"f32": f32, **{kind: quantize(f32, kind, work) for kind in KINDS}}
@@ -173,13 +174,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--models", nargs="+", choices=["mlp", "cnn"], default=["mlp", "cnn"])
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    lines = run(args.threads, args.rounds, args.batch)
+    lines = run(args.threads, args.rounds, args.batch, args.models)
     out = HERE / "results" / "quant.md"
     header = ["# int8: flowc against onnxruntime's int8 session and flowc's f32 build", "",
               f"`python bench/quant.py --threads {' '.join(map(str, args.threads))} "
-              f"--rounds {args.rounds} --batch {args.batch}`; load average before "
+              f"--rounds {args.rounds} --batch {args.batch} --models {' '.join(args.models)}`; "
+              "load average before "
               f"{load:.2f}.", ""]
     out.write_text("\n".join(header + lines) + "\n")
     print(f"written to {out}", file=sys.stderr)

@@ -46,6 +46,16 @@ def test_qmatmul_uses_vpdpbusd_on_a_vnni_host():
     assert "llvm.x86.avx512.vpdpbusd.512" in seen["k.llvm.mlir"]
 
 
+@pytest.mark.skipif(not VNNI, reason="the host has no AVX512-VNNI")
+def test_large_qmatmul_runs_its_column_strips_in_parallel():
+    a, b = operands(64, 512, 1040)  # 16 strips of 64 columns and a masked 16-column tail
+    seen = {}
+    compile_kernels([("k", op_body("qmatmul", [a, pack(b)], {"n": 1040}))], "host",
+                    dump=lambda name, text: seen.__setitem__(name, text))
+    assert "omp.parallel" in seen["k.llvm.mlir"]
+    check_op("qmatmul", [a, pack(b)], {"n": 1040})
+
+
 def test_qmatmul_without_vnni_is_widened_loops():
     a, b = operands(5, 12, 20)
     body = op_body("qmatmul", [a, pack(b)], {"n": 20})
