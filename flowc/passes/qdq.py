@@ -43,7 +43,8 @@ def _value(rw: Rewriter, v: Value | None) -> np.ndarray | None:
     data = rw.const(v)
     if data is not None:
         return data
-    if v.node.op in ("cast", "reshape") and not v.node.ctrl:
+    if v.node.op in ("cast", "reshape") and not v.node.ctrl and isinstance(
+            v.type, TensorType) and v.type.is_static:
         inner = _value(rw, v.node.inputs[0])
         if inner is not None:
             return inner.astype(v.type.dtype.np).reshape(v.type.shape)
@@ -88,7 +89,7 @@ def _per_column(s: np.ndarray, n: int) -> np.ndarray | None:
     """`s` as one f32 per column of an [K, n] operand (a scalar repeated), else None."""
     if s.size == 1:
         return np.full(n, s.reshape(()), np.float32)
-    if s.ndim >= 1 and s.shape[-1] == n and s.size == n:
+    if s.ndim >= 1 and s.shape[-1] == n and s.size == n:  # [N] or [1, N]: not per row
         return s.reshape(n).astype(np.float32)
     return None
 
@@ -116,6 +117,10 @@ class Qdq:
         qa, qb = _quantized(rw, a, dt), _quantized(rw, b, dt)
         if qa is None or qb is None or qa[0].type.dtype.name not in ("u8", "i8"):
             return None
+        za = qa[1]
+        if za is not None and not (isinstance(za.type, TensorType) and za.type.is_static
+                                   and int(np.prod(za.type.shape)) == 1):
+            return None  # a zero point per row of A
         w = _value(rw, qb[0])
         if w is None or w.dtype != np.int8:
             return None
