@@ -2,7 +2,7 @@
 the integer kernel (VNNI's vpdpbusd on x86 with AVX512-VNNI), as onnxruntime's QDQ
 transformer makes QLinearMatMul / MatMulIntegerToFloat of them.
 
-Matches, on a `matmul` of A [M, K] and a constant B [K, N] (the forms flowc's ONNX importer
+Matches, on a `matmul` of A [..., M, K] and a constant B [K, N] (the forms flowc's ONNX importer
 gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
 - f32: A = (f32(a) - f32(za)) * sa, B = (f32(w) - f32(zw)) * sw: a u8 or s8 (any producer;
   s8 is shifted to u8, a + 128, and za with it, as onnxruntime does for VNNI), za a
@@ -11,13 +11,17 @@ gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
   za * colsum(w) in i32; a `div` of that by a constant scalar (the QuantizeLinear after it)
   folds into the multiplier: f32(acc) * (sa * sw / sy), onnxruntime's requantization
   multiplier, computed in f32 in its order.
+- f32, neither operand a constant (attention's products), both per tensor: an i32 matmul
+  of i32(a) - za and i32(b) - zb, scaled once by sa * sb (and folded with a following
+  division as above): onnxruntime's QLinearMatMul, not a VNNI kernel (no packing ahead).
 - i32 (MatMulInteger): A = i32(a) - i32(za) (or i32(a)), B = i32(w) - i32(zw) with zw all
   zero: the matmul becomes acc itself (za may be a run-time value, as
   DynamicQuantizeLinear's).
 Guarantees: i32 results are exact (the same integers); f32 results are onnxruntime's
 (the integer product scaled once), which differ from the unrewritten f32 sum of dequantized
 products by f32 rounding. Left alone: nonzero weight zero points, weights
-that are not constant, matmuls of other ranks, nodes with control dependencies or on a GPU.
+that are not constant, a B of rank other than 2, nodes with control dependencies or on a
+GPU. An A of rank 3 or more is one [rows, K] product, reshaped back.
 Statistics: `matmuls-quantized`, `requantize-folded`.
 """
 
@@ -112,7 +116,7 @@ class Qdq:
         if node.ctrl or is_gpu_device(node.device) or not all(
                 isinstance(t, TensorType) and t.is_static for t in (a.type, b.type)):
             return None
-        if a.type.rank != 2 or b.type.rank != 2:
+        if a.type.rank < 2 or b.type.rank != 2:
             return None
         qa, qb = _quantized(rw, a, dt), _quantized(rw, b, dt)
         if qa is None or qb is None or qa[0].type.dtype.name not in ("u8", "i8"):
@@ -133,14 +137,28 @@ class Qdq:
     def _accumulate(self, node: Node, rw: Rewriter, a: Value, za: Value | None,
                     w: np.ndarray) -> Value:
         """qmatmul(a, pack(w)) - za * colsum(w), in i32; an s8 `a` shifted to u8 first
-        (a + 128, za + 128: onnxruntime's handling of s8 x s8 on VNNI)."""
+        (a + 128, za + 128: onnxruntime's handling of s8 x s8 on VNNI); an `a` of rank 3
+        or more as one [rows, K] product, reshaped back."""
         shift = 128 if a.type.dtype.name == "i8" else 0
         if shift:
             wide = rw.make("cast", [a], {"to": i32}, node).out()
             moved = rw.make("add", [wide, rw.constant(np.int32(shift), node)], {}, node).out()
             a = rw.make("cast", [moved], {"to": u8}, node).out()
+        lead = list(a.type.shape[:-1])
+        if len(lead) > 1:  # [..., M, K]: the rows of all batches as one [rows, K]
+            a = rw.make("reshape", [a, rw.constant(np.array([-1, a.type.shape[-1]], np.int64),
+                                                   node)], {}, node).out()
         acc = rw.make("qmatmul", [a, rw.constant(pack(w), node)], {"n": w.shape[1]},
                       node).out()
+        acc = self._corrected(node, rw, acc, za, w, shift)
+        if len(lead) > 1:
+            shape = np.array([*lead, w.shape[1]], np.int64)
+            acc = rw.make("reshape", [acc, rw.constant(shape, node)], {}, node).out()
+        return acc
+
+    def _corrected(self, node: Node, rw: Rewriter, acc: Value, za: Value | None,
+                   w: np.ndarray, shift: int) -> Value:
+        """acc - (za + shift) * colsum(w)."""
         colsum = w.astype(np.int32).sum(axis=0, dtype=np.int32)
         known = np.zeros((), np.int32) if za is None else _value(rw, za)
         if known is not None:
@@ -170,18 +188,42 @@ class Qdq:
         sa, sb = _scaled(rw, a), _scaled(rw, b)
         if sa is None or sb is None or sa[1].size != 1:
             return None
+        found = self._operands(node, sa[0], sb[0], rw, "f32")
+        if found is None:
+            return self._activations(node, rw, sa, sb)
         n = b.type.shape[1]
         sw = _per_column(sb[1], n)
         if sw is None:
-            return None
-        found = self._operands(node, sa[0], sb[0], rw, "f32")
-        if found is None:
             return None
         (q, za), w = found
         acc = self._accumulate(node, rw, q, za, w)
         wide = rw.make("cast", [acc], {"to": f32}, node).out()
         multiplier = (np.float32(sa[1].reshape(())) * sw).astype(np.float32)
         return rw.replace(node, "mul", [wide, rw.constant(multiplier, node)])
+
+    def _activations(self, node: Node, rw: Rewriter, sa, sb) -> Node | None:
+        """Two dequantized per-tensor operands, neither a constant (attention's Q K^T and
+        P V): an i32 matmul of the widened operands less their zero points (the tiled
+        strategy), scaled once, as onnxruntime's QLinearMatMul computes it."""
+        if node.ctrl or is_gpu_device(node.device) or sb[1].size != 1:
+            return None
+        operands = []
+        for v in (sa[0], sb[0]):
+            found = _quantized(rw, v, "f32")
+            if found is None or found[0].type.dtype.name not in ("u8", "i8"):
+                return None
+            q, z = found
+            if z is not None and int(np.prod(z.type.shape)) != 1:
+                return None
+            wide = rw.make("cast", [q], {"to": i32}, node).out()
+            if z is not None:
+                wide = rw.make("sub", [wide, rw.make("cast", [z], {"to": i32}, node).out()],
+                               {}, node).out()
+            operands.append(wide)
+        acc = rw.make("matmul", operands, {}, node).out()
+        wide = rw.make("cast", [acc], {"to": f32}, node).out()
+        multiplier = np.float32(sa[1].reshape(())) * np.float32(sb[1].reshape(()))
+        return rw.replace(node, "mul", [wide, rw.constant(np.float32(multiplier), node)])
 
     def _requantize(self, node: Node, rw: Rewriter) -> Node | None:
         """div(f32(acc) * m, sy) -> f32(acc) * (m / sy) for this pass's scaled products."""
@@ -200,8 +242,11 @@ class Qdq:
 
 
 def _from_qmatmul(v: Value) -> bool:
-    """Whether `v` is a qmatmul's result, or one less its zero-point correction."""
+    """Whether `v` is a qmatmul's result, or one less its zero-point correction, or either
+    reshaped back to a batch, or an i32 matmul (`_activations`)."""
     node = v.node
+    if node.op == "reshape":
+        node = node.inputs[0].node
     if node.op == "sub":
         node = node.inputs[0].node
-    return node.op == "qmatmul"
+    return node.op == "qmatmul" or (node.op == "matmul" and node.types[0].dtype == i32)
