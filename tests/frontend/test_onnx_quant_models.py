@@ -149,8 +149,8 @@ def test_quantized_encoder_is_exactly_the_qdq_graph(kind, tmp_path):
     `qmatmul`, its attention products i32 matmuls) gives exactly what onnxruntime gives with
     its graph optimizations off, i.e. the QDQ graph's own semantics. onnxruntime's optimized
     session differs from both on about 30% of the elements here (up to 4 output quanta):
-    its fused kernels for the Softmax, LayerNormalization and residual Add between Q/DQ pairs
-    compute them otherwise."""
+    its QDQ fusions compute some op between Q/DQ pairs otherwise (which one: not
+    established)."""
     import onnxruntime as ort
 
     m, shape = quantized(encoder, kind, tmp_path)
