@@ -181,3 +181,29 @@ def test_wide_operands_are_refused():
     a = np.zeros((2, 4), np.int32)
     m = node_model("MatMulInteger", ["a", "b"], {"a": a}, {"b": np.zeros((4, 3), np.int8)})
     assert "(MatMulInteger): A has dtype i32; flowc quantizes to i8, u8 only" in refused(m)
+
+
+def test_integer_scale_is_refused():
+    x = np.zeros((2, 4), np.float32)
+    m = node_model("QuantizeLinear", ["x", "s", "zp"], {"x": x},
+                   {"s": np.int32(1), "zp": np.uint8(0)}, out=U8)
+    assert "(QuantizeLinear): y scale has dtype i32; a scale is a float" in refused(m)
+
+
+def test_per_axis_scale_on_a_missing_axis_is_refused():
+    x = np.zeros((4,), np.int8)
+    m = node_model("DequantizeLinear", ["x", "s"], {"x": x}, {"s": np.ones(4, np.float32)},
+                   axis=1)
+    assert "(DequantizeLinear): x_scale is per-axis, but axis 1 is out of range for rank 1" \
+        in refused(m)
+
+
+def test_qlinear_conv_bias_of_another_dtype_is_refused():
+    x = np.zeros((1, 2, 4, 4), np.uint8)
+    m = node_model("QLinearConv", ["x", "xs", "xzp", "w", "ws", "wzp", "ys", "yzp", "b"],
+                   {"x": x}, {"xs": np.float32(1), "xzp": np.uint8(0),
+                              "w": np.zeros((3, 2, 1, 1), np.int8), "ws": np.float32(1),
+                              "wzp": np.int8(0), "ys": np.float32(1), "yzp": np.uint8(0),
+                              "b": np.zeros(3, np.float32)}, out=U8)
+    assert "node 'QLinearConv_0' (QLinearConv): B has dtype f32; QLinearConv's bias is i32" \
+        in refused(m)
