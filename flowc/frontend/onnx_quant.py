@@ -59,8 +59,9 @@ class _Emit:
         return self("reshape", x, self.ctx.constant(np.array(shape, dtype=np.int64)))
 
 
-def _check_int(ctx, v: Value, what: str, allowed=tuple(RANGES)) -> DType:
-    dt = v.type.dtype
+def _check_int(ctx, v: Value | DType, what: str, allowed=tuple(RANGES)) -> DType:
+    """The dtype of `v` (a value, or a dtype itself), refused unless one of `allowed`."""
+    dt = v if isinstance(v, DType) else v.type.dtype
     if dt.name not in allowed:
         ctx.fail(f"{what} has dtype {dt}; flowc quantizes to {', '.join(allowed)} only "
                  "(float8, int4, int2 and float4 quantization are not supported)")
@@ -131,7 +132,7 @@ def quantize_linear(ctx) -> Sequence[Value]:
         dt = onnx_dtype(int(ctx.attrs["output_dtype"]), f"{ctx.where}: output_dtype")
     else:
         dt = u8
-    _check_int(ctx, zp if zp is not None else e.const(0, dt), "the output")
+    _check_int(ctx, dt, "the output")
     axis, length = _axis(ctx, x)
     s = along(e, e.cast(s, f32), x.type.rank, axis, length, "y_scale")
     zp = along(e, zp, x.type.rank, axis, length, "y_zero_point")
@@ -206,7 +207,7 @@ def integer_conv(e: _Emit, x: Value, w: Value, x_zp: Value | None,
                  w_zp: Value | None) -> Value:
     """conv(x - x_zp, w - w_zp) in i32: x_zp a scalar, w_zp per output channel."""
     _integer_operands(e.ctx, x, w, x_zp, w_zp, ("x", "w"))
-    if x_zp is not None and int(np.prod([d or 1 for d in x_zp.type.shape])) != 1:
+    if x_zp is not None and any(d != 1 for d in x_zp.type.shape):
         e.ctx.fail(f"x_zero_point has shape {list(x_zp.type.shape)}; it is one scalar")
     x_zp = along(e, x_zp, x.type.rank, 0, 1, "x_zero_point")
     w_zp = along(e, w_zp, w.type.rank, 0, w.type.shape[0], "w_zero_point")
