@@ -4,9 +4,11 @@ at the extremes of u8 x s8 (255 * -128); on a VNNI host through vpdpbusd, on the
 x86-64 target through widened loops. And the integer contractions the importer makes of
 MatMulInteger / ConvInteger: i32 convs take the tiled conv strategy."""
 
+import ctypes
+
 import numpy as np
 import pytest
-from kernel_harness import check_op, op_body, run_body
+from kernel_harness import aligned, body_scratch, check_op, load_body, op_body, run_body
 
 from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.target import get_target
@@ -25,7 +27,7 @@ def operands(m, k, n, extreme=False):
 
 
 @pytest.mark.parametrize("m,k,n", [(4, 32, 64), (5, 30, 10), (9, 64, 80), (1, 7, 3),
-                                   (16, 256, 130)])
+                                   (16, 256, 130), (5, 20, 60), (8, 64, 32), (3, 16, 48)])
 def test_qmatmul_matches_the_interpreter(m, k, n):
     a, b = operands(m, k, n)
     assert (unpack(pack(b), k, n) == b).all()
@@ -81,3 +83,18 @@ def test_integer_conv_takes_the_conv_strategy(x, w, attrs):
     assert "fallback" not in seen["k.schedule.mlir"]
     assert "linalg.conv_2d_nhwc_hwcf" in seen["k.schedule.mlir"]
     check_op("conv", [xs, ws], attrs)
+
+
+@pytest.mark.parametrize("n", [60, 10, 48])
+def test_qmatmul_writes_nothing_past_its_output(n):
+    """N not a whole number of 16-column vectors: the kernel writes m * n elements and not
+    one past them (a strip of 64 columns over N = 60 once wrote into the next 16 bytes)."""
+    a, b = operands(5, 20, n)
+    body = op_body("qmatmul", [a, pack(b)], {"n": n})
+    lib = load_body(body)
+    ins = [aligned(a), aligned(pack(b))]
+    guarded = aligned(np.full(5 * n + 64, -7, np.int32))
+    lib.kernel(*[ctypes.c_void_p(x.ctypes.data) for x in [*ins, guarded]], *body_scratch(body))
+    assert (guarded[5 * n:] == -7).all()
+    np.testing.assert_array_equal(guarded[:5 * n].reshape(5, n),
+                                  a.astype(np.int32) @ b.astype(np.int32))

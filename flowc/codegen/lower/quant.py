@@ -68,9 +68,9 @@ def _add(v: ir.Value | int, k: int) -> ir.Value | int:
 
 
 def _vnni(ctx: RuleCtx, a: ir.Value, p: ir.Value) -> ir.Value:
-    """The VNNI kernel: whole strips of NR column vectors in an scf.forall (the runtime's
-    threads), rows in MR-row tiles and then one by one; the column vectors past the last
-    whole strip after it, one by one."""
+    """The VNNI kernel: strips of NR whole column vectors (fewer if N has fewer) in an
+    scf.forall (the runtime's threads), rows in MR-row tiles and then one by one; the
+    column vectors past the last strip (a partial one masked) after it, one by one."""
     m, n = ctx.out.shape
     k = ctx.in_types[0].shape[1]
     kq = -(-k // DEPTH)
@@ -120,23 +120,26 @@ def _vnni(ctx: RuleCtx, a: ir.Value, p: ir.Value) -> ir.Value:
         return dest
 
     blocks = -(-n // COLS)
-    strips = blocks // NR
+    # strips hold whole column vectors only (a strip past N would write past the output);
+    # fewer than NR whole vectors make one narrower strip
+    nr = min(NR, n // COLS)
+    strips = (n // COLS) // nr if nr else 0
     out = empty(([m, n], _i(32)))
     if strips:
-        width = NR * COLS
+        width = nr * COLS
         loop = scf.ForallOp([0], [strips], [1], shared_outs=[out])
         with ir.InsertionPoint(loop.body):
             s = loop.induction_variables[0]
-            first = arith.muli(s, index_const(NR))
+            first = arith.muli(s, index_const(nr))
             col0 = arith.muli(s, index_const(width))
             part = _strip(loop.inner_iter_args[0], col0, m, width)
-            part = rows(part, lambda row, mr, d: tile(row, first, 0, mr, NR, d, False))
+            part = rows(part, lambda row, mr, d: tile(row, first, 0, mr, nr, d, False))
             with ir.InsertionPoint(loop.terminator().block):
                 tensor.parallel_insert_slice(part, loop.inner_iter_args[0], [col0], [], [],
                                              [0, ir.ShapedType.get_dynamic_size()],
                                              [m, width], [1, 1])
         out = loop.results[0]
-    for block in range(strips * NR, blocks):
+    for block in range(strips * nr, blocks):
         out = rows(out, lambda row, mr, d, b=block: tile(row, b, b, mr, 1, d,
                                                          n % COLS != 0 and b == blocks - 1))
     return out
