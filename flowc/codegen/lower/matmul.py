@@ -216,8 +216,10 @@ def _packed_matmul(ctx: RuleCtx, a, panels, bias=None) -> list:
     """a [..., M, K] (leading dims folded into M) times panels [N / NR, K, NR]: one
     contraction generic over (m, panel, column in panel, k) into C [M, N / NR, NR], which
     is C [M, N] in memory (the CPU strategy tiles panels in parallel, rows, then k). C
-    starts as zeros (a fill) or, with a bias [N], as the bias broadcast over the rows (an
-    all-parallel generic the strategy fuses into its register tiles as it does the fill)."""
+    starts as zeros (a fill); with a bias [N], as the bias broadcast over the rows (an
+    all-parallel generic the strategy fuses into its register tiles as it does the fill);
+    with a bias of the result's shape (a full C: an RNN step's row of the input
+    projection), as that C, which the register tiles load and add into."""
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
     blocks, k, width = value_shape(panels)
@@ -226,6 +228,8 @@ def _packed_matmul(ctx: RuleCtx, a, panels, bias=None) -> list:
     c = empty(([rows, blocks, width], elem_type(acc)))
     if bias is None:
         init = fill(scalar_const(acc, 0), c)
+    elif value_shape(bias) == [*lead, blocks * width] and rows > 1:
+        init = convert_tensor(reshape(bias, [rows, blocks, width]), dt, acc)
     else:
         init = generic([reshape(bias, [blocks, width])], [affine_map(3, [1, 2])], [c],
                        [affine_map(3, [0, 1, 2])], "ppp",
