@@ -4,7 +4,8 @@ The bundle directory (default `bench/results/gpu_bundle`, kept well under 64 MiB
 - `zoo/<model>/`: each zoo model compiled with `--target nvptx` (batch 2), plus
   `inputs.npz` (seeded sample inputs) and `expected.npz` (the reference interpreter's
   outputs for them);
-- `matmul_f32/`, `matmul_bf16/`: one `matmul` of 4096x4096 by 4096x4096 (bf16 only when it
+- `matmul_f32/`, `matmul_bf16/`, `matmul_f16/`: one `matmul` of 4096x4096 by 4096x4096
+  (bf16 and f16 on the tensor cores unless `--gpu-matmul cuda-cores`; each only when it
   compiles; the reason is written to `skipped.txt` otherwise);
 - `chain/`: an elementwise chain (add, mul, tanh, exp, sub over 2^24 f32 elements), which
   the fuse pass makes one kernel;
@@ -17,6 +18,7 @@ The bundle directory (default `bench/results/gpu_bundle`, kept well under 64 MiB
 On the GPU machine `bench/gpu_check.sh BUNDLE` runs them with numpy and the driver only.
 
     .venv/bin/python bench/gpu_prepare.py [--output DIR] [--gpu-arch sm_90 ...]
+        [--gpu-matmul tensor-cores|cuda-cores]
 
 (`--small` and `--dump-dir` are for tests: a small bundle whose kernels the fake CUDA
 driver of tests/codegen can run.)
@@ -110,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--output", type=Path, default=ROOT / "results" / "gpu_bundle")
     ap.add_argument("--gpu-arch", action="append", default=[], help="default sm_80, sm_90")
+    ap.add_argument("--gpu-matmul", choices=("tensor-cores", "cuda-cores"),
+                    default="tensor-cores", help="the bf16/f16 matmuls' kernel (flowc compile's "
+                    "--gpu-matmul; the fake driver of tests/codegen runs cuda-cores only)")
     ap.add_argument("--small", action="store_true",
                     help="tests: matmul 256^3, chain 2^12, the mlp model only")
     ap.add_argument("--dump-dir", type=Path,
@@ -123,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    info: dict = {"archs": archs, "zoo": [], "mixed": [], "timings": {}}
+    info: dict = {"archs": archs, "gpu_matmul": args.gpu_matmul, "zoo": [], "mixed": [],
+                  "timings": {}}
     for name in names:
         model = zoo.MODELS[name]()
         feeds = zoo.sample_input(model, batch=2)
@@ -138,10 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         for f in ("inputs.npz", "expected.npz"):
             shutil.copy(out / "zoo" / name / f, out / "mixed" / name / f)
         info["mixed"].append(name)
-    for dtype in ("f32", "bf16"):
+    for dtype in ("f32", "bf16", "f16"):
         where = out / f"matmul_{dtype}"
         try:
-            _compile(_matmul_graph(dtype, n), where, archs, dump_dir=dumps(where))
+            _compile(_matmul_graph(dtype, n), where, archs, dump_dir=dumps(where),
+                     gpu_matmul=args.gpu_matmul)
             info["timings"][f"matmul_{dtype}"] = {"flop": 2 * n ** 3, "shape": [n, n, n],
                                                    "dtype": dtype}
         except FlowcError as exc:

@@ -49,13 +49,14 @@ def test_flags_give_the_matching_compile_options():
         "m.onnx", "--target", "x86-64", "--batch", "3", "--dim", "n=4", "--dim", "s=7",
         "--place", "a=gpu:0", "--place", "b=cpu:0", "--gpu-arch", "sm_90", "--name", "net",
         "-p", "cse", "--weights", "file", "--dump-dir", "d", "--print-ir-after-all",
-        "--devices", "cpu:0,gpu:0", "--device-profiles", "p.json", "--profile"])
+        "--devices", "cpu:0,gpu:0", "--device-profiles", "p.json", "--profile",
+        "--gpu-matmul", "tensor-cores"])
     options = options_from(args)
     assert options == CompileOptions(
         target="x86-64", batch=3, dims={"n": 4, "s": 7}, place=("a=gpu:0", "b=cpu:0"),
         gpu_archs=("sm_90",), name="net", pipeline="cse", weights="file", dump_dir="d",
         print_ir_after_all=True, devices="cpu:0,gpu:0", device_profiles="p.json",
-        profile=True)
+        profile=True, gpu_matmul="tensor-cores")
 
 
 def test_no_flags_give_the_default_options():

@@ -50,6 +50,11 @@ class CompileOptions:
         "--gpu-arch", "with --target nvptx or nodes on gpu:0 (--devices cpu:0,gpu:0): a GPU "
                       "architecture to build a cubin for (repeatable; default sm_80 and sm_90)",
         metavar="SM", action="append"))
+    gpu_matmul: str = field(default="cuda-cores", metadata=_cli(
+        "--gpu-matmul", "GPU matmuls of bf16/f16 operands: cuda-cores (f32 multiply-adds; the "
+                        "default) or tensor-cores (mma.sync, when every --gpu-arch is sm_80 "
+                        "or newer; not yet run on a GPU)",
+        choices=("tensor-cores", "cuda-cores")))
     name: str | None = field(default=None, metadata=_cli(
         "--name", "symbol prefix (default: the model file's name)", metavar="NAME"))
     batch: int | None = field(default=None, metadata=_cli(
@@ -87,6 +92,12 @@ class CompileOptions:
                    "matmul, gemm, conv, norms, reductions), nothing_saveable (recompute any "
                    "pure op), off (see flowc/passes/remat.py)", metavar="POLICY", nargs="?",
         const="dots_saveable"))
+    precision: str = field(default="f32", metadata=_cli(
+        "--precision", "f32 (default), bf16 or f16: an f32 model's matmul/gemm weights "
+                       "stored in that type and the products computed in it with f32 "
+                       "accumulation; everything else, inputs and outputs stay f32 (the "
+                       "command reports the outputs' difference from the f32 build; see "
+                       "flowc/passes/precision.py)", metavar="TYPE"))
     profile: bool = field(default=False, metadata=_cli(
         "--profile", "time every kernel call (for 'flowc run DIR --profile' and 'flowc "
                      "profile DIR'); off by default: no cost, no symbols"))

@@ -7,7 +7,10 @@ function taking the block id, block size, grid size and thread id as extra argum
 (everything else unchanged), compiles them for this machine and calls each stage once per
 (block, thread) of its launch shape, in launch order, on 64-byte-aligned buffers (inputs,
 outputs, scratch). Sequential threads are a valid schedule for every stage without
-`gpu.barrier`; stages with one (the tiled matmul) are refused here.
+`gpu.barrier`; stages with one (the tiled matmul) are refused here. Tensor-core stages
+(`mma.sync`, `ldmatrix`, `cp.async`: the bf16/f16 matmul of flowc/codegen/gpu/mma.py) have
+no host form: `emulate` lowers with the CUDA-core kernel, artifacts for the fake driver are
+compiled with `gpu_matmul="cuda-cores"`, and `host_stages` refuses such a stage by name.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ def host_stages(text: str, threaded: bool = False) -> str:
     after the other)."""
     if not threaded and ("gpu.barrier" in text or "workgroup" in text):
         raise ValueError("stages with barriers cannot be emulated thread by thread")
+    warp_level = re.search(r"gpu\.func @(\w+)\((?:(?!gpu\.func).)*?(?:nvvm|nvgpu)\.", text, re.S)
+    if warp_level:
+        raise ValueError(f"stage {warp_level[1]} uses tensor cores (nvvm/nvgpu ops), which "
+                         "cannot be emulated on the host; compile with gpu_matmul='cuda-cores'")
     globals_: list[str] = []
 
     def func_header(m: re.Match) -> str:

@@ -61,6 +61,16 @@ def test_gpu_arch_for_a_cpu_target_is_refused(tmp_path):
         flowc.compile(zoo.mlp(), tmp_path / "a", gpu_archs=["sm_90"], batch=1, cache=False)
 
 
+def test_gpu_matmul_for_a_cpu_target_or_unknown_is_refused(tmp_path):
+    with pytest.raises(FlowcError, match="--gpu-matmul tensor-cores given for the CPU target"):
+        flowc.compile(zoo.mlp(), tmp_path / "a", gpu_matmul="tensor-cores", batch=1,
+                      cache=False)
+    with pytest.raises(FlowcError, match="--gpu-matmul: unknown kind 'wmma'; known: "
+                                         "tensor-cores, cuda-cores"):
+        flowc.compile(zoo.mlp(), tmp_path / "b", target="nvptx", gpu_matmul="wmma", batch=1,
+                      cache=False)
+
+
 def test_cli_compiles_for_one_gpu_arch(tmp_path):
     model = tmp_path / "mlp.onnx"
     model.write_bytes(zoo.mlp().SerializeToString())

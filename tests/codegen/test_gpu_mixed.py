@@ -323,3 +323,18 @@ def test_a_graph_wholly_on_gpu0_builds_the_gpu_artifact(tmp_path, driver, monkey
     use(monkeypatch, driver, emulation_library(tmp_path / "dump", lib_dir))
     x = np.arange(4, dtype=np.float32)
     np.testing.assert_array_equal(load(tmp_path / "a").run(x=x)["y"], -x)
+
+
+@pytest.mark.parametrize(("matmul", "mma"), [("tensor-cores", True), ("cuda-cores", False)])
+def test_gpu_matmul_reaches_the_gpu_partition(tmp_path, matmul, mma):
+    """--gpu-matmul goes to a mixed artifact's GPU partition: a bf16 matmul pinned to gpu:0
+    gets the tensor-core stage by default, the CUDA-core one with cuda-cores."""
+    g = Graph("half")
+    a = g.add_input("a", TensorType("bf16", (128, 64)))
+    b = g.add_input("b", TensorType("bf16", (64, 128)))
+    h = g.append(make_node("matmul", [a, b], name="mm")).out()
+    g.add_output("y", g.append(make_node("relu", [h], name="act")).out())
+    flowc.compile(g, tmp_path / "a", devices="cpu:0,gpu:0", place=["mm=gpu:0", "act=cpu:0"],
+                  gpu_matmul=matmul, dump_dir=tmp_path / "d", cache=False)
+    (stages,) = (tmp_path / "d").glob("gpu.*.stages.mlir")
+    assert ("nvvm.mma.sync" in stages.read_text()) == mma

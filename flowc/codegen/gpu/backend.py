@@ -1,8 +1,9 @@
 """`GpuBackend`: flowc's NVPTX kernel compiler as a `flowc.codegen.backend.Backend`.
 
-Contract: `GpuBackend(archs)` (default `gpu_target.DEFAULT_ARCHS`, sm_80 and sm_90; each
-checked) compiles for the `nvptx` target; `check_supported` is the kernels' own (the same
-lowering table and checks as the CPU's); `compile` is `gpu_kernels.compile_gpu_kernels`: a
+Contract: `GpuBackend(archs, matmul)` (default `gpu_target.DEFAULT_ARCHS`, sm_80 and sm_90;
+each checked; `matmul`: `--gpu-matmul`, see `gpu_target.uses_tensor_cores`) compiles for the
+`nvptx` target; `check_supported` is the kernels' own (the same lowering table and checks as
+the CPU's); `compile` is `gpu_kernels.compile_gpu_kernels`: a
 `GpuBinary` (PTX per arch, a cubin per arch when ptxas is installed, each kernel's stages)
 in `KernelCode.gpu`, through the compile cache. The manifest's target entry gets
 `gpu_archs`, `cubins` (the archs with a cubin) and `ptx` (the arch of the JIT fallback).
@@ -32,8 +33,10 @@ class GpuBackend:
 
     name = "gpu"
 
-    def __init__(self, archs: Sequence[str] = ()):
+    def __init__(self, archs: Sequence[str] = (), matmul: str = "tensor-cores"):
         self.archs = tuple(gpu_target.check_arch(a) for a in archs or gpu_target.DEFAULT_ARCHS)
+        gpu_target.uses_tensor_cores(self.archs, matmul)  # checks `matmul`
+        self.matmul = matmul
 
     def get_target(self, name: str | Target = "nvptx") -> Target:
         target = get_target(name)
@@ -49,7 +52,8 @@ class GpuBackend:
                 progress: Any) -> KernelCode:
         if progress is not None:
             progress.stage("compiling GPU kernels")
-        return KernelCode(gpu=compile_gpu_kernels(kernels, self.archs, dump, target, cache))
+        return KernelCode(gpu=compile_gpu_kernels(kernels, self.archs, dump, target, cache,
+                                                  self.matmul))
 
     def manifest_target(self, code: KernelCode) -> dict[str, Any]:
         binary = code.gpu

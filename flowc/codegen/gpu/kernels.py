@@ -1,21 +1,24 @@
 """The GPU kernel compiler: closed static-shaped body graphs -> PTX + cubins + launch table.
 
-Contract: `compile_gpu_kernels(kernels, archs=DEFAULT_ARCHS, dump=None) -> GpuBinary`
-takes the same `(symbol, body)` sequence as `cpu/compiler.compile_kernels` (same bodies, same
-lowering table, same checks) and returns a `GpuBinary`:
+Contract: `compile_gpu_kernels(kernels, archs=DEFAULT_ARCHS, dump=None, target, cache,
+matmul="tensor-cores") -> GpuBinary` takes the same `(symbol, body)` sequence as
+`cpu/compiler.compile_kernels` (same bodies, same lowering table, same checks) and returns a
+`GpuBinary`:
 - `ptx[arch]`: one PTX module per architecture defining every stage of every kernel
   (the first arch's PTX is the JIT fallback for newer devices);
 - `cubins[arch]`: ptxas's cubin per architecture, empty when ptxas is absent;
 - `kernels`: per flowc kernel, its `GpuKernel` (flowc/codegen/kernel_code.py: stages with
   launch shapes, scratch buffer sizes), in the given order.
 A flowc kernel `SYM` becomes device functions `SYM_s0 ...`, each taking bare pointers to
-the body's inputs, outputs, then scratch buffers. Same input, same bytes.
+the body's inputs, outputs, then scratch buffers. `matmul` (`--gpu-matmul`): bf16/f16
+matmuls on tensor cores where `gpu_target.uses_tensor_cores` says so. Same input, same bytes.
 `cache` (flowc/codegen/cache.py; None: the environment's, False: none) keeps, like the CPU
 kernels', each kernel's lowering (`gpukernel`: its stages, scratch sizes and LLVM IR, keyed
-by `toolchain()`, symbol and printed body: independent of the architecture), each
-architecture's PTX (`ptx`: keyed by the kernels' keys, the arch and libdevice's digest)
-and cubin (`cubin`: the PTX key and ptxas's `--version`); with `dump` nothing is read from
-it, so every dump is written. A warm compile returns the same bytes as a cold one.
+by `toolchain()`, symbol, printed body and the tensor-core choice: independent of the
+architecture otherwise), each architecture's PTX (`ptx`: keyed by the kernels' keys, the
+arch and libdevice's digest) and cubin (`cubin`: the PTX key and ptxas's `--version`); with
+`dump` nothing is read from it, so every dump is written. A warm compile returns the same
+bytes as a cold one.
 """
 
 from __future__ import annotations
@@ -45,10 +48,12 @@ Dump = Callable[[str, str], None]
 def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
                         archs: Sequence[str] = gpu_target.DEFAULT_ARCHS,
                         dump: Dump | None = None, target: Target | str = "nvptx",
-                        cache: CompileCache | bool | None = None) -> GpuBinary:
+                        cache: CompileCache | bool | None = None,
+                        matmul: str = "cuda-cores") -> GpuBinary:
     archs = tuple(gpu_target.check_arch(a) for a in archs)
     if not archs:
         raise FlowcError("compile_gpu_kernels: no GPU architecture given")
+    tensor_cores = gpu_target.uses_tensor_cores(archs, matmul)
     target = get_target(target)
     symbols = [sym for sym, _ in kernels]
     if len(set(symbols)) != len(symbols):
@@ -61,7 +66,7 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
         check_supported(body, target)
         check_body(sym, body)
         key = digest("gpukernel", toolchain(), target.triple, sym,
-                     print_graph(body, resources=True))
+                     print_graph(body, resources=True), f"tensor_cores={tensor_cores}")
         keys.append(key)
         cached = None if dump else cache.get("gpukernel", key)
         if cached is not None:
@@ -72,7 +77,8 @@ def compile_gpu_kernels(kernels: Sequence[tuple[str, Graph]],
             if dump:
                 dump(f"{sym}.input.mlir", str(module))
             sub = (lambda name, text, s=sym: dump(f"{s}.{name}", text)) if dump else None
-            lowered.append(gpu_pipeline.lower_kernel(sym, module, f"kernel {sym}", sub))
+            lowered.append(gpu_pipeline.lower_kernel(sym, module, f"kernel {sym}", sub,
+                                                     tensor_cores))
         cache.put("gpukernel", key, _kernel_to_json(lowered[-1]))
     binary = GpuBinary(archs, lowered)
     for arch in archs:

@@ -10,7 +10,9 @@ Contract:
   that call one stage of its own. When the op just before it is a `linalg.fill` of C with
   +0.0 (how the matmul rule starts C), the fill is dropped and the marker says so
   (`__flowc_tiled_matmul_zero_*`): the stage then stores its tiles instead of adding them
-  to C, saving a launch, a write and a read of C.
+  to C, saving a launch, a write and a read of C. `claim(module, fn, tensor_cores=True)`
+  marks a matmul the tensor-core stage takes (`gpu_mma.tiling_for`: bf16 or f16 A and B)
+  `__flowc_tiled_matmul_mma_[zero_]*` instead (flowc/codegen/gpu/mma.py; sm_80 and newer).
 - `stage_text(name, arg_types, call) -> (text, grid, block)`: the `gpu.func` of such a
   stage (same arguments as every stage of the kernel) and its launch shape.
 The kernel (the first tiling that fits: 128x128 tiles of C, 8x8 per thread, K steps of 8;
@@ -37,6 +39,8 @@ from dataclasses import dataclass
 from mlir import ir
 from mlir.dialects import func
 
+from flowc.codegen.gpu import mma as gpu_mma
+
 
 @dataclass(frozen=True)
 class Tiling:
@@ -59,8 +63,9 @@ MARKER = "__flowc_tiled_matmul_"
 SOURCES = {"f32": ir.F32Type, "bf16": ir.BF16Type, "f16": ir.F16Type}
 
 
-def claim(module: ir.Module, fn: ir.Operation) -> int:
-    """Replace the eligible matmuls of `fn` by marker calls; how many were replaced."""
+def claim(module: ir.Module, fn: ir.Operation, tensor_cores: bool = False) -> int:
+    """Replace the eligible matmuls of `fn` by marker calls; how many were replaced. With
+    `tensor_cores`, those `gpu_mma.tiling_for` takes become tensor-core stages."""
     entry = fn.regions[0].blocks[0]
     count = 0
     previous = None
@@ -70,10 +75,11 @@ def claim(module: ir.Module, fn: ir.Operation) -> int:
         if op.name != "linalg.matmul" or not _eligible(op):
             continue
         types = [v.type for v in op.operands]
-        name = f"{MARKER}{count}"
+        mma = "mma_" if tensor_cores and gpu_mma.tiling_for(*types) else ""
+        name = f"{MARKER}{mma}{count}"
         if before is not None and _zero_fill_of(before, op.operands[2]):
             before.erase()
-            name = f"{MARKER}zero_{count}"
+            name = f"{MARKER}{mma}zero_{count}"
         with ir.InsertionPoint.at_block_begin(module.body):
             func.FuncOp(name, ir.FunctionType.get(types, []), visibility="private")
         with ir.InsertionPoint(op), op.location:
@@ -96,7 +102,7 @@ def _eligible(op: ir.Operation) -> bool:
             return False
     if "indexing_maps" in op.attributes and _transposed(op):
         return False
-    return _tiling(op.operands) is not None
+    return _tiling(op.operands) is not None  # every shape gpu_mma takes fits one of these
 
 
 def _tiling(operands) -> Tiling | None:
@@ -145,9 +151,13 @@ def _element(t: ir.Type) -> str:
 
 def stage_text(name: str, arg_types: list[ir.Type], call: ir.Operation
                ) -> tuple[str, int, int]:
-    """The tiled kernel `name` over the kernel's arguments; (text, grid, block)."""
+    """The tiled kernel `name` over the kernel's arguments; (text, grid, block): the
+    tensor-core stage (flowc/codegen/gpu/mma.py) for a marker `claim` made for it."""
     a, b, c = (ir.BlockArgument(v).arg_number for v in call.operands)
-    zero = ir.FlatSymbolRefAttr(call.attributes["callee"]).value.startswith(f"{MARKER}zero_")
+    kind = ir.FlatSymbolRefAttr(call.attributes["callee"]).value[len(MARKER):]
+    zero = kind.removeprefix("mma_").startswith("zero_")
+    if kind.startswith("mma_"):
+        return gpu_mma.stage_text(name, arg_types, (a, b, c), zero)
     tiling = _tiling(list(call.operands))
     (m, k), (_, n) = (ir.MemRefType(call.operands[i].type).shape for i in (0, 1))
     ta, tb, tc = (str(arg_types[i]) for i in (a, b, c))

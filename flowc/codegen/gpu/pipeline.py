@@ -1,8 +1,8 @@
 """THE GPU pipeline: from a kernel's linalg-on-tensors function to PTX for NVPTX.
 
-Contract: `lower_kernel(sym, module, what, dump) -> GpuKernel` takes the module
-`kernels.build_module` makes for one flowc kernel (the same one the CPU pipeline takes) and
-returns the LLVM IR of one or more device functions (`SYM_s0`, `SYM_s1`, ...: the
+Contract: `lower_kernel(sym, module, what, dump, tensor_cores=False) -> GpuKernel` takes the
+module `kernels.build_module` makes for one flowc kernel (the same one the CPU pipeline
+takes) and returns the LLVM IR of one or more device functions (`SYM_s0`, `SYM_s1`, ...: the
 *stages*, launched in order on one stream) plus each stage's launch shape. Every stage
 takes the same bare-pointer arguments: the body's inputs, its outputs, then its scratch
 buffers (temporaries the kernel needs, `GpuKernel.scratch` bytes each, 64-byte aligned,
@@ -11,7 +11,8 @@ provided by the caller; they hold nothing between launches). Steps:
 1. `cpu.pipeline.PREPARE` (the same elementwise fusion), bufferization into the caller's
    buffers (the same script as the CPU path).
 2. Temporaries allocated outside parallel loops become scratch arguments; a matmul whose
-   shape allows it becomes the shared-memory tiled kernel of `gpu_matmul` (its own stage).
+   shape allows it becomes the shared-memory tiled kernel of `gpu_matmul` (its own stage;
+   with `tensor_cores`, bf16/f16 ones the `mma.sync` kernel of `gpu_mma`: sm_80 and newer).
 3. `convert-linalg-to-parallel-loops`: each top-level `scf.parallel` is one parallel stage;
    a run of other top-level ops with memory effects (`scf.while`, stores, serial loops) is
    one serial stage (launched as one thread). Pure ops (constants, views, index math) are
@@ -53,8 +54,9 @@ TO_LOOPS = ",".join([
 ])
 
 TO_NVVM = ",".join([
-    "gpu.module(lower-affine,convert-scf-to-cf,canonicalize,expand-strided-metadata,"
-    "lower-affine,convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=64})",
+    "gpu.module(convert-nvgpu-to-nvvm,lower-affine,convert-scf-to-cf,canonicalize,"
+    "expand-strided-metadata,lower-affine,"
+    "convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1 index-bitwidth=64})",
     "reconcile-unrealized-casts",
     "canonicalize",
 ])
@@ -66,15 +68,15 @@ PURE_PREFIXES = ("arith.", "index.", "math.", "affine.apply", "memref.subview",
                  "memref.cast", "memref.get_global", "memref.view", "ub.poison")
 
 
-def lower_kernel(sym: str, module: ir.Module, what: str, dump: Dump | None = None
-                 ) -> GpuKernel:
+def lower_kernel(sym: str, module: ir.Module, what: str, dump: Dump | None = None,
+                 tensor_cores: bool = False) -> GpuKernel:
     """The kernel's stages and LLVM IR (see the module docstring)."""
     run_passes(module, cpu_pipeline.PREPARE, what)
     apply_script(module, cpu_pipeline.BUFFERIZE, what)
     fn = _the_function(module, sym, what)
     scratch = scratch_arguments(  # per-iteration buffers stay (device heap)
         fn, lambda op: inside(op, "scf.parallel") or inside(op, "scf.forall"))
-    gpu_matmul.claim(module, fn)
+    gpu_matmul.claim(module, fn, tensor_cores)
     run_passes(module, TO_LOOPS, what)
     fn = _the_function(module, sym, what)
     if dump:

@@ -9,6 +9,10 @@ Contract:
   not installed; a FlowcError with ptxas's message when it rejects the PTX.
 - `ptxas_path()`, `libdevice_path()`: where they were found (CUDA_HOME, /usr/local/cuda,
   the directory of ptxas), or None.
+- `uses_tensor_cores(archs, matmul)`: whether bf16/f16 matmuls get the tensor-core stage:
+  `matmul` (`--gpu-matmul`) is "tensor-cores" and every arch is sm_80 or newer;
+  "cuda-cores" (the default until the tensor-core stage has run correctly on a GPU) keeps
+  the CUDA-core kernel; anything else is a FlowcError.
 - Same input, same bytes.
 """
 
@@ -30,6 +34,16 @@ TRIPLE = "nvptx64-nvidia-cuda"
 GPU_ARCHS = ("sm_80", "sm_86", "sm_89", "sm_90")
 DEFAULT_ARCHS = ("sm_80", "sm_90")  # what `--target nvptx` builds: cubins for each + PTX
 PTX_VERSION = {"sm_80": "+ptx70", "sm_86": "+ptx71", "sm_89": "+ptx78", "sm_90": "+ptx78"}
+
+
+MATMUL_KINDS = ("tensor-cores", "cuda-cores")
+
+
+def uses_tensor_cores(archs: tuple[str, ...], matmul: str) -> bool:
+    if matmul not in MATMUL_KINDS:
+        raise FlowcError(f"--gpu-matmul: unknown kind '{matmul}'; known: "
+                         f"{', '.join(MATMUL_KINDS)}")
+    return matmul == "tensor-cores" and all(int(a.removeprefix("sm_")) >= 80 for a in archs)
 
 
 def check_arch(arch: str) -> str:
