@@ -38,13 +38,15 @@ CASES = [(2, 10, 10, 16, 32, 3, 1), (1, 9, 11, 3, 20, 3, 2), (1, 6, 7, 8, 64, 1,
 
 
 @pytest.mark.parametrize("n,h,w,c,o,k,s", CASES)
-def test_qconv_matches_the_interpreter_and_a_reference(n, h, w, c, o, k, s):
+@pytest.mark.parametrize("bias", [False, True])
+def test_qconv_matches_the_interpreter_and_a_reference(n, h, w, c, o, k, s, bias):
     x, wt = operands(n, h, w, c, o, k)
+    b = RNG.integers(-2**20, 2**20, o).astype(np.int32)
+    ins = [x, pack_conv(wt), *([b] if bias else [])]
     attrs = {"kernel": (k, k), "strides": (s, s), "o": o}
-    body = op_body("qconv", [x, pack_conv(wt)], attrs)
-    (got,) = run_body(body, [x, pack_conv(wt)])
-    np.testing.assert_array_equal(got, reference(x, wt, s))
-    check_op("qconv", [x, pack_conv(wt)], attrs)
+    (got,) = run_body(op_body("qconv", ins, attrs), ins)
+    np.testing.assert_array_equal(got, reference(x, wt, s) + (b if bias else 0))
+    check_op("qconv", ins, attrs)
 
 
 @pytest.mark.skipif(not VNNI, reason="the host has no AVX512-VNNI")
@@ -57,11 +59,14 @@ def test_qconv_uses_vpdpbusd_in_parallel_rows_on_a_vnni_host():
     assert "omp.parallel" in seen["k.llvm.mlir"]
 
 
-def test_qconv_without_vnni_is_widened_loops():
+@pytest.mark.parametrize("bias", [False, True])
+def test_qconv_without_vnni_is_widened_loops(bias):
     x, wt = operands(1, 6, 6, 5, 18, 3)
-    body = op_body("qconv", [x, pack_conv(wt)], {"kernel": (3, 3), "strides": (1, 1), "o": 18})
+    b = RNG.integers(-1000, 1000, 18).astype(np.int32)
+    ins = [x, pack_conv(wt), *([b] if bias else [])]
+    body = op_body("qconv", ins, {"kernel": (3, 3), "strides": (1, 1), "o": 18})
     seen = {}
     compile_kernels([("k", body)], "x86-64", dump=lambda name, text: seen.__setitem__(name, text))
     assert "vpdpbusd" not in seen["k.llvm.mlir"]
-    (got,) = run_body(body, [x, pack_conv(wt)], target="x86-64")
-    np.testing.assert_array_equal(got, reference(x, wt, 1))
+    (got,) = run_body(body, ins, target="x86-64")
+    np.testing.assert_array_equal(got, reference(x, wt, 1) + (b if bias else 0))

@@ -26,13 +26,19 @@ NR = 4  # output-channel vectors per tile at most; rows per tile: min(8, 16 // n
 DYN = ir.ShapedType.get_dynamic_size
 
 
-def _generic(ctx: RuleCtx, x: ir.Value, p: ir.Value) -> ir.Value:
+def _generic(ctx: RuleCtx, x: ir.Value, p: ir.Value, b: ir.Value | None) -> ir.Value:
     n, oh, ow, o = ctx.out.shape
     c = ctx.in_types[0].shape[3]
     kh, kw = ctx.attrs["kernel"]
     sh, sw = ctx.attrs["strides"]
     cq = -(-c // DEPTH)
-    out = fill(arith.ConstantOp(_i(32), 0).result, empty(([n, oh, ow, o], _i(32))))
+    out = empty(([n, oh, ow, o], _i(32)))
+    if b is None:
+        out = fill(arith.ConstantOp(_i(32), 0).result, out)
+    else:
+        out = generic([b], [expr_map(4, [dim(3)])], [out],
+                      [expr_map(4, [dim(0), dim(1), dim(2), dim(3)])], "pppp",
+                      lambda v, _: [v])[0]
     x_map = expr_map(7, [dim(0), dim(1) * sh + dim(4), dim(2) * sw + dim(5), dim(6)])
     p_map = expr_map(7, [ir.AffineExpr.get_floor_div(dim(3), COLS),
                          (dim(4) * kw + dim(5)) * cq + ir.AffineExpr.get_floor_div(dim(6), DEPTH),
@@ -47,7 +53,7 @@ def _generic(ctx: RuleCtx, x: ir.Value, p: ir.Value) -> ir.Value:
                    [expr_map(7, [dim(0), dim(1), dim(2), dim(3)])], "pppprrr", body)[0]
 
 
-def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value) -> ir.Value:
+def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value, bias: ir.Value | None) -> ir.Value:
     n, oh, ow, o = ctx.out.shape
     c = ctx.in_types[0].shape[3]
     kh, kw = ctx.attrs["kernel"]
@@ -56,14 +62,19 @@ def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value) -> ir.Value:
     v16, v64, v4 = (ir.VectorType.get([COLS], _i(32)), ir.VectorType.get([COLS * DEPTH], _i(8)),
                     ir.VectorType.get([DEPTH], _i(8)))
     v1 = ir.VectorType.get([1], _i(32))
-    zero8 = arith.ConstantOp(_i(8), 0).result
+    zero8, zero32 = arith.ConstantOp(_i(8), 0).result, arith.ConstantOp(_i(32), 0).result
     ix = index_const
 
     def tile(b, ih0, ow0, p_block, mr: int, nr: int, dest: ir.Value, masked: bool):
         """dest[ow0:ow0+mr, 16*p_block : 16*(p_block+nr)] of output row (b, ih0 / sh)."""
-        zero = arith.ConstantOp(v16, ir.DenseElementsAttr.get_splat(
-            v16, ir.IntegerAttr.get(_i(32), 0))).result
-        taps = scf.ForOp(ix(0), ix(kh * kw), ix(1), [zero] * (mr * nr))
+        if bias is None:
+            init = [arith.ConstantOp(v16, ir.DenseElementsAttr.get_splat(
+                v16, ir.IntegerAttr.get(_i(32), 0))).result] * nr
+        else:
+            init = [vector.transfer_read(
+                v16, bias, [arith.muli(arith.addi(p_block, ix(j)) if j else p_block, ix(COLS))],
+                _minor(1), zero32, [not masked]) for j in range(nr)]
+        taps = scf.ForOp(ix(0), ix(kh * kw), ix(1), init * mr)
         with ir.InsertionPoint(taps.body):
             t = taps.induction_variable
             ih = arith.addi(ih0, arith.divui(t, ix(kw)))
@@ -142,12 +153,12 @@ def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value) -> ir.Value:
 
 
 @register("qconv")
-def _qconv(ctx: RuleCtx, x, p) -> list:
-    return [_generic(ctx, x, p)]
+def _qconv(ctx: RuleCtx, x, p, b=None) -> list:
+    return [_generic(ctx, x, p, b)]
 
 
 @register("qconv", arch="x86_64")
-def _qconv_x86(ctx: RuleCtx, x, p) -> list:
+def _qconv_x86(ctx: RuleCtx, x, p, b=None) -> list:
     if not _has_vnni(ctx) or ctx.out.dtype != i32:
-        return [_generic(ctx, x, p)]
-    return [_vnni(ctx, x, p)]
+        return [_generic(ctx, x, p, b)]
+    return [_vnni(ctx, x, p, b)]

@@ -89,21 +89,26 @@ def _qconv_infer(ctx: InferContext) -> TensorType:
     want = (-(-o // COLS), kh * kw * -(-c // DEPTH), COLS * DEPTH)
     if p.dtype.name != "i8" or tuple(p.shape) != want:
         ctx.fail(f"P must be i8 {list(want)} (W [{o}, {c}, {kh}, {kw}] packed), found {p}")
+    if ctx.type(2) is not None and (ctx.tensor(2).dtype != i32
+                                    or tuple(ctx.tensor(2).shape) != (o,)):
+        ctx.fail(f"B must be i32 [{o}], found {ctx.tensor(2)}")
     return TensorType(i32, (n, (h - kh) // sh + 1, (w - kw) // sw + 1, o))
 
 
-def _qconv_kernel(ctx: KernelContext, x: np.ndarray, p: np.ndarray) -> np.ndarray:
+def _qconv_kernel(ctx: KernelContext, x: np.ndarray, p: np.ndarray,
+                  b: np.ndarray | None = None) -> np.ndarray:
     kh, kw = ctx.attrs["kernel"]
     sh, sw = ctx.attrs["strides"]
     n, h, w, c = x.shape
     c4 = -(-c // DEPTH) * DEPTH
-    b = unpack(p, kh * kw * c4, ctx.attrs["o"]).astype(np.int32)
+    filt = unpack(p, kh * kw * c4, ctx.attrs["o"]).astype(np.int32)
     wide = np.zeros((n, h, w, c4), np.int32)
     wide[..., :c] = x
     oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
     cols = np.stack([wide[:, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw, :]
                      for i in range(kh) for j in range(kw)], axis=3)
-    return cols.reshape(n, oh, ow, -1) @ b
+    y = cols.reshape(n, oh, ow, -1) @ filt
+    return y if b is None else y + b
 
 
 def _qconv_flops(node) -> float:
@@ -113,8 +118,10 @@ def _qconv_flops(node) -> float:
     return 2.0 * elements(node.types[0]) * kh * kw * (c if isinstance(c, int) else 1)
 
 
-define("qconv", ("X", "P"), _qconv_infer, _qconv_kernel, tolerance="exact", flops=_qconv_flops,
+define("qconv", ("X", "P", "B?"), _qconv_infer, _qconv_kernel, tolerance="exact",
+       flops=_qconv_flops,
        attrs=[AttrSpec("kernel", "ints"), AttrSpec("strides", "ints"), AttrSpec("o", "int")],
        no_grad="made by the qdq pass: flowc differentiates before its rewrites",
        doc="2-D conv, no padding (pad X first), of u8 X [N, H, W, C] (channels last) and an "
-           "s8 filter W [O, C, KH, KW] given packed (pack_conv) in i32: Y [N, OH, OW, O]")
+           "s8 filter W [O, C, KH, KW] given packed (pack_conv) in i32, plus i32 B [O] if "
+           "given: Y [N, OH, OW, O]")
