@@ -135,7 +135,8 @@ class Qdq:
         graph = in_bodies(graph, self.run)
         return apply_patterns(graph, {"matmul": [("matmuls-quantized", self._matmul)],
                                       "conv": [("convs-quantized", self._conv)],
-                                      "div": [("requantize-folded", self._requantize)]})
+                                      "div": [("requantize-folded", self._requantize)],
+                                      "cast": [("requantize-channels-last", _channels_last)]})
 
     def _operands(self, node: Node, a: Value, b: Value, rw: Rewriter, dt: str,
                   rank: int = 2):
@@ -304,11 +305,12 @@ class Qdq:
         q, za = qa
         o, _, kh, kw = w.shape
         shift = 128 if q.type.dtype.name == "i8" else 0
-        if shift:
-            wide = rw.make("cast", [q], {"to": i32}, node).out()
-            moved = rw.make("add", [wide, rw.constant(np.int32(shift), node)], {}, node).out()
-            q = rw.make("cast", [moved], {"to": u8}, node).out()
+        # transposed first: a transpose back to NCHW before `q` (`_channels_last`) cancels
         x = rw.make("transpose", [q], {"perm": (0, 2, 3, 1)}, node).out()
+        if shift:
+            wide = rw.make("cast", [x], {"to": i32}, node).out()
+            moved = rw.make("add", [wide, rw.constant(np.int32(shift), node)], {}, node).out()
+            x = rw.make("cast", [moved], {"to": u8}, node).out()
         strides = list(node.attrs.get("strides") or (1, 1))
         pads = _pads_for({"auto_pad": node.attrs.get("auto_pad", "NOTSET"),
                           "pads": node.attrs.get("pads")}, x.type.shape[1:3], (kh, kw),
@@ -368,6 +370,54 @@ class Qdq:
             return None
         folded = (mult / np.float32(scale.reshape(()))).astype(np.float32)
         return rw.replace(node, "mul", [wide, rw.constant(folded, node)])
+
+
+_SINKABLE = ("cast", "round", "clip", "add", "sub", "mul", "div", "relu", "max", "min")
+
+
+def _channels_last(node: Node, rw: Rewriter) -> Node | None:
+    """A requantization of a `qconv` (elementwise from its multiplier's `mul` to a cast to
+    u8 / i8, every other operand one element) done in the accumulator's NHWC with one
+    transpose of the u8 / i8 result after it, in place of the i32 transpose before it:
+    a quarter of the bytes moved, and the next qconv's transpose into NHWC then cancels."""
+    if node.ctrl or node.types[0].dtype.name not in ("u8", "i8"):
+        return None
+    chain, cur = [], node
+    while True:
+        if cur.op not in _SINKABLE or cur.ctrl or (chain and rw.uses(cur.outputs[0]) != 1):
+            return None
+        chain.append(cur)
+        if cur.op == "mul" and cur.inputs[0].node.op == "cast":
+            break
+        if any(v is not None and _elements(v) != 1 for v in cur.inputs[1:]):
+            return None
+        cur = cur.inputs[0].node
+    mul = chain[-1]
+    wide, m = mul.inputs
+    back = wide.node.inputs[0]
+    mult = _value(rw, m)
+    # `wide` and `back` are this pass's helpers (`_conv`), read by its `mul` only (the use
+    # counts also hold the `mul` that `_requantize` replaced)
+    if (back.node.op != "transpose" or tuple(back.node.attrs.get("perm") or ()) != (0, 3, 1, 2)
+            or not _from_qmatmul(back) or mult is None):
+        return None
+    o = back.type.shape[1]
+    if mult.size != 1 and mult.shape != (o, 1, 1):
+        return None
+    acc = back.node.inputs[0]
+    v = rw.make("cast", [acc], {"to": f32}, wide.node).out()
+    v = rw.make("mul", [v, rw.constant(mult.reshape(o) if mult.size != 1 else mult, mul)],
+                {}, mul).out()
+    for step in reversed(chain[:-1]):
+        v = rw.make(step.op, [v, *step.inputs[1:]], step.attrs, step).out()
+    return rw.replace(node, "transpose", [v], {"perm": (0, 3, 1, 2)})
+
+
+def _elements(v: Value) -> int | None:
+    shape = v.type.shape if isinstance(v.type, TensorType) else None
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return int(np.prod(shape))
 
 
 def _from_qmatmul(v: Value) -> bool:
