@@ -1,6 +1,7 @@
-"""`qdq`: matmuls of dequantized u8/s8 activations and constant s8 weights become `qmatmul`,
-the integer kernel (VNNI's vpdpbusd on x86 with AVX512-VNNI), as onnxruntime's QDQ
-transformer makes QLinearMatMul / MatMulIntegerToFloat of them.
+"""`qdq`: matmuls (convs) of dequantized u8/s8 activations and constant s8 weights become
+`qmatmul` (`qconv`), the integer kernels (VNNI's vpdpbusd on x86 with AVX512-VNNI), as
+onnxruntime's QDQ transformer makes QLinearMatMul / MatMulIntegerToFloat / QLinearConv of
+them.
 
 Matches, on a `matmul` of A [..., M, K] and a constant B [K, N] (the forms flowc's ONNX importer
 gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
@@ -17,12 +18,22 @@ gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
 - i32 (MatMulInteger): A = i32(a) - i32(za) (or i32(a)), B = i32(w) - i32(zw) with zw all
   zero: the matmul becomes acc itself (za may be a run-time value, as
   DynamicQuantizeLinear's).
+- a 2-D conv (ungrouped, undilated, channels first) in either form above, its filter
+  [O, C, KH, KW] constant s8 with zero zero points, scales per tensor or per output channel:
+  `qconv` of the activation transposed to NHWC and padded with its zero point, its i32
+  start the bias (the i32 of a dequantized i32 bias, as onnxruntime's QLinearConv adds it;
+  a conv with an f32 bias is left alone) less za * colsum(w), transposed back to NCHW; in
+  f32 scaled per channel (sa * sw, with a following division folded as above). A
+  requantization of it to u8 / i8 (elementwise, other operands one element) then runs in
+  NHWC with the transpose after its u8 / i8 result, where the next qconv's transpose into
+  NHWC cancels it (simplify).
 Guarantees: i32 results are exact (the same integers); f32 results are onnxruntime's
 (the integer product scaled once), which differ from the unrewritten f32 sum of dequantized
 products by f32 rounding. Left alone: nonzero weight zero points, weights
 that are not constant, a B of rank other than 2, nodes with control dependencies or on a
 GPU. An A of rank 3 or more is one [rows, K] product, reshaped back.
-Statistics: `matmuls-quantized`, `requantize-folded`.
+Statistics: `matmuls-quantized`, `convs-quantized`, `requantize-folded`,
+`requantize-channels-last`.
 """
 
 from __future__ import annotations
