@@ -6,9 +6,10 @@ onnxruntime's session of the same quantized model on 20 seeded inputs; and a BER
 layer (static QDQ) against onnxruntime without its graph optimizations.
 
 What holds: the static (QDQ) models are within one quantum of their output's
-DequantizeLinear scale per element (exact on these inputs: flowc dequantizes and computes
-in f32 where onnxruntime fuses integer kernels, so a value within an f32 rounding of a tie
-could differ by one quantum); the dynamic MLP is exact (every step is an exact
+DequantizeLinear scale per element (exact on these inputs: flowc's `qmatmul` / `qconv`
+compute the integer products and requantize them as onnxruntime's fused kernels do; the
+ops between them are f32, where a value within an f32 rounding of a tie could differ by one
+quantum); the dynamic MLP is exact (every step is an exact
 decomposition); the dynamic CNN differs by f32 rounding only (its GlobalAveragePool sums
 f32 in another order), with top-1 agreement on every input.
 """
@@ -164,3 +165,23 @@ def test_quantized_encoder_is_exactly_the_qdq_graph(kind, tmp_path):
         (want,) = session.run(None, {"x": x})
         (got,) = rep.run([x])
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static", "static_s8"])
+def test_quantized_cnn_convs_become_qconv(kind, tmp_path):
+    """The `qdq` pass makes both convs of the quantized CNN `qconv` (QDQ's f32 form and
+    ConvInteger's i32 one); in the static models the transposes between them cancel, leaving
+    the input's into NHWC and the last conv's out of it."""
+    from collections import Counter
+
+    from flowc.frontend.onnx import import_onnx
+    from flowc.passes.pipeline import make_pass
+
+    m, _ = quantized(cnn, kind, tmp_path)
+    g = import_onnx(m)
+    for name in ("qdq", "cse", "constant-fold", "simplify"):
+        g = make_pass(name).run(g)
+    ops = Counter(n.op for n in g.nodes)
+    assert ops["qconv"] == 2 and ops["conv"] == 0
+    if kind != "dynamic":
+        assert ops["transpose"] == 2
