@@ -69,6 +69,42 @@ def cnn(batch: int):
     return _model("cnn", nodes, [batch, 3, 32, 32], [batch, 10], weights)
 
 
+def resnet(batch: int, channels: int = 32, size: int = 32, blocks: int = 2, seed: int = 16):
+    """A ResNet-style CNN (batch norms folded into the convs' biases, as exported for
+    inference): a 3x3 stem conv 3 -> `channels`, `blocks` residual blocks (3x3 conv, relu,
+    3x3 conv, add the block's input, relu), global average pool, a `channels` -> 10
+    classifier."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, weights = [], []
+
+    def conv(x, c, m, name):
+        w = (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+        b = (rng.standard_normal(m) * 0.1).astype(np.float32)
+        weights.extend([numpy_helper.from_array(w, f"{name}_w"),
+                        numpy_helper.from_array(b, f"{name}_b")])
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [name],
+                                      pads=[1, 1, 1, 1]))
+        return name
+
+    def relu(x):
+        nodes.append(helper.make_node("Relu", [x], [f"{x}_r"]))
+        return f"{x}_r"
+
+    x = relu(conv("x", 3, channels, "stem"))
+    for i in range(blocks):
+        h = conv(relu(conv(x, channels, channels, f"b{i}a")), channels, channels, f"b{i}b")
+        nodes.append(helper.make_node("Add", [h, x], [f"b{i}s"]))
+        x = relu(f"b{i}s")
+    weights.append(numpy_helper.from_array(
+        (rng.standard_normal((channels, 10)) / np.sqrt(channels)).astype(np.float32), "fc"))
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["p"]),
+              helper.make_node("Flatten", ["p"], ["f"]),
+              helper.make_node("MatMul", ["f", "fc"], ["y"])]
+    return _model("resnet", nodes, [batch, 3, size, size], [batch, 10], weights)
+
+
 def mlp(batch: int):
     from onnx import helper, numpy_helper
 
@@ -129,7 +165,7 @@ def run(threads: list[int], rounds: int, batch: int, names: list[str]) -> list[s
              "| threads | model | quantized | flowc int8 | onnxruntime int8 | flowc f32 "
              "| ort int8 / flowc int8 | flowc f32 / flowc int8 | max abs diff vs ort |",
              "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for build in [{"mlp": mlp, "cnn": cnn}[name] for name in names]:
+    for build in [{"mlp": mlp, "cnn": cnn, "resnet": resnet}[name] for name in names]:
         f32 = build(batch)
         name = f32.graph.name
         models = {"f32": f32, **{kind: quantize(f32, kind, work) for kind in KINDS}}
@@ -174,7 +210,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--models", nargs="+", choices=["mlp", "cnn"], default=["mlp", "cnn"])
+    parser.add_argument("--models", nargs="+", choices=["mlp", "cnn", "resnet"],
+                        default=["mlp", "cnn", "resnet"])
     args = parser.parse_args()
     load = os.getloadavg()[0]
     lines = run(args.threads, args.rounds, args.batch, args.models)
