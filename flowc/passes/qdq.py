@@ -45,6 +45,7 @@ import numpy as np
 
 from flowc.ir.devices import is_gpu_device
 from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.ops import ELEMENTWISE, OPS
 from flowc.ir.ops.quant import pack, pack_conv
 from flowc.ir.ops.window import _pads_for
 from flowc.ir.types import TensorType, f32, i32, u8
@@ -383,9 +384,6 @@ class Qdq:
         return rw.replace(node, "mul", [wide, rw.constant(folded, node)])
 
 
-_SINKABLE = ("cast", "round", "clip", "add", "sub", "mul", "div", "relu", "max", "min")
-
-
 def _channels_last(node: Node, rw: Rewriter) -> Node | None:
     """A requantization of a `qconv` (elementwise from its multiplier's `mul` to a cast to
     u8 / i8, every other operand one element) done in the accumulator's NHWC with one
@@ -395,7 +393,9 @@ def _channels_last(node: Node, rw: Rewriter) -> Node | None:
         return None
     chain, cur = [], node
     while True:
-        if cur.op not in _SINKABLE or cur.ctrl or (chain and rw.uses(cur.outputs[0]) != 1):
+        opdef = OPS.get(cur.op)
+        if (opdef is None or not opdef.has(ELEMENTWISE) or cur.ctrl
+                or (chain and rw.uses(cur.outputs[0]) != 1)):
             return None
         chain.append(cur)
         if cur.op == "mul" and cur.inputs[0].node.op == "cast":
