@@ -105,6 +105,34 @@ def resnet(batch: int, channels: int = 32, size: int = 32, blocks: int = 2, seed
     return _model("resnet", nodes, [batch, 3, size, size], [batch, 10], weights)
 
 
+def encoder(batch: int, tokens: int = 32, hidden: int = 128, ffn: int = 512):
+    """A BERT-style layer on [batch, tokens, hidden]: Q, K, V projections, softmax attention
+    (one head), an output projection with a residual, LayerNormalization, a ReLU
+    feed-forward block."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(17)
+
+    def w(name, k, n):
+        return numpy_helper.from_array(
+            (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), name)
+
+    mm = helper.make_node
+    nodes = [mm("MatMul", ["x", "wq"], ["q"]), mm("MatMul", ["x", "wk"], ["k"]),
+             mm("MatMul", ["x", "wv"], ["v"]), mm("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             mm("MatMul", ["q", "kt"], ["s"]), mm("Softmax", ["s"], ["p"], axis=-1),
+             mm("MatMul", ["p", "v"], ["c"]), mm("MatMul", ["c", "wo"], ["o"]),
+             mm("Add", ["o", "x"], ["res"]),
+             mm("LayerNormalization", ["res", "g", "beta"], ["n"], axis=-1),
+             mm("MatMul", ["n", "w1"], ["h"]), mm("Relu", ["h"], ["hr"]),
+             mm("MatMul", ["hr", "w2"], ["y"])]
+    weights = [w("wq", hidden, hidden), w("wk", hidden, hidden), w("wv", hidden, hidden),
+               w("wo", hidden, hidden), w("w1", hidden, ffn), w("w2", ffn, hidden),
+               numpy_helper.from_array(np.ones(hidden, np.float32), "g"),
+               numpy_helper.from_array(np.zeros(hidden, np.float32), "beta")]
+    return _model("encoder", nodes, [batch, tokens, hidden], [batch, tokens, hidden], weights)
+
+
 def mlp(batch: int):
     from onnx import helper, numpy_helper
 
@@ -165,7 +193,8 @@ def run(threads: list[int], rounds: int, batch: int, names: list[str]) -> list[s
              "| threads | model | quantized | flowc int8 | onnxruntime int8 | flowc f32 "
              "| ort int8 / flowc int8 | flowc f32 / flowc int8 | max abs diff vs ort |",
              "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for build in [{"mlp": mlp, "cnn": cnn, "resnet": resnet}[name] for name in names]:
+    for build in [{"mlp": mlp, "cnn": cnn, "resnet": resnet, "encoder": encoder}[name]
+                  for name in names]:
         f32 = build(batch)
         name = f32.graph.name
         models = {"f32": f32, **{kind: quantize(f32, kind, work) for kind in KINDS}}
@@ -210,8 +239,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--models", nargs="+", choices=["mlp", "cnn", "resnet"],
-                        default=["mlp", "cnn", "resnet"])
+    parser.add_argument("--models", nargs="+", choices=["mlp", "cnn", "resnet", "encoder"],
+                        default=["mlp", "cnn", "resnet", "encoder"])
     args = parser.parse_args()
     load = os.getloadavg()[0]
     lines = run(args.threads, args.rounds, args.batch, args.models)
