@@ -1,5 +1,6 @@
-"""int8 speed: an MLP (512 -> 1024 -> 1024 -> 256) and a small CNN (three 3x3 convs at
-32x32, a classifier), quantized by onnxruntime's quantize_static (QDQ, per-channel s8
+"""int8 speed: an MLP (512 -> 1024 -> 1024 -> 256), a small CNN (three 3x3 convs at 32x32, a
+classifier), a ResNet-style CNN (stem + residual blocks) and a BERT-style encoder layer,
+quantized by onnxruntime's quantize_static (QDQ, per-channel s8
 weights, u8 or s8 activations) and quantize_dynamic, compiled by flowc (the `qdq` pass
 makes their matmuls `qmatmul` and their convs, QDQ and ConvInteger, `qconv`: vpdpbusd on
 AVX512-VNNI), against onnxruntime's session of the same
