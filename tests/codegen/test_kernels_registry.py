@@ -64,6 +64,7 @@ CASES = {
     "rsqrt": ([np.abs(X) + 1], {}, ()), "reciprocal": ([X], {}, ()), "exp": ([X], {}, ()),
     "log": ([np.abs(X) + 0.1], {}, ()), "erf": ([X], {}, ()), "tanh": ([X], {}, ()),
     "sin": ([X], {}, ()), "cos": ([X], {}, ()), "floor": ([X], {}, ()), "ceil": ([X], {}, ()),
+    "round": ([np.array([[0.5, 1.5, -2.5, 2.4], [-0.6, 3.5, 7.0, -0.5]], np.float32)], {}, ()),
     "sigmoid": ([X], {}, ()), "softplus": ([X], {}, ()), "softsign": ([X], {}, ()),
     "leaky_relu": ([X], {}, ()),
     "hard_sigmoid": ([X], {}, ()), "gelu": ([X], {}, ()), "clip": ([X, np.float32(-.5),

@@ -23,6 +23,19 @@ from onnx.backend.test.loader import load_model_tests
 
 from flowc.onnx_backend import FlowcBackend, FlowcRep
 
+# issue [13]: ops imported before but not run here, ops imported through their ONNX
+# function bodies, and ops imported as compositions (frontend/onnx_compose.py, onnx_scatter.py)
+COVERAGE_OPS = {
+    "CastLike", "Mod", "Size", "Reciprocal", "GatherElements", "LessOrEqual", "GreaterOrEqual",
+    "Dropout", "ReduceLogSumExp", "ReduceL2", "Cos", "Xor", "Sum", "Ceil",
+    "HardSigmoid", "Mean", "Softplus", "Floor", "IsNaN", "Sin", "Softsign", "Sign",
+    "Elu", "Celu", "Selu", "ThresholdedRelu", "HardSwish", "Mish", "PRelu", "Shrink", "Swish",
+    "SpaceToDepth", "DepthToSpace", "MeanVarianceNormalization", "ReduceL1", "ReduceSumSquare",
+    "ReduceLogSum",
+    "Round", "Hardmax", "InstanceNormalization", "LRN", "LpNormalization", "Einsum", "Tan",
+    "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "GatherND", "ScatterND", "ScatterElements",
+    "Scatter", "Resize", "Upsample", "OneHot",
+}
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
     "Erf", "Tanh", "Sigmoid", "Relu", "LeakyRelu", "Gelu", "Clip", "Where", "Not", "And",
@@ -34,10 +47,29 @@ SCOPE_OPS = {
     "ConstantOfShape", "Tile", "Trilu", "Identity", "Constant",
     "If", "Loop", "Scan",  # issue [11]: control flow; their bodies' ops must be in scope too
     "LSTM", "GRU", "RNN",  # issue [11]: imported as loops over cell kernels
+    *COVERAGE_OPS,  # issue [13]
 }
-# Control-flow tests whose ops are in scope but that artifacts cannot run, with the reason
-# (not expected failures: the importer or the interpreter, not the compiled path, is short).
+# Tests whose ops are in scope but that flowc cannot run yet, with the reason (not expected
+# failures: those hold for both engines, and the interpreter runs some of these).
+_LINEAR_ATTENTION = ("decode_step", "delta", "explicit_scale", "fp16", "gated_delta_beta_scalar",
+                     "gated_delta", "gated_delta_gqa", "gated_delta_mqa", "gated",
+                     "gated_per_head_decay", "linear", "linear_t1_no_past",
+                     "no_past_explicit_zeros", "prefill_with_past")
 OUT_OF_SCOPE = {
+    **{f"test_linear_attention_{k}_expanded": "its Scan's scan outputs have run-time shapes "
+       "(compiled loops need static ones)" for k in _LINEAR_ATTENTION},
+    "test_attention_4d_causal_fp16_expanded": "2 of 192 f16 results one f16 step off at "
+    "rtol 1e-3 (the f16 softmax chain; issue [13] names it)",
+    **{f"test_training_dropout{k}": "random dropout: the importer refuses training mode"
+       for k in ("", "_default", "_default_mask", "_mask", "_zero_ratio", "_zero_ratio_mask")},
+    **{f"test_affine_grid_{k}_expanded": "its function body's If branches disagree on rank "
+       "or squeeze unknown dims (the importer refuses it)"
+       for k in ("2d", "2d_align_corners", "3d_align_corners")},
+    **{f"test_scatter{k}": "ScatterND/ScatterElements reductions mul, max and min are refused "
+       "(frontend/onnx_scatter.py)" for k in (
+           "_elements_with_reduction_max", "_elements_with_reduction_min",
+           "_elements_with_reduction_mul", "nd_max", "nd_max_with_element_indices", "nd_min",
+           "nd_min_with_element_indices", "nd_multiply")},
 }
 EXPECTED_FAILURES_FILE = pathlib.Path(__file__).with_name("onnx_expected_failures.txt")
 
