@@ -3,7 +3,7 @@
 `flowc.compile(model, out_dir, ...)` builds an artifact directory (see
 `flowc/codegen/driver.py`); `flowc.load(dir)` runs one (see `flowc/runtime/loader.py`).
 Both are imported on first use, so `import flowc` loads neither the compiler (mlir,
-llvmlite) nor the runtime.
+llvmlite) nor the runtime; so is `flowc.distributed` (rank() and size() in an MPI job).
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ _LAZY = {"compile": ("flowc.codegen.driver", "compile"),
 
 
 def __getattr__(name: str) -> Any:
+    if name == "distributed":  # rank(), size() of an MPI job (no compiler import)
+        import importlib
+
+        return importlib.import_module("flowc.distributed")
     if name in _LAZY:
         import importlib
 
@@ -27,7 +31,7 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     """The module's names, `compile` and `load` included (they load on first use)."""
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, "distributed"})
 
 
 __all__ = ["__version__", "compile", "load"]

@@ -39,6 +39,7 @@ FREE_TEXT: dict[tuple[str, str], list[str]] = {
     ("compile", "--gpu-arch"): ["sm_1", "x"],
     ("compile", "--devices"): ["tpu:0", ",", "gpu"],
     ("compile", "--remat"): ["everything", "dots-saveable"],
+    ("compile", "--precision"): ["i8", "BF16"],
     ("compile", "--optimizer"): ["adamx{lr=1}", "adam{foo=1}", "sgd{lr=x}", "sgd{lr=-1}",
                                  "sgd{lr=1", "{", "sgd{momentum=0.9,momentum=0.5}"],
     ("compile", "--frozen"): ["no-such-initializer", ","],
@@ -51,6 +52,8 @@ FREE_TEXT: dict[tuple[str, str], list[str]] = {
                               ("--fetch", ["y", "y:1"]))},
     ("run", "--fetch"): ["no-such-output"],
     ("view", "--stage"): ["no-such-pass"],
+    ("launch", "--hosts"): ["no-such-host"],
+    ("launch", "--mpiexec"): ["/no/such/mpiexec"],
 }
 OUTPUTS = {"output", "output_dir", "dump_dir", "trace", "json", "profile"}  # paths written
 # options that act only together with another: (command, option) -> the other
@@ -100,6 +103,7 @@ def base_args(command: str, files: dict[str, str]) -> list[str]:
         "compile": [files["graph"], "-o", out, "--batch", "2"],
         "view": [files["graph"], "-o", out + ".html"],
         "cache": ["info"], "demo": [],
+        "launch": ["-n", "2", files["artifact"]],
     }[command]
 
 
@@ -112,6 +116,8 @@ def bad_paths(action: argparse.Action, files: dict[str, str]) -> list[str]:
 def bad_values(command: str, action: argparse.Action, files: dict[str, str]) -> list[str]:
     """Bad values of `action` by its kind; [] when its kind is unknown."""
     metavar = str(action.metavar or "")
+    if action.nargs == argparse.REMAINDER:  # another command's options (launch: run's)
+        return ["--no-such-option"]
     if isinstance(action.type, Count):
         lo, hi = action.type.lo, action.type.hi
         return [str(lo - 1), str(hi + 1), "x", "1.5", "", "9" * 40]

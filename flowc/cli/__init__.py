@@ -26,6 +26,7 @@ from flowc.cli import (
     demo,
     import_,
     inspect,
+    launch,
     opt,
     profile,
     run,
@@ -36,7 +37,8 @@ from flowc.cli.common import Parser, error
 from flowc.ir.errors import FlowcError
 from flowc.runtime.errors import ArtifactError
 
-COMMANDS = (opt, run, import_, verify, compile, cache, inspect, demo, view, profile, bench)
+COMMANDS = (opt, run, import_, verify, compile, cache, inspect, demo, view, profile, bench,
+            launch)
 
 
 def flowc_version() -> str:

@@ -7,7 +7,8 @@
  * public <model>_* API declared by <model>.h.
  *
  * No global mutable state: everything lives in a flowc_ctx; the only per-thread variable is
- * the pool of the run in progress, used by the OpenMP entry points that kernels may call.
+ * the pool of the run in progress, used by the OpenMP entry points that kernels may call
+ * (mpi.c keeps two process-wide flags: MPI itself is process-wide).
  *
  * Memory: create allocates the context, its input/output buffers (every entry's), the
  * arena (one for all entries, the largest entry's: every intermediate tensor and kernel
@@ -229,6 +230,9 @@ typedef struct {
   int32_t num_dims;
   const flowc_dim *dims;
   void (*output_shapes)(const int64_t *dims, int64_t *shapes);
+  /* Partitioned: per output, the partition whose steps compute it (-1: none, an input or
+   * weight passed through); under MPI that partition's rank sends it to the others. */
+  const int32_t *output_partition;
 } flowc_model;
 
 typedef struct flowc_pool flowc_pool;
@@ -358,6 +362,31 @@ FLOWC_HIDDEN int FLOWC_RT(rt_recv_wait)(flowc_rendezvous *rv, int channel);
 FLOWC_HIDDEN void *FLOWC_RT(rt_slot)(flowc_rendezvous *rv, int channel);
 FLOWC_HIDDEN void FLOWC_RT(rt_send_mark)(flowc_rendezvous *rv, int channel);
 FLOWC_HIDDEN int FLOWC_RT(rt_abort)(flowc_rendezvous *rv, int status, const char *message);
+
+/* Tasks on MPI ranks (mpi.c; issue [16]). mpi_create (by rt_partitions_create) sets *out
+ * to NULL when every partition runs in this process (one task, no MPI, or one rank), else
+ * to the transport: this rank runs the partitions mpi_local says, a channel mpi_remote
+ * says crosses tasks goes over MPI (mpi_send posts a send from `data`, which must stay
+ * untouched until mpi_end_run; mpi_recv waits for the message with a timeout, giving up
+ * when rt_run_failed says so), mpi_end_run waits for the run's sends (returns `status`
+ * when non-zero), mpi_share_outputs sends each output from the rank that computed it to the
+ * others. The failing calls write their message into `message` (or ctx->error). */
+typedef struct flowc_mpi flowc_mpi;
+FLOWC_HIDDEN int FLOWC_RT(mpi_create)(flowc_ctx *ctx, flowc_mpi **out);
+FLOWC_HIDDEN void FLOWC_RT(mpi_destroy)(flowc_mpi *mp);
+FLOWC_HIDDEN int FLOWC_RT(mpi_local)(const flowc_mpi *mp, int partition);
+FLOWC_HIDDEN int FLOWC_RT(mpi_remote)(const flowc_mpi *mp, int channel);
+FLOWC_HIDDEN int FLOWC_RT(mpi_send)(flowc_mpi *mp, int channel, const void *data,
+                                    char *message, size_t message_bytes);
+FLOWC_HIDDEN int FLOWC_RT(mpi_recv)(flowc_mpi *mp, flowc_rendezvous *rv, int channel,
+                                    void *data, char *message, size_t message_bytes);
+FLOWC_HIDDEN int FLOWC_RT(mpi_end_run)(flowc_ctx *ctx, flowc_mpi *mp, int status);
+FLOWC_HIDDEN int FLOWC_RT(mpi_share_outputs)(flowc_ctx *ctx, flowc_mpi *mp);
+/* partition.c: non-zero once the run in progress has failed (rt_abort). */
+FLOWC_HIDDEN int FLOWC_RT(rt_run_failed)(flowc_rendezvous *rv);
+/* partition.c: after the output copies of a run, the MPI transport's share of outputs (a
+ * no-op without one). */
+FLOWC_HIDDEN int FLOWC_RT(rt_partitions_finish)(flowc_ctx *ctx);
 
 /* CUDA backend (cuda.c), used only when the model has a GPU program (model->gpu, or a
  * partition's gpu): create after the weights are mapped, run instead of the entry function

@@ -1,16 +1,18 @@
 """`flowc.runtime.load(dir)`: a compiled artifact as a Python callable over numpy arrays.
 
-Contract: this module imports only the standard library, numpy and `flowc.runtime` (never
-the compiler, mlir or llvmlite). `load(dir, threads=None)` reads `manifest.json` and checks
-it and the files it lists before any of them is used (verify.py: regular files inside the
-directory, the library's and the weights file's sha256), opens `libNAME.so` with ctypes,
+Contract: this module imports only the standard library, numpy, `flowc.runtime` and
+`flowc.distributed` (never the compiler, mlir or llvmlite). `load(dir, threads=None)`
+reads `manifest.json` and checks it and the files it lists before any of them is used
+(verify.py: regular files inside the directory, the library's and the weights file's
+sha256), opens `libNAME.so` with ctypes,
 checks that the library's own tables agree with the manifest, and creates one runtime
 context (the C runtime refuses a CPU lacking the features the kernels were built
 for). The returned `Model` runs with `run(**inputs) -> {name: array}` or
 `model(*inputs, **inputs)` (positional in manifest order) returning the outputs (one array,
 or a tuple), each call's outputs new arrays the caller owns; `run_into(out, *inputs,
 **inputs)` writes them into the caller's arrays instead (`empty_outputs()` makes them), so
-that repeated calls allocate nothing. It checks input names, dtypes and shapes before
+that repeated calls allocate nothing (an artifact with dims given at run time takes any
+in-bound size: runtime/dims.py). It checks input names, dtypes and shapes before
 calling into C (the common case, C-contiguous arrays of the declared dtype and shape, by a
 short path), releases the GIL while the model runs, and serializes calls on one Model
 (load one per thread for parallel use): `set_threads` and `close` (and garbage collection)
@@ -29,6 +31,9 @@ graph compiled with `inference=`) on the same context (same variables), returnin
 outputs by name; a training artifact's `train_step(*inputs, labels)` runs its step and
 returns the loss as a float, and `parameters()` lists the trained variables (training.py).
 Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
+An artifact placed over tasks, loaded in a process mpiexec started, runs this rank's task
+(`flowc.distributed.prepare` points the runtime at the MPI library first;
+docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from flowc import distributed
 from flowc.runtime import training, variables
 from flowc.runtime.abi import (
     ABI_VERSION,
@@ -84,6 +90,7 @@ class Model:
         self._bind()
         self._check_tables()
         self._ctx = ctypes.c_void_p()
+        distributed.prepare(self.manifest)  # tasks on MPI ranks: the library's path
         weights = str(files.weights).encode() if files.weights else None  # the checked file
         status = self._fn("create_with_weights")(ctypes.byref(self._ctx), weights)
         if status:
@@ -389,7 +396,12 @@ class Model:
         {output name: array} or a list in output order; see `empty_outputs`) instead of
         new ones, and returns them by name: calls that reuse `out` allocate nothing, and
         each call overwrites what the previous one wrote there. Arrays that are not
-        64-byte aligned are written through a copy."""
+        64-byte aligned are written through a copy. An artifact with dims given at run time
+        takes arrays holding at least the run's elements (`empty_outputs`, at the bounds,
+        fit every run), writes their front and returns views of it of the run's shapes
+        (flowc/runtime/dims.py)."""
+        if self._dynamic is not None:
+            return self._dynamic.run_into(out, args, kwargs)
         arrays = self._feeds(args, kwargs)
         outputs = self._checked_outputs(out)
         self._call(arrays, [array.ctypes.data for array in outputs])
@@ -413,7 +425,8 @@ class Model:
         return {name: a for (name, _, _), a in zip(specs[1], outputs, strict=True)}
 
     def empty_outputs(self) -> dict[str, np.ndarray]:
-        """{output name: uninitialized 64-byte aligned array} for `run_into`."""
+        """{output name: uninitialized 64-byte aligned array} for `run_into` (of the
+        dims' upper bounds for an artifact with dims given at run time)."""
         return {name: aligned_empty(shape, dt, nbytes) for name, (shape, dt, nbytes)
                 in zip(self._output_names, self._out_alloc, strict=True)}
 

@@ -19,7 +19,11 @@
  * buffer asynchronously and record an event that a host recv of that channel waits on
  * (cuda_wait_channel) before reading it. A GPU failure during a run (rt_abort) records the
  * run's status and message once and wakes every recv, so no partition waits forever;
- * the run then returns that status. CPU-only models never call into cuda.c. */
+ * the run then returns that status. CPU-only models never call into cuda.c.
+ *
+ * Partitions on several tasks under MPI (mpi.c): this rank runs only its task's partitions
+ * (the others' workers idle), and a channel between tasks goes through mpi_send/mpi_recv
+ * instead of the staging buffer's flag; a failed MPI receive aborts the run as above. */
 #include "flowc_rt.h"
 
 #include <errno.h>
@@ -46,6 +50,7 @@ struct flowc_rendezvous {
   int pending;         /* workers still in this run's partition (under mu) */
   int stop;            /* under mu */
   int status;          /* the run's first failure (under mu; 0: none) */
+  flowc_mpi *mpi;      /* tasks on MPI ranks (mpi.c), or NULL: every partition here */
 };
 
 typedef struct worker_arg {
@@ -85,6 +90,7 @@ static flowc_rendezvous *rendezvous_create(flowc_ctx *ctx) {
 
 void FLOWC_RT(rendezvous_destroy)(flowc_rendezvous *rv) {
   if (!rv) return;
+  FLOWC_RT(mpi_destroy)(rv->mpi);
   pthread_mutex_lock(&rv->mu);
   rv->stop = 1;
   pthread_cond_broadcast(&rv->start);
@@ -117,7 +123,20 @@ void FLOWC_RT(rt_send_mark)(flowc_rendezvous *rv, int channel) {
 void FLOWC_RT(rt_send)(flowc_rendezvous *rv, int channel, const void *data) {
   size_t bytes = rv->model->channels[channel].bytes;
   if (bytes) memcpy(rv->slot[channel], data, bytes);
+  if (rv->mpi && FLOWC_RT(mpi_remote)(rv->mpi, channel)) {
+    char message[FLOWC_ERROR_BYTES];
+    int status = FLOWC_RT(mpi_send)(rv->mpi, channel, rv->slot[channel], message, sizeof message);
+    if (status) FLOWC_RT(rt_abort)(rv, status, message);
+    return;
+  }
   FLOWC_RT(rt_send_mark)(rv, channel);
+}
+
+int FLOWC_RT(rt_run_failed)(flowc_rendezvous *rv) {
+  pthread_mutex_lock(&rv->mu);
+  int failed = rv->status;
+  pthread_mutex_unlock(&rv->mu);
+  return failed;
 }
 
 int FLOWC_RT(rt_recv_wait)(flowc_rendezvous *rv, int channel) {
@@ -129,6 +148,12 @@ int FLOWC_RT(rt_recv_wait)(flowc_rendezvous *rv, int channel) {
 }
 
 void FLOWC_RT(rt_recv)(flowc_rendezvous *rv, int channel, void *data) {
+  if (rv->mpi && FLOWC_RT(mpi_remote)(rv->mpi, channel)) {
+    char message[FLOWC_ERROR_BYTES] = "";
+    int status = FLOWC_RT(mpi_recv)(rv->mpi, rv, channel, data, message, sizeof message);
+    if (status && *message) FLOWC_RT(rt_abort)(rv, status, message);
+    return;
+  }
   if (FLOWC_RT(rt_recv_wait)(rv, channel)) return; /* the run failed: results are void */
   if (rv->ctx->gpu) FLOWC_RT(cuda_wait_channel)(rv->ctx, channel);
   size_t bytes = rv->model->channels[channel].bytes;
@@ -147,6 +172,8 @@ int FLOWC_RT(rt_abort)(flowc_rendezvous *rv, int status, const char *message) {
 }
 
 static void run_part(flowc_ctx *ctx, const flowc_partition *p) {
+  flowc_mpi *mpi = ctx->rendezvous->mpi;
+  if (mpi && !FLOWC_RT(mpi_local)(mpi, (int)(p - ctx->model->partitions))) return;
   if (p->gpu)
     FLOWC_RT(cuda_run_partition)(ctx, p);
   else
@@ -207,6 +234,7 @@ int FLOWC_RT(rt_partitions_sync)(flowc_ctx *ctx) {
   rv->pool_threads = 0; /* some pools may be missing until the loop completes */
   for (int p = 1; ctx->threads > 1 && p < ctx->model->num_partitions; p++) {
     if (ctx->model->partitions[p].gpu) continue; /* runs no CPU kernel */
+    if (rv->mpi && !FLOWC_RT(mpi_local)(rv->mpi, p)) continue; /* another rank's */
     char why[256];
     rv->pools[p] = FLOWC_RT(pool_create)(ctx->threads, why, sizeof why);
     if (!rv->pools[p]) {
@@ -227,7 +255,8 @@ int FLOWC_RT(rt_partitions_create)(flowc_ctx *ctx) {
     return FLOWC_ERR_NOMEM;
   }
   if (ctx->gpu) FLOWC_RT(cuda_pin_channels)(ctx);
-  int status = start_workers(ctx);
+  int status = FLOWC_RT(mpi_create)(ctx, &ctx->rendezvous->mpi);
+  if (!status) status = start_workers(ctx);
   if (status) { /* no half-started partitions: the context is unusable */
     FLOWC_RT(rendezvous_destroy)(ctx->rendezvous);
     ctx->rendezvous = NULL;
@@ -251,5 +280,10 @@ int FLOWC_RT(rt_run_partitions)(flowc_ctx *ctx) {
   while (rv->pending) pthread_cond_wait(&rv->done, &rv->mu);
   status = rv->status;
   pthread_mutex_unlock(&rv->mu);
-  return status;
+  return rv->mpi ? FLOWC_RT(mpi_end_run)(ctx, rv->mpi, status) : status;
+}
+
+int FLOWC_RT(rt_partitions_finish)(flowc_ctx *ctx) {
+  flowc_rendezvous *rv = ctx->rendezvous;
+  return rv->mpi ? FLOWC_RT(mpi_share_outputs)(ctx, rv->mpi) : FLOWC_OK;
 }

@@ -651,6 +651,7 @@ static int run(flowc_ctx *ctx) {
     m->entry(ctx->inputs, ctx->outputs, ctx->arena, ctx->weights, ctx->thread_scratch,
              ctx->variables, m->num_dims ? ctx->dim_values : NULL);
   FLOWC_RT(pool_leave)();
+  if (status == FLOWC_OK && m->num_partitions) status = FLOWC_RT(rt_partitions_finish)(ctx);
   if (status) return status;
   for (int i = 0; i < m->num_outputs; i++)
     if (ctx->out_copy[i]) memcpy(ctx->out_copy[i], ctx->outputs[i], output_bytes(ctx, i));

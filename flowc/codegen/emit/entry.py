@@ -26,7 +26,7 @@ from flowc.codegen.emit.control_c import render_control
 from flowc.codegen.emit.entry_args import ENTRY_PARAMS, ENTRY_UNUSED, call_arguments, pointer
 from flowc.codegen.emit.gpu_entry import model_field, render_gpu_program
 from flowc.codegen.emit.header import C_TYPES, ModelInfo, TensorInfo
-from flowc.codegen.emit.partition_entry import model_fields, render_partitioned
+from flowc.codegen.emit.partition_entry import model_fields, output_field, render_partitioned
 from flowc.codegen.emit.profile_c import profile_api, profile_prelude, timed
 from flowc.codegen.kernel_code import KernelScratch
 from flowc.codegen.kernels import dim_symbols
@@ -309,6 +309,7 @@ def render_model_c(program: Program, info: ModelInfo, graph_hash: str,
         "  cpu_missing, entry,",
         *model_fields(program),
         *_state_fields(program),
+        *output_field(program),
         *([f"  .num_entries = {len(program.entries)}, .entries = entries,"]
           if info.entries else []),
         *([f"  .num_dims = {len(program.dims)}, .dims = dim_table, .output_shapes = output_shapes,"]

@@ -29,7 +29,7 @@ from flowc.ir.errors import FlowcError
 
 RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime"
 RUNTIME_SOURCES = ("runtime.c", "tables.c", "pool.c", "partition.c", "cuda.c", "checkpoint.c",
-                   "json.c")
+                   "json.c", "mpi.c")
 RUNTIME_HEADER = "flowc_rt.h"
 CFLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=gnu11", "-Wall")
 LINK_LIBS = ("-lm", "-lpthread", "-ldl")

@@ -18,11 +18,15 @@ Contract: for a program whose graph the `partition` pass split (`partitions.is_p
   runtime's CUDA backend runs on that partition's thread;
 - `entry(in, out, arena, w, ts, vars)`, which the runtime calls after every partition finished: the
   copies of outputs no step wrote in place (except those whose source is in a GPU region:
-  the GPU partition copies them out of the device itself).
+  the GPU partition copies them out of the device itself);
+- `output_partition[]`: per output, the partition whose steps compute it (-1: a graph input
+  or weight passed through), so that under MPI its rank can hand it to the others
+  (runtime/mpi.c).
 With `profile` (CPU partitions only), every kernel call and transfer is timed and each
 `part_K` records on its own track (`profile_c.py`).
-`model_fields(program)` is the tail of the `flowc_model` initializer naming those tables
-(empty for an unpartitioned program). `entry.py` imports this module when it renders.
+`model_fields(program)` is the tail of the `flowc_model` initializer naming those tables,
+`output_field(program)` its designated `.output_partition` (both empty for an unpartitioned
+program). `entry.py` imports this module when it renders.
 """
 
 from __future__ import annotations
@@ -84,8 +88,10 @@ def render_partitioned(program: Program, gpu=None, profile: bool = False) -> lis
         lines += [*(["  prof_leave();"] if profile else []), "}", ""]
         rows.append(f"  {{{c_string(device)}, {base}u, {nbytes}u, part_{k}, 0}},")
     chans = [f"  {{{c_string(c.key)}, {c.nbytes}u}}," for c in table.values()] or ["  {0}"]
+    owners = ", ".join(str(k) for k in output_partitions(program)) or "-1"
     lines += ["static const flowc_channel channels[] = {", *chans, "};",
-              "static const flowc_partition partitions[] = {", *rows, "};", "",
+              "static const flowc_partition partitions[] = {", *rows, "};",
+              f"static const int32_t output_partition[] = {{{owners}}};", "",
               f"static void entry({ENTRY_PARAMS}) {{", f"  {ENTRY_UNUSED}"]
     for j, source, nbytes in program.copies:
         if j not in skip:
@@ -99,3 +105,19 @@ def model_fields(program: Program) -> list[str]:
         return []
     parts, chans = len(program.regions), len(channels(program.calls))
     return [f"  {parts}, partitions, {chans}, channels,"]
+
+
+def output_partitions(program: Program) -> list[int]:
+    """Per graph output, the index (in `program.regions`) of the partition whose steps
+    compute it; -1 when no step does (a graph input or a weight passed through)."""
+    order = {region.device: k for k, region in enumerate(program.regions)}
+    owners = []
+    for _, value in program.graph.outputs:
+        root = program.views.get(value, value)
+        computed = program.where(root).kind in ("arena", "output")
+        owners.append(order.get(root.node.device, -1) if computed else -1)
+    return owners
+
+
+def output_field(program: Program) -> list[str]:
+    return ["  .output_partition = output_partition,"] if model_fields(program) else []
