@@ -66,6 +66,7 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
                             ("batch-norm-into-gemm", p.batch_norm_into_gemm)],
     "resize": [("resize-decomposed", d.resize)],
     "one_hot": [("one-hot-decomposed", d.one_hot)],
+    "top_k": [("top-k-decomposed", d.top_k)],
 }
 
 

@@ -34,7 +34,7 @@ COVERAGE_OPS = {
     "ReduceLogSum",
     "Round", "Hardmax", "InstanceNormalization", "LRN", "LpNormalization", "Einsum", "Tan",
     "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "GatherND", "ScatterND", "ScatterElements",
-    "Scatter", "Resize", "Upsample", "OneHot",
+    "Scatter", "Resize", "Upsample", "OneHot", "TopK",
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",

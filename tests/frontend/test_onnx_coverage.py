@@ -95,13 +95,36 @@ def test_resize_compiles_to_matching_kernels(tmp_path):
         session.close()
 
 
-def single_node_model(op, inputs, attrs, name="n"):
-    """A one-node model of `op` over named float/int64 constant-free inputs."""
-    infos = [helper.make_tensor_value_info(k, onnx.helper.np_dtype_to_tensor_dtype(v.dtype),
-                                           v.shape) for k, v in inputs.items()]
-    node = helper.make_node(op, list(inputs), ["y"], name=name, **attrs)
-    y = helper.make_tensor_value_info("y", TensorProto.UNDEFINED, None)
-    graph = helper.make_graph([node], "g", infos, [y])
+def test_top_k_with_ties_compiles_to_the_reference_order():
+    from flowc.codegen.session import CompiledSession
+
+    x = np.array([[3, 1, 3, 2, 1], [0, 5, 5, 5, -1]], np.float32)
+    for largest in (1, 0):
+        model = single_node_model("TopK", {"x": x}, {"axis": 1, "largest": largest},
+                                  k=np.array([3], np.int64), outputs=2)
+        want = ReferenceEvaluator(model).run(None, {"x": x})
+        graph = import_onnx(model)
+        got = interpret(graph, {"x": x})
+        session = CompiledSession(graph)
+        try:
+            compiled = session.run({"x": x})
+        finally:
+            session.close()
+        for results in (got, compiled):
+            np.testing.assert_array_equal(results["y"], want[0])
+            np.testing.assert_array_equal(results["y1"], want[1])
+
+
+def single_node_model(op, inputs, attrs, name="n", k=None, outputs=1):
+    """A one-node model of `op` over named inputs (and a constant `k` after them)."""
+    infos = [helper.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(v.dtype),
+                                           v.shape) for n, v in inputs.items()]
+    names = ["y"] + [f"y{i}" for i in range(1, outputs)]
+    inits = [] if k is None else [numpy_helper.from_array(k, "k")]
+    node = helper.make_node(op, [*inputs, *(["k"] if inits else [])], names, name=name,
+                            **attrs)
+    ys = [helper.make_tensor_value_info(n, TensorProto.UNDEFINED, None) for n in names]
+    graph = helper.make_graph([node], "g", infos, ys, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
 
 
