@@ -34,7 +34,8 @@ COVERAGE_OPS = {
     "ReduceLogSum",
     "Round", "Hardmax", "InstanceNormalization", "LRN", "LpNormalization", "Einsum", "Tan",
     "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "GatherND", "ScatterND", "ScatterElements",
-    "Scatter", "Resize", "Upsample", "OneHot", "TopK",
+    "Scatter", "Resize", "Upsample", "OneHot", "TopK", "BitShift", "BitwiseAnd", "BitwiseOr",
+    "BitwiseXor", "BitwiseNot",
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
