@@ -15,6 +15,10 @@ fails with a one-line error naming the node and op.
 - LpNormalization(axis, p in 1, 2): x / reduce_sum(|x|) or x / sqrt(reduce_sum(x * x)), a zero
   norm taken as 1 (as the reference).
 - Shrink(lambd, bias): where(x < -lambd, x + bias, where(x > lambd, x - bias, 0)).
+- IsInf: equal(x, +inf) or equal(x, -inf), as detect_positive/detect_negative ask.
+- EyeLike(x; dtype, k): a constant of x's (static) shape.
+- LpPool: (average_pool(|x|^p, count_include_pad) * kernel size)^(1/p).
+- ReverseSequence: gather_elements along the time axis at where(t < len, len-1-t, t).
 - Tan, Sinh, Cosh, Asinh, Acosh, Atanh: their closed forms in sin/cos, exp, log, sqrt.
 - Einsum: transposes, reshapes, reduce_sum and one batched matmul (the TF importer's
   lowering, frontend/tf/einsum.py), one or two operands; an implicit output (no `->`) is
@@ -27,6 +31,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flowc.frontend.onnx_attrs import onnx_dtype
 from flowc.frontend.tf.einsum import convert_einsum
 from flowc.ir import Value
 from flowc.ir.build import const_value
@@ -159,6 +164,56 @@ def _shrink(ctx) -> Sequence[Value]:
     return [_op(ctx, "where", low, up, _op(ctx, "where", high, down, _like(ctx, x, 0)))]
 
 
+def _is_inf(ctx) -> Sequence[Value]:
+    x = ctx.inputs[0]
+    checks = [_op(ctx, "equal", x, _like(ctx, x, sign * np.inf))
+              for sign, attr in ((1, "detect_positive"), (-1, "detect_negative"))
+              if int(ctx.attrs.get(attr, 1))]
+    if not checks:  # detects nothing: all false
+        return [_op(ctx, "less", x, _like(ctx, x, -np.inf))]
+    return [checks[0] if len(checks) == 1 else _op(ctx, "or", *checks)]
+
+
+def _eye_like(ctx) -> Sequence[Value]:
+    x = ctx.inputs[0]
+    if x.type.rank != 2:
+        ctx.fail(f"x must be 2-D, found {x.type}")
+    rows, cols = _static(ctx, x, "x")
+    dt = (onnx_dtype(ctx.attrs["dtype"], f"{ctx.where}: attribute 'dtype'")
+          if "dtype" in ctx.attrs else x.type.dtype)
+    eye = np.eye(rows, cols, int(ctx.attrs.get("k", 0)), dtype=np.float64).astype(dt.np)
+    return [_op(ctx, "identity", ctx.constant(eye))]
+
+
+def _lp_pool(ctx) -> Sequence[Value]:
+    x = ctx.inputs[0]
+    p = float(ctx.attrs.get("p", 2))
+    attrs = {k: v for k, v in ctx.attrs.items() if k != "p"}
+    kernel = attrs.get("kernel_shape")
+    if not kernel:
+        ctx.fail("attribute 'kernel_shape' is required")
+    powered = _op(ctx, "pow", _op(ctx, "abs", x), _like(ctx, x, p))
+    mean = _op(ctx, "average_pool", powered, **attrs, count_include_pad=1)
+    total = _op(ctx, "mul", mean, _like(ctx, x, float(np.prod(kernel))))
+    return [_op(ctx, "pow", total, _like(ctx, x, 1.0 / p))]
+
+
+def _reverse_sequence(ctx) -> Sequence[Value]:
+    x, lens = ctx.inputs
+    shape = _static(ctx, x, "x")
+    t_axis = int(ctx.attrs.get("time_axis", 0))
+    b_axis = int(ctx.attrs.get("batch_axis", 1))
+    rank = len(shape)
+    t_shape = [shape[t_axis] if a == t_axis else 1 for a in range(rank)]
+    b_shape = [shape[b_axis] if a == b_axis else 1 for a in range(rank)]
+    t = ctx.constant(np.arange(shape[t_axis], dtype=np.int64).reshape(t_shape))
+    n = _op(ctx, "reshape", _op(ctx, "cast", lens, to=i64), _ints(ctx, b_shape))
+    flipped = _op(ctx, "sub", _op(ctx, "sub", n, _ints(ctx, 1)), t)
+    idx = _op(ctx, "where", _op(ctx, "less", t, n), flipped, t)
+    idx = _op(ctx, "expand", idx, _ints(ctx, list(shape)))
+    return [_op(ctx, "gather_elements", x, idx, axis=t_axis)]
+
+
 def _exp_pair(ctx, x: Value, sign: float) -> Value:
     """(exp(x) + sign * exp(-x)) / 2."""
     e = _op(ctx, "exp", x)
@@ -268,6 +323,10 @@ CONVERTERS = {
     "LRN": _lrn,
     "LpNormalization": _lp_normalization,
     "Shrink": _shrink,
+    "IsInf": _is_inf,
+    "EyeLike": _eye_like,
+    "LpPool": _lp_pool,
+    "ReverseSequence": _reverse_sequence,
     "Tan": _tan,
     "Sinh": _sinh,
     "Cosh": _cosh,

