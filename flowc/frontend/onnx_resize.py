@@ -7,7 +7,8 @@ onnx's own reference (flowc/ir/ops/resize.py: every coordinate_transformation_mo
 nearest_mode, cubic_coeff_a, exclude_outside, antialias and keep_aspect_ratio_policy means
 what the reference means). `build_resize` turns each axis into, per tap t of W's rows,
 `gather(x, idx[:, t], axis)` times the tap's weights broadcast along the axis, summed over
-taps; a nearest axis is one gather (exact on every dtype). tf_crop_and_resize's
+taps; a nearest axis is one gather (exact on every dtype), or a broadcast copy
+(unsqueeze, expand, reshape) where it repeats each element k times. tf_crop_and_resize's
 extrapolated positions become `where(mask, extrapolation_value, y)` after their axis, as
 the reference does. The gathers and the multiply-adds are vectorized kernels.
 
@@ -30,12 +31,26 @@ from flowc.ir.ops.resize import ATTRS, axis_weights, coefficients, is_identity, 
 _DEFAULTS = {a.name: a.default for a in ATTRS}
 
 
+def _repeat(b, y: Value, axis: int, times: int) -> Value:
+    """Each element of y repeated `times` times along `axis` (an integer-factor nearest
+    upscale): a broadcast copy, unsqueeze + expand + reshape."""
+    shape = [int(d) for d in y.type.shape]
+    wide = b.emit("unsqueeze", [y, b.constant(np.array([axis + 1], np.int64))], {})[0]
+    spread = [*shape[:axis + 1], times, *shape[axis + 1:]]
+    wide = b.emit("expand", [wide, b.constant(np.array(spread, np.int64))], {})[0]
+    merged = [*shape[:axis], shape[axis] * times, *shape[axis + 1:]]
+    return b.emit("reshape", [wide, b.constant(np.array(merged, np.int64))], {})[0]
+
+
 def _resize_axis(b, y: Value, axis: int, w: np.ndarray) -> Value:
     """y resized along `axis` by the weight matrix w: one gather per tap."""
     taps = max(int((w != 0).sum(axis=1).max()), 1)
     order = np.argsort(w == 0, axis=1, kind="stable")[:, :taps]
     weights = np.take_along_axis(w, order, axis=1)
     if taps == 1 and np.all(weights == 1.0):
+        n_in, n_out = w.shape[1], w.shape[0]
+        if n_out % n_in == 0 and np.array_equal(order[:, 0], np.arange(n_out) // (n_out // n_in)):
+            return _repeat(b, y, axis, n_out // n_in)
         return b.emit("gather", [y, b.constant(order[:, 0].astype(np.int64))], {"axis": axis})[0]
     shape = [1] * y.type.rank
     shape[axis] = w.shape[0]
