@@ -5,7 +5,8 @@ Contract:
 - `import_tf(path, signature=None, feeds=(), fetches=(), config=None)` returns a verified
   Graph computing the fetches from the feeds, pruned to what the fetches need through data
   and control inputs (so the assigns a function's results wait for are kept; state.py).
-  Functional If/While become `if`/`loop` (control.py); v1 Switch/Merge frames are refused.
+  Functional If/While become `if`/`loop` (control.py); v1 Switch/Merge/Enter/Exit frames
+  are first recovered as functional If/While (frames.py).
 - Fetches: `fetches` (`Fetch`es, or `NODE[:i]` strings), else the config's, else the
   SavedModel signature's outputs, else (a GraphDef) every node output nothing reads, apart
   from ops without outputs. Feeds: `feeds` (`Feed`s or `NODE[:i]=SHAPE:DTYPE` strings)
@@ -34,6 +35,7 @@ from flowc.frontend.tf.control import CONTROL_OPS, convert_if, convert_while, fu
 from flowc.frontend.tf.dtypes import shape_of, tf_dtype
 from flowc.frontend.tf.errors import TfImportError
 from flowc.frontend.tf.feeds import Feed, Fetch, parse_feed, parse_fetch, read_config
+from flowc.frontend.tf.frames import functionalize
 from flowc.frontend.tf.loader import Ref, TfGraph, TfNode, load_graph
 from flowc.frontend.tf.rules import CONVERTERS, is_supported
 from flowc.frontend.tf.state import STATE_OPS, WRITES, StateOps
@@ -103,9 +105,7 @@ def _needed(g: TfGraph, fed: set[Ref], fetches: list[Fetch]) -> list[TfNode]:
                 source = g.node(ref[0], f"node '{node.name}' ({node.op})")
                 if state.get(source.name) == 1:
                     raise TfImportError(
-                        f"{g.path}: node '{node.name}' ({node.op}) is on a cycle: v1 control "
-                        "flow frames (Switch/Merge/Enter/Exit/NextIteration) are not supported; "
-                        "export with functional control flow (If/While)")
+                        f"{g.path}: node '{node.name}' ({node.op}) is on a cycle")
                 if not state.get(source.name):
                     stack.append((source, False))
     return order
@@ -263,6 +263,7 @@ def import_tf(path: str | os.PathLike, signature: str | None = None,
               config: str | os.PathLike | None = None) -> Graph:
     """The flowc graph of a TensorFlow model (see the module docstring)."""
     g = load_graph(path, signature)
+    functionalize(g)
     feed_list, fetch_list = _feeds_and_fetches(g, feeds, fetches, config)
     fed = {f.ref for f in feed_list}
     order = _needed(g, fed, fetch_list)
