@@ -37,6 +37,7 @@ from flowc.frontend.tf.errors import TfImportError
 from flowc.frontend.tf.feeds import Feed, Fetch, parse_feed, parse_fetch, read_config
 from flowc.frontend.tf.frames import functionalize
 from flowc.frontend.tf.loader import Ref, TfGraph, TfNode, load_graph
+from flowc.frontend.tf.optimizers import APPLY
 from flowc.frontend.tf.rules import CONVERTERS, is_supported
 from flowc.frontend.tf.state import STATE_OPS, WRITES, StateOps
 from flowc.ir import Graph, Node, Tensor, TensorType, Value
@@ -45,7 +46,8 @@ from flowc.ir.errors import FlowcError
 from flowc.ir.verifier import verify
 
 _NO_OUTPUTS = ("NoOp", "Assert", "AssignVariableOp", "Assign", "SaveV2", "RestoreV2",
-               "MergeV2Checkpoints", "Print", "PrintV2")
+               "MergeV2Checkpoints", "Print", "PrintV2", *(op for op in APPLY
+                                                          if op.startswith("Resource")))
 
 
 def _feeds_and_fetches(g: TfGraph, feeds: Sequence[Feed | str], fetches: Sequence[Fetch | str],
@@ -159,6 +161,8 @@ class _Builder:
             self.feed(Feed((node.name, 0), node.name), node)
             return
         inputs = [self.values[ref] for ref in node.inputs]
+        if node.op not in STATE_OPS:
+            inputs = self.state.reads(node, inputs, where)
         if node.op in STATE_OPS:
             results: Sequence[Value] = self.state.convert(node, inputs, where)
         elif node.op in CONTROL_OPS:
