@@ -1,9 +1,12 @@
 """Training steps made with tf.GradientTape in a tf.function, saved as SavedModels
 (make_fixtures.py: `Trainer`): a two-layer regressor updated by TF's training ops,
 ResourceApplyMomentum/ResourceApplyKerasMomentum ("momentum") or ResourceApplyAdam with
-its beta powers assigned ("adam"). flowc compiles each into a training artifact (`run`:
-the predictions, `train_step`: the whole step) whose losses over the steps and whose
-variables after them match TensorFlow's; the interpreter agrees step for step."""
+its beta powers assigned ("adam"); and the same step as a TF 1.x graph ("v1": VariableV2
+ref variables, tf.compat.v1.train's GradientDescent, Momentum and Adam optimizers:
+ApplyGradientDescent, ApplyMomentum, ApplyAdam, the beta powers' Assign). flowc compiles
+each into a training artifact (`run`: the predictions, `train_step`: the whole step) whose
+losses over the steps and whose variables after them match TensorFlow's; the interpreter
+agrees step for step."""
 
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "tf"
 @pytest.mark.parametrize("optimizer, apply_ops, assigns", [
     ("momentum", {"ResourceApplyMomentum", "ResourceApplyKerasMomentum"}, 4 * 2),
     ("adam", {"ResourceApplyAdam"}, 4 * 3 + 2),
+    ("v1", {"VariableV2", "ApplyGradientDescent", "ApplyMomentum", "ApplyAdam"},
+     1 + 2 * 2 + 3 + 2),
 ])
 def test_training_step_matches_tensorflow(optimizer, apply_ops, assigns, tmp_path):
     data = np.load(FIXTURES / f"train_{optimizer}.npz")
