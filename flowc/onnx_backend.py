@@ -3,12 +3,15 @@
 `prepare(model, device)` imports the model (errors are the importer's) and hands the graph
 to the engine registered for `device` in `ENGINES`; `BackendRep.run(inputs)` runs it.
 
-`ENGINES` maps a device name to a factory `engine(graph) -> run(feeds) -> {output: array}`:
-the factory does any per-model work once, and `run` is called per input set. "CPU" and
-"CPU:compiled" are the compiled path: `flowc.codegen.session.CompiledSession` compiles the
-model to an artifact for the dtypes and shapes it is fed (on the first run of each shape
-signature; inputs whose values decide result shapes, such as a Range's bounds, are folded
-in as constants and so are part of the signature) and runs it with the runtime; compiled
+`ENGINES` maps a device name to a factory `engine(graph, dims=None) -> run(feeds) ->
+{output: array}`: the factory does any per-model work once, and `run` is called per input
+set; `prepare(model, device, dims={"N": (1, 64)})` passes the bounds of symbolic dims.
+"CPU" and "CPU:compiled" are the compiled path: `flowc.codegen.session.CompiledSession`
+compiles a model whose inputs have symbolic dims once, with those dims bounded, and runs
+every fed shape on that one artifact ([12]); other models (and what the dynamic compile
+refuses) get an artifact for the dtypes and shapes they are fed (on the first run of each
+shape signature; inputs whose values decide result shapes, such as a Range's bounds, are
+folded in as constants and so are part of the signature); each runs with the runtime; compiled
 kernels go through the compile cache (`$FLOWC_CACHE_DIR`, flowc/codegen/cache.py).
 "CPU:interpret" runs the reference interpreter. Both pass 707 of the 711 in-scope node
 tests (bench/results/onnx_node_tests.md; the other 4 have string, sequence or optional
@@ -29,19 +32,22 @@ from flowc.ir import Graph
 from flowc.ir.interpret import interpret
 
 Run = Callable[[Mapping[str, np.ndarray]], Mapping[str, Any]]
-Engine = Callable[[Graph], Run]
+Engine = Callable[..., Run]  # (graph, dims=None) -> run
 
 
-def interpreter_engine(graph: Graph) -> Run:
-    """The reference interpreter: nothing to prepare; each run interprets the graph."""
+def interpreter_engine(graph: Graph, dims: Mapping[str, tuple[int, int]] | None = None) -> Run:
+    """The reference interpreter: nothing to prepare; each run interprets the graph (any
+    shape: `dims` is not needed)."""
     return lambda feeds: interpret(graph, feeds)
 
 
-def compiled_engine(graph: Graph) -> Run:
-    """The compiled path: one artifact per fed shape signature, run by the runtime."""
+def compiled_engine(graph: Graph, dims: Mapping[str, tuple[int, int]] | None = None) -> Run:
+    """The compiled path, run by the runtime: one artifact for a model with symbolic input
+    dims (bounded by `dims`, else by twice the first fed size, doubled as feeds pass it),
+    else one per fed shape signature (flowc/codegen/session.py)."""
     from flowc.codegen.session import CompiledSession
 
-    return CompiledSession(graph).run
+    return CompiledSession(graph, dims=dims).run
 
 
 ENGINES: dict[str, Engine] = {
@@ -72,7 +78,7 @@ class FlowcBackend(Backend):
         if not cls.supports_device(device):
             raise ValueError(f"flowc's ONNX backend runs on {', '.join(ENGINES)}, not {device}")
         graph = import_onnx(model)
-        return FlowcRep(graph, ENGINES[device](graph))
+        return FlowcRep(graph, ENGINES[device](graph, dims=kwargs.get("dims")))
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Sequence[np.ndarray],

@@ -9,9 +9,9 @@ at run time (onnxruntime packs its weights when a session starts; flowc when it 
 Requires: a well-formed graph; best after `simplify` (a gemm's transB on a constant
 already folded) and `partition` (devices known), before `fuse`. Guarantees: the result
 computes the same outputs up to the order of float sums (none changes here: the kernel
-sums over k in the same order). Rewrites, for float (f32, f64) nodes of static result
-shape (a result of dims given at run time keeps the matmul/gemm kernel with run-time
-extents) that are not on a GPU (whose tiled matmul reads B row-major) and have no control
+sums over k in the same order). Rewrites, for float (f32, f64) nodes (leading dims of
+the result may be given at run time, issue [12]: the kernel takes the rows in static
+blocks) that are not on a GPU (whose tiled matmul reads B row-major) and have no control
 dependencies:
 - `matmul a, B` with `a` of rank >= 2 and B a rank-2 constant [K, N] becomes
   `packed_matmul a, P`;
@@ -173,7 +173,8 @@ def _read_otherwise(graph: Graph) -> set[Node]:
 def _eligible(node: Node) -> bool:
     t = node.types[0] if len(node.types) == 1 else None
     return (not node.ctrl and not is_gpu_device(node.device) and t is not None
-            and hasattr(t, "dtype") and t.dtype.np in FLOATS and t.is_static)
+            and hasattr(t, "dtype") and t.dtype.np in FLOATS and t.rank >= 1
+            and isinstance(t.shape[-1], int))
 
 
 def _inline_captures(graph: Graph) -> Graph:

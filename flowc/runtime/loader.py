@@ -11,7 +11,8 @@ for). The returned `Model` runs with `run(**inputs) -> {name: array}` or
 `model(*inputs, **inputs)` (positional in manifest order) returning the outputs (one array,
 or a tuple), each call's outputs new arrays the caller owns; `run_into(out, *inputs,
 **inputs)` writes them into the caller's arrays instead (`empty_outputs()` makes them), so
-that repeated calls allocate nothing. It checks input names, dtypes and shapes before
+that repeated calls allocate nothing (an artifact with dims given at run time takes any
+in-bound size: runtime/dims.py). It checks input names, dtypes and shapes before
 calling into C (the common case, C-contiguous arrays of the declared dtype and shape, by a
 short path), releases the GIL while the model runs, and serializes calls on one Model
 (load one per thread for parallel use): `set_threads` and `close` (and garbage collection)
@@ -395,7 +396,12 @@ class Model:
         {output name: array} or a list in output order; see `empty_outputs`) instead of
         new ones, and returns them by name: calls that reuse `out` allocate nothing, and
         each call overwrites what the previous one wrote there. Arrays that are not
-        64-byte aligned are written through a copy."""
+        64-byte aligned are written through a copy. An artifact with dims given at run time
+        takes arrays holding at least the run's elements (`empty_outputs`, at the bounds,
+        fit every run), writes their front and returns views of it of the run's shapes
+        (flowc/runtime/dims.py)."""
+        if self._dynamic is not None:
+            return self._dynamic.run_into(out, args, kwargs)
         arrays = self._feeds(args, kwargs)
         outputs = self._checked_outputs(out)
         self._call(arrays, [array.ctypes.data for array in outputs])
@@ -419,7 +425,8 @@ class Model:
         return {name: a for (name, _, _), a in zip(specs[1], outputs, strict=True)}
 
     def empty_outputs(self) -> dict[str, np.ndarray]:
-        """{output name: uninitialized 64-byte aligned array} for `run_into`."""
+        """{output name: uninitialized 64-byte aligned array} for `run_into` (of the
+        dims' upper bounds for an artifact with dims given at run time)."""
         return {name: aligned_empty(shape, dt, nbytes) for name, (shape, dt, nbytes)
                 in zip(self._output_names, self._out_alloc, strict=True)}
 

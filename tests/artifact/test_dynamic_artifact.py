@@ -216,6 +216,32 @@ def test_an_encoder_with_dynamic_batch_and_sequence_matches_onnxruntime(tmp_path
         model(np.zeros((1, 129, 32), np.float32))
 
 
+def test_the_onnx_backend_runs_the_encoder_on_one_artifact(tmp_path):
+    """The ONNX backend's compiled device: the encoder with symbolic N and S compiled
+    once (N bounded 1..4, S by default: 1..2 * the first sequence, 1..128, which every
+    later one fits), every fed shape on it, against onnxruntime."""
+    torch = pytest.importorskip("torch")
+    ort = pytest.importorskip("onnxruntime")
+    import onnx
+    from dynamic_models import encoder_onnx
+
+    from flowc.onnx_backend import FlowcBackend
+
+    path = encoder_onnx(torch, tmp_path / "enc.onnx")
+    rep = FlowcBackend.prepare(onnx.load(str(path)), "CPU", dims={"N": (1, 4)})
+    backend, session = rep._run.__self__, ort.InferenceSession(str(path))
+    rng = np.random.default_rng(5)
+    try:
+        for n, s in [(2, 64), (4, 16), (2, 100), (2, 128), (1, 3)]:
+            x = rng.standard_normal((n, s, 32)).astype(np.float32)
+            np.testing.assert_allclose(rep.run([x])[0], session.run(None, {"x": x})[0],
+                                       rtol=1e-4, atol=1e-5, err_msg=f"{n, s}")
+        assert backend.compiles == 1 and backend._dynamic[1] == {"N": (1, 4), "S": (1, 128)}
+        assert not backend._models  # no shape compiled statically
+    finally:
+        backend.close()
+
+
 def test_a_cnn_with_dynamic_batch_matches_onnxruntime(tmp_path):
     """Convs, batch norm, pools and the global mean run sample by sample over the batch
     (lower/per_sample.py): one artifact for N = 1, 3, 8, 64."""

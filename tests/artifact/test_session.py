@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from flowc.codegen.session import CompiledSession
 from flowc.ir import Graph, TensorType
@@ -78,3 +79,77 @@ def test_compile_names_the_inputs_a_shape_waits_for(tmp_path):
     with pytest.raises(FlowcError, match=r"node 'steps' \(range\).*f32\[\?\].*depends on the "
                        r"value of input\(s\) 'delta', 'limit', 'start'"):
         flowc.compile(range_graph(), tmp_path / "a")
+
+
+def dynamic_batch_model(op: str = "Relu") -> onnx.ModelProto:
+    """relu(x [N, 8] @ W + b) (or `op` in place of the relu), N a symbolic dim."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")]
+    if op == "CumSum":  # over the batch axis
+        inits.append(numpy_helper.from_array(np.array(0, np.int64), "axis"))
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node(op, ["a", "axis"] if op == "CumSum" else ["a"], ["y"])]
+    graph = helper.make_graph(nodes, "dyn_batch",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+                              inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _want(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    w, b = (numpy_helper.to_array(t) for t in model.graph.initializer[:2])
+    a = x @ w + b
+    return np.maximum(a, 0) if model.graph.node[-1].op_type == "Relu" else np.cumsum(a, 0)
+
+
+def test_onnx_backend_compiles_a_model_with_symbolic_dims_once():
+    """[12]: one artifact for every batch in its bounds (by default 1..2 * the first
+    batch); a batch past the bound recompiles with the bound doubled (or raised to the
+    batch); a batch of 0 binds statically."""
+    model = dynamic_batch_model()
+    rep = FlowcBackend.prepare(model, "CPU")
+    session = rep._run.__self__
+    rng = np.random.default_rng(3)
+    try:
+        for n in (32, 3, 64, 1, 17):
+            x = rng.standard_normal((n, 8)).astype(np.float32)
+            (y,) = rep.run([x])
+            assert_close(y, _want(model, x), "matmul")
+        assert session.compiles == 1 and session.static_reason is None
+        assert session._dynamic[1] == {"N": (1, 64)}
+        for n in (100, 5, 128, 300):
+            x = rng.standard_normal((n, 8)).astype(np.float32)
+            assert_close(rep.run([x])[0], _want(model, x), "matmul")
+        assert session.compiles == 3 and session._dynamic[1] == {"N": (1, 300)}
+        assert rep.run([np.zeros((0, 8), np.float32)])[0].shape == (0, 4)
+        assert session.compiles == 4 and not session._models.keys() - {
+            (("x", "<f4", (0, 8), None),)}
+    finally:
+        session.close()
+
+
+def test_onnx_backend_bounds_given_and_what_binds_statically():
+    """Given bounds: sizes past them get an artifact of their own; a graph the dynamic
+    compile refuses (cumsum has no kernel of run-time extents) binds each fed shape."""
+    rep = FlowcBackend.prepare(dynamic_batch_model(), "CPU", dims={"N": (1, 4)})
+    session = rep._run.__self__
+    x = np.ones((6, 8), np.float32)
+    try:
+        rep.run([x[:4]])
+        rep.run([x])
+        assert session._dynamic[1] == {"N": (1, 4)} and session.compiles == 2
+        assert len(session._models) == 1  # N=6, static
+    finally:
+        session.close()
+    model = dynamic_batch_model("CumSum")
+    rep = FlowcBackend.prepare(model, "CPU")
+    session = rep._run.__self__
+    try:
+        for n in (2, 3):
+            x = np.random.default_rng(n).standard_normal((n, 8)).astype(np.float32)
+            assert_close(rep.run([x])[0], _want(model, x), "matmul")
+        assert "cumsum" in session.static_reason and session.compiles == 2
+    finally:
+        session.close()

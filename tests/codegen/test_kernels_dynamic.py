@@ -16,6 +16,7 @@ from flowc.codegen.kernels import dim_symbols
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.dims import evaluate
+from flowc.ir.ops.nn import pack_panels
 
 
 def bias_relu_body() -> Graph:
@@ -51,6 +52,27 @@ def test_one_elementwise_kernel_runs_every_size():
         bias = rng.standard_normal(4).astype(np.float32)
         (y,) = call(lib, body, [x, bias], {"S": s, "B": b})
         np.testing.assert_array_equal(y, np.maximum(x + bias, 0) * x)
+
+
+@pytest.mark.parametrize("shape", [("N",), ("N", "S"), ("S", "N", 3), ("N", 16, 32)])
+def test_elementwise_kernels_are_vectorized_tiles_at_any_extent(shape):
+    """An elementwise kernel of run-time extents gets the elementwise strategy (outer dims
+    tiled by 1, the last in vector tiles, masked when of run-time length): results
+    exact at extents below, at and past a tile (and 0)."""
+    g = Graph("dyn_ew_tiles")
+    x = g.add_input("in0", TensorType("f32", shape))
+    y = g.add_input("in1", TensorType("f32", shape))
+    r = g.append(make_node("relu", [x])).out()
+    g.add_output("out0", g.append(make_node("mul", [r, y])).out())
+    name = "dyn_ew_" + "_".join(map(str, shape))
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, name)))
+    rng = np.random.default_rng(7)
+    for n, s in [(0, 2), (1, 1), (5, 17), (64, 3), (70, 65)]:
+        dims = {"N": n, "S": s}
+        xv, yv = (rng.standard_normal([dims.get(d, d) for d in shape]).astype(np.float32)
+                  for _ in range(2))
+        (got,) = call(lib, g, [xv, yv], {k: v for k, v in dims.items() if k in shape})
+        np.testing.assert_array_equal(got, np.maximum(xv, 0) * yv)
 
 
 def test_an_op_without_a_dynamic_lowering_is_refused():
@@ -113,6 +135,29 @@ def test_rows_in_static_blocks_and_a_tail(op):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"N={n}")
 
 
+@pytest.mark.parametrize("lead, bias", [(("N",), False), (("N",), True), (("N", "S"), True)])
+def test_packed_matmul_rows_in_static_blocks(lead, bias):
+    """x [..., 48] @ B as panels [2, 48, 32] (+ a bias [64]): the pack-weights form of a
+    dynamic layer; whole blocks of 32 and 8 rows as static packed contractions, the rest
+    as loops reading the panels in place."""
+    g = Graph("dyn_packed")
+    x = g.add_input("in0", TensorType("f32", (*lead, 48)))
+    params = [g.add_input("in1", TensorType("f32", (2, 48, 32)))]
+    if bias:
+        params.append(g.add_input("in2", TensorType("f32", (64,))))
+    g.add_output("out0", g.append(make_node("packed_matmul", [x, *params])).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_packed{len(lead)}{bias}")))
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((48, 64)).astype(np.float32)
+    consts = [pack_panels(w, 32), rng.standard_normal(64).astype(np.float32)][:len(params)]
+    for n in (0, 1, 7, 8, 33, 41, 95):
+        shape = (n, 3)[:len(lead)]
+        xv = rng.standard_normal((*shape, 48)).astype(np.float32)
+        (got,) = call(lib, g, [xv, *consts], dict(zip(lead, shape, strict=True)))
+        want = xv @ w + (consts[1] if bias else 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{shape}")
+
+
 def test_a_temporary_of_run_time_size_is_refused():
     """A body whose intermediate needs a buffer of run-time size (matmul then relu in one
     kernel: the fuse pass makes that one fused node instead, which keeps static shapes)
@@ -127,20 +172,29 @@ def test_a_temporary_of_run_time_size_is_refused():
         compile_kernels([("kernel", g)], "host", cache=False)
 
 
-def test_attention_matmuls_of_equal_batches():
-    """q [N,S,8] @ k^T [N,8,S] -> scores [N,S,S], then @ v [N,S,8]: both operands of
-    run-time extents, equal batch dims."""
+@pytest.mark.parametrize("a_shape, b_shape", [
+    (("N", "S", 8), ("N", 8, "S")),  # q @ k^T: columns of run-time extent
+    (("N", "S", "S"), ("N", "S", 40)),  # p @ v: depth of run-time extent
+    (("N", 2, "S", 8), ("N", 2, 8, "S")),  # multi-head: two leading dims
+    (("S", "S"), ("S", 8)),
+])
+def test_attention_matmuls_of_equal_batches(a_shape, b_shape):
+    """Attention's products, both operands of run-time extents, equal batch dims: static
+    blocks of rows, columns and depth (tiled) plus tails as loops; sizes below, at and
+    past the blocks (8 and 32 rows, 32 columns, 32 deep)."""
     g = Graph("dyn_attn")
-    q = g.add_input("in0", TensorType("f32", ("N", "S", 8)))
-    kt = g.add_input("in1", TensorType("f32", ("N", 8, "S")))
-    g.add_output("out0", g.append(make_node("matmul", [q, kt])).out())
-    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_attn")))
+    a = g.add_input("in0", TensorType("f32", a_shape))
+    b = g.add_input("in1", TensorType("f32", b_shape))
+    g.add_output("out0", g.append(make_node("matmul", [a, b])).out())
+    name = "dyn_attn_" + "_".join(map(str, a_shape + b_shape))  # one library per case
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, name)))
     rng = np.random.default_rng(4)
-    for n, s in [(1, 1), (2, 16), (3, 5)]:
-        qv = rng.standard_normal((n, s, 8)).astype(np.float32)
-        kv = rng.standard_normal((n, 8, s)).astype(np.float32)
-        (got,) = call(lib, g, [qv, kv], {"N": n, "S": s})
-        np.testing.assert_allclose(got, qv @ kv, rtol=1e-5, atol=1e-5)
+    for n, s in [(1, 1), (2, 16), (3, 5), (1, 33), (2, 71), (1, 128)]:
+        dims = {"N": n, "S": s}
+        av, bv = (rng.standard_normal([dims.get(d, d) for d in shape]).astype(np.float32)
+                  for shape in (a_shape, b_shape))
+        (got,) = call(lib, g, [av, bv], {k: v for k, v in dims.items() if k in a_shape})
+        np.testing.assert_allclose(got, av @ bv, rtol=1e-4, atol=1e-4, err_msg=f"{n, s}")
 
 
 def test_a_broadcasting_batched_matmul_is_refused_naming_the_node():
@@ -199,14 +253,15 @@ def test_row_kernels_take_run_time_leading_dims():
 
 
 def test_softmax_over_a_last_axis_of_run_time_length():
-    """Attention's softmax over [N, S, S]: rows of run-time length S (one element a step)."""
+    """Attention's softmax over [N, S, S]: rows of run-time length S (folds of whole
+    vectors, then a tail of S % lanes elements: lengths below, at and past the lanes)."""
     g = Graph("dyn_rows")
     x = g.add_input("in0", TensorType("f32", ("N", "S", "S")))
     g.add_output("out0", g.append(make_node("softmax", [x], {"axis": -1})).out())
     lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_softmax_rows")))
     rng = np.random.default_rng(3)
-    for n, s in [(1, 1), (2, 7), (1, 33)]:
-        xv = rng.standard_normal((n, s, s)).astype(np.float32)
+    for n, s in [(1, 1), (2, 7), (1, 33), (2, 16), (1, 100)]:
+        xv = 4 * rng.standard_normal((n, s, s)).astype(np.float32)
         (got,) = call(lib, g, [xv], {"N": n, "S": s})
         np.testing.assert_allclose(got, _softmax(xv), rtol=1e-5, atol=1e-6)
 
@@ -274,7 +329,7 @@ def test_an_f32_sum_keeping_the_batch_runs_sample_by_sample(op):
     g.add_output("out0", g.append(make_node(op, [x, axes], {"keepdims": 0})).out())
     lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_{op}_samples")))
     rng = np.random.default_rng(6)
-    for n in (0, 1, 4):
+    for n in (0, 1, 4, 8, 19):
         xv = rng.standard_normal((n, 3, 5)).astype(np.float32)
         (got,) = call(lib, g, [xv], {"N": n})
         want = xv.sum(2) if op == "reduce_sum" else xv.mean(2)

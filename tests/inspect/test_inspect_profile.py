@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import flowc
@@ -152,3 +153,17 @@ def test_profile_of_a_gpu_model_is_refused(tmp_path):
     with pytest.raises(FlowcError, match=r"--profile times kernels of CPU models only; this "
                                          r"one runs \(wholly or in part\) on a GPU"):
         flowc.compile(MLP, tmp_path / "art", batch=4, target="nvptx", profile=True)
+
+
+def test_profile_of_an_artifact_with_dims_given_at_run_time(tmp_path, capsys):
+    """A dynamic artifact ([12]) runs through the kernel timer too: `flowc profile` times
+    it at the dims' upper bounds, and a profiled run of another size returns its shape."""
+    art = tmp_path / "dyn"
+    assert main(["compile", str(MLP), "-o", str(art), "--dim", "N=1..16", "--profile"]) == 0
+    capsys.readouterr()
+    kernels = len(json.loads((art / "manifest.json").read_text())["kernels"])
+    assert main(["profile", str(art), "--runs", "3"]) == 0
+    assert f"mlp: 3 runs, {3 * kernels} kernel calls" in capsys.readouterr().out
+    model = flowc.load(art)
+    assert model.run(np.ones((5, 16), np.float32))["y"].shape == (5, 8)
+    assert len(model.profiler.last) == kernels

@@ -167,6 +167,21 @@ def test_a_row_bias_becomes_the_packed_matmuls_third_operand(graph, absorbed):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("op,a_shape,attrs", [
+    ("matmul", ("N", 40), {}),
+    ("matmul", ("N", "S", 40), {}),
+    ("gemm", ("N", 40), {"transB": 1}),
+])
+def test_rows_given_at_run_time_are_packed_too(op, a_shape, attrs):
+    """[12]: a dynamic kernel takes a packed B (rows in static blocks), so a matmul whose
+    leading dims are symbolic gets its weight in panels as a static one does."""
+    b = rand(64, 40) if attrs else rand(40, 64)
+    after, count = packed(dense_graph(op, a_shape, b, rand(64) if attrs else None, attrs))
+    assert count == 1
+    (node,) = [n for n in after.nodes if n.op == "packed_matmul"]
+    assert node.types[0] == TensorType("f32", (*a_shape[:-1], 64))
+
+
 def rnn_graph(op: str, batch: int, hidden: int = 64, seq: int = 3) -> Graph:
     """An ONNX `op` layer (weights as initializers) imported: the step's h x R^T product
     reads R^T as a constant capture of the loop."""

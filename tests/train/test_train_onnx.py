@@ -78,3 +78,29 @@ def test_resuming_from_a_checkpoint_in_a_fresh_process_is_exact(name, tmp_path):
     np.testing.assert_array_equal(resumed["losses"], rest)
     for key, value in model.parameters().items():
         np.testing.assert_array_equal(resumed[key], value, err_msg=key)
+
+
+def test_a_symbolic_batch_bound_by_batch_sizes_the_labels(tmp_path):
+    """A model whose batch is symbolic (`N`), compiled with batch=4: the labels input is
+    [4] like the logits' rows (the manifest and the loader's check say 4, not 'N'), and a
+    step runs; labels of another batch are refused naming both shapes."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "W")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], [weight])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "m.onnx")
+    manifest = flowc.compile(tmp_path / "m.onnx", tmp_path / "art", train=True,
+                             loss="cross-entropy", optimizer="sgd{lr=0.1}", batch=4)
+    assert manifest["training"]["labels"]["shape"] == [4]
+    model = flowc.load(tmp_path / "art", threads=1)
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    assert np.isfinite(model.train_step(x=x, labels=np.array([0, 1, 2, 0])))
+    with pytest.raises(flowc.runtime.ArtifactError, match=r"labels have shape \(2,\), "
+                                                          r"expected \(4,\)"):
+        model.train_step(x=x, labels=np.array([0, 1]))

@@ -12,8 +12,9 @@ Steps:
    erf become arith polynomials (`vmath`), so that their loops vectorize.
 2. The transform script `schedule(module, target)` writes: each op of static shapes with
    an entry in `strategy.STRATEGIES` (matmul, batch matmul, 2-D conv) gets its tiling,
-   packing and vectorization strategy (an op of run-time extents becomes loops, for now;
-   other ops become loops that LLVM vectorizes); if a strategy
+   packing and vectorization strategy (an op of run-time extents gets the one of
+   `strategy.DYNAMIC_STRATEGIES`, elementwise generics, or becomes loops; other ops
+   become loops that LLVM vectorizes); if a strategy
    fails on some shape, the kernel is lowered without strategies instead (the dumped
    schedule says why); then empty tensors are eliminated (producers write straight into
    the caller's buffers) and the function is
@@ -44,7 +45,7 @@ from mlir.dialects import llvm as llvm_dialect
 
 from flowc.codegen import scratch
 from flowc.codegen.cpu import merge_generics, omp, vmath
-from flowc.codegen.cpu.strategy import STRATEGIES, epilogue
+from flowc.codegen.cpu.strategy import DYNAMIC_STRATEGIES, STRATEGIES, epilogue
 from flowc.codegen.cpu.strategy.common import FINISH_VECTORS
 from flowc.codegen.kernel_code import KernelScratch
 from flowc.codegen.mlir_run import apply_script, run_passes
@@ -102,10 +103,10 @@ def schedule(module: ir.Module, target: Target) -> str:
     each op that `strategy.STRATEGIES` has one for (each such op is tagged `flowc.sched = i`
     so the script can name it), then vector clean-ups and bufferization."""
     parts = []
-    ops = [op for name in STRATEGIES for op in ops_named(module.operation, name)
-           if not _dynamic(op)]
+    ops = [op for name in STRATEGIES for op in ops_named(module.operation, name)]
     for i, op in enumerate(ops):
-        script = STRATEGIES[op.name](op, target, i)
+        strategy = DYNAMIC_STRATEGIES.get(op.name) if _dynamic(op) else STRATEGIES[op.name]
+        script = strategy(op, target, i) if strategy else None
         if script:
             op.attributes["flowc.sched"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), i)
             parts.append(script)
@@ -115,7 +116,7 @@ def schedule(module: ir.Module, target: Target) -> str:
 def _dynamic(op: ir.Operation) -> bool:
     """Whether `op` has an operand or result of dynamic shape (run-time extents, [12]): the
     strategies tile static shapes only (their transform scripts abort the process on
-    others), so such ops become plain loops."""
+    others), so such ops become plain loops unless `DYNAMIC_STRATEGIES` has one."""
     return any(isinstance(v.type, ir.ShapedType) and not ir.ShapedType(v.type).has_static_shape
                for v in [*op.operands, *op.results])
 

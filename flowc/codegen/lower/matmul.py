@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, linalg, scf, tensor
+from mlir.dialects import linalg
 
 from flowc.codegen.lower import register
 from flowc.codegen.lower import scalar as s
@@ -26,13 +26,12 @@ from flowc.codegen.lower.context import (
     fill,
     generic,
     identity_map,
-    index_const,
     reshape,
     scalar_const,
     size_of,
-    value_elem,
     value_shape,
 )
+from flowc.codegen.lower.matmul_blocks import blocked, blocked_batch
 from flowc.ir.types import DType, TensorType, i32
 
 _Dims = list[int]
@@ -58,8 +57,9 @@ def contract_rows(a: ir.Value, b: ir.Value, dt: DType, out: TensorType) -> ir.Va
     """a [..., M, K] @ b [K, N] or b [..., K, N] of a's batch dims (both `dt`) as one
     contraction (of run-time extents: no reshape, so the result is written straight into
     the caller's buffer), in `out`'s dtype. Loop dims: a's leading dims, then k, then n
-    innermost, so that loops (no tiling strategy takes run-time extents yet) run
-    out[..., m, :] += a[..., m, k] * b[k, :] over contiguous rows, which LLVM vectorizes."""
+    innermost, so that loops run out[..., m, :] += a[..., m, k] * b[k, :] over contiguous
+    rows, which LLVM vectorizes (the types `matmul_blocks` does not take: ints, 16-bit
+    floats)."""
     rank = out.rank
     lead, k, n = list(range(rank - 1)), rank - 1, rank
     b_map = [k, n] if len(value_shape(b)) == 2 else [*lead[:-1], k, n]
@@ -72,72 +72,6 @@ def contract_rows(a: ir.Value, b: ir.Value, dt: DType, out: TensorType) -> ir.Va
         return [s.add(out.dtype, acc, product)]
 
     return generic([a, b], maps[:2], [init], maps[2:], "p" * (rank - 1) + "rp", body)[0]
-
-
-ROW_BLOCKS = (32, 8)  # rows of a run-time M computed per static-shaped linalg.matmul
-
-
-def blocked_rows(a: ir.Value, b: ir.Value, init: ir.Value) -> ir.Value:
-    """init + a [M, K] @ b [K, N] (f32/f64, M of run-time extent, K and N static): whole
-    blocks of 32 rows, then of 8, as static `linalg.matmul`s on slices of `init` (which the
-    CPU strategies tile like any static matmul), the last M % 8 rows as loops (m, k, n
-    innermost); every result is written into `init`'s buffer (no temporary)."""
-    m, (_, k), (_, n) = size_of(a, 0), value_shape(a), value_shape(b)
-    et, dyn = value_elem(a), ir.ShapedType.get_dynamic_size()
-
-    def rows(t: ir.Value, at: ir.Value, count: int | ir.Value, width: int) -> ir.Value:
-        static = count if isinstance(count, int) else dyn
-        return tensor.extract_slice(ir.RankedTensorType.get([static, width], et), t, [at],
-                                    [] if isinstance(count, int) else [count], [],
-                                    [dyn, 0], [static, width], [1, 1])
-
-    def put(r: ir.Value, t: ir.Value, at: ir.Value, count: int | ir.Value) -> ir.Value:
-        static = count if isinstance(count, int) else dyn
-        return tensor.insert_slice(r, t, [at], [] if isinstance(count, int) else [count], [],
-                                   [dyn, 0], [static, n], [1, 1])
-
-    out, start = init, index_const(0)
-    for block in ROW_BLOCKS:  # rows [start, end): whole blocks of `block` rows
-        step = index_const(block)
-        end = arith.addi(start, arith.muli(arith.divui(arith.subi(m, start), step), step))
-        loop = scf.ForOp(start, end, step, [out])
-        with ir.InsertionPoint(loop.body):
-            i, acc = loop.induction_variable, loop.inner_iter_args[0]
-            r = linalg.matmul(rows(a, i, block, k), b, outs=[rows(acc, i, block, n)])
-            scf.YieldOp([put(r, acc, i, block)])
-        out, start = loop.results[0], end
-    rest = arith.subi(m, start)
-    maps = [affine_map(3, [0, 1]), affine_map(3, [1, 2]), affine_map(3, [0, 2])]  # (m, k, n)
-    tail = generic([rows(a, start, rest, k), b], maps[:2], [rows(out, start, rest, n)],
-                   maps[2:], "prp", lambda x, w, acc: [arith.addf(acc, arith.mulf(x, w))])[0]
-    return put(tail, out, start, rest)
-
-
-def blocked_lead(a: ir.Value, b: ir.Value, out: TensorType) -> ir.Value:
-    """a [M, K] or [B, M, K] @ b [K, N] of type `out` (float), M (and B) of run-time
-    extent, by `blocked_rows`: for a batch, a loop over it, each step on the slices a[i]
-    and out[i] (rank-reducing slices: views, so every result lands in the output)."""
-    init = fill(scalar_const(out.dtype, 0), empty(out))
-    if out.rank == 2:
-        return blocked_rows(a, b, init)
-    dyn, et = ir.ShapedType.get_dynamic_size(), elem_type(out.dtype)
-    rows, (_, _, k), n = size_of(a, 1), value_shape(a), out.shape[-1]
-    count = [] if isinstance(rows, int) else [rows]
-    static = rows if isinstance(rows, int) else dyn
-    end = size_of(a, 0)
-    loop = scf.ForOp(index_const(0), end if not isinstance(end, int) else index_const(end),
-                     index_const(1), [init])
-    with ir.InsertionPoint(loop.body):
-        i, acc = loop.induction_variable, loop.inner_iter_args[0]
-
-        def part(t: ir.Value, width: int) -> ir.Value:
-            return tensor.extract_slice(ir.RankedTensorType.get([static, width], et), t, [i],
-                                        count, [], [dyn, 0, 0], [1, static, width], [1, 1, 1])
-
-        y = blocked_rows(part(a, k), b, part(acc, n))
-        scf.YieldOp([tensor.insert_slice(y, acc, [i], count, [], [dyn, 0, 0],
-                                         [1, static, n], [1, 1, 1])])
-    return loop.results[0]
 
 
 def contract_at(at: ir.Value, b: ir.Value, dt: DType) -> ir.Value:
@@ -197,12 +131,11 @@ def _matmul(ctx: RuleCtx, a, b) -> list:
         y = matmul_nd(a, b, dt, list(ctx.out.shape))
     elif dt.is_bool:
         raise ctx.error("a bool matmul of symbolic dims has no kernel yet")
-    elif ctx.in_types[0].rank in (2, 3) and ctx.in_types[1].rank == 2 and \
-            ctx.in_types[1].is_static and dt == acc_dtype(dt) and dt.is_float:
-        return [blocked_lead(a, b, ctx.out)]
     elif (ctx.in_types[0].rank >= 2 and ctx.in_types[1].rank == 2) or (
             ctx.in_types[0].rank == ctx.in_types[1].rank > 2
             and ctx.in_types[0].shape[:-2] == ctx.in_types[1].shape[:-2]):
+        if dt == acc_dtype(dt) and dt.is_float:  # static blocks, tiled (matmul_blocks.py)
+            return [blocked_batch(a, b, fill(scalar_const(dt, 0), empty(ctx.out)))]
         y = contract_rows(a, b, dt, ctx.out.with_dtype(acc_dtype(dt)))
     else:
         raise ctx.error(f"matmul of {ctx.in_types[0]} and {ctx.in_types[1]}: with symbolic "
@@ -211,16 +144,25 @@ def _matmul(ctx: RuleCtx, a, b) -> list:
     return [convert_tensor(y, acc_dtype(dt), dt)]
 
 
-@register("packed_matmul")
+@register("packed_matmul", dynamic=True)
 def _packed_matmul(ctx: RuleCtx, a, panels, bias=None) -> list:
     """a [..., M, K] (leading dims folded into M) times panels [N / NR, K, NR]: one
     contraction generic over (m, panel, column in panel, k) into C [M, N / NR, NR], which
     is C [M, N] in memory (the CPU strategy tiles panels in parallel, rows, then k). C
     starts as zeros (a fill) or, with a bias [N], as the bias broadcast over the rows (an
-    all-parallel generic the strategy fuses into its register tiles as it does the fill)."""
+    all-parallel generic the strategy fuses into its register tiles as it does the fill).
+    With leading dims of run-time extent (f32/f64 only: pack-weights packs no other), the
+    rows in static blocks (`matmul_blocks.blocked_packed`) into the result, which starts
+    as the bias (or zeros)."""
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
     blocks, k, width = value_shape(panels)
+    if not ctx.out.is_static:
+        rank = ctx.out.rank
+        init = fill(scalar_const(dt, 0), empty(ctx.out)) if bias is None else generic(
+            [reshape(bias, [blocks * width])], [affine_map(rank, [rank - 1])], [empty(ctx.out)],
+            [identity_map(rank)], "p" * rank, lambda b, _out: [b])[0]
+        return [blocked_batch(a, panels, init, panels=True)]
     lead = value_shape(a)[:-1]
     rows = int(np.prod(lead))
     c = empty(([rows, blocks, width], elem_type(acc)))
@@ -255,7 +197,7 @@ def _gemm_rows(ctx: RuleCtx, a, b, c) -> ir.Value:
                                       if beta != 1.0 else s.convert(x, c_dt, dt)])[0]
 
     if alpha == 1.0:
-        return blocked_rows(a, b, init)
+        return blocked(a, b, init)
 
     def body(x, w, total):
         product = s.mul(dt, x, w)
@@ -273,8 +215,8 @@ def transpose2(v: ir.Value) -> ir.Value:
 
 @register("gemm", dynamic=True)
 def _gemm(ctx: RuleCtx, a, b, c=None) -> list:
-    """With symbolic dims (issue [12]): A [M, K] of run-time M times a static B, as
-    `contract_rows` (loops, n innermost), then the epilogue."""
+    """With symbolic dims (issue [12]): A [M, K] of run-time M times a static B into the
+    result, which starts as beta * C (`_gemm_rows`)."""
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
     if not ctx.out.is_static:

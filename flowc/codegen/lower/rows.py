@@ -23,7 +23,8 @@ Rows are independent: above PARALLEL_MIN elements in all they are an `scf.forall
 runtime's threads split the rows), below it a plain `scf.for`; neither allocates.
 V is the largest power of two up to the target's f32 lanes that divides L. Leading dims
 may be of run-time extent (then rows are a plain `scf.for`), and so may L when the row is
-the last axis alone (issue [12]: then V = 1, one element per step).
+the last axis alone (issue [12]: then V is the target's f32 lanes; a fold takes the last
+L % V elements one at a time).
 """
 
 from __future__ import annotations
@@ -52,45 +53,64 @@ class Row:
         self.x, self.out, self.lanes = x_row, out_row, lanes
         self.length = size_of(x_row, 0)  # an index value when of run-time extent
         self.f32 = ir.F32Type.get()
+        self._width = lanes  # the lanes of the fold being built (`splat`)
 
-    def _read(self, src: str, j: ir.Value) -> ir.Value:
-        vt = ir.VectorType.get([self.lanes], self.f32)
+    def _read(self, src: str, j: ir.Value, lanes: int) -> ir.Value:
+        vt = ir.VectorType.get([lanes], self.f32)
         pad = arith.ConstantOp(self.f32, 0.0).result
         in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)])
         ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(1))
         return vector.transfer_read(vt, self.x if src == Row.X else self.out, [j], ident, pad,
                                     in_bounds)
 
+    def _fold(self, src: str, start: ir.Value, end: ir.Value, lanes: int, acc0: ir.Value,
+              combine: Callable, pre: Callable | None, wide: bool) -> ir.Value:
+        """The `lanes`-wide accumulator after folding elements [start, end) (a multiple
+        of `lanes` of them) into `acc0`, `lanes` at a time."""
+        loop = scf.ForOp(start, end, index_const(lanes), [acc0])
+        self._width = lanes
+        with ir.InsertionPoint(loop.body):
+            v = self._read(src, loop.induction_variable, lanes)
+            if wide:
+                v = arith.extf(ir.VectorType.get([lanes], ir.F64Type.get()), v)
+            if pre is not None:
+                v = pre(v)
+            scf.YieldOp([combine(loop.inner_iter_args[0], v)])
+        return loop.results[0]
+
     def reduce(self, src: str, init: float, combine: Callable,
                pre: Callable[[ir.Value], ir.Value] | None = None,
                wide: bool = False) -> ir.Value:
         """The fold of the row (see the module docstring): an f32 scalar, or with `wide`
-        an f64 one (elements widened to f64 before `pre` and `combine`)."""
+        an f64 one (elements widened to f64 before `pre` and `combine`). A row of run-time
+        length folds its whole multiples of V lanes as V-lane vectors, then the last
+        L % V elements one at a time into the reduced scalar."""
         et = ir.F64Type.get() if wide else self.f32
+
+        static = isinstance(self.length, int)
+        end = index_const(self.length) if static else self.length
+        if not static:  # whole vectors first: end = L - L % V
+            step = index_const(self.lanes)
+            end = arith.muli(arith.divui(self.length, step), step)
         vt = ir.VectorType.get([self.lanes], et)
         acc0 = arith.ConstantOp(vt, ir.DenseElementsAttr.get_splat(
             vt, ir.FloatAttr.get(et, init))).result
-        end = index_const(self.length) if isinstance(self.length, int) else self.length
-        loop = scf.ForOp(index_const(0), end, index_const(self.lanes), [acc0])
-        with ir.InsertionPoint(loop.body):
-            v = self._read(src, loop.induction_variable)
-            if wide:
-                v = arith.extf(vt, v)
-            if pre is not None:
-                v = pre(v)
-            scf.YieldOp([combine(loop.inner_iter_args[0], v)])
-        acc, width = loop.results[0], self.lanes
+        acc = self._fold(src, index_const(0), end, self.lanes, acc0, combine, pre, wide)
+        width = self.lanes
         while width > 1:  # halve: log2(V) dependent steps, not V
             width //= 2
             half = ir.VectorType.get([width], et)
             lo, hi = (vector.extract_strided_slice(half, acc, _ints([at]), _ints([width]),
                                                    _ints([1])) for at in (0, width))
             acc = combine(lo, hi)
+        if not static and self.lanes > 1:  # the tail, one element at a time
+            acc = self._fold(src, end, self.length, 1, acc, combine, pre, wide)
+        self._width = self.lanes
         return vector.extract(acc, [], [0])
 
     def splat(self, value: ir.Value) -> ir.Value:
-        """A scalar broadcast to the lanes (for `pre` functions)."""
-        return vector.broadcast(ir.VectorType.get([self.lanes], value.type), value)
+        """A scalar broadcast to the lanes of the fold being built (for `pre` functions)."""
+        return vector.broadcast(ir.VectorType.get([self._width], value.type), value)
 
     def write(self, fn: Callable[..., ir.Value], *srcs: str | ir.Value) -> None:
         """The output row becomes `fn` of the elements of `srcs`: Row.X, Row.OUT, or a
@@ -177,7 +197,8 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
     if _DYN in shape[axis:] and axis != len(shape) - 1:
         raise ValueError("row_kernel: a row of run-time length must be the last axis alone")
     init = empty((sizes, ir.F32Type.get()))
-    lanes = 1 if _DYN in shape[axis:] else lanes_for(length, target)
+    lanes = max(1, target.vector_bits // 32) if _DYN in shape[axis:] else \
+        lanes_for(length, target)
     if not isinstance(rows, int) or _DYN in shape[axis:]:
         loop = scf.ForOp(index_const(0), rows if not isinstance(rows, int) else
                          index_const(rows), index_const(1), [init])

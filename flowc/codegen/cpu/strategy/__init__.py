@@ -2,7 +2,8 @@
 name (`STRATEGIES`). A strategy is `(op, target, i) -> str | None`: the body of a transform
 script (using `%root` and naming its handles with a per-op prefix) for the op tagged
 `flowc.sched = i`, or None to leave the op to plain loops. `cpu.pipeline.schedule` tags the
-ops, concatenates their scripts and appends `FINISH_VECTORS` and bufferization.
+ops, concatenates their scripts and appends `FINISH_VECTORS` and bufferization. An op of
+run-time extents gets `DYNAMIC_STRATEGIES`' script instead, if any.
 """
 
 from __future__ import annotations
@@ -13,8 +14,12 @@ from mlir import ir
 
 from flowc.codegen.cpu.strategy.conv import conv_strategy
 from flowc.codegen.cpu.strategy.depthwise import depthwise_strategy
-from flowc.codegen.cpu.strategy.elementwise import elementwise_strategy
+from flowc.codegen.cpu.strategy.elementwise import (
+    dynamic_elementwise_strategy,
+    elementwise_strategy,
+)
 from flowc.codegen.cpu.strategy.matmul import matmul_strategy
+from flowc.codegen.cpu.strategy.narrow import widened
 from flowc.codegen.cpu.strategy.transpose import transpose_strategy
 from flowc.codegen.cpu.strategy.winograd import fuse_epilogue
 from flowc.codegen.target import Target
@@ -32,11 +37,16 @@ def _generic(op: ir.Operation, target: Target, i: int) -> str | None:
             or transpose_strategy(op, target, i))
 
 
-STRATEGIES: dict[str, Strategy] = {
+# Each wrapped by narrow.widened: bf16/f16 operands converted in registers (narrow.py).
+STRATEGIES: dict[str, Strategy] = {name: widened(fn) for name, fn in {
     "linalg.matmul": matmul_strategy,
     "linalg.batch_matmul": matmul_strategy,
     "linalg.generic": _generic,
     "linalg.conv_2d_nhwc_hwcf": conv_strategy,
     "linalg.depthwise_conv_2d_nhwc_hwc": depthwise_strategy,
-}
+}.items()}
 
+
+# ops of run-time extents ([12]): the strategies that tile them (the others take static
+# shapes only)
+DYNAMIC_STRATEGIES: dict[str, Strategy] = {"linalg.generic": dynamic_elementwise_strategy}
