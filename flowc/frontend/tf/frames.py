@@ -4,14 +4,14 @@ importer then converts those like any functional If/While (control.py).
 
 Contract: `functionalize(g)` rewrites `g.nodes` in place when the graph has v1 control
 flow ops (else leaves it alone):
-- A cond: each Merge that is not a loop's (no NextIteration input) becomes an `If` on the
-  predicate of the Switches its inputs lead back to (through data edges): input 0 is the
-  else branch (Switch output 0), input 1 the then branch (output 1), whichever order the
-  Merge lists them. The branch functions take, as arguments, the data inputs of those
-  Switches and the values the branch reads that depend on no Switch (Const nodes are copied
-  into the branch, so shapes and axes stay known). Inner conds (a Merge inside a branch)
-  are recovered first. A cond is one `If` per Merge: a cond with k outputs computes its
-  branches k times (they are pure).
+- A cond: the Merges that are not a loop's (no NextIteration input) of one name scope
+  whose inputs lead back (through data edges) to Switches on one predicate, and that do
+  not read one another, become one `If` on that predicate (output i: Merge i; the other
+  Merges become Identities of it). A Merge's input from Switch outputs 0 is the else
+  branch, from outputs 1 the then branch, whichever order the Merge lists them. The branch
+  functions take, as arguments, the data inputs of those Switches and the values the
+  branches read that depend on no Switch (Const nodes are copied into the branch, so
+  shapes and axes stay known). Inner conds (a Merge inside a branch) are recovered first.
 - A while loop: the Enter nodes of one `frame_name`; an Enter read by a Merge is a carried
   value (`Merge(Enter, NextIteration)` -> `Switch(Merge, LoopCond)` -> `Exit` and the body's
   `Switch:1`), any other Enter a loop invariant (carried unchanged). It becomes a
@@ -115,9 +115,9 @@ class _Rewrite:
         return _op(node) == "Switch" and len(node.inputs) == 2 and \
             _op(self.nodes[node.inputs[1][0]]) != "LoopCond"
 
-    def cond(self, merge: TfNode, active: list[str]) -> None:
-        """Replace cond Merge `merge` (and first every cond Merge its inputs lead back to)
-        by an If."""
+    def probe(self, merge: TfNode, active: list[str]) -> tuple[Ref, set[str], list[Any]]:
+        """(predicate, Switches, [(branch nodes, result) for else, then]) of cond Merge
+        `merge`; every cond Merge its inputs lead back to is replaced by an If first."""
         if merge.name in active:
             self.fail(merge, "is on a cycle of conds")
         if len(merge.inputs) != 2:
@@ -142,7 +142,7 @@ class _Rewrite:
                               "not recover a while loop inside a v1 cond")
                 return False
 
-            branches.append(self.walk([ref], stop))
+            branches.append((self.walk([ref], stop), ref))
             ports.append(hits)
         preds = {self.nodes[s].inputs[1] for s in switches}
         if len(preds) != 1:
@@ -150,30 +150,57 @@ class _Rewrite:
                       "its inputs lead back to Switches on different predicates")
         if ports[0] == {0, 1} or ports[1] == {0, 1}:
             self.fail(merge, "a branch reads both outputs of a Switch")
-        results = list(merge.inputs)
         if ports[0] == {1} or ports[1] == {0}:   # the then branch comes first
             branches.reverse()
-            results.reverse()
+        return preds.pop(), switches, branches
+
+    def siblings(self, merge: TfNode, pred: Ref, active: list[str]) -> list[Any]:
+        """The other Merges of `merge`'s cond (its name scope, the same predicate, neither
+        reading the other), probed."""
+        scope = merge.name.rpartition("/")[0]
+        found = []
+        for other in list(self.nodes.values()):
+            if other.name == merge.name or other.name.rpartition("/")[0] != scope or \
+                    _op(other) != "Merge" or self.is_loop_merge(other) or \
+                    other.name in active:
+                continue
+            try:
+                probed = self.probe(other, [*active, merge.name])
+            except TfImportError:
+                continue   # not this cond's (reported when it is recovered on its own)
+            if probed[0] == pred:
+                found.append((other, probed))
+        return found
+
+    def cond(self, merge: TfNode, active: list[str]) -> None:
+        """Replace cond Merge `merge` and the other Merges of its cond by one If (output i:
+        Merge i's value; the others become Identities of it)."""
+        pred, switches, branches = self.probe(merge, active)
+        group = [(merge, (pred, switches, branches)),
+                 *self.siblings(merge, pred, active)]
+        switches = set().union(*(probed[1] for _, probed in group))
         # arguments: the Switches' data inputs, then what the branches read that depends on
         # no Switch (computed outside, passed in)
         args: list[Ref] = sorted({self.nodes[s].inputs[0] for s in switches})
-        kept = []
-        for inside, result in zip(branches, results, strict=True):
-            inside, external = self.split(inside, switches)
-            if result[0] not in inside and result[0] not in switches:
-                external.add(result)
-            args += [r for r in sorted(external) if r not in args]
-            kept.append(inside)
+        kept: list[set[str]] = [set(), set()]
+        results: list[list[Ref]] = [[], []]
+        for _, (_, _, pair) in group:
+            for k, (inside, result) in enumerate(pair):
+                inside, external = self.split(inside, switches)
+                if result[0] not in inside and result[0] not in switches:
+                    external.add(result)
+                args += [r for r in sorted(external) if r not in args]
+                kept[k] |= inside
+                results[k].append(result)
         bind = {r: i for i, r in enumerate(args)}
         bind.update({(s, p): bind[self.nodes[s].inputs[0]] for s in switches for p in (0, 1)})
-        funcs = {kind: self.function(f"{merge.name}/{kind}", len(args), bind, [result],
-                                     inside, kind)
-                 for kind, inside, result in zip(("else", "then"), kept, results, strict=True)}
-        attrs = {"then_branch": _func(funcs["then"]), "else_branch": _func(funcs["else"])}
-        self.nodes[merge.name] = TfNode(merge.name, "If", [preds.pop(), *args], attrs)
-        for inside in kept:
-            self.removed |= inside
-        self.removed |= switches
+        funcs = [self.function(f"{merge.name}/{kind}", len(args), bind, results[k], kept[k],
+                               kind) for k, kind in enumerate(("else", "then"))]
+        attrs = {"then_branch": _func(funcs[1]), "else_branch": _func(funcs[0])}
+        self.nodes[merge.name] = TfNode(merge.name, "If", [pred, *args], attrs)
+        for i, (other, _) in enumerate(group[1:], 1):
+            self.nodes[other.name] = TfNode(other.name, "Identity", [(merge.name, i)], {})
+        self.removed |= kept[0] | kept[1] | switches
 
     def split(self, inside: set[str], switches: set[str]) -> tuple[set[str], set[Ref]]:
         """The branch nodes that depend on a Switch (or are Consts), and the refs of the

@@ -1,6 +1,7 @@
 """TF v1 control flow (Switch/Merge/Enter/Exit/NextIteration/LoopCond frames) recovered
 into the IR's `if`/`loop` (frames.py): loops_v1.pb, built with tf.compat.v1 and control
-flow v2 off (a while loop holding a cond and an inner while loop, then a cond), and
+flow v2 off (a while loop holding a cond and an inner while loop, then a cond of two
+outputs), and
 control_v1.pb (the functional control model lowered to frames by TF), compiled and matching
 TensorFlow's outputs; malformed frames are one-line errors naming the node."""
 
@@ -18,7 +19,7 @@ from flowc.ir.interpret import interpret
 from flowc.runtime.loader import load
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "tf"
-V1_FETCHES = ["acc", "h", "top"]
+V1_FETCHES = ["acc", "h", "top", "side"]
 
 
 def _ops(graph) -> list[str]:
@@ -37,6 +38,8 @@ def test_tf1_graph_loops_and_conds_compiled(tmp_path):
     ops = _ops(graph)
     assert ops.count("loop") == 2 and ops.count("if") == 2   # nested in the outer loop
     assert [n.op for n in graph.nodes].count("loop") == 1
+    top, = [n for n in graph.nodes if n.op == "if"]   # the cond's two Merges: one if
+    assert len(top.outputs) == 2
     results = interpret(graph, {"s": data["s"]})
     flowc.compile(FIXTURES / "loops_v1.pb", tmp_path / "art", fetches=V1_FETCHES)
     compiled = load(tmp_path / "art").run(data["s"])
