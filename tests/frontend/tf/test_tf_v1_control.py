@@ -110,6 +110,38 @@ def test_malformed_frames(tmp_path, broken, message):
     assert "\n" not in str(info.value)
 
 
+def _cond(path: Path, second: str) -> Path:
+    """Merge(Switch(s, p):0, SECOND): a cond whose second input is `second`."""
+    g = GraphDef()
+    for name, dtype in (("s", 1), ("p", 10)):
+        node = g.node.add(name=name, op="Placeholder")
+        node.attr["dtype"].type = dtype
+        node.attr["shape"].shape.SetInParent()
+    g.node.add(name="sw", op="Switch", input=["s", "p"])
+    g.node.add(name="neg", op="Neg", input=["s"])
+    g.node.add(name="leave", op="Exit", input=["sw:1"])
+    g.node.add(name="m", op="Merge", input=["sw", second])
+    path.write_bytes(g.SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("second, message", [
+    ("neg", None),
+    ("leave", r"node 'm' \(Merge\): a branch reads 'leave' \(Exit\): flowc does not recover "
+     "a while loop inside a v1 cond"),
+])
+def test_hand_made_cond(tmp_path, second, message):
+    path = _cond(tmp_path / "c.pb", second)
+    if message is None:   # then: -s, read without a Switch (passed in); else: s
+        graph = import_tf(path, fetches=["m"])
+        for p in (True, False):
+            got = interpret(graph, {"s": np.float32(2.0), "p": np.bool_(p)})["m"]
+            assert got == (np.float32(-2.0) if p else np.float32(2.0))
+        return
+    with pytest.raises(TfImportError, match=r"c\.pb: " + message):
+        import_tf(path, fetches=["m"])
+
+
 def test_cond_merge_without_switch(tmp_path):
     g = GraphDef()
     c = g.node.add(name="c", op="Const")
