@@ -2,7 +2,7 @@
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
 `fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
-`winograd`, `gradients`, `apply-optimizer`, `remat`, `precision`, `widen`).
+`winograd`, `qdq`, `gradients`, `apply-optimizer`, `remat`, `precision`, `widen`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -17,6 +17,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     place,
     precision,
     prune,
+    qdq,
     remat,
     schedule,
     simplify,

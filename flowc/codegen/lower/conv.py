@@ -40,7 +40,7 @@ from flowc.ir.types import DType
 
 # Input dtypes whose 2-D ungrouped convs become the named conv the CPU strategy vectorizes
 # (bf16/f16 widened to f32 by the layout transposes: f32 accumulation, the f32 kernel).
-NAMED_CONV_DTYPES = ("f32", "f64", "bf16", "f16")
+NAMED_CONV_DTYPES = ("f32", "f64", "i32", "bf16", "f16")
 
 
 def window_geometry(attrs: dict, spatial: Sequence[int], kernel: Sequence[int], out: Sequence[int]):
