@@ -13,8 +13,8 @@ kernels and refused by the interpreter).
   updates; axis, reduction): each update's target becomes one row number of data
   flattened to rows; reduction "add" is one `scatter_add`; "none" (the default) writes
   `where(hit, scatter_add(0, updates), data)` with `hit` the rows some index names (with
-  duplicate indices ONNX leaves the result undefined; here they add up). "mul", "max"
-  and "min" are refused by name.
+  duplicate indices ONNX leaves the result undefined; here they add up); "mul", "max"
+  and "min" one `scatter_reduce`.
 """
 
 from __future__ import annotations
@@ -65,14 +65,17 @@ def _scatter_rows(ctx, data: Value, rows: Value, updates: Value, row_shape: list
     reduction, reshaped back."""
     shape = _static(ctx, data, "data")
     reduction = str(ctx.attrs.get("reduction", "none"))
-    if reduction not in ("none", "add"):
-        ctx.fail(f"reduction '{reduction}' is not supported (none and add are)")
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        ctx.fail(f"attribute 'reduction' must be none, add, mul, max or min, found "
+                 f"'{reduction}'")
     count = int(np.prod(rows.type.shape, dtype=np.int64))
     flat = _op(ctx, "reshape", data, _ints(ctx, [-1, *row_shape]))
     rows = _op(ctx, "reshape", rows, _ints(ctx, [count]))
     upd = _op(ctx, "reshape", updates, _ints(ctx, [count, *row_shape]))
     if reduction == "add":
         out = _op(ctx, "scatter_add", flat, rows, upd, axis=0)
+    elif reduction != "none":
+        out = _op(ctx, "scatter_reduce", flat, rows, upd, axis=0, reduction=reduction)
     else:
         zeros = ctx.constant(np.zeros(flat.type.shape[:1] + (1,) * len(row_shape),
                                       dtype=np.float32))

@@ -105,6 +105,7 @@ CASES = {
     "slice": ([X, ints(2, 0), ints(-5, 3), ints(2, 1), ints(-1, 2)], {}, (1, 2, 3, 4)),
     "gather": ([X, ints(2, 0, -1)], {"axis": 2}, ()),
     "scatter_add": ([X, ints(2, 0, -1, 2), f(2, 3, 4)], {"axis": 2}, ()),
+    "scatter_reduce": ([X, ints(2, 0, -1, 2), f(2, 3, 4)], {"axis": 2, "reduction": "max"}, ()),
     "pad": ([X, ints(0, 1, 2, 0, 0, 1)], {"mode": "reflect"}, (1,)),
     "expand": ([f(3, 1), ints(2, 3, 4)], {}, (1,)), "squeeze": ([X[:1], ints(0)], {}, (1,)),
     "unsqueeze": ([X, ints(1)], {}, (1,)), "flatten": ([X], {"axis": 1}, ()),

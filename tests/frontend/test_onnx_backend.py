@@ -85,11 +85,6 @@ OUT_OF_SCOPE = {
                  "2d_align_corners_expanded", "3d_align_corners_expanded")},
     "test_attention_4d_causal_fp16": "2 of 192 f16 results one f16 step off at rtol 1e-3 "
     "(the f16 softmax chain; issue [13] names it)",
-    **{f"test_scatter{k}": "ScatterND/ScatterElements reductions mul, max and min are refused "
-       "(frontend/onnx_scatter.py)" for k in (
-           "_elements_with_reduction_max", "_elements_with_reduction_min",
-           "_elements_with_reduction_mul", "nd_max", "nd_max_with_element_indices", "nd_min",
-           "nd_min_with_element_indices", "nd_multiply")},
 }
 EXPECTED_FAILURES_FILE = pathlib.Path(__file__).with_name("onnx_expected_failures.txt")
 

@@ -155,7 +155,8 @@ def test_composed_ops_match_the_reference(op, inputs, attrs):
     ("Resize", None, {"mode": "area"}, "attribute 'mode' must be one of nearest, linear, "
      "cubic, found 'area'"),
     ("ScatterND", {"x": X, "i": np.array([[0, 1]], np.int64), "u": X[0, :1]},
-     {"reduction": "mul"}, "reduction 'mul' is not supported (none and add are)"),
+     {"reduction": "avg"}, "attribute 'reduction' must be none, add, mul, max or min, "
+     "found 'avg'"),
     ("OneHot", {"i": np.array([1, 2], np.int64), "d": np.array([3], np.int64),
                 "v": np.array([0, 1], np.float32)}, {"axis": 3},
      "axis 3 is out of range for rank 2"),
