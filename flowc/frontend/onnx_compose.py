@@ -35,6 +35,7 @@ from flowc.frontend.onnx_attrs import onnx_dtype
 from flowc.frontend.tf.einsum import convert_einsum
 from flowc.ir import Value
 from flowc.ir.build import const_value
+from flowc.ir.decompose import build_one_hot
 from flowc.ir.types import i64
 
 
@@ -75,23 +76,6 @@ def _hardmax(ctx) -> Sequence[Value]:
     am = _op(ctx, "arg_max", x, axis=axis, keepdims=1)
     hit = _op(ctx, "equal", am, _iota(ctx, n, rank, axis))
     return [_op(ctx, "cast", hit, to=x.type.dtype)]
-
-
-def build_one_hot(b, indices: Value, n: int, values: Value, axis: int) -> Value:
-    """OneHot of a known depth `n`: where(equal(indices, iota), on, off); `b` has
-    emit/constant (as a converter's ctx)."""
-    rank = indices.type.rank + 1
-    axis %= rank
-    idx = indices if indices.type.dtype == i64 else b.emit("cast", [indices], {"to": i64})[0]
-    negative = b.emit("less", [idx, b.constant(np.int64(0))], {})[0]
-    moved = b.emit("add", [idx, b.constant(np.int64(n))], {})[0]
-    idx = b.emit("where", [negative, moved, idx], {})[0]
-    idx = b.emit("unsqueeze", [idx, b.constant(np.array([axis], np.int64))], {})[0]
-    iota = np.arange(n, dtype=np.int64).reshape([n if a == axis else 1 for a in range(rank)])
-    hit = b.emit("equal", [idx, b.constant(iota)], {})[0]
-    off, on = (b.emit("gather", [values, b.constant(np.int64(k))], {"axis": 0})[0]
-               for k in (0, 1))
-    return b.emit("where", [hit, on, off], {})[0]
 
 
 def _one_hot(ctx) -> Sequence[Value]:

@@ -1,16 +1,15 @@
 """Patterns of `simplify` that decompose ops without kernels of their own into ops with
 compiled lowerings, once the values that decide their structure are constants (the
 compiled path folds such inputs first): `resize` into gathers and multiply-adds
-(frontend/onnx_resize.py's `build_resize`), `one_hot` into equal/where against an iota
-(frontend/onnx_compose.py's `build_one_hot`), `top_k` into k rounds of arg_max/arg_min,
+(ir/decompose.py's `build_resize`), `one_hot` into equal/where against an iota
+(ir/decompose.py's `build_one_hot`), `top_k` into k rounds of arg_max/arg_min,
 gather_elements and a mask (flowc/ir/ops/top_k.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flowc.frontend.onnx_compose import build_one_hot
-from flowc.frontend.onnx_resize import build_resize
+from flowc.ir.decompose import build_one_hot, build_resize
 from flowc.ir.graph import Node
 from flowc.passes.rewrite import Result, Rewriter
 
