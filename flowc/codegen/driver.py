@@ -90,7 +90,7 @@ from flowc.codegen.plan.memreport import report_memory
 from flowc.codegen.plan.partitions import call_device, gpu_devices, gpu_kernels_of, host_kernels
 from flowc.codegen.plan.program import Program, build_program, set_scratch
 from flowc.codegen.plan.state import writes_variable
-from flowc.codegen.target import is_gpu_target
+from flowc.codegen.target import is_gpu_target, refine
 from flowc.ir.devices import is_gpu_device
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
@@ -315,7 +315,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         passes = placement_passes(passes, opts.devices, opts.place, opts.device_profiles,
                                   opts.explain_placement, dump)
     backend = target_backend(opts)
-    target = backend.get_target(opts.target or "host")
+    target = refine(backend.get_target(opts.target or "host"), opts.cpu, opts.features)
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
         # (and keep their own formats: an f16 conv stays one, `widen` is CPU-only)
         passes = [p for p in passes

@@ -44,8 +44,17 @@ class CompileOptions:
     """How to compile a model into an artifact (see `flowc.codegen.driver.compile`)."""
 
     target: str | Target = field(default="host", metadata=_cli(
-        "--target", "target (default: this host; x86-64, aarch64; nvptx: the whole graph on "
-                    "an NVIDIA GPU)", metavar="TARGET"))
+        "--target", "target (default: this host; x86-64 (SSE2), x86-64-v2, x86-64-v3 (AVX2), "
+                    "x86-64-v4 (AVX-512), aarch64; nvptx: the whole graph on an NVIDIA GPU)",
+        metavar="TARGET"))
+    cpu: str | None = field(default=None, metadata=_cli(
+        "--cpu", "the LLVM CPU the kernels are tuned and selected for (e.g. znver4, "
+                 "neoverse-n1), over the target's; its implied features are not checked at "
+                 "load: list them with --features", metavar="NAME"))
+    features: str | None = field(default=None, metadata=_cli(
+        "--features", "LLVM features merged over the target's (e.g. +avx2,+fma,-avx512f); "
+                      "the manifest records them and the loader refuses a CPU lacking one",
+        metavar="+F,-F,..."))
     gpu_archs: tuple[str, ...] = field(default=(), metadata=_cli(
         "--gpu-arch", "with --target nvptx or nodes on gpu:0 (--devices cpu:0,gpu:0): a GPU "
                       "architecture to build a cubin for (repeatable; default sm_80 and sm_90)",
