@@ -149,6 +149,13 @@ class CompileOptions:
     tf_config: str | None = field(default=None, metadata=_cli(
         "--config", "a TensorFlow model: its feeds and fetches from a tf2xla.Config in text "
                     "form (tfcompile's model.config.pbtxt)", metavar="FILE"))
+    custom_ops: tuple[Any, ...] = field(default=(), metadata=_cli(
+        "--custom-op", "compute ONNX op DOMAIN::OpName with the C function SYMBOL (default: "
+                       "opname in lower case) of lib.c, int fn(const flowc_custom_args *) "
+                       "(flowc_custom_op.h; docs/custom_ops.md); its output types are the "
+                       "model's declared ones (the Python API takes a shape function: "
+                       "flowc.frontend.custom_ops.CustomOp); repeatable",
+        metavar="DOMAIN::OpName=lib.c[:SYMBOL]", action="append"))
     # API only: objects and callbacks
     cache: CompileCache | bool | None = None
     """None: the environment's cache ($FLOWC_CACHE_DIR); False: none; or a CompileCache."""
@@ -169,7 +176,7 @@ class CompileOptions:
         if unknown:
             raise FlowcError(f"flowc.compile: unknown option{'s' * (len(unknown) > 1)} "
                              f"{', '.join(unknown)}; the options are {', '.join(sorted(known))}")
-        fixed = {k: tuple(v) if k in ("gpu_archs", "place", "feeds", "fetches")
+        fixed = {k: tuple(v) if k in ("gpu_archs", "place", "feeds", "fetches", "custom_ops")
                  and v is not None else v
                  for k, v in overrides.items()}
         for key in ("frozen", "inference"):  # names, each item maybe several, by commas
