@@ -79,7 +79,7 @@ class CustomOpBackend:
 
 def _where(node: Any) -> str:
     a = node.attrs
-    return (f"node {node.label()} ({a['domain']}::{a['op_type']}): function "
+    return (f"node {node.label()}: custom op {a['domain']}::{a['op_type']}: function "
             f"'{a['symbol']}' in {a['source']}")
 
 
