@@ -34,6 +34,7 @@ NOT_KERNELS: dict[str, str] = {
     "assign_sub": "the artifact runs it as a `sub` kernel writing the variable in place",
     "send": "a runtime transport call, not a computation",
     "recv": "a runtime transport call, not a computation",
+    "custom_call": "the user's C function, linked in by codegen/custom_kernels.py",
 }
 
 
