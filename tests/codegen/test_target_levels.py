@@ -92,3 +92,17 @@ def test_target_level_artifact_records_level_and_matches_host(tmp_path):
     got = flowc.load(tmp_path / "v3").run(**x)
     for name, value in want.items():
         np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", ["x86-64-v3", "x86-64", "x86-64-v4"])
+@pytest.mark.parametrize("m,k,n", [(64, 128, 10), (64, 64, 128), (13, 300, 20), (7, 40, 24),
+                                   (30, 512, 64), (100, 33, 9)])
+def test_target_level_matmuls_match_numpy(target, m, k, n):
+    """The 16-register tiling (MR 6, packed beyond K 256, ragged N split at whole vectors)
+    and the others, on shapes that take each path."""
+    from kernel_harness import run_body
+
+    rng = np.random.default_rng(m * k + n)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
+    got, = run_body(op_body("matmul", [a, b]), [a, b], target)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(k))

@@ -223,11 +223,14 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     mr = micro_rows(target)
     nr = direct_cols(m, n, target, lanes)
     wide = nr >= min(2 * lanes, n)  # else packed, padded panels do better than thin tiles
+    # with 16 registers, a row of more than one vector but not whole vectors (N = 10 of
+    # 8 lanes) makes LLVM split each tile row into odd vectors: padded panels do better
+    ragged = lanes < n and n % lanes != 0 and accumulators(target) < MICRO_VECTORS
     name = f"mm{i}"
     head = MATCH.format(n=name, op=op.name, i=i)
     if m < mr:
         return head + direct(name, c, m, nr, filled_init(op), _transposed(op), lanes)
-    if k <= direct_max_k(target) and n % nr == 0 and wide:
+    if k <= direct_max_k(target) and n % nr == 0 and wide and not ragged:
         if m % mr == 0 or (filled_init(op) and _transposed(op)):
             return head + direct(name, c, mr, nr, filled_init(op), _transposed(op), lanes)
         main = m - m % mr  # rows in whole register tiles; the rest, a tile of its own
@@ -236,10 +239,12 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
                 + direct(f"{name}b", c, m - main, direct_cols(m - main, n, target, lanes), False))
     if not c.layout:  # a transposed operand read in place (explicit maps): never packed
         return head + split_direct(name, c, target, lanes) if k <= DIRECT_MAX_K else None
+    if ragged and k <= direct_max_k(target):  # whole vectors, then the last columns
+        return head + split_direct(name, c, target, lanes, lanes)
     batched = op.name == "linalg.batch_matmul"
     b = [0] if batched else []
     one = [1] if batched else []
-    nr = min(2 * lanes, n)
+    nr = 2 * lanes if ragged else min(2 * lanes, n)  # ragged: panels padded to vectors
     micro = [*one, 1, 1, 1]
     return MATMUL.format(
         n=f"mm{i}", op=op.name, i=i, packed=ints([*b, mr, nr, 0]), cols=ints([*one, 0, 1]),
@@ -284,10 +289,12 @@ def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
             + fmt(ROW_TILES + DIRECT_MICRO, f"{name}b", m % mr))
 
 
-def split_direct(name: str, c: Contraction, target: Target, lanes: int) -> str:
+def split_direct(name: str, c: Contraction, target: Target, lanes: int,
+                 unit: int = 0) -> str:
     """Direct tiles for any M and N: rows that are not a whole number of register tiles
     split off first (a tile of their own, masked columns), then columns that are not a
-    whole number of two-vector tiles (one narrower tile)."""
+    whole number of `unit`-column tiles (default two vectors; one narrower tile)."""
+    unit = unit or 2 * lanes
     m, n = c.sizes[c.m], c.sizes[c.n]
     mr = micro_rows(target)
     script, rows = "", m - m % mr
@@ -296,11 +303,11 @@ def split_direct(name: str, c: Contraction, target: Target, lanes: int) -> str:
                   + direct(f"{name}b", c, m - rows, direct_cols(m - rows, n, target, lanes),
                            False))
         name = f"{name}a"
-    cols = n - n % (2 * lanes)
+    cols = n - n % unit
     if cols in (0, n):
-        return script + direct(name, c, mr, min(2 * lanes, n), False)
+        return script + direct(name, c, mr, min(unit, n), False)
     return (script + SPLIT.format(n=name, at=cols, dim=c.n)
-            + direct(f"{name}a", c, mr, 2 * lanes, False)
+            + direct(f"{name}a", c, mr, unit, False)
             + direct(f"{name}b", c, mr, n - cols, False))
 
 
