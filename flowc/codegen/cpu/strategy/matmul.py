@@ -224,8 +224,10 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     nr = direct_cols(m, n, target, lanes)
     wide = nr >= min(2 * lanes, n)  # else packed, padded panels do better than thin tiles
     # with 16 registers, a row of more than one vector but not whole vectors (N = 10 of
-    # 8 lanes) makes LLVM split each tile row into odd vectors: padded panels do better
-    ragged = lanes < n and n % lanes != 0 and accumulators(target) < MICRO_VECTORS
+    # 8 lanes) makes LLVM split each tile row into odd vectors (8x slower): split at whole
+    # vectors (direct), or panels padded to whole vectors (packed)
+    few = accumulators(target) < MICRO_VECTORS  # 16 vector registers
+    ragged = lanes < n and n % lanes != 0 and few
     name = f"mm{i}"
     head = MATCH.format(n=name, op=op.name, i=i)
     if m < mr:
