@@ -37,6 +37,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from flowc.frontend import custom_ops
 from flowc.frontend.onnx_attrs import (
     OnnxImportError,
     node_attrs,
@@ -132,7 +133,8 @@ def unsupported_nodes(model: onnx.ModelProto, path: str = "<model>") -> list[str
     def visit(nodes: Sequence[onnx.NodeProto], prefix: str) -> None:
         for i, node in enumerate(nodes):
             name = f"{prefix}{node.name or f'#{i}'}"
-            known = node.domain in DEFAULT_DOMAINS and is_supported(node.op_type)
+            known = ((node.domain in DEFAULT_DOMAINS and is_supported(node.op_type))
+                     or custom_ops.lookup(node.domain, node.op_type) is not None)
             if not known and not functions.has_body(node, opset):
                 domain = node.domain or "ai.onnx"
                 lines.append(f"  node '{name}': {domain}.{node.op_type} (opset {opset})")
@@ -282,7 +284,9 @@ class _Importer:
             inputs.append(value)
         while inputs and inputs[-1] is None:
             inputs.pop()
-        known = onnx_node.domain in DEFAULT_DOMAINS and is_supported(onnx_node.op_type)
+        custom = custom_ops.lookup(onnx_node.domain, onnx_node.op_type)
+        known = ((onnx_node.domain in DEFAULT_DOMAINS and is_supported(onnx_node.op_type))
+                 or custom is not None)
         if not known and not self.functions.has_body(onnx_node, self.opset):
             # only a function body's own nodes get here: the model's were checked up front
             domain = onnx_node.domain or "ai.onnx"
@@ -300,7 +304,9 @@ class _Importer:
                 splice=lambda g, args: splice_graph(scope.graph, g, args,
                                                     lambda n: scope.unique(f"{base}/{n}")))
             try:
-                results = CONVERTERS.get(onnx_node.op_type, convert_default)(ctx)
+                results = (custom_ops.convert(ctx, custom, self.declared(onnx_node, where))
+                           if custom is not None
+                           else CONVERTERS.get(onnx_node.op_type, convert_default)(ctx))
             except OnnxImportError:
                 raise
             except (FlowcError, TypeError, ValueError) as exc:
@@ -317,6 +323,17 @@ class _Importer:
                                       "graphs define each name once)")
             if name:
                 scope.env[name] = value
+
+    def declared(self, node: onnx.NodeProto, where: str) -> list[TensorType | None]:
+        """The model's declared static type of each output of `node` (None: none)."""
+        infos = {v.name: v for v in [*self.proto.graph.value_info, *self.proto.graph.output]}
+        types: list[TensorType | None] = []
+        for name in node.output:
+            try:
+                types.append(tensor_type(infos[name], where) if name in infos else None)
+            except (FlowcError, KeyError, ValueError):
+                types.append(None)
+        return types
 
     def _emit(self, scope: _Scope, op: str, operands: Sequence[Value | None],
               attrs: dict[str, Any], base: str, where: str) -> Sequence[Value]:
