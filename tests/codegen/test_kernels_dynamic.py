@@ -158,15 +158,40 @@ def test_packed_matmul_rows_in_static_blocks(lead, bias):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{shape}")
 
 
+def test_a_matmul_epilogue_is_written_over_the_product():
+    """A fused matmul of run-time rows and its epilogue (bias, relu, residual add): the
+    epilogue runs over the product in place (cpu/in_place.py), so the kernel needs no
+    buffer of run-time size; rows below, at and past the blocks (8 and 32)."""
+    g = Graph("dyn_epilogue")
+    x = g.add_input("in0", TensorType("f32", ("N", 8)))
+    w = g.add_input("in1", TensorType("f32", (8, 8)))
+    b = g.add_input("in2", TensorType("f32", (8,)))
+    y = g.append(make_node("matmul", [x, w])).out()
+    y = g.append(make_node("relu", [g.append(make_node("add", [y, b])).out()])).out()
+    g.add_output("out0", g.append(make_node("add", [y, x])).out())
+    compiled = compiled_body(g)
+    assert compiled.needs("kernel").buffers == ()  # no temporary
+    lib = ctypes.CDLL(str(link(compiled.object, "dyn_epilogue")))
+    rng = np.random.default_rng(3)
+    wv, bv = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal(8).astype(
+        np.float32)
+    for n in (0, 1, 7, 8, 41):
+        xv = rng.standard_normal((n, 8)).astype(np.float32)
+        (got,) = call(lib, g, [xv, wv, bv], {"N": n})
+        np.testing.assert_allclose(got, np.maximum(xv @ wv + bv, 0) + xv, rtol=1e-5,
+                                   atol=1e-5)
+
+
 def test_a_temporary_of_run_time_size_is_refused():
-    """A body whose intermediate needs a buffer of run-time size (matmul then relu in one
-    kernel: the fuse pass makes that one fused node instead, which keeps static shapes)
-    would need scratch the caller cannot size: refused, naming the buffer."""
+    """A body whose intermediate needs a buffer of run-time size that no result can take
+    (a product of another shape feeding a second matmul) would need scratch the caller
+    cannot size: refused, naming the buffer."""
     g = Graph("g")
     x = g.add_input("in0", TensorType("f32", ("N", 8)))
     w = g.add_input("in1", TensorType("f32", (8, 5)))
+    v = g.add_input("in2", TensorType("f32", (5, 3)))
     y = g.append(make_node("matmul", [x, w])).out()
-    g.add_output("out0", g.append(make_node("relu", [y])).out())
+    g.add_output("out0", g.append(make_node("matmul", [y, v])).out())
     with pytest.raises(FlowcError, match=re.escape(
             "temporary of type memref<?x5xf32> is not a dense static buffer")):
         compile_kernels([("kernel", g)], "host", cache=False)
