@@ -116,10 +116,10 @@ def main() -> None:
         cases.append(("CNN 3x32x32 (2 convs), N=16", t / "cnn_dyn", t / "cnn_static", [x]))
         for name, batch in BENCH_MODELS.items():
             model = zoo.MODELS[name]()
-            flowc.compile(model, t / f"{name}_dyn", dims={"N": (1, 64)})
-            flowc.compile(model, t / f"{name}_static", dims={"N": batch})
+            flowc.compile(model, t / f"zoo_{name}_dyn", dims={"N": (1, 64)})
+            flowc.compile(model, t / f"zoo_{name}_static", dims={"N": batch})
             feeds = list(zoo.sample_input(model, batch=batch).values())
-            cases.append((f"zoo {name}, N={batch}", t / f"{name}_dyn", t / f"{name}_static",
+            cases.append((f"zoo {name}, N={batch}", t / f"zoo_{name}_dyn", t / f"zoo_{name}_static",
                           feeds))
         for threads in (1, 2):
             for name, dyn_dir, static_dir, feeds in cases:
