@@ -88,7 +88,9 @@ class DynamicRuns:
         self._out_reads = [None if any(isinstance(d, str) and d not in self._read for d in dims)
                            else [self._read[d] if isinstance(d, str) else (-1, d) for d in dims]
                            for dims in self._out_dims]
-        self._fixed = [(dt, len(d), [(a, n) for a, n in enumerate(d) if isinstance(n, int)])
+        # per input: dtype, rank, the axes of fixed size and those sizes
+        self._fixed = [(dt, len(d), [a for a, n in enumerate(d) if isinstance(n, int)],
+                        [n for n in d if isinstance(n, int)])
                        for (_, dt, _), d in zip(model.inputs, self.symbolic, strict=True)]
 
     @classmethod
@@ -99,10 +101,12 @@ class DynamicRuns:
         """The checked inputs: by a short path when given by position, each a C-contiguous
         ndarray of its dtype, rank and fixed sizes; else checked one by one."""
         if not kwargs and len(args) == len(self._fixed):
-            for value, (dt, rank, fixed) in zip(args, self._fixed, strict=True):
+            for value, (dt, rank, axes, sizes) in zip(args, self._fixed, strict=True):
                 if type(value) is not np.ndarray or value.dtype != dt or value.ndim != rank \
-                        or not value.flags.c_contiguous \
-                        or any(value.shape[a] != d for a, d in fixed):
+                        or not value.flags.c_contiguous:
+                    break
+                shape = value.shape
+                if [shape[a] for a in axes] != sizes:
                     break
             else:
                 return list(args)
@@ -176,8 +180,7 @@ class DynamicRuns:
         results = {}
         for (name, dt, _), (buffer, start), shape in zip(m.outputs, buffers, shapes,
                                                          strict=True):
-            flat = buffer[start:start + math.prod(shape) * dt.itemsize].view(dt)
-            results[name] = flat.reshape(shape)
+            results[name] = np.ndarray(shape, dt, buffer, start)
         return results
 
     def output_shapes(self, arrays: list[np.ndarray]) -> list[tuple[int, ...]]:
