@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/train.py [--workloads mlp bert_layer cnn] [--threads 1 2]
                                     [--engines flowc torch torch_compile jax] [--steps 20]
-                                    [--warmup 3] [--jax-python PATH]
+                                    [--warmup 3] [--jax-python PATH] [--omp-wait passive]
                                     [--out bench/results/train.md]
 
 Each (workload, engine, thread count) runs in its own child process, pinned to the first
@@ -23,9 +23,20 @@ flowc's (above 1: flowc faster), the first three losses, which must agree across
 makes the command exit 1), and per workload flowc's time and memory over the fastest other
 engine's and torch eager's (below 1: flowc better). An engine that cannot run (jax not
 installed in `--jax-python`, no C++ compiler for inductor, a failure in its first steps) is
-a row saying why, never a made-up figure. Known limit: above one thread the idle children's
-thread pools spin on the shared cores while another engine steps, which slows the stepping
-one (torch most: bench/results/train.md's notes); compare engines at 1 thread.
+a row saying why, never a made-up figure.
+Taking turns fairly above one thread: every child but the one whose turn it is stays
+stopped (SIGSTOP, after its warm-up; SIGCONT just before its step is asked for, SIGSTOP
+again once its answer is read), so no idle engine's thread pool (torch's and jax's OpenMP
+or Eigen workers, flowc's runtime pool) can spin on the cores the stepping engine was
+given. Left running, those pools took the stepping engine's second core: torch eager
+measured 160 ms for the MLP at 2 threads against 13 ms at 1. A stopped process keeps its
+memory, so peak RSS is unchanged; a continued pool starts its step as it would after any
+idle spell of its own. The children's OpenMP runtimes wait passively (OMP_WAIT_POLICY,
+`--omp-wait`, default passive): a worker that finds nothing to do sleeps instead of
+spinning, which on a machine shared with other work is what keeps torch's 2-thread step
+from waiting on a descheduled worker at every barrier (its MLP step measured 439 ms
+spinning against 19 ms passive, with other processes busy on both cores); flowc's
+pool spins briefly, yields and sleeps by itself (runtime/pool.c).
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,11 +58,12 @@ ENGINES = ("flowc", "torch", "torch_compile", "jax")
 LOSS_RTOL = 2e-3
 
 
-def _serve(engine: str, name: str, threads: int, warmup: int) -> None:
+def _serve(engine: str, name: str, threads: int, warmup: int, omp_wait: str) -> None:
     """The child: build the step, warm up, then one timed step per `step` line on stdin
     (each answered by a JSON line), until `done` (answered by the peak RSS)."""
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["OMP_WAIT_POLICY"] = omp_wait
     os.environ["XLA_FLAGS"] = (f"--xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
                                f" intra_op_parallelism_threads={threads}")
     if engine.startswith("torch"):
@@ -100,12 +113,14 @@ def _peak_mb() -> float:
 class _Child:
     """One engine's serving child process (`_serve`)."""
 
-    def __init__(self, python: str, engine: str, name: str, threads: int, warmup: int):
+    def __init__(self, python: str, engine: str, name: str, threads: int, warmup: int,
+                 omp_wait: str):
         self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - closed by close()
         self.failed: str | None = None
         try:
             self.proc = subprocess.Popen([python, __file__, "--serve", engine, name,
-                                          str(threads), str(warmup)], stdin=subprocess.PIPE,
+                                          str(threads), str(warmup), omp_wait],
+                                         stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=self.log, text=True)
         except OSError as e:
             self.failed = f"cannot start {python}: {e}"
@@ -131,6 +146,19 @@ class _Child:
         self.log.seek(0)
         return {"missing": f"child failed: {self.log.read().strip().splitlines()[-1:]}"}
 
+    def pause(self, stopped: bool) -> None:
+        """Stop the child (SIGSTOP: none of its threads runs) or continue it (SIGCONT)."""
+        if not self.failed and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP if stopped else signal.SIGCONT)
+
+    def step(self) -> dict:
+        """One timed step, the child running only for it (`pause`)."""
+        self.pause(False)
+        try:
+            return self.ask("step")
+        finally:
+            self.pause(True)
+
     def close(self) -> None:
         if not self.failed and self.proc.poll() is None:
             self.proc.kill()
@@ -141,8 +169,8 @@ class _Child:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--serve":
-        engine, name, threads, warmup = argv[1:5]
-        _serve(engine, name, int(threads), int(warmup))
+        engine, name, threads, warmup, omp_wait = argv[1:6]
+        _serve(engine, name, int(threads), int(warmup), omp_wait)
         return 0
     sys.path.insert(0, str(HERE))
     from train_models import WORKLOADS
@@ -154,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--jax-python", default=sys.executable)
+    ap.add_argument("--omp-wait", choices=("passive", "active"), default="passive",
+                    help="OMP_WAIT_POLICY of the engines' children (passive)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "train.md")
     args = ap.parse_args(argv)
 
@@ -161,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
              f"Written by `bench/train.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
              f"; load average at start {os.getloadavg()[0]:.2f}. {args.steps} timed steps after "
              f"{args.warmup} untimed, each engine in its own process pinned to `threads` "
-             "cores, the engines taking turns step by step; peak RSS over the timed steps.",
+             "cores, the engines taking turns step by step (the others stopped meanwhile; "
+             f"OMP_WAIT_POLICY={args.omp_wait}); peak RSS over the timed steps.",
              "", "| workload | threads | engine | step ms (IQR) | GFLOP/s | peak RSS MB | "
              "engine/flowc | first losses |",
              "| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
@@ -182,20 +213,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _measure(name: str, threads: int, args) -> dict[str, dict]:
     """Each engine's step times, first losses and peak RSS: every engine's child is started
-    and warmed up, then they take turns, one step each, in an order rotated every step."""
+    and warmed up, then they take turns, one step each, in an order rotated every step,
+    the others stopped meanwhile (`_Child.step`)."""
     engines = list(args.engines)
     children = {e: _Child(args.jax_python if e == "jax" else sys.executable, e, name, threads,
-                          args.warmup) for e in engines}
+                          args.warmup, args.omp_wait) for e in engines}
     try:
         rows = {e: c.ask(None) for e, c in children.items()}
         live = [e for e in engines if "missing" not in rows[e]]
         for e in live:
             rows[e]["times"] = []
+            children[e].pause(True)
         for k in range(args.steps):
             for e in live[k % len(live):] + live[:k % len(live)]:
                 if "missing" in rows[e]:
                     continue
-                got = children[e].ask("step")
+                got = children[e].step()
                 if "missing" in got:
                     rows[e] = got
                     continue
@@ -203,6 +236,7 @@ def _measure(name: str, threads: int, args) -> dict[str, dict]:
                 rows[e]["losses"].append(got["loss"])
         for e in live:
             if "missing" not in rows[e]:
+                children[e].pause(False)
                 rows[e].update(children[e].ask("done"))
     finally:
         for c in children.values():

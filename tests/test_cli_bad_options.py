@@ -39,6 +39,7 @@ FREE_TEXT: dict[tuple[str, str], list[str]] = {
     ("compile", "--gpu-arch"): ["sm_1", "x"],
     ("compile", "--devices"): ["tpu:0", ",", "gpu"],
     ("compile", "--remat"): ["everything", "dots-saveable"],
+    ("compile", "--precision"): ["i8", "BF16"],
     ("compile", "--optimizer"): ["adamx{lr=1}", "adam{foo=1}", "sgd{lr=x}", "sgd{lr=-1}",
                                  "sgd{lr=1", "{", "sgd{momentum=0.9,momentum=0.5}"],
     ("compile", "--frozen"): ["no-such-initializer", ","],

@@ -6,7 +6,9 @@ fields of `flowc.codegen.options.CompileOptions` (`add_arguments`), so the comma
 the command's own: MODEL, `-o`, `--no-cache`, `--explain-placement` / `--explain-memory`
 (flags here, callbacks printing the reports on stdout in the API) and `-q` / `-v`.
 `run(args)` reads the options back (`from_args`), compiles, prints a summary (the files,
-kernels, arena, bound symbolic dims and the cache's hits) unless `-q`, and returns 0.
+kernels, arena, bound symbolic dims, with `--precision` other than f32 the outputs'
+difference from the f32 build (`codegen.precision_check`), and the cache's hits) unless
+`-q`, and returns 0.
 A bad `--dim` is a FlowcError naming it before anything compiles; the other values are
 checked by the driver, whose errors name the option too.
 """
@@ -74,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
                                   options.dims)
         if bound:
             print(bound)
+        if options.precision != "f32":  # reduced precision: how far from the f32 build
+            from flowc.codegen.precision_check import compare_with_f32, describe
+
+            print(describe(options.precision, compare_with_f32(args.model, out, options)))
         dumped = "; with --dump-dir kernels are rebuilt (and dumped) without reading it" \
             if options.dump_dir and cache.enabled else ""
         print(cache.summary() + dumped)

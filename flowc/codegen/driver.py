@@ -18,12 +18,14 @@ meaning) and `overrides` replace its fields by name (an unknown name is a FlowcE
 3. runs the pass pipeline, verifying after each pass (with `devices`, the `place` pass
    joins it before partition/fuse, with the `place` constraints, `device_profiles` and
    `device_supports`; its report goes to `explain_placement` and DUMP_DIR/placement.txt;
-   for a GPU target without `pack-weights` and `winograd`, whose panels and transformed
-   filters the GPU's kernels do not read; the training step's pipeline (the `train_step`
-   entry's, else the one graph's) also has the `remat` pass before fuse when `remat` is
-   not off (`remat_passes`) and, with `train`, first the passes `gradients` and
-   `apply-optimizer` (`step_passes`); the `run` entry's has neither), then requires every
-   type static but for bounded dims (`require_static`);
+   for a GPU target without `pack-weights`, `winograd` and `qdq`, whose panels, transformed
+   filters and VNNI-packed weights the GPU's kernels do not read, and `widen` (the GPU keeps
+   its own formats); with `precision` other than f32, the `precision` pass before
+   `channels-last` (`precision_passes`; refused for a GPU target); the training step's
+   pipeline (the `train_step` entry's, else the one graph's) also has the `remat` pass
+   before fuse when `remat` is not off (`remat_passes`) and, with `train`, first the passes
+   `gradients` and `apply-optimizer` (`step_passes`); the `run` entry's has neither), then
+   requires every type static but for bounded dims (`require_static`);
 4. builds the program (`build_program`: kernels, weights, arena plan). With `train` the
    ONNX model becomes a training artifact of two entries (`load_training`): the step's
    graph (entry `train_step`) and the inference graph (entry `run`) each run steps 2-3
@@ -315,7 +317,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     backend = target_backend(opts)
     target = backend.get_target(opts.target or "host")
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
-        passes = [p for p in passes if p.name not in ("pack-weights", "winograd")]
+        # (and keep their own formats: an f16 conv stays one, `widen` is CPU-only)
+        passes = [p for p in passes
+                  if p.name not in ("pack-weights", "winograd", "widen", "qdq")]
     # the pipeline of each entry: the training step's (the graph with a backward pass: the
     # train_step entry, else the one graph) gets --remat and, on the ONNX route, first the
     # passes that build its gradients and update
@@ -323,6 +327,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     step_pipeline = ([*step_passes(stepped, training, opts), *passes] if training is not None
                      else passes)
     step_pipeline = remat_passes(step_pipeline, stepped, opts)
+    gpu = isinstance(backend, GpuBackend)
+    passes, step_pipeline = (precision_passes(p, opts, gpu) for p in (passes, step_pipeline))
 
     def lower(g: Graph, prefix: str = "") -> tuple[Graph, dict[str, int]]:
         pipeline = step_pipeline if g is stepped else passes
@@ -426,6 +432,24 @@ def remat_passes(passes: list, graph: Graph, opts: CompileOptions) -> list:
                          "'gradients' scope, no gradients pass) whose activations it could "
                          "recompute")
     return with_option_pass(passes, "remat", Remat(opts.remat))
+
+
+def precision_passes(passes: list, opts: CompileOptions, gpu: bool) -> list:
+    """`passes` with the `precision` pass of `opts.precision` (none for f32); an unknown
+    precision, or one for a GPU target (whose kernels keep their own formats), is a
+    FlowcError naming the option."""
+    from flowc.passes.pipeline import with_option_pass
+    from flowc.passes.precision import DTYPES, Precision
+
+    if opts.precision == "f32":
+        return passes
+    if opts.precision not in DTYPES:
+        raise FlowcError(f"--precision: '{opts.precision}' is not one of f32, "
+                         f"{', '.join(DTYPES)}")
+    if gpu:
+        raise FlowcError(f"--precision {opts.precision}: CPU targets only (a GPU target's "
+                         "kernels keep their own formats)")
+    return with_option_pass(passes, "precision", Precision(opts.precision))
 
 
 def check_no_training_options(opts: CompileOptions) -> None:

@@ -92,6 +92,12 @@ class CompileOptions:
                    "matmul, gemm, conv, norms, reductions), nothing_saveable (recompute any "
                    "pure op), off (see flowc/passes/remat.py)", metavar="POLICY", nargs="?",
         const="dots_saveable"))
+    precision: str = field(default="f32", metadata=_cli(
+        "--precision", "f32 (default), bf16 or f16: an f32 model's matmul/gemm weights "
+                       "stored in that type and the products computed in it with f32 "
+                       "accumulation; everything else, inputs and outputs stay f32 (the "
+                       "command reports the outputs' difference from the f32 build; see "
+                       "flowc/passes/precision.py)", metavar="TYPE"))
     profile: bool = field(default=False, metadata=_cli(
         "--profile", "time every kernel call (for 'flowc run DIR --profile' and 'flowc "
                      "profile DIR'); off by default: no cost, no symbols"))

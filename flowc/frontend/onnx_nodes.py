@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
+from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_rnn import convert_recurrent
 from flowc.frontend.onnx_scan import convert_scan
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
@@ -210,6 +211,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "Scan": convert_scan,
     **{op: convert_recurrent for op in ("LSTM", "GRU", "RNN")},
     **STABLE_CONVERTERS,   # ReduceLogSumExp, ReduceL2 without over/underflow
+    **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
 
 

@@ -8,7 +8,10 @@ onnxruntime's CPU kernels (`onnx_rnn_cells` has the per-step formulas).
 
 Lowering, per direction (as cuDNN and onnxruntime do):
 - the input projection of all steps is one matmul before the loop: `X @ W^T`
-  ([seq, batch, gates*hidden]); the biases Wb + Rb are added in the step (`Cell.step`);
+  ([seq, batch, gates*hidden]); the biases Wb + Rb are added to it there for LSTM and RNN
+  (`pack-weights` makes them the projection's row bias, which its kernel starts from, so
+  the step is `x + h R^T`: one packed gemm starting from x), in the step for a GRU, whose
+  gates add them in parts (`Cell.step`);
 - a reverse direction walks that projection backwards: reversed along the sequence before
   the loop (per batch row with sequence_lens, as ONNX ReverseSequence), and its Y reversed
   back after;
@@ -208,15 +211,16 @@ def _zeros(e: _Emitter, x: Value, hidden: int) -> Value:
 
 def _projection(e: _Emitter, spec: _Spec, x: Value, w: Value, b: Value | None,
                 d: int) -> tuple[Value, list[Value], Value | None]:
-    """(X @ W[d]^T [seq, batch, gates*hidden]; the biases the step adds, as `Cell.step`
-    takes them (none without B); the GRU candidate's recurrent bias Rbh [hidden] where
-    linear_before_reset keeps it apart, else None)."""
+    """(X @ W[d]^T [seq, batch, gates*hidden], plus Wb + Rb for LSTM and RNN; the biases
+    the step adds, as `Cell.step` takes them (none without B or for LSTM and RNN); the GRU
+    candidate's recurrent bias Rbh [hidden] where linear_before_reset keeps it apart, else
+    None)."""
     proj = e.op("matmul", [x, e.op("transpose", [e.pick(w, d)], perm=(1, 0))])
     if b is None:
         return proj, [], None
     wb, rb = e.ctx.emit("split", [e.pick(b, d)], {"axis": 0, "num_outputs": 2})
     if spec.op != "GRU":
-        return proj, [e.op("add", [wb, rb])], None
+        return e.op("add", [proj, e.op("add", [wb, rb])]), [], None
     wz, wr, wh = e.ctx.emit("split", [wb], {"axis": 0, "num_outputs": 3})
     rz, rr, rh = e.ctx.emit("split", [rb], {"axis": 0, "num_outputs": 3})
     parts = [e.op("add", [wz, rz]), e.op("add", [wr, rr])]

@@ -1,11 +1,12 @@
 """One step of the ONNX recurrent cells, built as the body of a flowc `loop` (`onnx_rnn`).
 
-A step reads `x`, row t of the input projection (X_t W^T), the biases (`b`: Wb + Rb, the
-GRU candidate's Rb_h apart with linear_before_reset; added in the step, where they join the
-kernels of the recurrent matmul's epilogue and the gates, rather than as a pass over the
-whole projection) and the carried state. With f, g, h the direction's activations, (.)
-the elementwise product, clip(v) = min(max(v, -clip), clip) when `clip` is set, and R^T's
-gate blocks as ONNX orders them (LSTM i, o, f, c; GRU z, r, h), the formulas are onnxruntime's:
+A step reads `x`, row t of the input projection (X_t W^T; for LSTM and RNN with the biases
+Wb + Rb already added: the projection's kernel starts from them), a GRU's biases (`b`:
+Wb + Rb by gate, the candidate's Rb_h apart with linear_before_reset; added in the step,
+where they join the kernels of the gates) and the carried state. With f, g, h the
+direction's activations, (.) the elementwise product, clip(v) = min(max(v, -clip), clip)
+when `clip` is set, and R^T's gate blocks as ONNX orders them (LSTM i, o, f, c; GRU z, r,
+h), the formulas are onnxruntime's:
 
 - RNN:  H = f(clip(x + H_prev R^T + b))
 - GRU:  z = f(clip(x_z + H_prev R_z^T + b_z)), r = f(clip(x_r + H_prev R_r^T + b_r));

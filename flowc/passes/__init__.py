@@ -2,7 +2,7 @@
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
 `fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
-`winograd`, `gradients`, `apply-optimizer`, `remat`).
+`winograd`, `qdq`, `gradients`, `apply-optimizer`, `remat`, `precision`, `widen`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -15,10 +15,13 @@ from flowc.passes import (  # noqa: F401  (register passes)
     pack_weights,
     partition,
     place,
+    precision,
     prune,
+    qdq,
     remat,
     schedule,
     simplify,
+    widen,
     winograd,
 )
 from flowc.passes.base import Pass

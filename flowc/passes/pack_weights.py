@@ -17,9 +17,9 @@ dependencies:
   `packed_matmul a, P`;
 - `gemm A, B[, C]` with transA = 0, alpha = 1, a constant B (transB: B^T is packed) and
   beta = 1 or a constant C (beta * C folded) becomes `packed_matmul A, P[, C]` (named as
-  the gemm) when C is a row bias ([N], leading 1s allowed), else `packed_matmul A, P`
-  plus an `add` of C named `GEMM/bias` (unless taken);
-- `add(packed_matmul a, P, c)` (either order) of a row bias c, the add the product's only
+  the gemm) when C is a row bias ([N], leading 1s allowed) or of the result's type, else
+  `packed_matmul A, P` plus an `add` of C named `GEMM/bias` (unless taken);
+- `add(packed_matmul a, P, c)` (either order) of such a c, the add the product's only
   user and of its type, becomes `packed_matmul a, P, c` (named as the add): the kernel
   starts its register tiles from the bias, so C is not written and read back to add it;
 where P is B as panels [N / NR, K, NR] (`flowc.ir.ops.nn.pack_panels`), NR =
@@ -35,9 +35,9 @@ reads (another op, a graph output, or a matmul as its A) is left as it is: packi
 would store it twice (a tied embedding table, gathered and multiplied by, would double
 its memory). Loops (bodies are rewritten first): a capture of a `loop`
 that is a constant nothing else reads, which its body reads only as the B of
-matrix-vector products, becomes a constant inside the body (the capture dropped), so it
-is packed there, once, at compile time. Statistics: `weights-packed`,
-`bias-into-packed-matmul`.
+matrix-vector products or of gemms with a C of the result's type (`_gemv_only`), becomes
+a constant inside the body (the capture dropped), so it is packed there, once, at compile
+time. Statistics: `weights-packed`, `bias-into-packed-matmul`.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ class PackWeights:
             p = panels(b, bool(attrs.get("transB", 0)), node, rw)
             if p is None:
                 return None
-            if c is None or _row_bias(c, node.types[0]):
+            if c is None or _init_operand(c, node.types[0]):
                 return rw.replace(node, "packed_matmul", [a, p] + ([c] if c is not None else []))
             # the product keeps the gemm's name and sources; the bias add is NAME/bias
             product = rw.make("packed_matmul", [a, p], {}, node).replace(
@@ -141,6 +141,12 @@ class PackWeights:
                                       "add": [("bias-into-packed-matmul", _bias_into)]})
 
 
+def _init_operand(c: Value, out) -> bool:
+    """Whether `c` can be packed_matmul's third operand for result `out`: a row bias
+    (`_row_bias`) or a C of `out`'s type (the kernel's tiles start from it)."""
+    return _row_bias(c, out) or c.type == out
+
+
 def _row_bias(c: Value, out) -> bool:
     """Whether `c` is a bias [N] (leading 1s allowed, rank at most `out`'s) of `out`'s
     dtype, N `out`'s last dim."""
@@ -154,7 +160,7 @@ def _bias_into(node: Node, rw: Rewriter) -> Node | None:
     for product, c in (node.inputs, node.inputs[::-1]):
         mm = sole_producer(product, rw, "packed_matmul", like=node)
         if (mm is not None and len(mm.inputs) == 2 and not node.ctrl
-                and product.type == node.types[0] and _row_bias(c, node.types[0])):
+                and product.type == node.types[0] and _init_operand(c, node.types[0])):
             return rw.replace(node, "packed_matmul", [*mm.inputs, c])
     return None
 
@@ -217,14 +223,24 @@ def _inline_captures(graph: Graph) -> Graph:
 def _gemv_only(body: Graph, value: Value) -> bool:
     """Whether `body` reads `value` (a rank-2 float) only as the B (input 1) of matmul/gemm
     nodes whose A is one row (a matrix-vector product, which streams B once per
-    iteration: panels read B in one stream), and at least once."""
+    iteration: panels read B in one stream) or of gemms with a C of the result's type
+    (an RNN step at batch > 1: packed, the product starts from C in its register tiles;
+    without such a C, packing measured slower there: the result's panels were added to
+    in a second pass), and at least once."""
     uses = [(n, k) for n in body.nodes for k, v in enumerate(n.inputs) if v == value]
     if value.type.rank != 2 or value.type.dtype.np not in FLOATS:
         return False
     return bool(uses) and all(
         k == 1 and n.op in ("matmul", "gemm") and not n.attrs.get("transA", 0)
-        and n.inputs[0].type.is_static and _one_row(n.inputs[0].type)
+        and n.inputs[0].type.is_static and (_one_row(n.inputs[0].type) or _full_c(n))
         and _eligible(n) for n, k in uses) and not any(value in n.ctrl for n in body.nodes)
+
+
+def _full_c(node: Node) -> bool:
+    """Whether `node` is a gemm of alpha 1 whose C has the result's type."""
+    return (node.op == "gemm" and len(node.inputs) == 3 and node.inputs[2] is not None
+            and node.attrs.get("alpha", 1.0) == 1.0 and node.attrs.get("beta", 1.0) == 1.0
+            and node.inputs[2].type == node.types[0])
 
 
 def _one_row(t) -> bool:

@@ -27,11 +27,15 @@ Pipeline = list  # a list of pass instances, run in order
 # Named default pipelines: (pass string, why this step is here), in order.
 PIPELINES: dict[str, list[tuple[str, str]]] = {
     "default": [
+        ("qdq", "quantized matmuls as integer kernels, before folding dequantizes their "
+                "weights (CPU)"),
         ("cse", "merge pure nodes computing the same thing (duplicate constants, ops)"),
         ("constant-fold", "compute what depends only on constants and static shapes"),
         ("simplify", "remove identities, collapse chains, form gemm, fold batch norms"),
         ("cse", "merge what folding and simplification made equal"),
         ("prune", "drop nodes the rewrites, or the frontend, left unused; keep stateful ones"),
+        ("widen", "bf16/f16 convs with constant filters as f32 convs between casts (the "
+                  "f32 rewrites below then take them)"),
         ("channels-last", "2-D conv chains in NHWC, filters transposed once (after BN folding)"),
         ("partition", "send/recv on every edge between devices (nothing on one device)"),
         ("pack-weights", "constant matmul weights in column panels, read in one stream (CPU)"),
@@ -56,6 +60,10 @@ OPTION_PASSES: dict[str, tuple[str, str, str]] = {
                                "after the last cse (which would merge the clones back into "
                                "the forward nodes), before fuse (which puts them in the "
                                "backward kernels that read them)"),
+    "precision": ("precision", "channels-last", "matmul/conv weights and products in bf16 "
+                                                "(f32 accumulation): after simplify (gemms "
+                                                "formed, batch norms folded into the weights), "
+                                                "before the f32-only layout rewrites"),
 }
 
 _ITEM_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_-]*)\s*(?:\{([^{}]*)\})?\s*(?:,|$)")

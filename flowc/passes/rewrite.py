@@ -177,13 +177,14 @@ class Rewriter:
         return self._scalars[value.node]
 
     def make(self, op: str, inputs: Sequence[Value | None], attrs: Mapping[str, Any] | None,
-             like: Node) -> Node:
-        """A new unnamed helper node at `like`'s location and device. Attributes equal to
-        the op's defaults are left out, so equal nodes print (and CSE) alike."""
+             like: Node, name: str | None = None) -> Node:
+        """A new helper node (unnamed unless `name`: unique in the graph) at `like`'s
+        location and device. Attributes equal to the op's defaults are left out, so equal
+        nodes print (and CSE) alike."""
         specs = OPS[op].attr_specs
         attrs = {k: v for k, v in (attrs or {}).items()
                  if k not in specs or specs[k].default is REQUIRED or v != specs[k].default}
-        node = make_node(op, inputs, attrs, device=like.device, loc=like.loc)
+        node = make_node(op, inputs, attrs, name=name, device=like.device, loc=like.loc)
         self.created += 1
         for v in inputs:
             if v is not None:

@@ -6,9 +6,13 @@ floating-point rounding where BatchNorm is folded into weights), and
 - identities vanish: x*1, 1*x, x+0, 0+x, x-0, x/1, `identity`, and `reshape`, `transpose`,
   `cast`, `expand` that do not change their operand's type;
 - transpose(transpose(x)) is one transpose (or none), reshape(reshape(x)) one reshape;
-- add(matmul(a, b), c) with 2-D a, b and c broadcasting to the result is gemm(a, b, c);
+- add(matmul(a, b), c) with 2-D a, b and c broadcasting to the result is gemm(a, b, c) (so is
+  add(gemm(a, b), c) of a gemm without C and beta 1, c a row);
 - a gemm operand marked transposed (transA/transB) that is a constant read only there is
   stored transposed instead, and the flag cleared;
+- 2-D transposes go into gemm's transA/transB flags: of a gemm's operand, of a gemm's
+  result, of a matmul's 2-D weight (simplify_gemm); a bias added after the reshape back
+  of such a product becomes its C;
 - batch_normalization after a conv or gemm with constant weights is folded into them
   (inference: the weights are scaled per output channel, the shift joins the bias);
 - slice(x, s, s + c) with a run-time start s on one static axis becomes a gather of the
@@ -30,6 +34,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from flowc.ir.graph import Graph, Node, rebuild
+from flowc.passes import simplify_gemm as gm
 from flowc.passes import simplify_patterns as p
 from flowc.passes import simplify_recognize as r
 from flowc.passes.registry import register
@@ -41,15 +46,19 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "mul": [("mul-one-removed", p.mul_one), ("layer-norm-recognized", r.layer_norm),
             ("layer-norm-scale-absorbed", r.layer_norm_scale), ("gelu-recognized", r.gelu)],
     "add": [("add-zero-removed", p.add_zero), ("matmul-add-to-gemm", p.matmul_add_to_gemm),
+            ("gemm-bias-through-reshape", gm.gemm_bias_through_reshape),
             ("layer-norm-bias-absorbed", r.layer_norm_bias)],
     "sub": [("sub-zero-removed", p.sub_zero)],
     "div": [("div-one-removed", p.div_one), ("layer-norm-recognized", r.layer_norm),
             ("softmax-recognized", r.softmax)],
     "reshape": [("reshape-simplified", p.reshape)],
-    "transpose": [("transpose-simplified", p.transpose)],
+    "transpose": [("transpose-simplified", p.transpose),
+                  ("transposed-gemm-swapped", gm.transposed_gemm)],
     "cast": [("cast-removed", p.cast)],
     "expand": [("expand-removed", p.expand)],
-    "gemm": [("gemm-constant-transposed", p.gemm_transposed_constant)],
+    "gemm": [("gemm-transposed-operand", gm.gemm_transposed_operand),
+             ("gemm-constant-transposed", p.gemm_transposed_constant)],
+    "matmul": [("matmul-transposed-weight", gm.matmul_transposed_weight)],
     "concat": [("wide-concat-split", p.wide_concat)],
     "slice": [("slice-at-run-time-start", p.slice_at_run_time_start)],
     "batch_normalization": [("batch-norm-into-conv", p.batch_norm_into_conv),

@@ -250,16 +250,23 @@ def _broadcasts_to(bias: Value, result: tuple) -> bool:
 
 
 def matmul_add_to_gemm(node: Node, rw: Rewriter) -> Result:
-    """add(matmul(a, b), c) with 2-D a, b, and c broadcasting to the result: gemm(a, b, c)."""
+    """add(matmul(a, b), c) with 2-D a, b, and c broadcasting to the result: gemm(a, b, c);
+    likewise add(gemm(a, b), c) of a gemm without C and with beta 1 (its flags kept) when c
+    is a row (one value per column: a bias). A full matrix c stays an add, which the fuse
+    pass takes into the gemm's epilogue with c's own elementwise producers (an optimizer's
+    momentum term), where as C they would be a kernel of their own."""
     for mm_value, bias in (node.inputs, node.inputs[::-1]):
-        mm = sole_producer(mm_value, rw, "matmul", like=node)
+        mm = sole_producer(mm_value, rw, "matmul", "gemm", like=node)
         if mm is None or any(v.type.rank != 2 for v in mm.inputs):
+            continue
+        if mm.op == "gemm" and (len(mm.inputs) > 2 or mm.attrs.get("beta", 1.0) != 1.0
+                                or (bias.type.rank == 2 and bias.type.shape[0] != 1)):
             continue
         if mm_value.type != node.types[0] or not _broadcasts_to(bias, node.types[0].shape):
             continue
         if mm_value.type.dtype.is_bool:
             continue
-        return rw.replace(node, "gemm", [*mm.inputs, bias])
+        return rw.replace(node, "gemm", [*mm.inputs, bias], mm.attrs)
     return None
 
 

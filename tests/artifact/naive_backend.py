@@ -99,7 +99,9 @@ def _node_c(node: Node, ref: dict[Value, str], out: str) -> list[str]:
     if node.op == "packed_matmul":  # B as column panels [N / NR, K, NR]
         k, (_, _, nr) = shapes[0][-1], shapes[1]
         rows, cols = n // t.shape[-1], t.shape[-1]
-        start = f"{ins[2]}[c]" if len(ins) > 2 else "0.f"  # a row bias [N]
+        full = len(ins) > 2 and int(np.prod(shapes[2])) == n  # a C of the result's shape
+        start = (f"{ins[2]}[r * {cols} + c]" if full else f"{ins[2]}[c]" if len(ins) > 2
+                 else "0.f")  # else a row bias [N]
         return [f"for (long r = 0; r < {rows}; r++) for (long c = 0; c < {cols}; c++) {{"
                 f" float s = {start}; for (long p = 0; p < {k}; p++)"
                 f" s += {ins[0]}[r * {k} + p]"

@@ -137,16 +137,18 @@ def test_rows_in_static_blocks_and_a_tail(op):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"N={n}")
 
 
-@pytest.mark.parametrize("lead, bias", [(("N",), False), (("N",), True), (("N", "S"), True)])
+@pytest.mark.parametrize("lead, bias", [(("N",), False), (("N",), True), (("N", "S"), True),
+                                        (("N",), "full"), (("N", "S"), "full")])
 def test_packed_matmul_rows_in_static_blocks(lead, bias):
-    """x [..., 48] @ B as panels [2, 48, 32] (+ a bias [64]): the pack-weights form of a
-    dynamic layer; whole blocks of 32 and 8 rows as static packed contractions, the rest
-    as loops reading the panels in place."""
+    """x [..., 48] @ B as panels [2, 48, 32] (+ a bias [64], or a full C [..., 64]): the
+    pack-weights form of a dynamic layer; whole blocks of 32 and 8 rows as static packed
+    contractions, the rest as loops reading the panels in place."""
     g = Graph("dyn_packed")
     x = g.add_input("in0", TensorType("f32", (*lead, 48)))
     params = [g.add_input("in1", TensorType("f32", (2, 48, 32)))]
     if bias:
-        params.append(g.add_input("in2", TensorType("f32", (64,))))
+        params.append(g.add_input("in2", TensorType("f32", (*lead, 64) if bias == "full"
+                                                    else (64,))))
     g.add_output("out0", g.append(make_node("packed_matmul", [x, *params])).out())
     lib = ctypes.CDLL(str(link(compiled_body(g).object, f"dyn_packed{len(lead)}{bias}")))
     rng = np.random.default_rng(6)
@@ -155,6 +157,8 @@ def test_packed_matmul_rows_in_static_blocks(lead, bias):
     for n in (0, 1, 7, 8, 33, 41, 95):
         shape = (n, 3)[:len(lead)]
         xv = rng.standard_normal((*shape, 48)).astype(np.float32)
+        if bias == "full":
+            consts[1] = rng.standard_normal((*shape, 64)).astype(np.float32)
         (got,) = call(lib, g, [xv, *consts], dict(zip(lead, shape, strict=True)))
         want = xv @ w + (consts[1] if bias else 0)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{shape}")

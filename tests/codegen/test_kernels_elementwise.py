@@ -25,8 +25,8 @@ def bools(*shape):
 
 
 UNARY_FLOAT = ["relu", "neg", "abs", "sign", "exp", "erf", "tanh", "sin", "cos", "floor",
-               "ceil", "sigmoid", "softplus", "softsign", "leaky_relu", "hard_sigmoid", "gelu",
-               "isnan", "reciprocal"]
+               "ceil", "round", "sigmoid", "softplus", "softsign", "leaky_relu", "hard_sigmoid",
+               "gelu", "isnan", "reciprocal"]
 UNARY_POSITIVE = ["sqrt", "rsqrt", "log"]
 BINARY = ["add", "sub", "mul", "div", "max", "min"]
 COMPARE = ["equal", "less", "greater", "less_or_equal", "greater_or_equal"]

@@ -123,3 +123,23 @@ def test_matmul_with_reshaped_result_keeps_its_strategy(sa, sb, tiled):
     feeds = {"a": rand(*sa), "b": rand(*sb), "c": rand(sb[-1])}
     got = run_body(g, list(feeds.values()))[0]
     assert_close(got, interpret(g, feeds)["z"], "matmul", n=sa[-1], scale=4)
+
+
+@pytest.mark.parametrize("sa,sb", [((64, 96), (96, 80)), ((16, 512), (512, 256)),
+                                   ((5, 64), (64, 32))])
+def test_integer_matmul_takes_the_tiled_strategy(sa, sb):
+    """An i32 matmul (MatMulInteger's widened u8/s8 operands, flowc/frontend/onnx_quant.py)
+    is tiled and vectorized as an f32 one is (vector integer multiplies, no fallback to
+    loops), with results exact, wrapping as i32 does."""
+    from kernel_harness import op_body
+
+    from flowc.codegen.cpu.compiler import compile_kernels
+
+    a = RNG.integers(-2 ** 20, 2 ** 20, sa).astype(np.int32)
+    b = RNG.integers(-2 ** 12, 2 ** 12, sb).astype(np.int32)
+    seen = {}
+    compile_kernels([("k", op_body("matmul", [a, b]))], "host",
+                    dump=lambda name, text: seen.__setitem__(name, text))
+    assert "fallback" not in seen["k.schedule.mlir"]
+    assert "transform.structured.vectorize" in seen["k.schedule.mlir"]
+    check_op("matmul", [a, b])

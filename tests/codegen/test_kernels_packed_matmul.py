@@ -86,6 +86,9 @@ def test_packed_matmul_is_tiled_with_its_bias_and_relu(a_shape, k, n, operand):
 @pytest.mark.parametrize("a_shape,k,n,bias", [
     ((1, 40), 40, 64, (64,)), ((5, 40), 40, 64, (1, 64)), ((64, 300), 300, 96, (96,)),
     ((100, 17), 17, 64, (64,)), ((2, 9, 33), 33, 128, (1, 1, 128)),
+    # a C of the result's shape (an RNN step's projection row): whole tiles, the rest, 3-D
+    ((16, 256), 256, 1024, (16, 1024)), ((13, 40), 40, 64, (13, 64)),
+    ((2, 9, 33), 33, 128, (2, 9, 128)),
 ])
 def test_packed_matmul_with_a_bias_matches_the_interpreter(a_shape, k, n, bias):
     """The bias is C's init (rows that are whole register tiles and the rest, batch dims)."""

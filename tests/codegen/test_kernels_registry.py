@@ -12,6 +12,7 @@ from flowc.codegen.lower import NOT_KERNELS, lookup
 from flowc.codegen.target import TARGETS, get_target
 from flowc.ir import Tensor
 from flowc.ir.ops import OPS
+from flowc.ir.ops.quant import pack
 from flowc.ir.ops.winograd import winograd_filter
 from flowc.ir.types import i32
 
@@ -64,6 +65,7 @@ CASES = {
     "rsqrt": ([np.abs(X) + 1], {}, ()), "reciprocal": ([X], {}, ()), "exp": ([X], {}, ()),
     "log": ([np.abs(X) + 0.1], {}, ()), "erf": ([X], {}, ()), "tanh": ([X], {}, ()),
     "sin": ([X], {}, ()), "cos": ([X], {}, ()), "floor": ([X], {}, ()), "ceil": ([X], {}, ()),
+    "round": ([X], {}, ()),
     "sigmoid": ([X], {}, ()), "softplus": ([X], {}, ()), "softsign": ([X], {}, ()),
     "leaky_relu": ([X], {}, ()),
     "hard_sigmoid": ([X], {}, ()), "gelu": ([X], {}, ()), "clip": ([X, np.float32(-.5),
@@ -83,6 +85,8 @@ CASES = {
     "conv_transpose": ([f(1, 3, 5, 6), f(3, 2, 3, 3)], {"strides": (2, 2)}, ()),
     "winograd_conv": ([f(1, 6, 7, 3), winograd_filter(f(3, 3, 3, 4), 4), f(4)],
                       {"tile": 4, "pads": (1, 1, 1, 1)}, (1,)),
+    "qmatmul": ([RNG.integers(0, 256, (5, 9)).astype(np.uint8),
+                 pack(RNG.integers(-128, 128, (9, 20)).astype(np.int8))], {"n": 20}, ()),
     "max_pool": ([f(1, 2, 7, 8)], {"kernel_shape": (2, 2), "strides": (2, 2)}, ()),
     "average_pool": ([f(1, 2, 7, 8)], {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1)}, ()),
     "global_max_pool": ([f(2, 3, 4, 5)], {}, ()), "global_average_pool": ([f(2, 3, 4, 5)], {}, ()),

@@ -174,7 +174,7 @@ UNARY_SHAPES = [(2, 3), (), (0, 3), (2, 3, 4)]
     ("log", "Log", 0.01, 9), ("erf", "Erf", -3, 3),
     ("tanh", "Tanh", -4, 4), ("sigmoid", "Sigmoid", -8, 8),
     ("reciprocal", "Reciprocal", 0.1, 4), ("floor", "Floor", -5, 5),
-    ("ceil", "Ceil", -5, 5), ("softplus", "Softplus", -8, 8),
+    ("ceil", "Ceil", -5, 5), ("round", "Round", -5, 5), ("softplus", "Softplus", -8, 8),
     ("sin", "Sin", -6, 6), ("cos", "Cos", -6, 6),
     ("neg", "Neg", -5, 5), ("abs", "Abs", -5, 5),
     ("sign", "Sign", -5, 5), ("relu", "Relu", -5, 5),
@@ -414,6 +414,7 @@ ONNX_NAMES = {
     "and": "And", "or": "Or", "xor": "Xor", "equal": "Equal", "less": "Less",
     "greater": "Greater", "less_or_equal": "LessOrEqual", "greater_or_equal": "GreaterOrEqual",
     "cast": "Cast", "reciprocal": "Reciprocal", "floor": "Floor", "ceil": "Ceil",
+    "round": "Round",
     "sign": "Sign", "mod": "Mod", "softplus": "Softplus", "hard_sigmoid": "HardSigmoid",
     "sin": "Sin", "cos": "Cos", "isnan": "IsNaN",
 }

@@ -82,6 +82,19 @@ def test_conv(x, w, attrs, bias):
     check("conv", "Conv", inputs, attrs)
 
 
+def test_conv_i32_is_exact():
+    """Integer convs (ConvInteger's, flowc/frontend/onnx_quant.py) sum exactly: sums past
+    f32's 2**24, where an f32 accumulator would round."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-40000, 40000, (1, 3, 6, 6)).astype(np.int32)
+    w = rng.integers(-300, 300, (2, 3, 3, 3)).astype(np.int32)
+    got = flowc_run("conv", [x, w], {"pads": [1, 1, 1, 1]})
+    want = flowc_run("conv", [x.astype(np.float64), w.astype(np.float64)],
+                     {"pads": [1, 1, 1, 1]})
+    assert got.dtype == np.int32 and np.abs(want).max() > 2 ** 24
+    np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
 def test_conv_f64():
     check("conv", "Conv", [rand(1, 2, 5, 5, dtype=np.float64), rand(3, 2, 3, 3,
                                                                       dtype=np.float64)],
@@ -272,8 +285,8 @@ def test_other_inference():
      "X has 4 channels but W expects 2 (group=2)"),
     ("conv", [f32(1, 3, 8), f32(4, 3, 3, 3)], {}, "W must have rank 3"),
     ("conv", [f32(3, 8), f32(4, 3, 3)], {}, "X must have rank >= 3"),
-    ("conv", [TensorType("i32", (1, 3, 8, 8)), TensorType("i32", (4, 3, 3, 3))], {},
-     "must be floating point, found i32"),
+    ("conv", [TensorType("bool", (1, 3, 8, 8)), TensorType("bool", (4, 3, 3, 3))], {},
+     "must be numeric, found bool"),
     ("conv", [f32(1, 3, 8, 8), f32(4, 3, 3, 3)], {"strides": [2]},
      "strides must have 2 values"),
     ("conv", [f32(1, 3, 8, 8), f32(4, 3, 3, 3), f32(5)], {}, "B must be [4]"),

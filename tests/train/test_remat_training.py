@@ -58,9 +58,9 @@ def test_onnx_route_keeps_less_and_trains_the_same(name, policy, tmp_path):
     plain, plain_text = compile_fixture(name, tmp_path / "plain", "off")
     remat, remat_text = compile_fixture(name, tmp_path / "remat", policy)
     assert kept_bytes(remat_text) < kept_bytes(plain_text)
+    # the arena's peak need not fall: the transformer's (23040 bytes, since its weight
+    # transposes went into the gemms' flags) lies where nothing is recomputed
     assert remat["arena_bytes"] <= plain["arena_bytes"]
-    if name == "transformer_adamw":  # its GELU's erf chain: 30208 -> 28160 bytes
-        assert remat["arena_bytes"] < plain["arena_bytes"]
     want, want_params = train(tmp_path / "plain", STEPS, {**inputs, "labels": labels})
     got, got_params = train(tmp_path / "remat", STEPS, {**inputs, "labels": labels})
     assert got == want

@@ -2,7 +2,8 @@
 
 conv: the input is padded by one generic, then one contraction generic over
 (n, g, m, *out, c, *kernel) reads x[n, g, c, o*s + k*d]; a 2-D, ungrouped f32/f64 conv is
-instead a named `linalg.conv_2d_nhwc_hwcf` between transposes, which the CPU pipeline tiles
+instead (and a bf16/f16 one, widened to f32 by the transposes) a named
+`linalg.conv_2d_nhwc_hwcf` between transposes, which the CPU pipeline tiles
 and vectorizes (see cpu/pipeline.py). A channels-last conv (`channels_last = true`, which
 the `channels-last` pass makes) needs no transposes: see conv_nhwc.py. conv_transpose is a
 conv over the input dilated by the strides and padded by `d*(k-1) - pad`, with the kernel
@@ -36,6 +37,10 @@ from flowc.codegen.lower.context import (
 )
 from flowc.codegen.lower.conv_nhwc import conv_channels_last
 from flowc.ir.types import DType
+
+# Input dtypes whose 2-D ungrouped convs become the named conv the CPU strategy vectorizes
+# (bf16/f16 widened to f32 by the layout transposes: f32 accumulation, the f32 kernel).
+NAMED_CONV_DTYPES = ("f32", "f64", "i32", "bf16", "f16")
 
 
 def window_geometry(attrs: dict, spatial: Sequence[int], kernel: Sequence[int], out: Sequence[int]):
@@ -153,17 +158,16 @@ def add_bias(y: ir.Value, b: ir.Value | None, b_dt: DType, acc: DType, out_dt: D
 
 
 def _nhwc_conv(xp: ir.Value, w: ir.Value, strides, dilations, out_spatial, acc: DType,
-               w_hwcf: ir.Value | None = None):
+               src: DType, w_hwcf: ir.Value | None = None):
     """2-D conv through linalg.conv_2d_nhwc_hwcf: the layout the CPU schedule vectorizes
-    (`w` [F, C, kh, kw] is transposed to HWCF unless `w_hwcf` gives that filter)."""
-    nb, c, hp, wp = value_shape(xp)
+    (`w` [F, C, kh, kw] is transposed to HWCF unless `w_hwcf` gives that filter). Operands
+    of a 16-bit `src` are widened to `acc` (f32) by those transposes, so the conv is the
+    f32 one (operands of it read in 16 bits met LLVM crashes on AVX-512)."""
+    nb = value_shape(xp)[0]
     et = elem_type(acc)
-    x_nhwc = linalg.transpose(xp, outs=[empty(([nb, hp, wp, c], et))],
-                              permutation=[0, 2, 3, 1]).results[0]
+    x_nhwc = _to_layout(xp, [0, 2, 3, 1], src, acc)
     if w_hwcf is None:
-        f, _, kh, kw = value_shape(w)
-        w_hwcf = linalg.transpose(w, outs=[empty(([kh, kw, c, f], et))],
-                                  permutation=[2, 3, 1, 0]).results[0]
+        w_hwcf = _to_layout(w, [2, 3, 1, 0], src, acc)
     f = value_shape(w_hwcf)[3]
     oh, ow = out_spatial
     init = fill(scalar_const(acc, 0), empty(([nb, oh, ow, f], et)))
@@ -173,13 +177,25 @@ def _nhwc_conv(xp: ir.Value, w: ir.Value, strides, dilations, out_spatial, acc: 
                             permutation=[0, 3, 1, 2]).results[0]
 
 
-def _flipped_hwcf(w: ir.Value, acc: DType) -> ir.Value:
-    """conv_transpose's filter w [C, M, kh, kw] as the HWCF filter of the equivalent conv:
-    hwcf[i, j, c, m] = w[c, m, kh-1-i, kw-1-j]."""
+def _to_layout(v: ir.Value, perm: Sequence[int], src: DType, acc: DType) -> ir.Value:
+    """`v` (of dtype `src`) transposed by `perm` (result dim j is v's dim perm[j]), in `acc`:
+    a plain `linalg.transpose` when they agree, else one generic converting as it moves."""
+    shape = value_shape(v)
+    out = empty(([shape[p] for p in perm], elem_type(acc)))
+    if src == acc:
+        return linalg.transpose(v, outs=[out], permutation=list(perm)).results[0]
+    in_map = expr_map(len(perm), [dim(list(perm).index(i)) for i in range(len(perm))])
+    return generic([v], [in_map], [out], [identity_map(len(perm))], "p" * len(perm),
+                   lambda x, _o: [s.convert(x, src, acc)])[0]
+
+
+def _flipped_hwcf(w: ir.Value, src: DType, acc: DType) -> ir.Value:
+    """conv_transpose's filter w [C, M, kh, kw] (dtype `src`) as the HWCF filter of the
+    equivalent conv, in `acc`: hwcf[i, j, c, m] = w[c, m, kh-1-i, kw-1-j]."""
     c, m, kh, kw = value_shape(w)
     w_map = expr_map(4, [dim(2), dim(3), dim(0) * -1 + (kh - 1), dim(1) * -1 + (kw - 1)])
     return generic([w], [w_map], [empty(([kh, kw, c, m], elem_type(acc)))],
-                   [identity_map(4)], "pppp", lambda v, _o: [v])[0]
+                   [identity_map(4)], "pppp", lambda v, _o: [s.convert(v, src, acc)])[0]
 
 
 @register("conv")
@@ -201,8 +217,8 @@ def _conv_first(ctx: RuleCtx, x, w, b, types) -> ir.Value:
                                                      out_spatial)
     xp = pad_spatial(x, begin, end, scalar_const(dt, 0))
     group = ctx.attrs["group"]
-    if len(kernel) == 2 and group == 1 and dt.name in ("f32", "f64"):
-        y = _nhwc_conv(xp, w, strides, dilations, out_spatial, acc)
+    if len(kernel) == 2 and group == 1 and dt.name in NAMED_CONV_DTYPES:
+        y = _nhwc_conv(xp, w, strides, dilations, out_spatial, acc, dt)
     else:
         y = conv_core(xp, w, group, strides, dilations, out_spatial, acc, dt)
     b_dt = ctx.in_types[2].dtype if b is not None else dt
@@ -222,8 +238,9 @@ def _conv_transpose(ctx: RuleCtx, x, w, b=None) -> list:
     end = [(k - 1) * d - p1 + op for k, d, (_, p1), op
            in zip(kernel, dilations, pads, out_pad, strict=True)]
     xp = pad_spatial(x, begin, end, scalar_const(dt, 0), dilate=strides)
-    if len(kernel) == 2 and ctx.attrs["group"] == 1 and dt.name in ("f32", "f64"):
-        y = _nhwc_conv(xp, w, [1, 1], dilations, out, acc, w_hwcf=_flipped_hwcf(w, acc))
+    if len(kernel) == 2 and ctx.attrs["group"] == 1 and dt.name in NAMED_CONV_DTYPES:
+        y = _nhwc_conv(xp, w, [1, 1], dilations, out, acc, dt,
+                       w_hwcf=_flipped_hwcf(w, dt, acc))
     else:
         y = conv_core(xp, w, ctx.attrs["group"], [1] * len(kernel), dilations, out, acc, dt,
                       flip=True, w_cm=True)

@@ -89,6 +89,7 @@ rule("sin")(lambda ctx, dts, x: math.sin(x))
 rule("cos")(lambda ctx, dts, x: math.cos(x))
 rule("floor")(lambda ctx, dts, x: math.floor(x))
 rule("ceil")(lambda ctx, dts, x: math.ceil(x))
+rule("round")(lambda ctx, dts, x: math.roundeven(x))
 rule("isnan")(lambda ctx, dts, x: arith.cmpf(s.FP.UNO, x, x))
 
 

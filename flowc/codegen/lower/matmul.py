@@ -149,25 +149,34 @@ def _packed_matmul(ctx: RuleCtx, a, panels, bias=None) -> list:
     """a [..., M, K] (leading dims folded into M) times panels [N / NR, K, NR]: one
     contraction generic over (m, panel, column in panel, k) into C [M, N / NR, NR], which
     is C [M, N] in memory (the CPU strategy tiles panels in parallel, rows, then k). C
-    starts as zeros (a fill) or, with a bias [N], as the bias broadcast over the rows (an
-    all-parallel generic the strategy fuses into its register tiles as it does the fill).
-    With leading dims of run-time extent (f32/f64 only: pack-weights packs no other), the
-    rows in static blocks (`matmul_blocks.blocked_packed`) into the result, which starts
-    as the bias (or zeros)."""
+    starts as zeros (a fill); with a bias [N], as the bias broadcast over the rows (an
+    all-parallel generic the strategy fuses into its register tiles as it does the fill);
+    with a bias of the result's shape (a full C: an RNN step's row of the input
+    projection), as that C, which the register tiles load and add into. With leading dims
+    of run-time extent (f32/f64 only: pack-weights packs no other), the rows in static
+    blocks (`matmul_blocks.blocked_packed`) into the result, which starts as the bias (or
+    C, or zeros)."""
     dt = ctx.out.dtype
     acc = acc_dtype(dt)
     blocks, k, width = value_shape(panels)
     if not ctx.out.is_static:
         rank = ctx.out.rank
+        # a full C as C + 0.0: an identity copy would be erased, leaving C's (read-only)
+        # buffer as the init, copied to a temporary of run-time size
+        full = bias is not None and ctx.in_types[2].shape == ctx.out.shape
         init = fill(scalar_const(dt, 0), empty(ctx.out)) if bias is None else generic(
-            [reshape(bias, [blocks * width])], [affine_map(rank, [rank - 1])], [empty(ctx.out)],
-            [identity_map(rank)], "p" * rank, lambda b, _out: [b])[0]
+            [bias if full else reshape(bias, [blocks * width])],
+            [identity_map(rank) if full else affine_map(rank, [rank - 1])], [empty(ctx.out)],
+            [identity_map(rank)], "p" * rank,
+            lambda b, _out: [s.add(dt, b, s.const(dt, 0.0)) if full else b])[0]
         return [blocked_batch(a, panels, init, panels=True)]
     lead = value_shape(a)[:-1]
     rows = int(np.prod(lead))
     c = empty(([rows, blocks, width], elem_type(acc)))
     if bias is None:
         init = fill(scalar_const(acc, 0), c)
+    elif value_shape(bias) == [*lead, blocks * width] and rows > 1:
+        init = convert_tensor(reshape(bias, [rows, blocks, width]), dt, acc)
     else:
         init = generic([reshape(bias, [blocks, width])], [affine_map(3, [1, 2])], [c],
                        [affine_map(3, [0, 1, 2])], "ppp",

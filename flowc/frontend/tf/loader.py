@@ -76,12 +76,20 @@ class TfGraph:
     nodes: dict[str, TfNode]
     signature: Signature | None   # a SavedModel's; None for a GraphDef
     functions: dict[str, Any] = field(default_factory=dict)   # the library, by name
+    # functions recovered from v1 frames (frames.py): name -> nodes, argument refs, results
+    synthetic: dict[str, tuple[dict[str, TfNode], list[Ref], list[Ref]]] = field(
+        default_factory=dict)
 
     def function_graph(self, name: str, prefix: str, where: str
                        ) -> tuple[TfGraph, list[Ref], list[Ref]]:
         """The body of library function `name` (an If branch, a While cond or body) as a
         flat graph of its own, its nodes named `PREFIX/NODE`: the graph, the refs its
-        arguments are read through (`_Arg` nodes) and the refs of its results."""
+        arguments are read through (`_Arg` nodes) and the refs of its results. A function
+        recovered from a v1 frame keeps its nodes' names (`prefix` is not used)."""
+        if name in self.synthetic:
+            nodes, args, results = self.synthetic[name]
+            return TfGraph(self.path, nodes, None, self.functions, self.synthetic), args, \
+                results
         if name not in self.functions:
             raise TfImportError(f"{where}: calls function '{name}', which the library does "
                                 "not define")
@@ -91,7 +99,7 @@ class TfGraph:
         for ref in args:
             flat.nodes[ref[0]] = TfNode(ref[0], "_Arg", [], {})
         flat.inline(function, prefix, args)
-        graph = TfGraph(self.path, flat.nodes, None, self.functions)
+        graph = TfGraph(self.path, flat.nodes, None, self.functions, self.synthetic)
         return graph, args, [(prefix, i) for i in range(len(function.signature.output_arg))]
 
     def node(self, name: str, what: str) -> TfNode:

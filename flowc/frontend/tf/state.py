@@ -1,13 +1,18 @@
-"""TF variables in the importer: VarHandleOp/VariableV2, ReadVariableOp and the resource
-assigns, with the order TF's control edges give them.
+"""TF variables in the importer: VarHandleOp/VariableV2, ReadVariableOp, the assigns and
+the training ops (optimizers.py), with the order TF's control edges give them.
 
 Contract (`StateOps(builder)`, one per flowc graph being built):
 - `find_assigned(nodes)`: the variables the pruned graph assigns (AssignVariableOp,
-  AssignAddVariableOp, AssignSubVariableOp on a handle that leads back, through Identity
-  and inlined calls, to a VarHandleOp). Those become flowc `variable`s (shared_name: the
-  node's name, init: the checkpoint value) read with `read_variable` and written with
-  `assign`/`assign_add`/`assign_sub`; every other variable is read-only and becomes a
-  constant (inference on a SavedModel is then foldable like a frozen graph).
+  AssignAddVariableOp, AssignSubVariableOp, v1 Assign/AssignAdd/AssignSub, and the
+  variable operands of the Apply*/ResourceApply* training ops, on a handle or ref that
+  leads back, through Identity and inlined calls, to a VarHandleOp or VariableV2). Those
+  become flowc `variable`s (shared_name: the node's name, init: the checkpoint value) read
+  with `read_variable` and written with `assign`/`assign_add`/`assign_sub`; every other
+  variable is read-only and becomes a constant (inference on a SavedModel is then
+  foldable like a frozen graph).
+- `reads(node, inputs, where)`: a v1 variable (VariableV2, a ref) read by any other op
+  (its `Identity` read, a MatMul) is a `read_variable` there. A v1 Assign*/Apply* op's
+  output (the variable after the update) is the value it wrote; ResourceApply* have none.
 - Order: a stateful flowc node made for TF node T gets, as control edges, the stateful
   nodes made for everything T's control inputs lead back to (through data and control
   inputs, e.g. a NoOp gathering assigns), so reads and writes keep TF's order.
@@ -20,14 +25,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from flowc.frontend.tf.errors import TfImportError
 from flowc.frontend.tf.loader import TfNode, through_identity
+from flowc.frontend.tf.optimizers import APPLY, apply
 from flowc.ir import Node, Value
 from flowc.ir.types import VarType, tensor_type_of
 
 _ASSIGNS = {"AssignVariableOp": "assign", "AssignAddVariableOp": "assign_add",
-            "AssignSubVariableOp": "assign_sub"}
-STATE_OPS = ("VarHandleOp", "VariableV2", "ReadVariableOp", "NoOp", *_ASSIGNS)
+            "AssignSubVariableOp": "assign_sub", "Assign": "assign", "AssignAdd": "assign_add",
+            "AssignSub": "assign_sub"}
+STATE_OPS = ("VarHandleOp", "VariableV2", "ReadVariableOp", "NoOp", *_ASSIGNS, *APPLY)
 WRITES = frozenset(_ASSIGNS.values())
 STATEFUL = frozenset(("read_variable", *WRITES))
 
@@ -48,8 +57,9 @@ class StateOps:
     def find_assigned(self, nodes: Sequence[TfNode]) -> None:
         table = self.builder.g.nodes
         for node in nodes:
-            if node.op in _ASSIGNS and node.inputs:
-                self.assigned.add(through_identity(table, node.inputs[0])[0])
+            count = 1 if node.op in _ASSIGNS else APPLY.get(node.op, 0)
+            for ref in node.inputs[:count]:
+                self.assigned.add(through_identity(table, ref)[0])
 
     def emitted(self, node: Node) -> None:
         if node.op in STATEFUL:
@@ -82,6 +92,8 @@ class StateOps:
             return list(b.emit("variable", [], {"type": tensor_type_of(node.value),
                                                 "shared_name": node.name,
                                                 "init": node.value}, node, where))
+        if node.op in APPLY:
+            return self._apply(node, inputs, where)
         handle = inputs[0]
         is_variable = isinstance(handle.type, VarType)
         if node.op == "ReadVariableOp":
@@ -92,4 +104,29 @@ class StateOps:
             raise TfImportError(f"{where}: assigns a variable flowc cannot trace back to its "
                                 "VarHandleOp")
         b.emit(_ASSIGNS[node.op], [handle, inputs[1]], {}, node, where, self._after(node))
-        return []
+        if node.op.endswith("VariableOp"):
+            return []
+        return list(b.emit("read_variable", [handle], {}, node, where, [self.current[-1]]))
+
+    def reads(self, node: TfNode, inputs: list[Value], where: str) -> list[Value]:
+        """`inputs` with each variable (a v1 ref) read where `node` reads it."""
+        return [self.builder.emit("read_variable", [v], {}, node, where, self._after(node))[0]
+                if isinstance(v.type, VarType) else v for v in inputs]
+
+    def _apply(self, node: TfNode, inputs: list[Value], where: str) -> list[Value]:
+        b = self.builder
+        count = APPLY[node.op]
+        handles, operands = inputs[:count], self.reads(node, inputs[count:], where)
+        if not all(isinstance(h.type, VarType) for h in handles):
+            raise TfImportError(f"{where}: updates a variable flowc cannot trace back to its "
+                                "VarHandleOp or VariableV2")
+        after = self._after(node)
+        current = [b.emit("read_variable", [h], {}, node, where, after)[0] for h in handles]
+        dtype = current[0].type.dtype.np
+        nesterov = "use_nesterov" in node.attrs and node.attrs["use_nesterov"].b
+        new = apply(lambda op, xs: b.emit(op, xs, {}, node, where)[0],
+                    lambda x: b.constant(np.asarray(x, dtype), f"{node.name}/one"),
+                    node.op, current, operands, nesterov)
+        for handle, value in zip(handles, new, strict=True):
+            b.emit("assign", [handle, value], {}, node, where, after)
+        return [] if node.op.startswith("Resource") else [new[0]]

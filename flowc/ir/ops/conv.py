@@ -112,7 +112,10 @@ def _x_type(ctx: InferContext, what: str = "X", ints: bool = False) -> TensorTyp
 
 
 def _acc(dt: np.dtype) -> np.dtype:
-    """The dtype kernels compute in: f64 for f64, else f32 (numpy has no bf16 einsum)."""
+    """The dtype kernels compute in: f64 for f64, i64 for integers (cast back, that wraps as
+    an accumulator of the result's width does), else f32 (numpy has no bf16 einsum)."""
+    if dt.kind in "iu":
+        return np.dtype(np.int64)
     return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
 
 
@@ -120,7 +123,7 @@ def _acc(dt: np.dtype) -> np.dtype:
 
 
 def _conv_infer(ctx: InferContext) -> TensorType:
-    x = _x_type(ctx)
+    x = _x_type(ctx, ints=True)  # integer convs: ConvInteger's i32 (flowc/frontend/onnx_quant)
     dt = same_dtype(ctx)
     w = ctx.tensor(1)
     n = x.rank - 2

@@ -357,6 +357,9 @@ define("floor", ("x",), float_rule, _float_typed(np.floor), onnx="Floor", traits
 define("ceil", ("x",), float_rule, _float_typed(np.ceil), onnx="Ceil", traits=EW,
        tolerance="exact",
        vjp=grad.zero)
+define("round", ("x",), float_rule, _float_typed(np.round), onnx="Round", traits=EW,
+       tolerance="exact",  # halves to even (numpy's and ONNX's rounding)
+       vjp=grad.zero)
 define("sigmoid", ("x",), float_rule, _float_typed(_sigmoid), onnx="Sigmoid", traits=EWT,
        vjp=grad.sigmoid)
 define("softplus", ("x",), float_rule, _float_typed(lambda x: np.logaddexp(0, x)),

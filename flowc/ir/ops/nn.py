@@ -56,9 +56,11 @@ def _packed_matmul_infer(ctx: InferContext) -> TensorType:
         ctx.fail(f"contracting dims differ: a {a} has K={k1}, b_panels {panels} has K={k2}")
     n = blocks * width if isinstance(blocks, int) and isinstance(width, int) else None
     bias = ctx.type(2)
-    if bias is not None and (bias.rank < 1 or any(d != 1 for d in bias.shape[:-1])
+    full = bias is not None and tuple(bias.shape) == (*a.shape[:-1], n)  # a C [..., M, N]
+    if bias is not None and not full and (bias.rank < 1 or any(d != 1 for d in bias.shape[:-1])
                              or bias.shape[-1] != n or bias.rank > a.rank):
-        ctx.fail(f"bias must be [N] (leading dims of 1 allowed) with N={n}, found {bias}")
+        ctx.fail(f"bias must be [N] (leading dims of 1 allowed) with N={n}, or the result's "
+                 f"shape, found {bias}")
     return TensorType(dt, (*a.shape[:-1], n))
 
 
@@ -80,7 +82,7 @@ def _packed_matmul_kernel(ctx: KernelContext, a: np.ndarray, panels: np.ndarray,
                           bias: np.ndarray | None = None) -> np.ndarray:
     y = np.asarray(np.matmul(a, unpack_panels(panels)))
     if bias is not None:
-        y = y + bias.reshape(-1)
+        y = y + (bias if bias.shape == y.shape else bias.reshape(-1))
     return y.astype(ctx.types[0].dtype.np, copy=False)
 
 
@@ -90,8 +92,9 @@ define("packed_matmul", ("a", "b_panels", "bias?"), _packed_matmul_infer, _packe
        doc="a [..., M, K] @ B [K, N], B given as column panels b_panels [N / NR, K, NR] "
            "(panel j holds columns j*NR to j*NR + NR - 1, its K rows contiguous): the layout "
            "`pack-weights` gives a constant B so that the kernel reads it in one stream. "
-           "With a bias [N] (leading 1s allowed): a @ B + bias, the kernel's register tiles "
-           "starting from the bias instead of zeros (no second pass over the result).")
+           "With a bias [N] (leading 1s allowed) or a C of the result's shape: a @ B + bias, "
+           "the kernel's register tiles starting from the bias instead of zeros (no second "
+           "pass over the result).")
 
 
 def _acc(dt: np.dtype) -> np.dtype:

@@ -19,9 +19,7 @@ from flowc.runtime.loader import load
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "tf"
 MODELS = ("mlp", "cnn", "block", "ops", "control")
-# `control` (functional If/While -> the IR's if/loop) runs in the interpreter only: artifacts
-# do not run control flow on this branch yet (issue [11])
-COMPILED = ("mlp", "cnn", "block", "ops")
+COMPILED = MODELS   # `control` too: functional If/While compiled as the IR's if/loop
 INPUTS = {"mlp": "x", "cnn": "image", "block": "tokens", "ops": "v", "control": "s"}
 
 

@@ -19,6 +19,7 @@ from flowc.codegen.cpu.strategy.elementwise import (
     elementwise_strategy,
 )
 from flowc.codegen.cpu.strategy.matmul import matmul_strategy
+from flowc.codegen.cpu.strategy.narrow import widened
 from flowc.codegen.cpu.strategy.transpose import transpose_strategy
 from flowc.codegen.cpu.strategy.winograd import fuse_epilogue
 from flowc.codegen.target import Target
@@ -36,13 +37,14 @@ def _generic(op: ir.Operation, target: Target, i: int) -> str | None:
             or transpose_strategy(op, target, i))
 
 
-STRATEGIES: dict[str, Strategy] = {
+# Each wrapped by narrow.widened: bf16/f16 operands converted in registers (narrow.py).
+STRATEGIES: dict[str, Strategy] = {name: widened(fn) for name, fn in {
     "linalg.matmul": matmul_strategy,
     "linalg.batch_matmul": matmul_strategy,
     "linalg.generic": _generic,
     "linalg.conv_2d_nhwc_hwcf": conv_strategy,
     "linalg.depthwise_conv_2d_nhwc_hwc": depthwise_strategy,
-}
+}.items()}
 
 
 # ops of run-time extents ([12]): the strategies that tile them (the others take static

@@ -94,13 +94,13 @@ def rows_loop(parallel: bool) -> str:
 
 
 def conv_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
-    """The OUTER and CONV script for a float `linalg.conv_2d_nhwc_hwcf`, tiles dividing the
+    """The OUTER and CONV script for an f32/f64/i32 `linalg.conv_2d_nhwc_hwcf`, tiles dividing the
     dims (so every tile is static), or None. The register tile is ACCUMULATORS vectors: up
     to 4 vectors of output channels times as many output pixels as fit. An elementwise
     epilogue is written in place, in the conv's row loop when rows are the outer loop, else
     in its own (conv_epilogue.py)."""
     out = ir.RankedTensorType(op.results[0].type)
-    width = {"f32": 32, "f64": 64}.get(str(out.element_type))
+    width = {"f32": 32, "f64": 64, "i32": 32}.get(str(out.element_type))
     if width is None:
         return None
     batch, _, ow, f = out.shape

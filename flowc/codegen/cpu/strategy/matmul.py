@@ -208,11 +208,11 @@ CONTRACTIONS = {"linalg.matmul": _named(3), "linalg.batch_matmul": _named(4)}
 
 
 def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
-    """The script for a float contraction (see `contraction`): direct (rows split into whole
+    """The script for a float or i32 contraction (see `contraction`): direct (rows split into whole
     register tiles and the rest if need be), or packed (MATMUL) for a plain (batch_)matmul;
     or None (left to loops)."""
     out = ir.RankedTensorType(op.results[0].type)
-    width = {"f32": 32, "f64": 64}.get(str(out.element_type))
+    width = {"f32": 32, "f64": 64, "i32": 32}.get(str(out.element_type))
     c = contraction(op) if width is not None else None
     if c is None:
         return None

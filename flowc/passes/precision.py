@@ -1,0 +1,120 @@
+"""`precision`: an f32 model's matmuls (and convs) computed in bf16 or f16, weights stored so.
+
+What `flowc compile --precision bf16` adds to the pipeline (before `channels-last`: see
+`pipeline.OPTION_PASSES`). Each f32 `matmul` or `gemm` (and, with `convs=true`, `conv`)
+whose weight (operand 1) is an f32 constant becomes:
+- the weight as a constant of `dtype` (rounded to nearest even once, at compile time: the
+  weights blob holds it in 2 bytes an element);
+- the activation `cast` to `dtype`;
+- the op on those (its kernel accumulates in f32: flowc/codegen/lower, strategy/narrow.py),
+  its result `cast` back to f32;
+- a bias (a gemm's C with beta 1, a conv's constant B) added after that cast, in f32.
+Convs are left f32 by default: a bf16 conv has no kernel faster than the f32 one yet (its
+operands are widened to f32 for the direct conv, and it loses the f32-only Winograd and
+channels-last rewrites: the zoo CNN ran 0.58x the f32 build's speed with them converted,
+bench/results/precision.md). Everything else stays f32: softmax, normalizations and other
+reductions, elementwise ops, the graph's inputs and outputs; so does a matmul of two
+non-constant operands (attention's), a gemm with beta other than 1 and a C, a conv whose
+bias is not a constant, a node on a GPU device (its kernels keep their own formats) or
+with control dependencies.
+
+Guarantees: the outputs differ from the f32 build's by the operands' rounding (bf16 keeps
+8 significant bits: a relative error up to 2^-9 per operand, ~2^-9 * sqrt(K) on a K-long
+sum of random-signed terms) and one rounding of each product's result to `dtype`; the CLI
+reports the difference it measures on a seeded input. Statistics: `ops-reduced-precision`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from flowc.ir.devices import is_gpu_device
+from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.ops import get_op
+from flowc.ir.types import TensorType, dtype
+from flowc.passes.registry import register
+from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
+
+DTYPES = ("bf16", "f16")
+
+
+@register
+@dataclass(frozen=True)
+class Precision:
+    """Matmul and gemm (and conv, `convs`) of f32 models in `dtype` with f32 accumulation
+    (see the module docstring)."""
+
+    name: ClassVar[str] = "precision"
+    dtype: str = "bf16"
+    convs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise FlowcError(f"pass 'precision': option 'dtype' must be one of "
+                             f"{', '.join(DTYPES)}, found '{self.dtype}'")
+
+    def run(self, graph: Graph) -> Graph:
+        graph = in_bodies(graph, self.run)
+        narrow = dtype(self.dtype)
+        weights: dict[Value, Value] = {}  # one narrow copy per f32 constant
+
+        def narrowed(w: Value, like: Node, rw: Rewriter) -> Value:
+            if w not in weights:
+                weights[w] = rw.constant(rw.const(w).astype(narrow.np), like)
+            return weights[w]
+
+        def rewrite(node: Node, rw: Rewriter) -> list[Value] | None:
+            if not _eligible(node, rw):
+                return None
+            bias = _bias(node, rw)
+            if bias is False:
+                return None
+            x, w = node.inputs[:2]
+            attrs = dict(node.attrs)
+            attrs.pop("beta", None)
+            x16 = rw.make("cast", [x], {"to": narrow}, node).out()
+            y16 = rw.make(node.op, [x16, narrowed(w, node, rw)], attrs, node).out()
+            y = rw.make("cast", [y16], {"to": dtype("f32")}, node).out()
+            if bias is not None:
+                y = rw.make("add", [y, bias], None, node).out()
+            return [y]
+
+        patterns = [("ops-reduced-precision", rewrite)]
+        ops = ("matmul", "gemm", *(("conv",) if self.convs else ()))
+        return apply_patterns(graph, {op: patterns for op in ops})
+
+
+def _eligible(node: Node, rw: Rewriter) -> bool:
+    """An f32 node (one result, f32 operands) with a constant f32 weight, on a CPU, without
+    control dependencies."""
+    if node.ctrl or len(node.types) != 1 or is_gpu_device(node.device):
+        return False
+    if len(node.inputs) < 2 or any(v is not None and not _f32(v.type) for v in node.inputs):
+        return False
+    w = rw.const(node.inputs[1])
+    return _f32(node.types[0]) and w is not None and w.dtype == np.float32
+
+
+def _f32(t) -> bool:
+    return isinstance(t, TensorType) and t.dtype.name == "f32"
+
+
+def _bias(node: Node, rw: Rewriter) -> Value | bool | None:
+    """The f32 value to add after the narrow op (None: no bias), or False when the bias
+    cannot move out: a gemm's C with beta other than 1, a conv's bias that is not a
+    constant."""
+    b = node.inputs[2] if len(node.inputs) > 2 else None
+    if b is None:
+        return None
+    if node.op == "gemm":
+        return b if float(get_op("gemm").resolve_attrs(node.attrs)["beta"]) == 1.0 else False
+    data = rw.const(b)
+    if node.op != "conv" or data is None or get_op("conv").resolve_attrs(node.attrs).get(
+            "channels_last"):
+        return False
+    rank = node.types[0].rank  # [N, M, *S]: the bias broadcast over the spatial dims
+    return rw.constant(data.reshape(-1, *[1] * (rank - 2)), node)
