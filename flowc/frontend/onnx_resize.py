@@ -12,8 +12,8 @@ taps; a nearest axis is one gather (exact on every dtype), or a broadcast copy
 extrapolated positions become `where(mask, extrapolation_value, y)` after their axis, as
 the reference does. The gathers and the multiply-adds are vectorized kernels.
 
-`convert_resize` builds that (`ir/decompose.py`'s `build_resize`) when roi/scales/sizes are constants (as torch exports them);
-otherwise it emits the registry op `resize`, which `simplify` decomposes with
+`convert_resize` builds that (`ir/decompose.py`'s `build_resize`) when roi/scales/sizes
+are constants (as torch exports them); otherwise it emits the registry op `resize`, which `simplify` decomposes with
 `build_resize` once the compiled path has folded those inputs into constants
 (passes/simplify_decompose.py). x must have a static shape.
 """
