@@ -13,9 +13,9 @@ extrapolated positions become `where(mask, extrapolation_value, y)` after their 
 the reference does. The gathers and the multiply-adds are vectorized kernels.
 
 `convert_resize` builds that (`ir/decompose.py`'s `build_resize`) when roi/scales/sizes
-are constants (as torch exports them); otherwise it emits the registry op `resize`, which `simplify` decomposes with
-`build_resize` once the compiled path has folded those inputs into constants
-(passes/simplify_decompose.py). x must have a static shape.
+are constants (as torch exports them); otherwise it emits the registry op `resize`, which
+`simplify` decomposes with `build_resize` once the compiled path has folded those inputs
+into constants (passes/simplify_decompose.py). x must have a static shape.
 """
 
 from __future__ import annotations
