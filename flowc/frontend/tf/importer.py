@@ -161,7 +161,7 @@ class _Builder:
             self.feed(Feed((node.name, 0), node.name), node)
             return
         inputs = [self.values[ref] for ref in node.inputs]
-        if node.op not in STATE_OPS:
+        if node.op not in STATE_OPS and node.op not in CONTROL_OPS:
             inputs = self.state.reads(node, inputs, where)
         if node.op in STATE_OPS:
             results: Sequence[Value] = self.state.convert(node, inputs, where)
