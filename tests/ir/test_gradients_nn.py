@@ -144,6 +144,19 @@ def test_conv_gradient_ops_are_window_ops():
     assert {"conv", "conv_transpose"} <= ops
 
 
+def test_filter_gradient_is_a_channels_last_conv():
+    """An ungrouped conv's filter gradient: the input [C, *S, N] and cotangent [*O, N, M] as
+    a channels-last conv (no layout transposes left inside its kernel), then one transpose
+    of the small result to [M, C, *K]."""
+    graph, node, xs = _one_node("conv", [(2, 3, 6, 5), (4, 3, 3, 3)], {"pads": [1, 1, 1, 1]})
+    dw = gradients(graph, [node.out()], xs[1:])[0]
+    conv = dw.node.inputs[0].node
+    assert (dw.node.op, dw.node.attrs["perm"]) == ("transpose", (3, 0, 1, 2))
+    assert conv.op == "conv" and conv.attrs["channels_last"]
+    assert [i.node.attrs["perm"] for i in conv.inputs] == [(1, 2, 3, 0), (2, 3, 0, 1)]
+    assert [i.type.shape for i in conv.inputs] == [(3, 6, 5, 2), (6, 5, 2, 4)]
+
+
 def _one_node(op, shapes, attrs):
     graph = Graph("g")
     xs = [graph.add_input(f"x{i}", TensorType(f64, s)) for i, s in enumerate(shapes)]

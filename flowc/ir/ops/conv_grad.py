@@ -119,18 +119,23 @@ def filter_grad(g, x, ct, group, strides, dilations, begin, kernel, x_dims, out)
         axes = [i + 2 for i, e in enumerate(end) if e < 0]
         ends = [spatial[i - 2] + end[i - 2] for i in axes]
         x = g.op("slice", x, g.ints([0] * len(axes)), g.ints(ends), g.ints(axes))
+    pads = [*begin, *(max(e, 0) for e in end)]
+    if group == 1:  # channels last: one transpose per operand, none inside the kernel
+        batch = g.op("transpose", x, perm=[1, *range(2, rank), 0])  # [C, *S, N]
+        taps = g.op("transpose", ct, perm=[*range(2, rank), 0, 1])  # [*O, N, M]
+        dw = g.op("conv", batch, taps, group=1, strides=list(dilations),
+                  dilations=list(strides), pads=pads, channels_last=True)  # [C, *K, M]
+        return g.op("transpose", dw, perm=[rank - 1, 0, *range(1, rank - 1)])
+    # [N, g, C/g, *S] -> [C/g, g * N, *S]: each group's channels as one batch
+    cg = c // group
+    sizes = [min(size, size + e) for size, e in zip(spatial, end, strict=True)]
+    grouped = g.op("reshape", x, g.ints([-1, group, cg, *sizes]))
+    moved = g.op("transpose", grouped, perm=[2, 1, 0, *range(3, rank + 1)])
+    batch = g.op("reshape", moved, g.ints([cg, -1, *sizes]))
     swap = [1, 0, *range(2, rank)]
-    if group == 1:
-        batch = g.op("transpose", x, perm=swap)
-    else:  # [N, g, C/g, *S] -> [C/g, g * N, *S]: each group's channels as one batch
-        cg = c // group
-        sizes = [min(size, size + e) for size, e in zip(spatial, end, strict=True)]
-        grouped = g.op("reshape", x, g.ints([-1, group, cg, *sizes]))
-        moved = g.op("transpose", grouped, perm=[2, 1, 0, *range(3, rank + 1)])
-        batch = g.op("reshape", moved, g.ints([cg, -1, *sizes]))
     taps = g.op("transpose", ct, perm=swap)
     dw = g.op("conv", batch, taps, group=group, strides=list(dilations),
-              dilations=list(strides), pads=[*begin, *(max(e, 0) for e in end)])
+              dilations=list(strides), pads=pads)
     return g.op("transpose", dw, perm=swap)
 
 
