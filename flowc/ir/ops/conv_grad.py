@@ -6,7 +6,11 @@
   size; input that no window read gets zeros by a `pad`);
 - the filter gradient is a conv whose batch is X's channels (per group) and whose filter is
   the cotangent: dW[m, c, k] = sum_n,o dy[n, m, o] x[n, c, o*s + k*d - b], i.e. a conv with
-  strides and dilations swapped (X sliced where its end was never read);
+  strides and dilations swapped (X sliced where its end was never read); ungrouped, it is
+  a channels-last conv of X as [C, *S, N] with the cotangent as [*O, N, M], so that its
+  kernel reads both in the layout the conv strategy wants (in ONNX layout, both were
+  transposed again inside the kernel: ~40% of bench/train.py's CNN step), and only the
+  small [C, *K, M] result is transposed back;
 - a conv_transpose is the transpose of the conv with its filter: its input gradient is that
   conv of the cotangent, its filter gradient the filter gradient of that conv;
 - max_pool's gradient reruns the pool with Indices and adds the cotangent at each
