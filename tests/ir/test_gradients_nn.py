@@ -37,10 +37,21 @@ CONV = [
 
 
 def test_strided_conv_input_gradient_interleaves_phases():
-    """No conv_transpose over a cotangent dilated with holes: one per stride phase."""
+    """No conv_transpose over a cotangent dilated with holes: ungrouped, one stride-1
+    conv_transpose of the phases' taps stacked as channels, interleaved by a transpose;
+    grouped, one per phase."""
     ops = check_gradient("conv", [f(1, 2, 7, 6), f(3, 2, 3, 3)], {"strides": [2, 2],
                                                                   "pads": [1, 1, 1, 1]})
-    assert "concat" in ops
+    assert "transpose" in ops
+    for group, shapes, phases in ((1, [(1, 2, 7, 6), (3, 2, 3, 3)], 1),
+                                  (2, [(1, 2, 7, 6), (4, 1, 3, 3)], 4)):
+        graph, node, xs = _one_node("conv", shapes, {"strides": [2, 2], "group": group,
+                                                     "pads": [1, 1, 1, 1]})
+        dx = gradients(graph, [node.out()], xs[:1])[0]
+        graph.add_output("dx", dx)
+        convts = [n for n in graph.nodes if n.op == "conv_transpose"]
+        assert len(convts) == phases
+        assert all(tuple(n.attrs.get("strides") or (1, 1)) == (1, 1) for n in convts)
 
 
 @pytest.mark.parametrize("operands,attrs", CONV)

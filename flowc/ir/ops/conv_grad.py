@@ -65,6 +65,8 @@ def input_grad(g, ct, w, group, strides, dilations, begin, spatial, out):
     kernel = _dims(g, w.type, "a filter")
     if any(s > 1 for s in strides) and all(d == 1 for d in dilations) and all(
             s <= k for s, k in zip(strides, kernel, strict=True)):
+        if group == 1:
+            return _stacked_input_grad(g, ct, w, strides, begin, spatial, out, kernel)
         return _phased_input_grad(g, ct, w, group, strides, begin, spatial, out, kernel)
     span = [s * (o - 1) + (k - 1) * d + 1 for s, o, k, d
             in zip(strides, out, kernel, dilations, strict=True)]
@@ -76,6 +78,45 @@ def input_grad(g, ct, w, group, strides, dilations, begin, spatial, out):
         pads = [0] * rank + [0, 0, *(max(-e, 0) for e in end)]
         dx = g.op("pad", dx, g.ints(pads))
     return dx
+
+
+def _stacked_input_grad(g, ct, w, strides, begin, spatial, out, kernel):
+    """`_phased_input_grad` of an ungrouped conv as one conv_transpose: each phase's taps
+    zero-padded at their end to ceil(k / s) (a phase's extra output positions then read
+    only zero taps) and stacked along the output channels (phase-major), so the cotangent
+    is read once and the kernel has s0*s1*... times the channels; the phases are then
+    interleaved by one reshape-transpose-reshape (depth to space) and the pads sliced off.
+    More multiply-adds than the separate phases (each phase as many taps as the largest),
+    one kernel instead of one per phase plus pads and concats."""
+    n, rank = len(spatial), len(spatial) + 2
+    taps_len = [-(-k // s) for k, s in zip(kernel, strides, strict=True)]
+    lengths = [-(-(b + size) // s) for b, size, s in zip(begin, spatial, strides, strict=True)]
+    parts = []
+    for p in itertools.product(*(range(s) for s in strides)):
+        taps = g.op("slice", w, g.ints(p), g.ints([_FAR] * n), g.ints(range(2, rank)),
+                    g.ints(strides))
+        grow = [t - -(-(k - q) // s) for t, k, q, s in zip(taps_len, kernel, p, strides,
+                                                           strict=True)]
+        if any(grow):
+            taps = g.op("pad", taps, g.ints([0] * rank + [0, 0, *grow]))
+        parts.append(taps)
+    stacked = parts[0] if len(parts) == 1 else g.op("concat", *parts, axis=1)
+    dx = g.op("conv_transpose", ct, stacked, group=1)  # [N, P*C, *(O + T - 1)]
+    have = [o + t - 1 for o, t in zip(out, taps_len, strict=True)]
+    if have != lengths:
+        rows = [max(size - h, 0) for size, h in zip(lengths, have, strict=True)]
+        if any(rows):
+            dx = g.op("pad", dx, g.ints([0] * rank + [0, 0, *rows]))
+        if any(h > size for h, size in zip(have, lengths, strict=True)):
+            dx = g.op("slice", dx, g.ints([0] * n), g.ints(lengths), g.ints(range(2, rank)))
+    channels = w.type.shape[1]
+    phased = g.op("reshape", dx, g.ints([-1, *strides, channels, *lengths]))
+    moved = g.op("transpose", phased, perm=[0, n + 1, *(i for j in range(n)
+                                                          for i in (n + 2 + j, 1 + j))])
+    merged = g.op("reshape", moved, g.ints(
+        [-1, channels, *(size * s for size, s in zip(lengths, strides, strict=True))]))
+    return g.op("slice", merged, g.ints(begin), g.ints([b + size for b, size in zip(
+        begin, spatial, strict=True)]), g.ints(range(2, rank)))
 
 
 def _phased_input_grad(g, ct, w, group, strides, begin, spatial, out, kernel):
