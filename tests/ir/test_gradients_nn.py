@@ -33,6 +33,8 @@ CONV = [
     ([f(2, 3, 6, 7), f(4, 3, 1, 1)], {"strides": [2, 2]}),  # a 1x1 downsample: s > k
     ([f(1, 2, 11), f(3, 2, 4)], {"strides": [3], "pads": [2, 1]}),
     ([f(1, 2, 9, 8), f(2, 2, 3, 3)], {"strides": [3, 2], "pads": [0, 2, 1, 0]}),
+    ([f(1, 2, 7, 6), f(3, 2, 2, 3)], {"dilations": [2, 1], "pads": [1, 2, 0, 1]}),
+    ([f(1, 2, 5, 6), f(2, 2, 2, 3)], {"pads": [2, 0, 0, 1]}),  # pad > (k-1)*d: conv_transpose
 ]
 
 
@@ -151,8 +153,17 @@ TESTED = {"conv", "conv_transpose", "average_pool", "max_pool",
 
 
 def test_conv_gradient_ops_are_window_ops():
-    ops = check_gradient("conv", [f(1, 2, 4, 4), f(3, 2, 3, 3)], {"pads": [1, 1, 1, 1]})
+    """Grouped (or N-d): the input gradient is a conv_transpose; ungrouped 2-D at stride
+    1, a channels-last conv of the transposed cotangent with the flipped filter."""
+    ops = check_gradient("conv", [f(1, 2, 4, 4), f(4, 1, 3, 3)], {"pads": [1, 1, 1, 1],
+                                                                  "group": 2})
     assert {"conv", "conv_transpose"} <= ops
+    graph, node, xs = _one_node("conv", [(1, 2, 5, 4), (3, 2, 3, 2)], {"pads": [1, 0, 1, 1]})
+    dx = gradients(graph, [node.out()], xs[:1])[0]
+    conv = dx.node.inputs[0].node
+    assert (dx.node.op, dx.node.attrs["perm"]) == ("transpose", (0, 3, 1, 2))
+    assert conv.op == "conv" and conv.attrs["channels_last"]
+    assert tuple(conv.attrs["pads"]) == (1, 1, 1, 0)
 
 
 def test_filter_gradient_is_a_channels_last_conv():

@@ -3,7 +3,10 @@
 
 - the input gradient of a conv is a conv_transpose of the cotangent with the same filter,
   strides, dilations, group and begin pads (its end pads chosen so the result has X's
-  size; input that no window read gets zeros by a `pad`);
+  size; input that no window read gets zeros by a `pad`); ungrouped 2-D at stride 1, that
+  conv_transpose is written as the channels-last conv of the flipped filter between
+  transposes (`_stride1_transpose_conv`); a strided undilated one interleaves stride
+  phases (`_stacked_input_grad`, `_phased_input_grad`);
 - the filter gradient is a conv whose batch is X's channels (per group) and whose filter is
   the cotangent: dW[m, c, k] = sum_n,o dy[n, m, o] x[n, c, o*s + k*d - b], i.e. a conv with
   strides and dilations swapped (X sliced where its end was never read); ungrouped, it is
@@ -71,13 +74,37 @@ def input_grad(g, ct, w, group, strides, dilations, begin, spatial, out):
     span = [s * (o - 1) + (k - 1) * d + 1 for s, o, k, d
             in zip(strides, out, kernel, dilations, strict=True)]
     end = [sp - b - size for sp, b, size in zip(span, begin, spatial, strict=True)]
-    dx = g.op("conv_transpose", ct, w, group=group, strides=list(strides),
-              dilations=list(dilations), pads=[*begin, *(max(e, 0) for e in end)])
+    pads = [*begin, *(max(e, 0) for e in end)]
+    dx = (_stride1_transpose_conv(g, ct, w, dilations, pads, kernel)
+          if group == 1 and len(spatial) == 2 and all(s == 1 for s in strides) else None)
+    if dx is None:
+        dx = g.op("conv_transpose", ct, w, group=group, strides=list(strides),
+                  dilations=list(dilations), pads=pads)
     if any(e < 0 for e in end):  # trailing input no window read: zero gradient
         rank = len(spatial) + 2
         pads = [0] * rank + [0, 0, *(max(-e, 0) for e in end)]
         dx = g.op("pad", dx, g.ints(pads))
     return dx
+
+
+def _stride1_transpose_conv(g, ct, w, dilations, pads, kernel):
+    """conv_transpose(ct, w) (stride 1, group 1, 2-D, ONNX layout) as the channels-last
+    conv of ct [N, *O, M] with w flipped as [*K, M, C] and the pads (k-1)*d - p, between
+    transposes: its kernel reads the layout the conv strategy wants and pads by an
+    insert_slice (conv_transpose's lowering transposes both inside its kernel and pads by
+    selects); None when a pad would be negative."""
+    n = len(kernel)
+    grow = [(k - 1) * d for k, d in zip(kernel, dilations, strict=True)]
+    conv_pads = [gr - p for gr, p in zip(grow * 2, pads, strict=True)]
+    if any(p < 0 for p in conv_pads):
+        return None
+    taps = g.op("transpose", w, perm=[*range(2, n + 2), 0, 1])  # [*K, M, C]
+    flipped = g.op("slice", taps, g.ints([-1] * n), g.ints([-_FAR] * n), g.ints(range(n)),
+                   g.ints([-1] * n))
+    last = g.op("transpose", ct, perm=[0, *range(2, n + 2), 1])  # [N, *O, M]
+    y = g.op("conv", last, flipped, group=1, dilations=list(dilations), pads=conv_pads,
+             channels_last=True)
+    return g.op("transpose", y, perm=[0, n + 1, *range(1, n + 1)])
 
 
 def _stacked_input_grad(g, ct, w, strides, begin, spatial, out, kernel):
