@@ -7,7 +7,8 @@ bench/results/dynamic.md and prints it. About a minute.
 Models: an MLP 256-512-512-10 (dynamic batch N in 1..64; static at N = 64 and N = 8) and
 a one-layer encoder of width 64 exported from torch (tests/artifact/dynamic_models.py;
 dynamic N in 1..4, S in 1..128; static at (2, 128)); a small CNN on 3x32x32 images
-(dynamic N in 1..64, static at 16).
+(dynamic N in 1..64, static at 16); and the bench models of bench/models.py (the zoo's
+mlp, cnn, transformer_encoder: dynamic batch N in 1..64, static at its batch there).
 
     .venv/bin/python bench/dynamic.py [--repeats 15] [--output PATH]
 """
@@ -26,12 +27,14 @@ from pathlib import Path
 import numpy as np
 
 import flowc
+from flowc.examples import zoo
 from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "artifact"))
 RNG = np.random.default_rng(0)
+BENCH_MODELS = {"mlp": 64, "cnn": 8, "transformer_encoder": 8}  # bench/models.py's batches
 
 
 def mlp(widths=(256, 512, 512, 10)) -> Graph:
@@ -111,6 +114,13 @@ def main() -> None:
         flowc.compile(cnn, t / "cnn_static", dims={"N": 16})
         x = RNG.standard_normal((16, 3, 32, 32)).astype(np.float32)
         cases.append(("CNN 3x32x32 (2 convs), N=16", t / "cnn_dyn", t / "cnn_static", [x]))
+        for name, batch in BENCH_MODELS.items():
+            model = zoo.MODELS[name]()
+            flowc.compile(model, t / f"zoo_{name}_dyn", dims={"N": (1, 64)})
+            flowc.compile(model, t / f"zoo_{name}_static", dims={"N": batch})
+            feeds = list(zoo.sample_input(model, batch=batch).values())
+            cases.append((f"zoo {name}, N={batch}", t / f"zoo_{name}_dyn", t / f"zoo_{name}_static",
+                          feeds))
         for threads in (1, 2):
             for name, dyn_dir, static_dir, feeds in cases:
                 dyn = flowc.load(dyn_dir, threads=threads)
@@ -147,9 +157,11 @@ def main() -> None:
         "(32, 8), columns and depth (32) through the tiled strategy, layers on packed "
         "weights too; softmax rows of run-time length fold whole vectors; elementwise "
         "kernels get the vectorized tiles of the static ones; convs and pools run the "
-        "static kernel sample by sample (pools serially at 2 threads); matmul epilogues "
-        "(bias, relu, residual add) are not fused into the matmul kernel yet, except "
-        "a bias into packed weights:",
+        "static kernel sample by sample (pools serially at 2 threads), a conv with its "
+        "epilogue or a reduction with its prologue as one static kernel per sample; "
+        "matmul epilogues (bias, relu, gelu, residual add) and elementwise chains are "
+        "fused kernels as in static artifacts, the epilogue written over the product in "
+        "place:",
         "",
         "| model | threads | dynamic / static (medians) | (best turns) |",
         "| --- | --- | --- | --- |",

@@ -207,11 +207,20 @@ def build_flowc(name: str, folder: str) -> None:
     `flowc.compile(..., train=True)` into FOLDER/art."""
     import os
 
-    import torch
-
     import flowc
 
     w = WORKLOADS[name]
+    flowc.compile(export_onnx(name, folder), os.path.join(folder, "art"), train=True,
+                  loss=w.loss, optimizer=w.optimizer)
+
+
+def export_onnx(name: str, folder: str) -> str:
+    """The workload's torch model exported to FOLDER/NAME.onnx (parameters as
+    initializers); its path."""
+    import os
+
+    import torch
+
     params = {k: torch.nn.Parameter(torch.tensor(v)) for k, v in parameters(name).items()}
     x, _ = data(name)
     forward = _torch_forward(name)
@@ -229,8 +238,7 @@ def build_flowc(name: str, folder: str) -> None:
     torch.onnx.export(Exported(), (torch.from_numpy(x),), path, dynamo=False,
                       input_names=["x"], output_names=["out"], do_constant_folding=False,
                       opset_version=17)
-    flowc.compile(path, os.path.join(folder, "art"), train=True, loss=w.loss,
-                  optimizer=w.optimizer)
+    return path
 
 
 def _flowc_step(name: str) -> Callable[[], float]:

@@ -69,6 +69,7 @@ from typing import Any
 from flowc.codegen.backend import Backend, Dump, Kernels
 from flowc.codegen.cache import resolve as resolve_cache
 from flowc.codegen.cpu.backend import CpuBackend
+from flowc.codegen.custom_kernels import with_custom_ops
 from flowc.codegen.emit.artifact import write_artifact
 from flowc.codegen.emit.c_text import check_table_names, model_prefix
 from flowc.codegen.emit.dump_index import write_index
@@ -90,7 +91,7 @@ from flowc.codegen.plan.memreport import report_memory
 from flowc.codegen.plan.partitions import call_device, gpu_devices, gpu_kernels_of, host_kernels
 from flowc.codegen.plan.program import Program, build_program, set_scratch
 from flowc.codegen.plan.state import writes_variable
-from flowc.codegen.target import is_gpu_target
+from flowc.codegen.target import is_gpu_target, refine
 from flowc.ir.devices import is_gpu_device
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph
@@ -280,6 +281,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     """Compile `model` into the artifact directory `output_dir`; returns its manifest.
     `options` (default: `CompileOptions()`), with `overrides` (its field names) replacing
     its fields; see the module docstring and flowc/codegen/options.py."""
+    from flowc.frontend import custom_ops
     from flowc.passes import PassManager, parse_pipeline
 
     opts = (options or CompileOptions()).with_overrides(overrides)
@@ -292,11 +294,12 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         raise FlowcError("--inference gives a graph compiled as is an inference entry; "
                          "--train makes its own (the model's outputs): drop --inference")
     entries: dict[str, Graph] = {}  # the other entries' graphs (a training artifact's)
-    if opts.train:
-        graph, training, entries[TRAIN_ENTRY] = load_training(model, opts)
-    else:
-        graph, training = load_model(model, opts), None
-        check_no_training_options(opts)
+    with custom_ops.active(opts.custom_ops):
+        if opts.train:
+            graph, training, entries[TRAIN_ENTRY] = load_training(model, opts)
+        else:
+            graph, training = load_model(model, opts), None
+            check_no_training_options(opts)
     if not graph.outputs and not any(writes_variable(n.op) for n in graph.nodes):
         raise FlowcError(f"graph @{graph.name} has no outputs: its artifact would compute "
                          "nothing a caller can see (it assigns no variable either); declare "
@@ -314,8 +317,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.devices:
         passes = placement_passes(passes, opts.devices, opts.place, opts.device_profiles,
                                   opts.explain_placement, dump)
-    backend = target_backend(opts)
-    target = backend.get_target(opts.target or "host")
+    backend = with_custom_ops(target_backend(opts), [graph, *entries.values()])
+    target = refine(backend.get_target(opts.target or "host"), opts.cpu, opts.features)
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
         # (and keep their own formats: an f16 conv stays one, `widen` is CPU-only)
         passes = [p for p in passes

@@ -120,7 +120,7 @@ def _dynamic_values(node: Node, target: Target) -> list[str]:
     types = [v.type for v in node.inputs if v is not None] + list(node.types)
     shapes = [t.shape for t in types if isinstance(t, TensorType)]
     symbolic = [d for shape in shapes for d in shape if not isinstance(d, int)]
-    if not symbolic or node.op in NOT_KERNELS:
+    if not symbolic or node.op in NOT_KERNELS or node.op == "fused":  # its body's nodes
         return []
     if None in symbolic:
         return [f"node {node.label()}: a dim is ? (no rule names its size); a kernel needs "

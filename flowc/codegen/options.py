@@ -44,8 +44,17 @@ class CompileOptions:
     """How to compile a model into an artifact (see `flowc.codegen.driver.compile`)."""
 
     target: str | Target = field(default="host", metadata=_cli(
-        "--target", "target (default: this host; x86-64, aarch64; nvptx: the whole graph on "
-                    "an NVIDIA GPU)", metavar="TARGET"))
+        "--target", "target (default: this host; x86-64 (SSE2), x86-64-v2, x86-64-v3 (AVX2), "
+                    "x86-64-v4 (AVX-512), aarch64; nvptx: the whole graph on an NVIDIA GPU)",
+        metavar="TARGET"))
+    cpu: str | None = field(default=None, metadata=_cli(
+        "--cpu", "the LLVM CPU the kernels are tuned and selected for (e.g. znver4, "
+                 "neoverse-n1), over the target's; its implied features are not checked at "
+                 "load: list them with --features", metavar="NAME"))
+    features: str | None = field(default=None, metadata=_cli(
+        "--features", "LLVM features merged over the target's (e.g. +avx2,+fma,-avx512f); "
+                      "the manifest records them and the loader refuses a CPU lacking one",
+        metavar="+F,-F,..."))
     gpu_archs: tuple[str, ...] = field(default=(), metadata=_cli(
         "--gpu-arch", "with --target nvptx or nodes on gpu:0 (--devices cpu:0,gpu:0): a GPU "
                       "architecture to build a cubin for (repeatable; default sm_80 and sm_90)",
@@ -140,6 +149,13 @@ class CompileOptions:
     tf_config: str | None = field(default=None, metadata=_cli(
         "--config", "a TensorFlow model: its feeds and fetches from a tf2xla.Config in text "
                     "form (tfcompile's model.config.pbtxt)", metavar="FILE"))
+    custom_ops: tuple[Any, ...] = field(default=(), metadata=_cli(
+        "--custom-op", "compute ONNX op DOMAIN::OpName with the C function SYMBOL (default: "
+                       "opname in lower case) of lib.c, int fn(const flowc_custom_args *) "
+                       "(flowc_custom_op.h; docs/custom_ops.md); its output types are the "
+                       "model's declared ones (the Python API takes a shape function: "
+                       "flowc.frontend.custom_ops.CustomOp); repeatable",
+        metavar="DOMAIN::OpName=lib.c[:SYMBOL]", action="append"))
     # API only: objects and callbacks
     cache: CompileCache | bool | None = None
     """None: the environment's cache ($FLOWC_CACHE_DIR); False: none; or a CompileCache."""
@@ -160,7 +176,7 @@ class CompileOptions:
         if unknown:
             raise FlowcError(f"flowc.compile: unknown option{'s' * (len(unknown) > 1)} "
                              f"{', '.join(unknown)}; the options are {', '.join(sorted(known))}")
-        fixed = {k: tuple(v) if k in ("gpu_archs", "place", "feeds", "fetches")
+        fixed = {k: tuple(v) if k in ("gpu_archs", "place", "feeds", "fetches", "custom_ops")
                  and v is not None else v
                  for k, v in overrides.items()}
         for key in ("frozen", "inference"):  # names, each item maybe several, by commas

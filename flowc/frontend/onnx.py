@@ -38,6 +38,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from flowc.frontend import custom_ops
 from flowc.frontend.onnx_attrs import (
     OnnxImportError,
     node_attrs,
@@ -133,7 +134,8 @@ def unsupported_nodes(model: onnx.ModelProto, path: str = "<model>") -> list[str
     def visit(nodes: Sequence[onnx.NodeProto], prefix: str) -> None:
         for i, node in enumerate(nodes):
             name = f"{prefix}{node.name or f'#{i}'}"
-            known = is_supported(node.op_type, node.domain)
+            known = (is_supported(node.op_type, node.domain)
+                     or custom_ops.lookup(node.domain, node.op_type) is not None)
             if not known and not functions.has_body(node, opset):
                 domain = node.domain or "ai.onnx"
                 lines.append(f"  node '{name}': {domain}.{node.op_type} (opset {opset})")
@@ -283,7 +285,8 @@ class _Importer:
             inputs.append(value)
         while inputs and inputs[-1] is None:
             inputs.pop()
-        known = is_supported(onnx_node.op_type, onnx_node.domain)
+        custom = custom_ops.lookup(onnx_node.domain, onnx_node.op_type)
+        known = is_supported(onnx_node.op_type, onnx_node.domain) or custom is not None
         if not known and not self.functions.has_body(onnx_node, self.opset):
             # only a function body's own nodes get here: the model's were checked up front
             domain = onnx_node.domain or "ai.onnx"
@@ -301,7 +304,9 @@ class _Importer:
                 splice=lambda g, args: splice_graph(scope.graph, g, args,
                                                     lambda n: scope.unique(f"{base}/{n}")))
             try:
-                results = converter(onnx_node.op_type, onnx_node.domain)(ctx)
+                results = (custom_ops.convert(ctx, custom, self.declared(onnx_node, where))
+                           if custom is not None
+                           else converter(onnx_node.op_type, onnx_node.domain)(ctx))
             except OnnxImportError:
                 raise
             except (FlowcError, TypeError, ValueError) as exc:
@@ -318,6 +323,17 @@ class _Importer:
                                       "graphs define each name once)")
             if name:
                 scope.env[name] = value
+
+    def declared(self, node: onnx.NodeProto, where: str) -> list[TensorType | None]:
+        """The model's declared static type of each output of `node` (None: none)."""
+        infos = {v.name: v for v in [*self.proto.graph.value_info, *self.proto.graph.output]}
+        types: list[TensorType | None] = []
+        for name in node.output:
+            try:
+                types.append(tensor_type(infos[name], where) if name in infos else None)
+            except (FlowcError, KeyError, ValueError):
+                types.append(None)
+        return types
 
     def _emit(self, scope: _Scope, op: str, operands: Sequence[Value | None],
               attrs: dict[str, Any], base: str, where: str) -> Sequence[Value]:

@@ -18,11 +18,14 @@ import numpy as np
 import onnx
 
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
+from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
+from flowc.frontend.onnx_resize import convert_resize
 from flowc.frontend.onnx_rnn import convert_recurrent
 from flowc.frontend.onnx_scan import convert_scan
+from flowc.frontend.onnx_scatter import CONVERTERS as SCATTER_CONVERTERS
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
 from flowc.ir import Graph, TensorType, Value
 from flowc.ir.build import const_value
@@ -213,6 +216,9 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "Scan": convert_scan,
     **{op: convert_recurrent for op in ("LSTM", "GRU", "RNN")},
     **STABLE_CONVERTERS,   # ReduceLogSumExp, ReduceL2 without over/underflow
+    **COMPOSED_CONVERTERS,  # issue [13]: ops as compositions of registry ops
+    "Resize": convert_resize,
+    **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
 

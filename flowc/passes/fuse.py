@@ -23,8 +23,10 @@ its handle as an operand) or depends on the assign. A group with extra results a
 matmul or conv anchor. So a parameter and its slots are updated by one kernel, which
 codegen runs in place on the variables (codegen/plan/state.py). Nodes
 are never absorbed when they are stateful or not pure, hold bodies, sit on a different
-device than the root, or have any operand or result whose type is not static (`N` or
-`?` dims: a kernel's buffers have fixed sizes). A group of one node stays as it is. A
+device than the root, or have any operand or result whose type has a `?` dim (symbolic
+dims such as `N` or `N*S` fuse: dims are canonical texts, so equal shapes are equal
+extents at run time, and the kernel takes the run's dims). A group of one node stays as
+it is. A
 group holds at most `max_nodes` nodes (inlined constants not counted; option, default
 MAX_NODES): stopping early keeps it convex, and the producers left out root groups of
 their own, so a long chain becomes several kernels (LLVM's time on one kernel grows
@@ -50,8 +52,8 @@ from flowc.ir.ops import OPS
 from flowc.ir.ops.fused import (
     elementwise_op,
     kernel_op,
+    known_tensor,
     small_constant,
-    static_tensor,
 )
 from flowc.passes import stats
 from flowc.passes.registry import register
@@ -72,10 +74,11 @@ def epilogue_kind(node: Node) -> str | None:
 
 
 def fusible(node: Node) -> bool:
-    """A pure, body-less, single-result node whose operands and result are static tensors."""
+    """A pure, body-less, single-result node whose operands and result are tensors of known
+    dims (sizes or symbolic dims: equal dim texts are equal extents, issue [12])."""
     return (node.op in OPS and kernel_op(node.op) and len(node.types) == 1
-            and static_tensor(node.types[0])
-            and all(v is None or static_tensor(v.type) for v in node.inputs))
+            and known_tensor(node.types[0])
+            and all(v is None or known_tensor(v.type) for v in node.inputs))
 
 
 def inlinable(node: Node) -> bool:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from flowc.ir.graph import Graph, Node, rebuild
+from flowc.passes import simplify_decompose as d
 from flowc.passes import simplify_gemm as gm
 from flowc.passes import simplify_patterns as p
 from flowc.passes import simplify_recognize as r
@@ -63,6 +64,9 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "slice": [("slice-at-run-time-start", p.slice_at_run_time_start)],
     "batch_normalization": [("batch-norm-into-conv", p.batch_norm_into_conv),
                             ("batch-norm-into-gemm", p.batch_norm_into_gemm)],
+    "resize": [("resize-decomposed", d.resize)],
+    "one_hot": [("one-hot-decomposed", d.one_hot)],
+    "top_k": [("top-k-decomposed", d.top_k)],
 }
 
 

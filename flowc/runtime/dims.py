@@ -77,13 +77,20 @@ class DynamicRuns:
         self.out_shape = model._fn("run_output_shape")
         self.out_shape.restype, self.out_shape.argtypes = _I64P, [ctypes.c_void_p, ctypes.c_int]
         # per input, its shape as C reads it (filled on each run: nothing allocated)
-        self._shapes = [np.zeros(max(len(dims), 1), np.int64) for dims in self.symbolic]
-        self._shape_ptrs = [a.ctypes.data for a in self._shapes]
+        self._shapes = [(ctypes.c_int64 * max(len(dims), 1))() for dims in self.symbolic]
+        self._shape_ptrs = [ctypes.addressof(a) for a in self._shapes]
         # where each dim is read (input index, axis), and each output's dims
         names = [name for name, _, _ in model.inputs]
         self._read = {d["name"]: (names.index(d["input"]), d["axis"]) for d in dims["table"]}
         self._out_dims = [tuple(d) for d in dims["outputs"]]
-        self._fixed = [(dt, len(d), [(a, n) for a, n in enumerate(d) if isinstance(n, int)])
+        # per output whose every dim is a size or a dim of the table, its shape's recipe:
+        # per axis (input index, axis) to read or (-1, size); None: the C entry computes it
+        self._out_reads = [None if any(isinstance(d, str) and d not in self._read for d in dims)
+                           else [self._read[d] if isinstance(d, str) else (-1, d) for d in dims]
+                           for dims in self._out_dims]
+        # per input: dtype, rank, the axes of fixed size and those sizes
+        self._fixed = [(dt, len(d), [a for a, n in enumerate(d) if isinstance(n, int)],
+                        [n for n in d if isinstance(n, int)])
                        for (_, dt, _), d in zip(model.inputs, self.symbolic, strict=True)]
 
     @classmethod
@@ -94,10 +101,12 @@ class DynamicRuns:
         """The checked inputs: by a short path when given by position, each a C-contiguous
         ndarray of its dtype, rank and fixed sizes; else checked one by one."""
         if not kwargs and len(args) == len(self._fixed):
-            for value, (dt, rank, fixed) in zip(args, self._fixed, strict=True):
+            for value, (dt, rank, axes, sizes) in zip(args, self._fixed, strict=True):
                 if type(value) is not np.ndarray or value.dtype != dt or value.ndim != rank \
-                        or not value.flags.c_contiguous \
-                        or any(value.shape[a] != d for a, d in fixed):
+                        or not value.flags.c_contiguous:
+                    break
+                shape = value.shape
+                if [shape[a] for a in axes] != sizes:
                     break
             else:
                 return list(args)
@@ -154,8 +163,9 @@ class DynamicRuns:
                 m._check(self._run_profiled(arrays, ins, outs), "run")
             else:
                 m._check(m._run_with(m._ctx, ins, outs), "run")
-            return [tuple(self.out_shape(m._ctx, j)[:len(dims)])
-                    for j, dims in enumerate(self._out_dims)]
+            return [tuple(self.out_shape(m._ctx, j)[:len(self._out_dims[j])]) if reads is None
+                    else tuple(d if i < 0 else arrays[i].shape[d] for i, d in reads)
+                    for j, reads in enumerate(self._out_reads)]
 
     def run(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, np.ndarray]:
         m = self.model
@@ -170,8 +180,7 @@ class DynamicRuns:
         results = {}
         for (name, dt, _), (buffer, start), shape in zip(m.outputs, buffers, shapes,
                                                          strict=True):
-            flat = buffer[start:start + math.prod(shape) * dt.itemsize].view(dt)
-            results[name] = flat.reshape(shape)
+            results[name] = np.ndarray(shape, dt, buffer, start)
         return results
 
     def output_shapes(self, arrays: list[np.ndarray]) -> list[tuple[int, ...]]:

@@ -13,9 +13,11 @@ from kernel_harness import aligned, body_scratch, compiled_body, link
 
 from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernels import dim_symbols
+from flowc.codegen.lower.per_sample import body_batch_symbol
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.dims import evaluate
+from flowc.ir.interpret import interpret
 from flowc.ir.ops.nn import pack_panels
 
 
@@ -162,15 +164,40 @@ def test_packed_matmul_rows_in_static_blocks(lead, bias):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{shape}")
 
 
+def test_a_matmul_epilogue_is_written_over_the_product():
+    """A fused matmul of run-time rows and its epilogue (bias, relu, residual add): the
+    epilogue runs over the product in place (cpu/in_place.py), so the kernel needs no
+    buffer of run-time size; rows below, at and past the blocks (8 and 32)."""
+    g = Graph("dyn_epilogue")
+    x = g.add_input("in0", TensorType("f32", ("N", 8)))
+    w = g.add_input("in1", TensorType("f32", (8, 8)))
+    b = g.add_input("in2", TensorType("f32", (8,)))
+    y = g.append(make_node("matmul", [x, w])).out()
+    y = g.append(make_node("relu", [g.append(make_node("add", [y, b])).out()])).out()
+    g.add_output("out0", g.append(make_node("add", [y, x])).out())
+    compiled = compiled_body(g)
+    assert compiled.needs("kernel").buffers == ()  # no temporary
+    lib = ctypes.CDLL(str(link(compiled.object, "dyn_epilogue")))
+    rng = np.random.default_rng(3)
+    wv, bv = rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal(8).astype(
+        np.float32)
+    for n in (0, 1, 7, 8, 41):
+        xv = rng.standard_normal((n, 8)).astype(np.float32)
+        (got,) = call(lib, g, [xv, wv, bv], {"N": n})
+        np.testing.assert_allclose(got, np.maximum(xv @ wv + bv, 0) + xv, rtol=1e-5,
+                                   atol=1e-5)
+
+
 def test_a_temporary_of_run_time_size_is_refused():
-    """A body whose intermediate needs a buffer of run-time size (matmul then relu in one
-    kernel: the fuse pass makes that one fused node instead, which keeps static shapes)
-    would need scratch the caller cannot size: refused, naming the buffer."""
+    """A body whose intermediate needs a buffer of run-time size that no result can take
+    (a product of another shape feeding a second matmul) would need scratch the caller
+    cannot size: refused, naming the buffer."""
     g = Graph("g")
     x = g.add_input("in0", TensorType("f32", ("N", 8)))
     w = g.add_input("in1", TensorType("f32", (8, 5)))
+    v = g.add_input("in2", TensorType("f32", (5, 3)))
     y = g.append(make_node("matmul", [x, w])).out()
-    g.add_output("out0", g.append(make_node("relu", [y])).out())
+    g.add_output("out0", g.append(make_node("matmul", [y, v])).out())
     with pytest.raises(FlowcError, match=re.escape(
             "temporary of type memref<?x5xf32> is not a dense static buffer")):
         compile_kernels([("kernel", g)], "host", cache=False)
@@ -372,3 +399,35 @@ def test_a_slice_of_a_symbolic_dim_is_refused():
             "node 'tail' (slice): slice of f32[N,4] along dim N: with symbolic dims, a kernel "
             "slices static dims only so far")):
         compile_kernels([("kernel", g)], "host", cache=False)
+
+
+def conv_relu_body(batch: object = "N") -> Graph:
+    g = Graph("dyn_conv_relu")
+    x = g.add_input("in0", TensorType("f32", (batch, 2, 6, 6)))
+    w = g.add_input("in1", TensorType("f32", (3, 2, 3, 3)))
+    y = g.append(make_node("conv", [x, w], {"pads": [1, 1, 1, 1]})).out()
+    g.add_output("out0", g.append(make_node("relu", [y])).out())
+    return g
+
+
+def test_a_conv_and_its_epilogue_run_whole_sample_by_sample():
+    """A fused conv of run-time batch and its epilogue: the static kernel of both, per
+    sample (`body_batch_symbol`); a body whose other nodes mix samples is not."""
+    body = conv_relu_body()
+    assert body_batch_symbol(body) == "N"
+    assert body_batch_symbol(conv_relu_body(2)) is None  # static: nothing to loop over
+    mixed = conv_relu_body()
+    flat = mixed.append(make_node("reshape", [mixed.outputs[0][1], mixed.append(make_node(
+        "constant", [], {"value": Tensor(np.array([-1], np.int64))})).out()])).out()
+    mixed.outputs = [("out0", flat)]
+    assert body_batch_symbol(mixed) is None
+    # compiles: the conv's result is no temporary of run-time size (its scratch, one
+    # sample's padded input, is static)
+    lib = ctypes.CDLL(str(link(compiled_body(body).object, "dyn_conv_relu")))
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    for n in (1, 3):
+        x = rng.standard_normal((n, 2, 6, 6)).astype(np.float32)
+        (got,) = call(lib, body, [x, w], {"N": n})
+        want = interpret(body, {"in0": x, "in1": w})["out0"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -87,11 +87,16 @@ def test_body_needs_an_output():
     fails(fused_graph(body), "the body has no outputs")
 
 
-def test_symbolic_dims_are_refused():
+def test_symbolic_dims_verify_and_run_unknown_dims_are_refused():
     t = TensorType("f32", ("N", 4))
+    g = fused_graph(body_of("relu", kind_type=t), operand_type=t)
+    verify(g)  # a kernel of run-time extents (issue [12])
+    x = np.array([[1.0, -2.0, 3.0, -4.0]] * 3, np.float32)
+    np.testing.assert_array_equal(interpret(g, {"x0": x})["y"], np.maximum(x, 0))
+    t = TensorType("f32", (None, 4))
     fails(fused_graph(body_of("relu", kind_type=t), operand_type=t),
-          "every body input has a static tensor type (a kernel's buffers have fixed sizes), "
-          "found f32[N,4]")
+          "every body input has a tensor type of known dims (sizes or symbolic dims, no ?), "
+          "found f32[?,4]")
 
 
 def test_stateful_body_node():

@@ -33,14 +33,27 @@ CONV = [
     ([f(2, 3, 6, 7), f(4, 3, 1, 1)], {"strides": [2, 2]}),  # a 1x1 downsample: s > k
     ([f(1, 2, 11), f(3, 2, 4)], {"strides": [3], "pads": [2, 1]}),
     ([f(1, 2, 9, 8), f(2, 2, 3, 3)], {"strides": [3, 2], "pads": [0, 2, 1, 0]}),
+    ([f(1, 2, 7, 6), f(3, 2, 2, 3)], {"dilations": [2, 1], "pads": [1, 2, 0, 1]}),
+    ([f(1, 2, 5, 6), f(2, 2, 2, 3)], {"pads": [2, 0, 0, 1]}),  # pad > (k-1)*d: conv_transpose
 ]
 
 
 def test_strided_conv_input_gradient_interleaves_phases():
-    """No conv_transpose over a cotangent dilated with holes: one per stride phase."""
+    """No conv_transpose over a cotangent dilated with holes: ungrouped, one stride-1
+    conv_transpose of the phases' taps stacked as channels, interleaved by a transpose;
+    grouped, one per phase."""
     ops = check_gradient("conv", [f(1, 2, 7, 6), f(3, 2, 3, 3)], {"strides": [2, 2],
                                                                   "pads": [1, 1, 1, 1]})
-    assert "concat" in ops
+    assert "transpose" in ops
+    for group, shapes, phases in ((1, [(1, 2, 7, 6), (3, 2, 3, 3)], 1),
+                                  (2, [(1, 2, 7, 6), (4, 1, 3, 3)], 4)):
+        graph, node, xs = _one_node("conv", shapes, {"strides": [2, 2], "group": group,
+                                                     "pads": [1, 1, 1, 1]})
+        dx = gradients(graph, [node.out()], xs[:1])[0]
+        graph.add_output("dx", dx)
+        convts = [n for n in graph.nodes if n.op == "conv_transpose"]
+        assert len(convts) == phases
+        assert all(tuple(n.attrs.get("strides") or (1, 1)) == (1, 1) for n in convts)
 
 
 @pytest.mark.parametrize("operands,attrs", CONV)
@@ -140,8 +153,30 @@ TESTED = {"conv", "conv_transpose", "average_pool", "max_pool",
 
 
 def test_conv_gradient_ops_are_window_ops():
-    ops = check_gradient("conv", [f(1, 2, 4, 4), f(3, 2, 3, 3)], {"pads": [1, 1, 1, 1]})
+    """Grouped (or N-d): the input gradient is a conv_transpose; ungrouped 2-D at stride
+    1, a channels-last conv of the transposed cotangent with the flipped filter."""
+    ops = check_gradient("conv", [f(1, 2, 4, 4), f(4, 1, 3, 3)], {"pads": [1, 1, 1, 1],
+                                                                  "group": 2})
     assert {"conv", "conv_transpose"} <= ops
+    graph, node, xs = _one_node("conv", [(1, 2, 5, 4), (3, 2, 3, 2)], {"pads": [1, 0, 1, 1]})
+    dx = gradients(graph, [node.out()], xs[:1])[0]
+    conv = dx.node.inputs[0].node
+    assert (dx.node.op, dx.node.attrs["perm"]) == ("transpose", (0, 3, 1, 2))
+    assert conv.op == "conv" and conv.attrs["channels_last"]
+    assert tuple(conv.attrs["pads"]) == (1, 1, 1, 0)
+
+
+def test_filter_gradient_is_a_channels_last_conv():
+    """An ungrouped conv's filter gradient: the input [C, *S, N] and cotangent [*O, N, M] as
+    a channels-last conv (no layout transposes left inside its kernel), then one transpose
+    of the small result to [M, C, *K]."""
+    graph, node, xs = _one_node("conv", [(2, 3, 6, 5), (4, 3, 3, 3)], {"pads": [1, 1, 1, 1]})
+    dw = gradients(graph, [node.out()], xs[1:])[0]
+    conv = dw.node.inputs[0].node
+    assert (dw.node.op, dw.node.attrs["perm"]) == ("transpose", (3, 0, 1, 2))
+    assert conv.op == "conv" and conv.attrs["channels_last"]
+    assert [i.node.attrs["perm"] for i in conv.inputs] == [(1, 2, 3, 0), (2, 3, 0, 1)]
+    assert [i.type.shape for i in conv.inputs] == [(3, 6, 5, 2), (6, 5, 2, 4)]
 
 
 def _one_node(op, shapes, attrs):

@@ -135,9 +135,18 @@ def test_zoo_models_after_the_default_pipeline_give_the_interpreters_results(nam
     assert len(out.nodes) < len(graph.nodes)
 
 
-def test_zoo_with_a_symbolic_batch_is_not_fused():
+def test_zoo_with_a_symbolic_batch_is_fused_and_keeps_its_results():
+    """Symbolic dims fuse (issue [12]): one kernel per layer, at any batch."""
     graph = import_onnx(zoo.mlp())
-    assert not any(n.op == "fused" for n in Fuse().run(graph).nodes)
+    fused = PassManager([Fuse()]).run(graph)  # verifies: bodies of symbolic types
+    kernels = [n for n in fused.nodes if n.op == "fused"]
+    assert kernels and all(not n.types[0].is_static for n in kernels)
+    assert len(fused.nodes) < len(graph.nodes)
+    for batch in (1, 5):
+        feeds = zoo.sample_input(zoo.mlp(), batch=batch, seed=batch)
+        want, got = interpret(graph, feeds), interpret(fused, feeds)
+        for key in want:
+            assert_close(got[key], want[key], "composite")
 
 
 def test_body_inputs_never_take_a_member_nodes_name():

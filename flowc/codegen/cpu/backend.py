@@ -1,9 +1,9 @@
 """`CpuBackend`: flowc's CPU kernel compiler (MLIR/LLVM) as a `flowc.codegen.backend.Backend`.
 
-Contract: targets `host`, `x86-64`, `aarch64` (flowc/codegen/target.py); `check_supported`
-is `kernels.check_supported` (a lowering rule for every node, narrow dtypes only where
-kernels handle them); `compile` is `compiler.compile_kernels`: one relocatable object
-(`KernelCode.object`) defining exactly the kernels' symbols and their scratch
+Contract: targets `host`, `x86-64`, `x86-64-v2|v3|v4`, `aarch64` (flowc/codegen/target.py);
+`check_supported` is `kernels.check_supported` (a lowering rule for every node, narrow
+dtypes only where kernels handle them); `compile` is `compiler.compile_kernels`: one
+relocatable object (`KernelCode.object`) defining exactly the kernels' symbols and their scratch
 (`KernelCode.scratch`), through the compile cache,
 reporting each kernel to `progress`. It adds nothing to the manifest's target entry.
 """

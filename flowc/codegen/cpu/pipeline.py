@@ -8,7 +8,8 @@ scratch (`KernelScratch`) is recorded on the module (`scratch_of` reads it).
 Steps:
 
 1. `PREPARE`: fuse elementwise producers into consumers, clean up; producers with several
-   uses merged into a consumer as extra results (`merge_generics`); then f32 exp, tanh and
+   uses merged into a consumer as extra results (`merge_generics`); elementwise ops of
+   run-time extents written over the intermediate they read (`in_place`); then f32 exp, tanh and
    erf become arith polynomials (`vmath`), so that their loops vectorize.
 2. The transform script `schedule(module, target)` writes: each op of static shapes with
    an entry in `strategy.STRATEGIES` (matmul, batch matmul, 2-D conv) gets its tiling,
@@ -44,7 +45,7 @@ from mlir import ir
 from mlir.dialects import llvm as llvm_dialect
 
 from flowc.codegen import scratch
-from flowc.codegen.cpu import merge_generics, omp, vmath
+from flowc.codegen.cpu import in_place, merge_generics, omp, vmath
 from flowc.codegen.cpu.strategy import DYNAMIC_STRATEGIES, STRATEGIES, epilogue
 from flowc.codegen.cpu.strategy.common import FINISH_VECTORS
 from flowc.codegen.kernel_code import KernelScratch
@@ -129,6 +130,7 @@ def lower(module: ir.Module, target: Target, what: str,
     run_passes(module, PREPARE, what)
     if merge_generics.merge(module):  # producers with several uses: extra results
         run_passes(module, "canonicalize,cse", what)
+    in_place.reuse_operands(module)  # run-time extents: epilogues over their operand
     vmath.approximate(module)
     module = epilogue.fuse(module, target, what)  # matmul epilogues into its column blocks
     prepared = str(module)

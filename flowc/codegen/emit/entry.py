@@ -37,7 +37,8 @@ from flowc.codegen.plan.state import copy_step
 from flowc.runtime.abi import ABI_VERSION, DTYPE_CODES
 
 # CPU features the runtime checks before running (gcc's __builtin_cpu_supports names).
-X86_FEATURES = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "bmi", "bmi2", "popcnt",
+X86_FEATURES = ("sse3", "ssse3", "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "bmi",
+                "bmi2", "popcnt",
                 "avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512cd", "avx512vnni",
                 "avx512bf16", "avx512fp16")
 

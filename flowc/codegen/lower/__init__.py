@@ -34,6 +34,10 @@ NOT_KERNELS: dict[str, str] = {
     "assign_sub": "the artifact runs it as a `sub` kernel writing the variable in place",
     "send": "a runtime transport call, not a computation",
     "recv": "a runtime transport call, not a computation",
+    "resize": "simplify decomposes it into gathers once its scales/sizes are constants",
+    "one_hot": "simplify decomposes it into equal/where once its depth is a constant",
+    "top_k": "simplify decomposes it into rounds of arg_max once its k is a constant",
+    "custom_call": "the user's C function, linked in by codegen/custom_kernels.py",
 }
 
 

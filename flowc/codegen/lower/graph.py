@@ -5,7 +5,8 @@ computing `graph`'s outputs from `args` (one tensor value per graph input) and r
 tensor value per output. Every node goes through its rule (`lookup`); a node without one
 is a FlowcError naming op, node and target (the kernel compiler calls `check_supported`
 first, so this is a safety net for nested bodies). A per-sample op whose batch is of
-run-time extent runs its static rule sample by sample (`per_sample.py`).
+run-time extent runs its static rule sample by sample, and a body of such an op and
+elementwise ops on its batch runs whole sample by sample (`per_sample.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from mlir import ir
 
 from flowc.codegen.lower import lookup, lowers_dynamic
 from flowc.codegen.lower.context import RuleCtx, tensor_type
-from flowc.codegen.lower.per_sample import batch_symbol, lower_per_sample
+from flowc.codegen.lower.per_sample import (
+    batch_symbol,
+    body_batch_symbol,
+    lower_body_per_sample,
+    lower_per_sample,
+)
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
@@ -50,6 +56,8 @@ def _source_location(name: str | None, loc: str | None) -> ir.Location:
 
 
 def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[ir.Value]:
+    if body_batch_symbol(graph) is not None:  # a per-sample body: whole, sample by sample
+        return lower_body_per_sample(graph, args, target, lower_graph)
     values: dict[Value, ir.Value] = {}
     consts: dict[Value, np.ndarray] = {}
     for node, arg in zip(graph.inputs, args, strict=True):

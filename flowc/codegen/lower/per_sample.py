@@ -9,6 +9,14 @@ symbolic dim, all one bare symbol; else None.
 sample i (a static [1, ...] tensor) of each batched operand, lowers it with the op's own
 (static) rule, and inserts the results into the results' sample i: the static kernel's
 code (tiling, scratch) for every sample, the batch read at run time.
+`body_batch_symbol(graph)` is the batch symbol of a kernel body that runs sample by sample
+whole: it holds a node of a per-sample op (`batch_symbol`), otherwise only constants and
+elementwise ops whose batched operands have their result's rank, and every symbolic dim
+of its inputs and nodes is that one symbol at axis 0; else None (a fused conv and its
+epilogue, a reduction and its elementwise prologue). `lower_body_per_sample(graph, args,
+target, lower)` is the same loop around `lower(static body, sample args, target)`, the
+body retyped at batch 1: the static kernel's code, epilogue and prologue fused, per
+sample, with no intermediate of run-time size.
 """
 
 from __future__ import annotations
@@ -20,7 +28,8 @@ from mlir.dialects import scf, tensor
 
 from flowc.codegen.lower.context import RuleCtx, empty, index_const, size_of, tensor_type
 from flowc.ir.dims import is_symbol
-from flowc.ir.graph import Node
+from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.ops import ELEMENTWISE, get_op
 from flowc.ir.types import TensorType
 
 PER_SAMPLE = frozenset({"conv", "conv_transpose", "winograd_conv", "max_pool", "average_pool",
@@ -47,16 +56,47 @@ def batch_symbol(node: Node) -> str | None:
     return next(iter(lead))
 
 
-def lower_per_sample(ctx: RuleCtx, rule: Callable[..., Sequence[ir.Value]],
-                     args: Sequence[ir.Value | None]) -> list[ir.Value]:
-    def one(t: TensorType | None) -> TensorType | None:
-        return t if t is None or t.is_static else t.with_shape((1, *t.shape[1:]))
+def body_batch_symbol(graph: Graph) -> str | None:
+    symbols: set[str] = set()
+    anchored = False
+    for node in graph.nodes:
+        if node.op == "constant":
+            continue
+        symbol = batch_symbol(node)
+        if symbol is not None:
+            anchored = True
+            symbols.add(symbol)
+        elif not get_op(node.op).has(ELEMENTWISE) or any(
+                not v.type.is_static and len(v.type.shape) != len(node.types[0].shape)
+                for v in node.inputs if v is not None):
+            return None
+    for t in [n.types[0] for n in graph.inputs] + [t for n in graph.nodes for t in n.types]:
+        if not isinstance(t, TensorType):
+            return None
+        if not t.is_static:
+            if not is_symbol(t.shape[0]) or not t.with_shape(t.shape[1:]).is_static:
+                return None
+            symbols.add(t.shape[0])
+    return next(iter(symbols)) if anchored and len(symbols) == 1 else None
 
-    sample = RuleCtx(ctx.node, ctx.attrs, [one(t) for t in ctx.in_types],
-                     [one(t) for t in ctx.out_types], ctx.consts, ctx.target)
+
+def _one(t: TensorType | None) -> TensorType | None:
+    """`t` for one sample: a batched type's axis 0 made 1."""
+    return t if not isinstance(t, TensorType) or t.is_static else t.with_shape(
+        (1, *t.shape[1:]))
+
+
+def _sample_loop(in_types: Sequence[TensorType | None], out_types: Sequence[TensorType],
+                 args: Sequence[ir.Value | None],
+                 step: Callable[[list[ir.Value | None]], Sequence[ir.Value]]
+                 ) -> list[ir.Value]:
+    """An `scf.for` over the batch (axis 0 of the first batched arg): `step` computes
+    sample i's results from sample i of each batched arg (static args whole)."""
     dyn = ir.ShapedType.get_dynamic_size()
-    count = size_of(args[0], 0)
-    loop = scf.ForOp(index_const(0), count, index_const(1), [empty(t) for t in ctx.out_types])
+    first = next(a for a, t in zip(args, in_types, strict=True)
+                 if a is not None and t is not None and not t.is_static)
+    loop = scf.ForOp(index_const(0), size_of(first, 0), index_const(1),
+                     [empty(t) for t in out_types])
     with ir.InsertionPoint(loop.body):
         i = loop.induction_variable
 
@@ -65,9 +105,33 @@ def lower_per_sample(ctx: RuleCtx, rule: Callable[..., Sequence[ir.Value]],
             return [i], [], [], [dyn, *[0] * (rank - 1)], [1, *t.shape[1:]], [1] * rank
 
         sliced = [a if a is None or t is None or t.is_static else
-                  tensor.extract_slice(tensor_type(one(t)), a, *params(t))
-                  for a, t in zip(args, ctx.in_types, strict=True)]
-        results = rule(sample, *sliced)
+                  tensor.extract_slice(tensor_type(_one(t)), a, *params(t))
+                  for a, t in zip(args, in_types, strict=True)]
+        results = step(sliced)
         scf.YieldOp([tensor.insert_slice(r, acc, *params(t)) for r, acc, t in
-                     zip(results, loop.inner_iter_args, ctx.out_types, strict=True)])
+                     zip(results, loop.inner_iter_args, out_types, strict=True)])
     return list(loop.results)
+
+
+def lower_per_sample(ctx: RuleCtx, rule: Callable[..., Sequence[ir.Value]],
+                     args: Sequence[ir.Value | None]) -> list[ir.Value]:
+    sample = RuleCtx(ctx.node, ctx.attrs, [_one(t) for t in ctx.in_types],
+                     [_one(t) for t in ctx.out_types], ctx.consts, ctx.target)
+    return _sample_loop(ctx.in_types, ctx.out_types, args, lambda sliced: rule(sample, *sliced))
+
+
+def lower_body_per_sample(graph: Graph, args: Sequence[ir.Value], target,
+                          lower: Callable[..., list[ir.Value]]) -> list[ir.Value]:
+    sample = Graph(graph.name)
+    mapping: dict[Value, Value] = {}
+    for node in graph.inputs:
+        mapping[node.out()] = sample.add_input(node.name, _one(node.types[0]))
+    for node in graph.nodes:
+        new = sample.append(node.replace(
+            inputs=tuple(None if v is None else mapping[v] for v in node.inputs),
+            types=tuple(_one(t) for t in node.types)))
+        mapping.update(zip(node.outputs, new.outputs, strict=True))
+    for name, v in graph.outputs:
+        sample.add_output(name, mapping[v])
+    return _sample_loop([n.types[0] for n in graph.inputs], [v.type for _, v in graph.outputs],
+                        args, lambda sliced: lower(sample, sliced, target))

@@ -7,6 +7,8 @@ Contract: `read_bundle(prefix)` returns {key: array} for every non-empty key; ea
 read-only view of a memory-mapped data shard (the weights are never read into memory twice:
 at most one copy, the page cache's). Any malformed structure is a TfImportError naming the
 file. Sliced (partitioned) variables and compressed blocks are refused by name.
+`read_string(prefix, key)` returns the bytes of the scalar string entry `key` (e.g. the
+checkpoint's object graph, `_CHECKPOINTABLE_OBJECT_GRAPH`), None if there is none.
 """
 
 from __future__ import annotations
@@ -120,6 +122,30 @@ def read_bundle(prefix: str) -> dict[str, np.ndarray]:
                                 f"does not fit its shard or its {list(shape)} {dt}")
         arrays[key] = shard[entry.offset:entry.offset + entry.size].view(dt.np).reshape(shape)
     return arrays
+
+
+def read_string(prefix: str, key: str) -> bytes | None:
+    """The scalar string `key` of the bundle: stored as its varint length, a 4-byte
+    checksum of the lengths, then the bytes."""
+    index = f"{prefix}.index"
+    raw = read_table(index).get(key.encode())
+    if raw is None:
+        return None
+    entry = BundleEntryProto()
+    try:
+        entry.ParseFromString(raw)
+    except Exception:  # protobuf's DecodeError
+        raise TfImportError(f"{index}: malformed entry for '{key}'") from None
+    if entry.dtype != 7 or shape_of(entry.shape):
+        raise TfImportError(f"{index}: '{key}' is not a scalar string")
+    header = BundleHeaderProto()
+    header.ParseFromString(read_table(index).get(b"", b""))
+    shard = _shard(prefix, entry.shard_id, max(header.num_shards, 1))
+    data = bytes(shard[entry.offset:entry.offset + entry.size])
+    length, pos = _varint(data, 0, index)
+    if pos + 4 + length != len(data):
+        raise TfImportError(f"{index}: '{key}' ({entry.size} bytes) is not one string")
+    return data[pos + 4:]
 
 
 def _shard(prefix: str, shard: int, count: int) -> np.ndarray:

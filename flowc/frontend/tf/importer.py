@@ -5,7 +5,8 @@ Contract:
 - `import_tf(path, signature=None, feeds=(), fetches=(), config=None)` returns a verified
   Graph computing the fetches from the feeds, pruned to what the fetches need through data
   and control inputs (so the assigns a function's results wait for are kept; state.py).
-  Functional If/While become `if`/`loop` (control.py); v1 Switch/Merge frames are refused.
+  Functional If/While become `if`/`loop` (control.py); v1 Switch/Merge/Enter/Exit frames
+  are first recovered as functional If/While (frames.py).
 - Fetches: `fetches` (`Fetch`es, or `NODE[:i]` strings), else the config's, else the
   SavedModel signature's outputs, else (a GraphDef) every node output nothing reads, apart
   from ops without outputs. Feeds: `feeds` (`Feed`s or `NODE[:i]=SHAPE:DTYPE` strings)
@@ -34,7 +35,9 @@ from flowc.frontend.tf.control import CONTROL_OPS, convert_if, convert_while, fu
 from flowc.frontend.tf.dtypes import shape_of, tf_dtype
 from flowc.frontend.tf.errors import TfImportError
 from flowc.frontend.tf.feeds import Feed, Fetch, parse_feed, parse_fetch, read_config
+from flowc.frontend.tf.frames import functionalize
 from flowc.frontend.tf.loader import Ref, TfGraph, TfNode, load_graph
+from flowc.frontend.tf.optimizers import APPLY
 from flowc.frontend.tf.rules import CONVERTERS, is_supported
 from flowc.frontend.tf.state import STATE_OPS, WRITES, StateOps
 from flowc.ir import Graph, Node, Tensor, TensorType, Value
@@ -43,7 +46,8 @@ from flowc.ir.errors import FlowcError
 from flowc.ir.verifier import verify
 
 _NO_OUTPUTS = ("NoOp", "Assert", "AssignVariableOp", "Assign", "SaveV2", "RestoreV2",
-               "MergeV2Checkpoints", "Print", "PrintV2")
+               "MergeV2Checkpoints", "Print", "PrintV2", *(op for op in APPLY
+                                                          if op.startswith("Resource")))
 
 
 def _feeds_and_fetches(g: TfGraph, feeds: Sequence[Feed | str], fetches: Sequence[Fetch | str],
@@ -103,9 +107,7 @@ def _needed(g: TfGraph, fed: set[Ref], fetches: list[Fetch]) -> list[TfNode]:
                 source = g.node(ref[0], f"node '{node.name}' ({node.op})")
                 if state.get(source.name) == 1:
                     raise TfImportError(
-                        f"{g.path}: node '{node.name}' ({node.op}) is on a cycle: v1 control "
-                        "flow frames (Switch/Merge/Enter/Exit/NextIteration) are not supported; "
-                        "export with functional control flow (If/While)")
+                        f"{g.path}: node '{node.name}' ({node.op}) is on a cycle")
                 if not state.get(source.name):
                     stack.append((source, False))
     return order
@@ -159,6 +161,8 @@ class _Builder:
             self.feed(Feed((node.name, 0), node.name), node)
             return
         inputs = [self.values[ref] for ref in node.inputs]
+        if node.op not in STATE_OPS and node.op not in CONTROL_OPS:
+            inputs = self.state.reads(node, inputs, where)
         if node.op in STATE_OPS:
             results: Sequence[Value] = self.state.convert(node, inputs, where)
         elif node.op in CONTROL_OPS:
@@ -263,6 +267,7 @@ def import_tf(path: str | os.PathLike, signature: str | None = None,
               config: str | os.PathLike | None = None) -> Graph:
     """The flowc graph of a TensorFlow model (see the module docstring)."""
     g = load_graph(path, signature)
+    functionalize(g)
     feed_list, fetch_list = _feeds_and_fetches(g, feeds, fetches, config)
     fed = {f.ref for f in feed_list}
     order = _needed(g, fed, fetch_list)

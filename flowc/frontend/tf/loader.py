@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from flowc.frontend.tf.bundle import read_bundle
+from flowc.frontend.tf.bundle import read_bundle, read_string
 from flowc.frontend.tf.dtypes import DT_STRING, shape_of, tf_dtype, to_array
 from flowc.frontend.tf.errors import TfImportError
-from flowc.frontend.tf.protos import GraphDef, SavedModel
+from flowc.frontend.tf.protos import GraphDef, SavedModel, TrackableObjectGraph
 from flowc.ir import TensorType
 
 Ref = tuple[str, int]   # (node name, output index)
@@ -76,12 +76,20 @@ class TfGraph:
     nodes: dict[str, TfNode]
     signature: Signature | None   # a SavedModel's; None for a GraphDef
     functions: dict[str, Any] = field(default_factory=dict)   # the library, by name
+    # functions recovered from v1 frames (frames.py): name -> nodes, argument refs, results
+    synthetic: dict[str, tuple[dict[str, TfNode], list[Ref], list[Ref]]] = field(
+        default_factory=dict)
 
     def function_graph(self, name: str, prefix: str, where: str
                        ) -> tuple[TfGraph, list[Ref], list[Ref]]:
         """The body of library function `name` (an If branch, a While cond or body) as a
         flat graph of its own, its nodes named `PREFIX/NODE`: the graph, the refs its
-        arguments are read through (`_Arg` nodes) and the refs of its results."""
+        arguments are read through (`_Arg` nodes) and the refs of its results. A function
+        recovered from a v1 frame keeps its nodes' names (`prefix` is not used)."""
+        if name in self.synthetic:
+            nodes, args, results = self.synthetic[name]
+            return TfGraph(self.path, nodes, None, self.functions, self.synthetic), args, \
+                results
         if name not in self.functions:
             raise TfImportError(f"{where}: calls function '{name}', which the library does "
                                 "not define")
@@ -91,7 +99,7 @@ class TfGraph:
         for ref in args:
             flat.nodes[ref[0]] = TfNode(ref[0], "_Arg", [], {})
         flat.inline(function, prefix, args)
-        graph = TfGraph(self.path, flat.nodes, None, self.functions)
+        graph = TfGraph(self.path, flat.nodes, None, self.functions, self.synthetic)
         return graph, args, [(prefix, i) for i in range(len(function.signature.output_arg))]
 
     def node(self, name: str, what: str) -> TfNode:
@@ -200,10 +208,16 @@ class _Flattener:
         return names.index(arg)
 
 
-def _restored_values(nodes: dict[str, TfNode], prefix: str, path: str) -> None:
-    """Give each variable the saver assigns from a RestoreV2 its checkpoint value."""
+def _restored_values(nodes: dict[str, TfNode], prefix: str, path: str,
+                     objects: Any) -> None:
+    """Give each variable the saver assigns from a RestoreV2 its checkpoint value; then
+    each variable still without one the value the object graph gives it (`objects`, the
+    SavedObjectGraph: a variable object named like the VarHandleOp's shared_name, whose
+    checkpoint key the checkpoint's own object graph, same node ids, gives). Keras 3
+    variables need the latter: the saver restores a copy, not the variable the functions
+    use."""
     assigns = [n for n in nodes.values() if n.op in ("AssignVariableOp", "Assign")]
-    if not assigns:
+    if not assigns and not objects.nodes:
         return
     bundle = read_bundle(prefix)
     for assign in assigns:
@@ -223,6 +237,30 @@ def _restored_values(nodes: dict[str, TfNode], prefix: str, path: str) -> None:
             raise TfImportError(f"{path}: variable '{var.name}' is restored from a tensor the "
                                 "checkpoint does not hold")
         var.value = bundle[keys[index]]
+    missing = {_shared_name(n): n for n in nodes.values()
+               if n.op == "VarHandleOp" and n.value is None}
+    if missing and objects.nodes:
+        keys = _checkpoint_keys(prefix)
+        for index, obj in enumerate(objects.nodes):
+            var = missing.get(obj.variable.name) if obj.HasField("variable") else None
+            if var is not None and keys.get(index) in bundle:
+                var.value = bundle[keys[index]]
+
+
+def _shared_name(node: TfNode) -> str:
+    shared = node.attrs["shared_name"].s.decode() if "shared_name" in node.attrs else ""
+    return shared or node.name
+
+
+def _checkpoint_keys(prefix: str) -> dict[int, str]:
+    """{object graph node id: the checkpoint key of its VARIABLE_VALUE} from the
+    checkpoint's _CHECKPOINTABLE_OBJECT_GRAPH (empty if it has none)."""
+    raw = read_string(prefix, "_CHECKPOINTABLE_OBJECT_GRAPH")
+    if raw is None:
+        return {}
+    graph = _parse(TrackableObjectGraph(), raw, f"{prefix}.index", "TrackableObjectGraph")
+    return {i: a.checkpoint_key for i, node in enumerate(graph.nodes)
+            for a in node.attributes if a.name == "VARIABLE_VALUE"}
 
 
 def through_identity(nodes: dict[str, TfNode], ref: Ref) -> Ref:
@@ -286,7 +324,8 @@ def _saved_model(folder: str, signature: str | None) -> TfGraph:
     functions = _library(meta.graph_def)
     flat = _Flattener(functions, path)
     flat.add_graph(meta.graph_def.node)
-    _restored_values(flat.nodes, os.path.join(folder, "variables", "variables"), path)
+    _restored_values(flat.nodes, os.path.join(folder, "variables", "variables"), path,
+                     meta.object_graph_def)
     return TfGraph(path, flat.nodes, sig, functions)
 
 

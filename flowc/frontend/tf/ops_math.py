@@ -108,6 +108,13 @@ def _reduce(op: str) -> Converter:
     return convert
 
 
+def _relu_grad(ctx: TfContext) -> list[Value]:
+    """ReluGrad(gradients, features): the gradients where the features are positive."""
+    grads, features = ctx.inputs[:2]
+    positive = ctx.emit1("greater", [features, ctx.constant(np.zeros((), ctx.type(1).dtype.np))])
+    return ctx.emit("mul", [grads, ctx.emit1("cast", [positive], {"to": ctx.type(0).dtype})])
+
+
 def _arg(op: str) -> Converter:
     def convert(ctx: TfContext) -> list[Value]:
         axis = int(ctx.const(1).reshape(()))
@@ -122,7 +129,7 @@ CONVERTERS: dict[str, Converter] = {
     **{tf_op: _direct(op) for tf_op, op in DIRECT.items()},
     "Relu6": _relu6, "Elu": _elu, "Selu": _selu, "LeakyRelu": _leaky_relu, "Erfc": _erfc,
     "Square": _square, "SquaredDifference": _squared_difference, "AddN": _add_n,
-    "FloorDiv": _floor_div, "ClipByValue": _clip_by_value,
+    "FloorDiv": _floor_div, "ClipByValue": _clip_by_value, "ReluGrad": _relu_grad,
     "Sum": _reduce("reduce_sum"), "Mean": _reduce("reduce_mean"), "Max": _reduce("reduce_max"),
     "Min": _reduce("reduce_min"), "Prod": _reduce("reduce_prod"),
     "ArgMax": _arg("arg_max"), "ArgMin": _arg("arg_min"),

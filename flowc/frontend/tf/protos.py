@@ -9,7 +9,8 @@ on the wire); `DT_*` below names the values flowc imports.
 
 The field names and numbers are transcribed from TensorFlow's .proto files
 (tensorflow/core/framework/{graph,node_def,attr_value,tensor,tensor_shape,function,op_def,
-versions}.proto, tensorflow/core/protobuf/{saved_model,meta_graph,tensor_bundle}.proto,
+versions}.proto, tensorflow/core/protobuf/{saved_model,meta_graph,tensor_bundle,saved_object_graph,
+trackable_object_graph}.proto,
 tensorflow/compiler/tf2xla/tf2xla.proto), Copyright The TensorFlow Authors, licensed under
 the Apache License 2.0 (http://www.apache.org/licenses/LICENSE-2.0). Building descriptors
 in code rather than committing generated *_pb2.py keeps them independent of the protobuf
@@ -79,7 +80,15 @@ _MESSAGES: dict[str, list[tuple[str, int, str, str]]] = {
                                  ("tensorflow_version", 5, "string", "")],
     "MetaGraphDef": [("meta_info_def", 1, "MetaGraphDef.MetaInfoDef", ""),
                      ("graph_def", 2, "GraphDef", ""), ("saver_def", 3, "SaverDef", ""),
-                     ("signature_def", 5, "SignatureDef", "map:string")],
+                     ("signature_def", 5, "SignatureDef", "map:string"),
+                     ("object_graph_def", 7, "SavedObjectGraph", "")],
+    "SavedObjectGraph": [("nodes", 1, "SavedObject", "*")],
+    "SavedObject": [("variable", 7, "SavedVariable", "|kind")],
+    "SavedVariable": [("name", 6, "string", "")],
+    "TrackableObjectGraph": [("nodes", 1, "TrackableObject", "*")],
+    "TrackableObject": [("attributes", 2, "TrackableObject.SerializedTensor", "*")],
+    "TrackableObject.SerializedTensor": [("name", 1, "string", ""),
+                                         ("checkpoint_key", 3, "string", "")],
     "SavedModel": [("saved_model_schema_version", 1, "int64", ""),
                    ("meta_graphs", 2, "MetaGraphDef", "*")],
     "BundleHeaderProto": [("num_shards", 1, "int32", ""), ("endianness", 2, "int32", "")],
@@ -151,3 +160,4 @@ SavedModel = _CLASSES["SavedModel"]
 BundleHeaderProto = _CLASSES["BundleHeaderProto"]
 BundleEntryProto = _CLASSES["BundleEntryProto"]
 TfConfig = _CLASSES["TfConfig"]
+TrackableObjectGraph = _CLASSES["TrackableObjectGraph"]

@@ -3,10 +3,17 @@
 
 - the input gradient of a conv is a conv_transpose of the cotangent with the same filter,
   strides, dilations, group and begin pads (its end pads chosen so the result has X's
-  size; input that no window read gets zeros by a `pad`);
+  size; input that no window read gets zeros by a `pad`); ungrouped 2-D at stride 1, that
+  conv_transpose is written as the channels-last conv of the flipped filter between
+  transposes (`_stride1_transpose_conv`); a strided undilated one interleaves stride
+  phases (`_stacked_input_grad`, `_phased_input_grad`);
 - the filter gradient is a conv whose batch is X's channels (per group) and whose filter is
   the cotangent: dW[m, c, k] = sum_n,o dy[n, m, o] x[n, c, o*s + k*d - b], i.e. a conv with
-  strides and dilations swapped (X sliced where its end was never read);
+  strides and dilations swapped (X sliced where its end was never read); ungrouped, it is
+  a channels-last conv of X as [C, *S, N] with the cotangent as [*O, N, M], so that its
+  kernel reads both in the layout the conv strategy wants (in ONNX layout, both were
+  transposed again inside the kernel: ~40% of bench/train.py's CNN step), and only the
+  small [C, *K, M] result is transposed back;
 - a conv_transpose is the transpose of the conv with its filter: its input gradient is that
   conv of the cotangent, its filter gradient the filter gradient of that conv;
 - max_pool's gradient reruns the pool with Indices and adds the cotangent at each
@@ -61,17 +68,82 @@ def input_grad(g, ct, w, group, strides, dilations, begin, spatial, out):
     kernel = _dims(g, w.type, "a filter")
     if any(s > 1 for s in strides) and all(d == 1 for d in dilations) and all(
             s <= k for s, k in zip(strides, kernel, strict=True)):
+        if group == 1:
+            return _stacked_input_grad(g, ct, w, strides, begin, spatial, out, kernel)
         return _phased_input_grad(g, ct, w, group, strides, begin, spatial, out, kernel)
     span = [s * (o - 1) + (k - 1) * d + 1 for s, o, k, d
             in zip(strides, out, kernel, dilations, strict=True)]
     end = [sp - b - size for sp, b, size in zip(span, begin, spatial, strict=True)]
-    dx = g.op("conv_transpose", ct, w, group=group, strides=list(strides),
-              dilations=list(dilations), pads=[*begin, *(max(e, 0) for e in end)])
+    pads = [*begin, *(max(e, 0) for e in end)]
+    dx = (_stride1_transpose_conv(g, ct, w, dilations, pads, kernel)
+          if group == 1 and len(spatial) == 2 and all(s == 1 for s in strides) else None)
+    if dx is None:
+        dx = g.op("conv_transpose", ct, w, group=group, strides=list(strides),
+                  dilations=list(dilations), pads=pads)
     if any(e < 0 for e in end):  # trailing input no window read: zero gradient
         rank = len(spatial) + 2
         pads = [0] * rank + [0, 0, *(max(-e, 0) for e in end)]
         dx = g.op("pad", dx, g.ints(pads))
     return dx
+
+
+def _stride1_transpose_conv(g, ct, w, dilations, pads, kernel):
+    """conv_transpose(ct, w) (stride 1, group 1, 2-D, ONNX layout) as the channels-last
+    conv of ct [N, *O, M] with w flipped as [*K, M, C] and the pads (k-1)*d - p, between
+    transposes: its kernel reads the layout the conv strategy wants and pads by an
+    insert_slice (conv_transpose's lowering transposes both inside its kernel and pads by
+    selects); None when a pad would be negative."""
+    n = len(kernel)
+    grow = [(k - 1) * d for k, d in zip(kernel, dilations, strict=True)]
+    conv_pads = [gr - p for gr, p in zip(grow * 2, pads, strict=True)]
+    if any(p < 0 for p in conv_pads):
+        return None
+    taps = g.op("transpose", w, perm=[*range(2, n + 2), 0, 1])  # [*K, M, C]
+    flipped = g.op("slice", taps, g.ints([-1] * n), g.ints([-_FAR] * n), g.ints(range(n)),
+                   g.ints([-1] * n))
+    last = g.op("transpose", ct, perm=[0, *range(2, n + 2), 1])  # [N, *O, M]
+    y = g.op("conv", last, flipped, group=1, dilations=list(dilations), pads=conv_pads,
+             channels_last=True)
+    return g.op("transpose", y, perm=[0, n + 1, *range(1, n + 1)])
+
+
+def _stacked_input_grad(g, ct, w, strides, begin, spatial, out, kernel):
+    """`_phased_input_grad` of an ungrouped conv as one conv_transpose: each phase's taps
+    zero-padded at their end to ceil(k / s) (a phase's extra output positions then read
+    only zero taps) and stacked along the output channels (phase-major), so the cotangent
+    is read once and the kernel has s0*s1*... times the channels; the phases are then
+    interleaved by one reshape-transpose-reshape (depth to space) and the pads sliced off.
+    More multiply-adds than the separate phases (each phase as many taps as the largest),
+    one kernel instead of one per phase plus pads and concats."""
+    n, rank = len(spatial), len(spatial) + 2
+    taps_len = [-(-k // s) for k, s in zip(kernel, strides, strict=True)]
+    lengths = [-(-(b + size) // s) for b, size, s in zip(begin, spatial, strides, strict=True)]
+    parts = []
+    for p in itertools.product(*(range(s) for s in strides)):
+        taps = g.op("slice", w, g.ints(p), g.ints([_FAR] * n), g.ints(range(2, rank)),
+                    g.ints(strides))
+        grow = [t - -(-(k - q) // s) for t, k, q, s in zip(taps_len, kernel, p, strides,
+                                                           strict=True)]
+        if any(grow):
+            taps = g.op("pad", taps, g.ints([0] * rank + [0, 0, *grow]))
+        parts.append(taps)
+    stacked = parts[0] if len(parts) == 1 else g.op("concat", *parts, axis=1)
+    dx = g.op("conv_transpose", ct, stacked, group=1)  # [N, P*C, *(O + T - 1)]
+    have = [o + t - 1 for o, t in zip(out, taps_len, strict=True)]
+    if have != lengths:
+        rows = [max(size - h, 0) for size, h in zip(lengths, have, strict=True)]
+        if any(rows):
+            dx = g.op("pad", dx, g.ints([0] * rank + [0, 0, *rows]))
+        if any(h > size for h, size in zip(have, lengths, strict=True)):
+            dx = g.op("slice", dx, g.ints([0] * n), g.ints(lengths), g.ints(range(2, rank)))
+    channels = w.type.shape[1]
+    phased = g.op("reshape", dx, g.ints([-1, *strides, channels, *lengths]))
+    moved = g.op("transpose", phased, perm=[0, n + 1, *(i for j in range(n)
+                                                          for i in (n + 2 + j, 1 + j))])
+    merged = g.op("reshape", moved, g.ints(
+        [-1, channels, *(size * s for size, s in zip(lengths, strides, strict=True))]))
+    return g.op("slice", merged, g.ints(begin), g.ints([b + size for b, size in zip(
+        begin, spatial, strict=True)]), g.ints(range(2, rank)))
 
 
 def _phased_input_grad(g, ct, w, group, strides, begin, spatial, out, kernel):
@@ -119,18 +191,23 @@ def filter_grad(g, x, ct, group, strides, dilations, begin, kernel, x_dims, out)
         axes = [i + 2 for i, e in enumerate(end) if e < 0]
         ends = [spatial[i - 2] + end[i - 2] for i in axes]
         x = g.op("slice", x, g.ints([0] * len(axes)), g.ints(ends), g.ints(axes))
+    pads = [*begin, *(max(e, 0) for e in end)]
+    if group == 1:  # channels last: one transpose per operand, none inside the kernel
+        batch = g.op("transpose", x, perm=[1, *range(2, rank), 0])  # [C, *S, N]
+        taps = g.op("transpose", ct, perm=[*range(2, rank), 0, 1])  # [*O, N, M]
+        dw = g.op("conv", batch, taps, group=1, strides=list(dilations),
+                  dilations=list(strides), pads=pads, channels_last=True)  # [C, *K, M]
+        return g.op("transpose", dw, perm=[rank - 1, 0, *range(1, rank - 1)])
+    # [N, g, C/g, *S] -> [C/g, g * N, *S]: each group's channels as one batch
+    cg = c // group
+    sizes = [min(size, size + e) for size, e in zip(spatial, end, strict=True)]
+    grouped = g.op("reshape", x, g.ints([-1, group, cg, *sizes]))
+    moved = g.op("transpose", grouped, perm=[2, 1, 0, *range(3, rank + 1)])
+    batch = g.op("reshape", moved, g.ints([cg, -1, *sizes]))
     swap = [1, 0, *range(2, rank)]
-    if group == 1:
-        batch = g.op("transpose", x, perm=swap)
-    else:  # [N, g, C/g, *S] -> [C/g, g * N, *S]: each group's channels as one batch
-        cg = c // group
-        sizes = [min(size, size + e) for size, e in zip(spatial, end, strict=True)]
-        grouped = g.op("reshape", x, g.ints([-1, group, cg, *sizes]))
-        moved = g.op("transpose", grouped, perm=[2, 1, 0, *range(3, rank + 1)])
-        batch = g.op("reshape", moved, g.ints([cg, -1, *sizes]))
     taps = g.op("transpose", ct, perm=swap)
     dw = g.op("conv", batch, taps, group=group, strides=list(dilations),
-              dilations=list(strides), pads=[*begin, *(max(e, 0) for e in end)])
+              dilations=list(strides), pads=pads)
     return g.op("transpose", dw, perm=swap)
 
 

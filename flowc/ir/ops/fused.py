@@ -4,7 +4,8 @@ The `fuse` pass forms these; codegen compiles each `body` as one kernel (see
 flowc/codegen/README.md), so the type rule below checks that a body is exactly what a
 kernel body may be:
 - closed (the verifier checks that), its inputs the node's operands, type for type, its
-  outputs the node's results; every input and output type static (no `N`, no `?`);
+  outputs the node's results; every input and output a tensor type of known dims (sizes
+  or symbolic dims such as `N` or `N*S`, whose kernel takes the run's dims; no `?`);
 - only pure ops without bodies, on no device of their own (the `fused` node carries the
   device), with no control dependencies; constants of at most `MAX_INLINE_CONSTANT`
   elements (graph-level weights arrive as operands);
@@ -67,6 +68,13 @@ def static_tensor(t: Any) -> bool:
     return isinstance(t, TensorType) and all(isinstance(d, int) for d in t.shape)
 
 
+@functools.cache
+def known_tensor(t: Any) -> bool:
+    """A tensor type whose every dim is a size or a symbolic dim (no `?`): a kernel of
+    run-time extents takes it, sized by the run's dims (issue [12])."""
+    return isinstance(t, TensorType) and all(d is not None for d in t.shape)
+
+
 def small_constant(t: Any) -> bool:
     """Whether a constant of type `t` is small enough to live inside a body."""
     return static_tensor(t) and math.prod(t.shape) <= MAX_INLINE_CONSTANT
@@ -126,9 +134,9 @@ def _fused_infer(ctx: InferContext) -> tuple:
         ctx.fail("the body has no outputs")
     for what, types in (("input", body.input_types), ("output", body.output_types)):
         for t in types:
-            if not static_tensor(t):
-                ctx.fail(f"every body {what} has a static tensor type (a kernel's buffers "
-                         f"have fixed sizes), found {t}")
+            if not known_tensor(t):
+                ctx.fail(f"every body {what} has a tensor type of known dims (sizes or "
+                         f"symbolic dims, no ?), found {t}")
     for i, node in enumerate(body.nodes):
         _check_node(ctx, i, node)
     _check_kind(ctx, kind, body)

@@ -107,12 +107,6 @@ def test_feed_of_the_wrong_shape():
         import_tf(FIXTURES / "mlp.pb", feeds=["x=4x8:f32"])
 
 
-def test_v1_control_flow_frames_are_refused_by_name():
-    with pytest.raises(TfImportError, match=r"control_v1\.pb: node '.*' \(\w+\) is on a cycle: "
-                       r"v1 control flow frames \(Switch/Merge/Enter/Exit/NextIteration\)"):
-        import_tf(FIXTURES / "control_v1.pb")
-
-
 def test_bad_fetch_and_signature(tmp_path):
     with pytest.raises(TfImportError, match="--fetch 'nope' names node 'nope'"):
         import_tf(FIXTURES / "mlp.pb", fetches=["nope"])

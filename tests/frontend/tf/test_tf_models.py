@@ -19,9 +19,7 @@ from flowc.runtime.loader import load
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "tf"
 MODELS = ("mlp", "cnn", "block", "ops", "control")
-# `control` (functional If/While -> the IR's if/loop) runs in the interpreter only: artifacts
-# do not run control flow on this branch yet (issue [11])
-COMPILED = ("mlp", "cnn", "block", "ops")
+COMPILED = MODELS   # `control` too: functional If/While compiled as the IR's if/loop
 INPUTS = {"mlp": "x", "cnn": "image", "block": "tokens", "ops": "v", "control": "s"}
 
 
@@ -110,3 +108,37 @@ def test_assigned_variables_become_flowc_variables(tmp_path):
             for name in ("mean", "y"):
                 np.testing.assert_allclose(results[name], data[f"{name}{call}"], rtol=1e-5,
                                            atol=1e-6, err_msg=f"{name}, call {call}")
+
+
+def test_variables_written_inside_while_and_cond_bodies(tmp_path):
+    """stateful_control_saved: a While body reads `w` and writes `acc` and `count` (and a
+    cond inside it writes `acc` again), a cond's branches write `c`. Each variable passed
+    into a body is read before the op, its value threaded through the body (an extra `if`
+    result, a carried `loop` value; on into the nested cond) and assigned back after it;
+    three calls in a row match TF's (interpreted and compiled), and so do the variables
+    after them."""
+    data = np.load(FIXTURES / "stateful_control.npz")
+    graph = import_tf(FIXTURES / "stateful_control_saved")
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("variable") == 4 and {"loop", "if"} <= set(ops)
+    bodies = [body for n in graph.nodes if n.op in ("loop", "if")
+              for body in n.attrs.values() if hasattr(body, "nodes")]
+    assert len(bodies) == 3   # the loop body, both branches: none writes a variable
+    assert not any(inner.op.startswith("assign") for body in bodies for inner in body.nodes)
+    writes = [n.name for n in graph.nodes if n.op.startswith("assign")]
+    state = State()
+    flowc.compile(FIXTURES / "stateful_control_saved", tmp_path / "art")
+    model = load(tmp_path / "art")
+    for call in (1, 2, 3):
+        x = data[f"x{call}"]
+        for results in (interpret(graph, {"x": x}, ["h", "acc", *writes], state=state),
+                        model.run(x)):
+            for name in ("h", "acc"):
+                np.testing.assert_allclose(results[name], data[f"{name}{call}"], rtol=1e-5,
+                                           atol=1e-6, err_msg=f"{name}, call {call}")
+    variables = model.variables()
+    for name in ("w", "acc", "count", "c"):
+        np.testing.assert_allclose(variables[name], data[f"var/{name}"], rtol=1e-5,
+                                   err_msg=name)
+        np.testing.assert_allclose(state.variables[name], data[f"var/{name}"], rtol=1e-5,
+                                   err_msg=name)

@@ -220,25 +220,33 @@ def matmul_strategy(op: ir.Operation, target: Target, i: int) -> str | None:
     if k < 2:
         return None
     lanes = target.vector_bits // width
+    mr = micro_rows(target)
     nr = direct_cols(m, n, target, lanes)
     wide = nr >= min(2 * lanes, n)  # else packed, padded panels do better than thin tiles
+    # with 16 registers, a row of more than one vector but not whole vectors (N = 10 of
+    # 8 lanes) makes LLVM split each tile row into odd vectors (8x slower): split at whole
+    # vectors (direct), or panels padded to whole vectors (packed)
+    few = accumulators(target) < MICRO_VECTORS  # 16 vector registers
+    ragged = lanes < n and n % lanes != 0 and few
     name = f"mm{i}"
     head = MATCH.format(n=name, op=op.name, i=i)
-    if m < MICRO_ROWS:
+    if m < mr:
         return head + direct(name, c, m, nr, filled_init(op), _transposed(op), lanes)
-    if k <= DIRECT_MAX_K and n % nr == 0 and wide:
-        if m % MICRO_ROWS == 0 or (filled_init(op) and _transposed(op)):
-            return head + direct(name, c, MICRO_ROWS, nr, filled_init(op), _transposed(op), lanes)
-        main = m - m % MICRO_ROWS  # rows in whole register tiles; the rest, a tile of its own
+    if k <= direct_max_k(target) and n % nr == 0 and wide and not ragged:
+        if m % mr == 0 or (filled_init(op) and _transposed(op)):
+            return head + direct(name, c, mr, nr, filled_init(op), _transposed(op), lanes)
+        main = m - m % mr  # rows in whole register tiles; the rest, a tile of its own
         return (head + SPLIT.format(n=name, at=main, dim=c.m)
-                + direct(f"{name}a", c, MICRO_ROWS, nr, False)
+                + direct(f"{name}a", c, mr, nr, False)
                 + direct(f"{name}b", c, m - main, direct_cols(m - main, n, target, lanes), False))
     if not c.layout:  # a transposed operand read in place (explicit maps): never packed
         return head + split_direct(name, c, target, lanes) if k <= DIRECT_MAX_K else None
+    if ragged and k <= direct_max_k(target):  # whole vectors, then the last columns
+        return head + split_direct(name, c, target, lanes, lanes)
     batched = op.name == "linalg.batch_matmul"
     b = [0] if batched else []
     one = [1] if batched else []
-    mr, nr = MICRO_ROWS, min(2 * lanes, n)
+    nr = 2 * lanes if ragged else min(2 * lanes, n)  # ragged: panels padded to vectors
     micro = [*one, 1, 1, 1]
     return MATMUL.format(
         n=f"mm{i}", op=op.name, i=i, packed=ints([*b, mr, nr, 0]), cols=ints([*one, 0, 1]),
@@ -283,23 +291,26 @@ def direct(name: str, c: Contraction, mr: int, nr: int, filled: bool,
             + fmt(ROW_TILES + DIRECT_MICRO, f"{name}b", m % mr))
 
 
-def split_direct(name: str, c: Contraction, target: Target, lanes: int) -> str:
+def split_direct(name: str, c: Contraction, target: Target, lanes: int,
+                 unit: int = 0) -> str:
     """Direct tiles for any M and N: rows that are not a whole number of register tiles
     split off first (a tile of their own, masked columns), then columns that are not a
-    whole number of two-vector tiles (one narrower tile)."""
+    whole number of `unit`-column tiles (default two vectors; one narrower tile)."""
+    unit = unit or 2 * lanes
     m, n = c.sizes[c.m], c.sizes[c.n]
-    script, rows = "", m - m % MICRO_ROWS
+    mr = micro_rows(target)
+    script, rows = "", m - m % mr
     if rows < m:
         script = (SPLIT.format(n=name, at=rows, dim=c.m)
                   + direct(f"{name}b", c, m - rows, direct_cols(m - rows, n, target, lanes),
                            False))
         name = f"{name}a"
-    cols = n - n % (2 * lanes)
+    cols = n - n % unit
     if cols in (0, n):
-        return script + direct(name, c, MICRO_ROWS, min(2 * lanes, n), False)
+        return script + direct(name, c, mr, min(unit, n), False)
     return (script + SPLIT.format(n=name, at=cols, dim=c.n)
-            + direct(f"{name}a", c, MICRO_ROWS, 2 * lanes, False)
-            + direct(f"{name}b", c, MICRO_ROWS, n - cols, False))
+            + direct(f"{name}a", c, mr, unit, False)
+            + direct(f"{name}b", c, mr, n - cols, False))
 
 
 def strip_tiles(k: int, nr: int, lanes: int) -> list[int] | None:
@@ -334,8 +345,23 @@ def direct_cols(m: int, n: int, target: Target, lanes: int) -> int:
     all of N (up to two vectors) when N is not a whole number of vectors."""
     if n % lanes:
         return min(2 * lanes, n)
-    vectors = 2 if m >= MICRO_ROWS else max(2, accumulators(target) // m)
+    vectors = 2 if m >= micro_rows(target) else max(2, accumulators(target) // m)
     return lanes * divisor(n // lanes, vectors)
+
+
+def direct_max_k(target: Target) -> int:
+    """K up to which the direct strategy reads B in place. With 16 registers a register
+    tile does a quarter of AVX-512's work per row of B's strip, too little to hide the
+    strip's strided reads from L2 (one 4 KiB page a row for a 1024-wide B): pack beyond
+    a short K."""
+    return DIRECT_MAX_K if accumulators(target) == MICRO_VECTORS else 256
+
+
+def micro_rows(target: Target) -> int:
+    """MR: rows of a register tile of two vectors, its accumulators within the target's
+    budget (8 with 32 vector registers; 6 with the 16 of SSE/AVX2, where 8 rows spill: 12
+    accumulators, two vectors of B, one broadcast of A)."""
+    return MICRO_ROWS if accumulators(target) == MICRO_VECTORS else 6
 
 
 def accumulators(target: Target) -> int:

@@ -1,0 +1,44 @@
+"""scatter_reduce: scatter_add's siblings for ONNX ScatterND/ScatterElements reductions
+"mul", "max" and "min" (frontend/onnx_scatter.py imports them over data flattened to rows).
+
+`scatter_reduce(data, indices, updates, axis; reduction)`: `data` with each slice
+`updates[pre, i, post]` combined into `out[pre, indices[i], post]` by `reduction` (mul,
+max or min), in index order (duplicates combine, as ONNX's reductions do); shapes and
+index rules as scatter_add's (flowc/ir/ops/scatter.py): negative indices count from the
+end, one outside [-n, n-1] is an error in the interpreter and clamped by compiled kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
+from flowc.ir.ops.scatter import _infer as _scatter_infer
+
+REDUCTIONS = {"mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _infer(ctx: InferContext):
+    if ctx.attrs["reduction"] not in REDUCTIONS:
+        ctx.fail(f"attribute 'reduction' must be one of {', '.join(REDUCTIONS)}, found "
+                 f"'{ctx.attrs['reduction']}'")
+    return _scatter_infer(ctx)
+
+
+def _kernel(ctx: KernelContext, data, idx, upd):
+    axis = ctx.attrs["axis"] % data.ndim
+    n = data.shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise ValueError(f"an index is out of range [-{n}, {n - 1}] for axis {axis}")
+    flat = np.where(idx < 0, idx + n, idx).reshape(-1).astype(np.int64)
+    rows = upd.reshape(*data.shape[:axis], flat.size, *data.shape[axis + 1:])
+    out = data.copy()
+    REDUCTIONS[ctx.attrs["reduction"]].at(out, (slice(None),) * axis + (flat,), rows)
+    return out
+
+
+define("scatter_reduce", ("data", "indices", "updates"), _infer, _kernel,
+       attrs=[AttrSpec("axis", "int", 0), AttrSpec("reduction", "str")],
+       no_grad="inference only: ONNX's mul/max/min scatter reductions are imported for "
+       "inference", doc="data with each slice of updates combined at its index along axis "
+       "by mul, max or min.")
