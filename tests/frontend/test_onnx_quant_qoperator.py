@@ -109,3 +109,15 @@ def test_a_per_axis_scale_is_refused_naming_the_node():
     with pytest.raises(OnnxImportError, match=r"node 'sig' \(QLinearSigmoid\).*X_scale has "
                                               r"shape \[3\]; it is one scalar"):
         import_onnx(_model_of(node, [("a", [2, 3, 4])], consts))
+
+
+def test_softmax_1_semantics_and_a_bad_concat_are_refused_naming_the_node():
+    consts = {"sa": S, "za": Z, "sy": np.float32(0.04), "zy": np.uint8(100)}
+    node = helper.make_node("QLinearSoftmax", ["a", "sa", "za", "sy", "zy"], ["y"], name="sm",
+                            domain="com.microsoft", axis=1, opset=11)
+    with pytest.raises(OnnxImportError, match=r"node 'sm' \(QLinearSoftmax\).*opset 11"):
+        import_onnx(_model_of(node, [("a", [2, 3, 4])], consts))
+    node = helper.make_node("QLinearConcat", ["sy", "zy", "a", "sa"], ["y"], name="cat",
+                            domain="com.microsoft", axis=1)
+    with pytest.raises(OnnxImportError, match=r"node 'cat' \(QLinearConcat\).*triples"):
+        import_onnx(_model_of(node, [("a", [2, 3, 4])], consts))
