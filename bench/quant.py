@@ -1,8 +1,9 @@
-"""int8 speed: an MLP (512 -> 1024 -> 1024 -> 256) and a small CNN (three 3x3 convs at
-32x32, a classifier), quantized by onnxruntime's quantize_static (QDQ, per-channel s8
+"""int8 speed: an MLP (512 -> 1024 -> 1024 -> 256), a small CNN (three 3x3 convs at 32x32, a
+classifier), a ResNet-style CNN (stem + residual blocks) and a BERT-style encoder layer,
+quantized by onnxruntime's quantize_static (QDQ, per-channel s8
 weights, u8 or s8 activations) and quantize_dynamic, compiled by flowc (the `qdq` pass
-makes their matmuls `qmatmul`, vpdpbusd on AVX512-VNNI; ConvInteger is an i32 conv; QDQ
-convs stay f32 convs of the dequantized weights), against onnxruntime's session of the same
+makes their matmuls `qmatmul` and their convs, QDQ and ConvInteger, `qconv`: vpdpbusd on
+AVX512-VNNI), against onnxruntime's session of the same
 quantized model and flowc's own f32 build of the model before quantization.
 Writes bench/results/quant.md.
 
@@ -69,6 +70,70 @@ def cnn(batch: int):
     return _model("cnn", nodes, [batch, 3, 32, 32], [batch, 10], weights)
 
 
+def resnet(batch: int, channels: int = 32, size: int = 32, blocks: int = 2, seed: int = 16):
+    """A ResNet-style CNN (batch norms folded into the convs' biases, as exported for
+    inference): a 3x3 stem conv 3 -> `channels`, `blocks` residual blocks (3x3 conv, relu,
+    3x3 conv, add the block's input, relu), global average pool, a `channels` -> 10
+    classifier."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, weights = [], []
+
+    def conv(x, c, m, name):
+        w = (rng.standard_normal((m, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
+        b = (rng.standard_normal(m) * 0.1).astype(np.float32)
+        weights.extend([numpy_helper.from_array(w, f"{name}_w"),
+                        numpy_helper.from_array(b, f"{name}_b")])
+        nodes.append(helper.make_node("Conv", [x, f"{name}_w", f"{name}_b"], [name],
+                                      pads=[1, 1, 1, 1]))
+        return name
+
+    def relu(x):
+        nodes.append(helper.make_node("Relu", [x], [f"{x}_r"]))
+        return f"{x}_r"
+
+    x = relu(conv("x", 3, channels, "stem"))
+    for i in range(blocks):
+        h = conv(relu(conv(x, channels, channels, f"b{i}a")), channels, channels, f"b{i}b")
+        nodes.append(helper.make_node("Add", [h, x], [f"b{i}s"]))
+        x = relu(f"b{i}s")
+    weights.append(numpy_helper.from_array(
+        (rng.standard_normal((channels, 10)) / np.sqrt(channels)).astype(np.float32), "fc"))
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["p"]),
+              helper.make_node("Flatten", ["p"], ["f"]),
+              helper.make_node("MatMul", ["f", "fc"], ["y"])]
+    return _model("resnet", nodes, [batch, 3, size, size], [batch, 10], weights)
+
+
+def encoder(batch: int, tokens: int = 32, hidden: int = 128, ffn: int = 512):
+    """A BERT-style layer on [batch, tokens, hidden]: Q, K, V projections, softmax attention
+    (one head), an output projection with a residual, LayerNormalization, a ReLU
+    feed-forward block."""
+    from onnx import helper, numpy_helper
+
+    rng = np.random.default_rng(17)
+
+    def w(name, k, n):
+        return numpy_helper.from_array(
+            (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), name)
+
+    mm = helper.make_node
+    nodes = [mm("MatMul", ["x", "wq"], ["q"]), mm("MatMul", ["x", "wk"], ["k"]),
+             mm("MatMul", ["x", "wv"], ["v"]), mm("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+             mm("MatMul", ["q", "kt"], ["s"]), mm("Softmax", ["s"], ["p"], axis=-1),
+             mm("MatMul", ["p", "v"], ["c"]), mm("MatMul", ["c", "wo"], ["o"]),
+             mm("Add", ["o", "x"], ["res"]),
+             mm("LayerNormalization", ["res", "g", "beta"], ["n"], axis=-1),
+             mm("MatMul", ["n", "w1"], ["h"]), mm("Relu", ["h"], ["hr"]),
+             mm("MatMul", ["hr", "w2"], ["y"])]
+    weights = [w("wq", hidden, hidden), w("wk", hidden, hidden), w("wv", hidden, hidden),
+               w("wo", hidden, hidden), w("w1", hidden, ffn), w("w2", ffn, hidden),
+               numpy_helper.from_array(np.ones(hidden, np.float32), "g"),
+               numpy_helper.from_array(np.zeros(hidden, np.float32), "beta")]
+    return _model("encoder", nodes, [batch, tokens, hidden], [batch, tokens, hidden], weights)
+
+
 def mlp(batch: int):
     from onnx import helper, numpy_helper
 
@@ -129,7 +194,8 @@ def run(threads: list[int], rounds: int, batch: int, names: list[str]) -> list[s
              "| threads | model | quantized | flowc int8 | onnxruntime int8 | flowc f32 "
              "| ort int8 / flowc int8 | flowc f32 / flowc int8 | max abs diff vs ort |",
              "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for build in [{"mlp": mlp, "cnn": cnn}[name] for name in names]:
+    for build in [{"mlp": mlp, "cnn": cnn, "resnet": resnet, "encoder": encoder}[name]
+                  for name in names]:
         f32 = build(batch)
         name = f32.graph.name
         models = {"f32": f32, **{kind: quantize(f32, kind, work) for kind in KINDS}}
@@ -174,7 +240,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--models", nargs="+", choices=["mlp", "cnn"], default=["mlp", "cnn"])
+    parser.add_argument("--models", nargs="+", choices=["mlp", "cnn", "resnet", "encoder"],
+                        default=["mlp", "cnn", "resnet", "encoder"])
     args = parser.parse_args()
     load = os.getloadavg()[0]
     lines = run(args.threads, args.rounds, args.batch, args.models)

@@ -13,7 +13,8 @@ Contract:
   opset 13 with `onnx.version_converter` (an error names the ops it could not convert);
   opset-8 Scans, which it converts wrongly, become Loops over their batch (`onnx_scan8`).
 - Nodes convert through `onnx_nodes.CONVERTERS`, else straight onto the registry op that
-  names them (`OpDef.onnx`). An op with neither that has a function body (a standard
+  names them (`OpDef.onnx`); com.microsoft's quantized ops (QLinearAdd, ...) through
+  `onnx_quant.MS_CONVERTERS`. An op with neither that has a function body (a standard
   function op from `onnx.defs`, or a model-local function) is inlined through its body.
 - Shape arithmetic on known values (small integer results of constants, `shape`/`size` of
   static types) is folded into constants as it is imported (`onnx_fold`), so the ops
@@ -49,7 +50,7 @@ from flowc.frontend.onnx_attrs import (
 from flowc.frontend.onnx_external import load_external, read_model
 from flowc.frontend.onnx_fold import fold_shape_arithmetic
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
-from flowc.frontend.onnx_nodes import CONVERTERS, NodeContext, convert_default, is_supported
+from flowc.frontend.onnx_nodes import NodeContext, converter, is_supported
 from flowc.frontend.onnx_rules import check_no_stray_refs, check_opset, check_unique
 from flowc.frontend.onnx_scan import splice_graph
 from flowc.frontend.onnx_scan8 import mark_scan8, rewrite_scan8
@@ -133,7 +134,7 @@ def unsupported_nodes(model: onnx.ModelProto, path: str = "<model>") -> list[str
     def visit(nodes: Sequence[onnx.NodeProto], prefix: str) -> None:
         for i, node in enumerate(nodes):
             name = f"{prefix}{node.name or f'#{i}'}"
-            known = ((node.domain in DEFAULT_DOMAINS and is_supported(node.op_type))
+            known = (is_supported(node.op_type, node.domain)
                      or custom_ops.lookup(node.domain, node.op_type) is not None)
             if not known and not functions.has_body(node, opset):
                 domain = node.domain or "ai.onnx"
@@ -285,8 +286,7 @@ class _Importer:
         while inputs and inputs[-1] is None:
             inputs.pop()
         custom = custom_ops.lookup(onnx_node.domain, onnx_node.op_type)
-        known = ((onnx_node.domain in DEFAULT_DOMAINS and is_supported(onnx_node.op_type))
-                 or custom is not None)
+        known = is_supported(onnx_node.op_type, onnx_node.domain) or custom is not None
         if not known and not self.functions.has_body(onnx_node, self.opset):
             # only a function body's own nodes get here: the model's were checked up front
             domain = onnx_node.domain or "ai.onnx"
@@ -306,7 +306,7 @@ class _Importer:
             try:
                 results = (custom_ops.convert(ctx, custom, self.declared(onnx_node, where))
                            if custom is not None
-                           else CONVERTERS.get(onnx_node.op_type, convert_default)(ctx))
+                           else converter(onnx_node.op_type, onnx_node.domain)(ctx))
             except OnnxImportError:
                 raise
             except (FlowcError, TypeError, ValueError) as exc:

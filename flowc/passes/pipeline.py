@@ -27,8 +27,8 @@ Pipeline = list  # a list of pass instances, run in order
 # Named default pipelines: (pass string, why this step is here), in order.
 PIPELINES: dict[str, list[tuple[str, str]]] = {
     "default": [
-        ("qdq", "quantized matmuls as integer kernels, before folding dequantizes their "
-                "weights (CPU)"),
+        ("qdq", "quantized matmuls and convs as integer kernels, before folding dequantizes "
+                "their weights (CPU)"),
         ("cse", "merge pure nodes computing the same thing (duplicate constants, ops)"),
         ("constant-fold", "compute what depends only on constants and static shapes"),
         ("simplify", "remove identities, collapse chains, form gemm, fold batch norms"),

@@ -1,6 +1,7 @@
-"""`qdq`: matmuls of dequantized u8/s8 activations and constant s8 weights become `qmatmul`,
-the integer kernel (VNNI's vpdpbusd on x86 with AVX512-VNNI), as onnxruntime's QDQ
-transformer makes QLinearMatMul / MatMulIntegerToFloat of them.
+"""`qdq`: matmuls (convs) of dequantized u8/s8 activations and constant s8 weights become
+`qmatmul` (`qconv`), the integer kernels (VNNI's vpdpbusd on x86 with AVX512-VNNI), as
+onnxruntime's QDQ transformer makes QLinearMatMul / MatMulIntegerToFloat / QLinearConv of
+them.
 
 Matches, on a `matmul` of A [..., M, K] and a constant B [K, N] (the forms flowc's ONNX importer
 gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
@@ -17,12 +18,22 @@ gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
 - i32 (MatMulInteger): A = i32(a) - i32(za) (or i32(a)), B = i32(w) - i32(zw) with zw all
   zero: the matmul becomes acc itself (za may be a run-time value, as
   DynamicQuantizeLinear's).
+- a 2-D conv (ungrouped, undilated, channels first) in either form above, its filter
+  [O, C, KH, KW] constant s8 with zero zero points, scales per tensor or per output channel:
+  `qconv` of the activation transposed to NHWC and padded with its zero point, its i32
+  start the bias (the i32 of a dequantized i32 bias, as onnxruntime's QLinearConv adds it;
+  a conv with an f32 bias is left alone) less za * colsum(w), transposed back to NCHW; in
+  f32 scaled per channel (sa * sw, with a following division folded as above). A
+  requantization of it to u8 / i8 (elementwise, other operands one element) then runs in
+  NHWC with the transpose after its u8 / i8 result, where the next qconv's transpose into
+  NHWC cancels it (simplify).
 Guarantees: i32 results are exact (the same integers); f32 results are onnxruntime's
 (the integer product scaled once), which differ from the unrewritten f32 sum of dequantized
 products by f32 rounding. Left alone: nonzero weight zero points, weights
 that are not constant, a B of rank other than 2, nodes with control dependencies or on a
 GPU. An A of rank 3 or more is one [rows, K] product, reshaped back.
-Statistics: `matmuls-quantized`, `requantize-folded`.
+Statistics: `matmuls-quantized`, `convs-quantized`, `requantize-folded`,
+`requantize-channels-last`.
 """
 
 from __future__ import annotations
@@ -34,7 +45,9 @@ import numpy as np
 
 from flowc.ir.devices import is_gpu_device
 from flowc.ir.graph import Graph, Node, Value
-from flowc.ir.ops.quant import pack
+from flowc.ir.ops import ELEMENTWISE, OPS
+from flowc.ir.ops.quant import pack, pack_conv
+from flowc.ir.ops.window import _pads_for
 from flowc.ir.types import TensorType, f32, i32, u8
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
@@ -98,6 +111,31 @@ def _per_column(s: np.ndarray, n: int) -> np.ndarray | None:
     return None
 
 
+def _per_channel(s: np.ndarray, o: int) -> np.ndarray | None:
+    """`s` as one f32 per output channel of an [O, ...] filter (a scalar repeated), else
+    None."""
+    if s.size == 1:
+        return np.full(o, s.reshape(()), np.float32)
+    if s.size == o and s.shape[0] == o:  # [O] or [O, 1, 1, 1]
+        return s.reshape(o).astype(np.float32)
+    return None
+
+
+def _int_bias(rw: Rewriter, bias: Value, o: int) -> np.ndarray | None:
+    """The i32 [o] of a bias that is (f32(b) - f32(zb)) * s of constant i32 b, zb zero
+    (a DequantizeLinear of i32), else None."""
+    sb = _scaled(rw, bias)
+    found = None if sb is None else _quantized(rw, sb[0], "f32")
+    if found is None:
+        return None
+    data = _value(rw, found[0])
+    zero = None if found[1] is None else _value(rw, found[1])
+    if data is None or data.dtype != np.int32 or data.size != o or (
+            found[1] is not None and (zero is None or np.any(zero != 0))):
+        return None
+    return data.reshape(o)
+
+
 @register
 @dataclass(frozen=True)
 class Qdq:
@@ -108,15 +146,18 @@ class Qdq:
     def run(self, graph: Graph) -> Graph:
         graph = in_bodies(graph, self.run)
         return apply_patterns(graph, {"matmul": [("matmuls-quantized", self._matmul)],
-                                      "div": [("requantize-folded", self._requantize)]})
+                                      "conv": [("convs-quantized", self._conv)],
+                                      "div": [("requantize-folded", self._requantize)],
+                                      "cast": [("requantize-channels-last", _channels_last)]})
 
-    def _operands(self, node: Node, a: Value, b: Value, rw: Rewriter, dt: str):
-        """((q, zq), w data) of a matmul's quantized operands `a`, `b` (of dtype `dt`), else
-        None."""
+    def _operands(self, node: Node, a: Value, b: Value, rw: Rewriter, dt: str,
+                  rank: int = 2):
+        """((q, zq), w data) of a matmul's (a conv's: `rank` 4) quantized operands `a`, `b`
+        (of dtype `dt`), else None."""
         if node.ctrl or is_gpu_device(node.device) or not all(
                 isinstance(t, TensorType) and t.is_static for t in (a.type, b.type)):
             return None
-        if a.type.rank < 2 or b.type.rank != 2:
+        if a.type.rank < 2 or b.type.rank != rank:
             return None
         qa, qb = _quantized(rw, a, dt), _quantized(rw, b, dt)
         if qa is None or qb is None or qa[0].type.dtype.name not in ("u8", "i8"):
@@ -225,6 +266,108 @@ class Qdq:
         multiplier = np.float32(sa[1].reshape(())) * np.float32(sb[1].reshape(()))
         return rw.replace(node, "mul", [wide, rw.constant(np.float32(multiplier), node)])
 
+    def _conv(self, node: Node, rw: Rewriter) -> Node | list[Value] | None:
+        """A 2-D conv of a quantized activation and a constant s8 filter (QDQ's f32 form, or
+        ConvInteger's / QLinearConv's i32 one) as `qconv` (see `_conv_acc`); the f32 form
+        scaled once per output channel by sa * sw, its i32 bias (a DequantizeLinear of i32
+        at scale sa * sw, as quantize_static makes it) added to the accumulator, as
+        onnxruntime's QLinearConv does."""
+        x, w = node.inputs[:2]
+        bias = node.inputs[2] if len(node.inputs) > 2 else None
+        dt = node.types[0].dtype.name
+        if dt == "i32":
+            found = self._conv_operands(node, x, w, rw, "i32")
+            return None if bias is not None or found is None else \
+                [self._conv_acc(node, rw, *found, None)]
+        sa, sw = _scaled(rw, x), _scaled(rw, w)
+        if dt != "f32" or sa is None or sw is None or sa[1].size != 1:
+            return None
+        found = self._conv_operands(node, sa[0], sw[0], rw, "f32")
+        if found is None:
+            return None
+        o = w.type.shape[0]
+        scale = _per_channel(sw[1], o)
+        if scale is None:
+            return None
+        b32 = None
+        if bias is not None:
+            b32 = _int_bias(rw, bias, o)
+            if b32 is None:
+                return None  # an f32 bias: left to the f32 conv
+        acc = self._conv_acc(node, rw, *found, b32)
+        wide = rw.make("cast", [acc], {"to": f32}, node).out()
+        multiplier = (np.float32(sa[1].reshape(())) * scale).astype(np.float32)
+        return rw.replace(node, "mul", [wide, rw.constant(multiplier.reshape(o, 1, 1), node)])
+
+    def _conv_operands(self, node: Node, x: Value, w: Value, rw: Rewriter, dt: str):
+        """((q, zq), w data) of a conv's quantized operands when the conv is 2-D, ungrouped,
+        undilated, channels first and static; else None."""
+        attrs = node.attrs
+        if (x.type.rank != 4 or attrs.get("group", 1) != 1 or attrs.get("channels_last")
+                or any(d != 1 for d in attrs.get("dilations") or ())):
+            return None
+        return self._operands(node, x, w, rw, dt, rank=4)
+
+    def _conv_acc(self, node: Node, rw: Rewriter, qa: tuple[Value, Value | None],
+                  w: np.ndarray, b32: np.ndarray | None) -> Value:
+        """conv(q - za, w) + b32 in i32, [N, O, OH, OW]: q (s8 shifted to u8 as in
+        `_accumulate`) in NHWC, padded with its zero point (so padding adds nothing once
+        za * colsum(w) is subtracted), `qconv` with w packed and the bias less that
+        correction as its accumulators' start, transposed back to NCHW."""
+        q, za = qa
+        o, _, kh, kw = w.shape
+        shift = 128 if q.type.dtype.name == "i8" else 0
+        # transposed first: a transpose back to NCHW before `q` (`_channels_last`) cancels
+        x = rw.make("transpose", [q], {"perm": (0, 2, 3, 1)}, node).out()
+        if shift:
+            wide = rw.make("cast", [x], {"to": i32}, node).out()
+            moved = rw.make("add", [wide, rw.constant(np.int32(shift), node)], {}, node).out()
+            x = rw.make("cast", [moved], {"to": u8}, node).out()
+        strides = list(node.attrs.get("strides") or (1, 1))
+        pads = _pads_for({"auto_pad": node.attrs.get("auto_pad", "NOTSET"),
+                          "pads": node.attrs.get("pads")}, x.type.shape[1:3], (kh, kw),
+                         strides, (1, 1))
+        if any(sum(pads, ())):
+            zero = self._pad_value(node, rw, za, shift)
+            spec = np.array([0, pads[0][0], pads[1][0], 0, 0, pads[0][1], pads[1][1], 0],
+                            np.int64)
+            x = rw.make("pad", [x, rw.constant(spec, node), zero], {}, node).out()
+        colsum = w.astype(np.int32).sum(axis=(1, 2, 3), dtype=np.int32)
+        extra = np.zeros(o, np.int32) if b32 is None else b32.astype(np.int32)
+        known = np.zeros((), np.int32) if za is None else _value(rw, za)
+        start = None  # the accumulators' start: bias - (za + shift) * colsum(w)
+        if known is not None:
+            extra = extra - colsum * (known.astype(np.int32).reshape(()) + shift)
+            start = rw.constant(extra.astype(np.int32), node) if np.any(extra) else None
+        else:
+            zero = rw.make("cast", [za], {"to": i32}, node).out()
+            zero = rw.make("add", [zero, rw.constant(np.int32(shift), node)], {}, node).out()
+            start = rw.make("sub", [rw.constant(extra, node), rw.make(
+                "mul", [zero, rw.constant(colsum, node)], {}, node).out()], {}, node).out()
+            if start.type.shape != (o,):
+                start = rw.make("reshape", [start, rw.constant(np.array([o], np.int64), node)],
+                                {}, node).out()
+        acc = rw.make("qconv", [x, rw.constant(pack_conv(w), node), start],
+                      {"kernel": (kh, kw), "strides": tuple(strides), "o": o}, node).out()
+        return rw.make("transpose", [acc], {"perm": (0, 3, 1, 2)}, node).out()
+
+    def _pad_value(self, node: Node, rw: Rewriter, za: Value | None, shift: int) -> Value:
+        """The u8 scalar to pad a (shifted) activation with: its zero point."""
+        if za is None:
+            return rw.constant(np.uint8(shift), node)
+        known = _value(rw, za)
+        if known is not None:
+            return rw.constant(np.uint8(int(known.reshape(())) + shift), node)
+        zero = za
+        if shift:
+            wide = rw.make("cast", [za], {"to": i32}, node).out()
+            moved = rw.make("add", [wide, rw.constant(np.int32(shift), node)], {}, node).out()
+            zero = rw.make("cast", [moved], {"to": u8}, node).out()
+        if zero.type.rank:
+            zero = rw.make("reshape", [zero, rw.constant(np.zeros(0, np.int64), node)], {},
+                           node).out()
+        return zero
+
     def _requantize(self, node: Node, rw: Rewriter) -> Node | None:
         """div(f32(acc) * m, sy) -> f32(acc) * (m / sy) for this pass's scaled products."""
         x, sy = node.inputs
@@ -241,12 +384,59 @@ class Qdq:
         return rw.replace(node, "mul", [wide, rw.constant(folded, node)])
 
 
+def _channels_last(node: Node, rw: Rewriter) -> Node | None:
+    """A requantization of a `qconv` (elementwise from its multiplier's `mul` to a cast to
+    u8 / i8, every other operand one element) done in the accumulator's NHWC with one
+    transpose of the u8 / i8 result after it, in place of the i32 transpose before it:
+    a quarter of the bytes moved, and the next qconv's transpose into NHWC then cancels."""
+    if node.ctrl or node.types[0].dtype.name not in ("u8", "i8"):
+        return None
+    chain, cur = [], node
+    while True:
+        opdef = OPS.get(cur.op)
+        if (opdef is None or not opdef.has(ELEMENTWISE) or cur.ctrl
+                or (chain and rw.uses(cur.outputs[0]) != 1)):
+            return None
+        chain.append(cur)
+        if cur.op == "mul" and cur.inputs[0].node.op == "cast":
+            break
+        if any(v is not None and _elements(v) != 1 for v in cur.inputs[1:]):
+            return None
+        cur = cur.inputs[0].node
+    mul = chain[-1]
+    wide, m = mul.inputs
+    back = wide.node.inputs[0]
+    mult = _value(rw, m)
+    # `wide` and `back` are this pass's helpers (`_conv`), read by its `mul` only (the use
+    # counts also hold the `mul` that `_requantize` replaced)
+    if (back.node.op != "transpose" or tuple(back.node.attrs.get("perm") or ()) != (0, 3, 1, 2)
+            or not _from_qmatmul(back) or mult is None):
+        return None
+    o = back.type.shape[1]
+    if mult.size != 1 and mult.shape != (o, 1, 1):
+        return None
+    acc = back.node.inputs[0]
+    v = rw.make("cast", [acc], {"to": f32}, wide.node).out()
+    v = rw.make("mul", [v, rw.constant(mult.reshape(o) if mult.size != 1 else mult, mul)],
+                {}, mul).out()
+    for step in reversed(chain[:-1]):
+        v = rw.make(step.op, [v, *step.inputs[1:]], step.attrs, step).out()
+    return rw.replace(node, "transpose", [v], {"perm": (0, 3, 1, 2)})
+
+
+def _elements(v: Value) -> int | None:
+    shape = v.type.shape if isinstance(v.type, TensorType) else None
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    return int(np.prod(shape))
+
+
 def _from_qmatmul(v: Value) -> bool:
-    """Whether `v` is a qmatmul's result, or one less its zero-point correction, or either
-    reshaped back to a batch, or an i32 matmul (`_activations`)."""
+    """Whether `v` is a qmatmul's or qconv's result, less its zero-point correction, plus
+    its bias, reshaped or transposed back (any of these), or an i32 matmul
+    (`_activations`)."""
     node = v.node
-    if node.op == "reshape":
+    while node.op in ("reshape", "transpose", "sub", "add"):
         node = node.inputs[0].node
-    if node.op == "sub":
-        node = node.inputs[0].node
-    return node.op == "qmatmul" or (node.op == "matmul" and node.types[0].dtype == i32)
+    return node.op in ("qmatmul", "qconv") or (node.op == "matmul" and
+                                               node.types[0].dtype == i32)

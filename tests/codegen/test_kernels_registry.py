@@ -12,7 +12,7 @@ from flowc.codegen.lower import NOT_KERNELS, lookup
 from flowc.codegen.target import TARGETS, get_target
 from flowc.ir import Tensor
 from flowc.ir.ops import OPS
-from flowc.ir.ops.quant import pack
+from flowc.ir.ops.quant import pack, pack_conv
 from flowc.ir.ops.winograd import winograd_filter
 from flowc.ir.types import i32
 
@@ -92,6 +92,9 @@ CASES = {
                       {"tile": 4, "pads": (1, 1, 1, 1)}, (1,)),
     "qmatmul": ([RNG.integers(0, 256, (5, 9)).astype(np.uint8),
                  pack(RNG.integers(-128, 128, (9, 20)).astype(np.int8))], {"n": 20}, ()),
+    "qconv": ([RNG.integers(0, 256, (1, 6, 7, 5)).astype(np.uint8),
+               pack_conv(RNG.integers(-128, 128, (18, 5, 3, 3)).astype(np.int8))],
+              {"kernel": (3, 3), "strides": (2, 1), "o": 18}, ()),
     "max_pool": ([f(1, 2, 7, 8)], {"kernel_shape": (2, 2), "strides": (2, 2)}, ()),
     "average_pool": ([f(1, 2, 7, 8)], {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1)}, ()),
     "global_max_pool": ([f(2, 3, 4, 5)], {}, ()), "global_average_pool": ([f(2, 3, 4, 5)], {}, ()),

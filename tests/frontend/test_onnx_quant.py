@@ -80,7 +80,10 @@ def test_dequantize_linear_per_axis(dt):
 @pytest.mark.parametrize("x", [RNG.standard_normal((3, 7)).astype(np.float32) * 4,
                                np.abs(RNG.standard_normal((3, 7))).astype(np.float32),
                                -np.abs(RNG.standard_normal((5,))).astype(np.float32),
-                               np.zeros((2, 2), np.float32)])
+                               np.zeros((2, 2), np.float32),
+                               # rows of 512 and of 64 reduced, then across them
+                               RNG.standard_normal((4, 8, 32)).astype(np.float32) * 3,
+                               np.abs(RNG.standard_normal((3, 64))).astype(np.float32)])
 def test_dynamic_quantize_linear(x):
     m = model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "zp"])],
               [("x", F, x.shape)], [("y", U8), ("s", F), ("zp", U8)], opset=21)

@@ -1,14 +1,16 @@
-"""Quantized models end to end: a small MLP and a small CNN, quantized by onnxruntime's own
-`quantize_dynamic` (per-channel int8 weights: DynamicQuantizeLinear, MatMulInteger,
-ConvInteger) and `quantize_static` (QDQ format, per-channel int8 weights, u8 or s8 activations,
-calibrated on a seeded CalibrationDataReader), compiled by flowc and compared with
-onnxruntime's session of the same quantized model on 20 seeded inputs; and a BERT-style
-layer (static QDQ) against onnxruntime without its graph optimizations.
+"""Quantized models end to end: a small MLP, a small CNN and a ResNet-style CNN, quantized
+by onnxruntime's own `quantize_dynamic` (per-channel int8 weights: DynamicQuantizeLinear,
+MatMulInteger, ConvInteger) and `quantize_static` (QDQ format, per-channel int8 weights, u8
+or s8 activations, calibrated on a seeded CalibrationDataReader), compiled by flowc and
+compared with onnxruntime's session of the same quantized model on 20 seeded inputs (the
+ResNet on 100); and a BERT-style layer (static QDQ) against onnxruntime without its graph
+optimizations.
 
 What holds: the static (QDQ) models are within one quantum of their output's
-DequantizeLinear scale per element (exact on these inputs: flowc dequantizes and computes
-in f32 where onnxruntime fuses integer kernels, so a value within an f32 rounding of a tie
-could differ by one quantum); the dynamic MLP is exact (every step is an exact
+DequantizeLinear scale per element (exact on these inputs: flowc's `qmatmul` / `qconv`
+compute the integer products and requantize them as onnxruntime's fused kernels do; the
+ops between them are f32, where a value within an f32 rounding of a tie could differ by one
+quantum); the dynamic MLP is exact (every step is an exact
 decomposition); the dynamic CNN differs by f32 rounding only (its GlobalAveragePool sums
 f32 in another order), with top-1 agreement on every input.
 """
@@ -60,6 +62,26 @@ def cnn():
     return _model("cnn", nodes, [2, 3, 12, 12], [2, 10],
                   [_w("w1", 8, 3, 3, 3, scale=0.3), _w("b1", 8, scale=0.1),
                    _w("w2", 8, 8, 3, 3), _w("wf", 8, 10, scale=0.3)])
+
+
+def resnet():
+    """A ResNet-style CNN (batch norms folded into conv biases): a stem conv 3 -> 8, two
+    residual blocks (conv, relu, conv, add the input, relu), global pool, an 8 -> 10 fc."""
+    mm = helper.make_node
+    nodes, weights = [mm("Conv", ["x", "ws", "bs"], ["s"], pads=[1, 1, 1, 1]),
+                      mm("Relu", ["s"], ["h0"])], [_w("ws", 8, 3, 3, 3, scale=0.3),
+                                                   _w("bs", 8, scale=0.1)]
+    for i in range(2):
+        x = f"h{i}"
+        nodes += [mm("Conv", [x, f"wa{i}", f"ba{i}"], [f"a{i}"], pads=[1, 1, 1, 1]),
+                  mm("Relu", [f"a{i}"], [f"ar{i}"]),
+                  mm("Conv", [f"ar{i}", f"wb{i}", f"bb{i}"], [f"b{i}"], pads=[1, 1, 1, 1]),
+                  mm("Add", [f"b{i}", x], [f"s{i}"]), mm("Relu", [f"s{i}"], [f"h{i + 1}"])]
+        weights += [_w(f"wa{i}", 8, 8, 3, 3), _w(f"ba{i}", 8, scale=0.1),
+                    _w(f"wb{i}", 8, 8, 3, 3), _w(f"bb{i}", 8, scale=0.1)]
+    nodes += [mm("GlobalAveragePool", ["h2"], ["p"]), mm("Flatten", ["p"], ["f"]),
+              mm("MatMul", ["f", "wf"], ["y"])]
+    return _model("resnet", nodes, [2, 3, 10, 10], [2, 10], [*weights, _w("wf", 8, 10)])
 
 
 def encoder():
@@ -119,7 +141,7 @@ def output_quantum(m: onnx.ModelProto) -> float:
     return float(scales[node.input[1]])
 
 
-@pytest.mark.parametrize("build", [mlp, cnn])
+@pytest.mark.parametrize("build", [mlp, cnn, resnet])
 @pytest.mark.parametrize("kind", ["dynamic", "static", "static_s8"])
 def test_quantized_model_matches_onnxruntime(build, kind, tmp_path):
     import onnxruntime as ort
@@ -130,7 +152,7 @@ def test_quantized_model_matches_onnxruntime(build, kind, tmp_path):
     session = ort.InferenceSession(m.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     rep = FlowcBackend.prepare(m, "CPU")
-    for seed in range(20):
+    for seed in range(100 if build is resnet else 20):  # the Done-means model: 100 inputs
         x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
         (want,) = session.run(None, {"x": x})
         (got,) = rep.run([x])
@@ -164,3 +186,23 @@ def test_quantized_encoder_is_exactly_the_qdq_graph(kind, tmp_path):
         (want,) = session.run(None, {"x": x})
         (got,) = rep.run([x])
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "static", "static_s8"])
+def test_quantized_cnn_convs_become_qconv(kind, tmp_path):
+    """The `qdq` pass makes both convs of the quantized CNN `qconv` (QDQ's f32 form and
+    ConvInteger's i32 one); in the static models the transposes between them cancel, leaving
+    the input's into NHWC and the last conv's out of it."""
+    from collections import Counter
+
+    from flowc.frontend.onnx import import_onnx
+    from flowc.passes.pipeline import make_pass
+
+    m, _ = quantized(cnn, kind, tmp_path)
+    g = import_onnx(m)
+    for name in ("qdq", "cse", "constant-fold", "simplify"):
+        g = make_pass(name).run(g)
+    ops = Counter(n.op for n in g.nodes)
+    assert ops["qconv"] == 2 and ops["conv"] == 0
+    if kind != "dynamic":
+        assert ops["transpose"] == 2

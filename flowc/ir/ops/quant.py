@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from flowc.ir.ops.cost import matmul_flops
+from flowc.ir.ops.cost import elements, matmul_flops
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.types import TensorType, i32
 
@@ -60,3 +60,68 @@ define("qmatmul", ("A", "P"), _infer, _kernel, tolerance="exact", flops=matmul_f
        no_grad="made by the qdq pass: flowc differentiates before its rewrites",
        doc="u8 A [M, K] times s8 B [K, N] given packed (P [ceil(N/16), ceil(K/4), 64], "
            "P[j, q, 4c + r] = B[4q + r, 16j + c]) in i32: VNNI's vpdpbusd layout")
+
+
+# --- qconv ------------------------------------------------------------------------------
+
+
+def pack_conv(w: np.ndarray) -> np.ndarray:
+    """A conv filter W i8 [O, C, KH, KW] packed as `qconv`'s P: `pack` of B [KH * KW * C4,
+    O], B[(kh * KW + kw) * C4 + c, o] = W[o, c, kh, kw], C4 = C rounded up to a multiple of
+    4 (zero rows past C)."""
+    o, c, kh, kw = w.shape
+    c4 = -(-c // DEPTH) * DEPTH
+    b = np.zeros((kh, kw, c4, o), np.int8)
+    b[:, :, :c, :] = w.transpose(2, 3, 1, 0)
+    return pack(b.reshape(kh * kw * c4, o))
+
+
+def _qconv_infer(ctx: InferContext) -> TensorType:
+    x, p = ctx.tensor(0), ctx.tensor(1)
+    kh, kw = ctx.attrs["kernel"]
+    sh, sw = ctx.attrs["strides"]
+    o = ctx.attrs["o"]
+    if x.dtype.name != "u8" or x.rank != 4 or not x.is_static:
+        ctx.fail(f"X must be a static u8 [N, H, W, C], found {x}")
+    n, h, w, c = x.shape
+    if min(kh, kw, sh, sw) < 1 or h < kh or w < kw:
+        ctx.fail(f"kernel {[kh, kw]} / strides {[sh, sw]} do not fit X {x}")
+    want = (-(-o // COLS), kh * kw * -(-c // DEPTH), COLS * DEPTH)
+    if p.dtype.name != "i8" or tuple(p.shape) != want:
+        ctx.fail(f"P must be i8 {list(want)} (W [{o}, {c}, {kh}, {kw}] packed), found {p}")
+    if ctx.type(2) is not None and (ctx.tensor(2).dtype != i32
+                                    or tuple(ctx.tensor(2).shape) != (o,)):
+        ctx.fail(f"B must be i32 [{o}], found {ctx.tensor(2)}")
+    return TensorType(i32, (n, (h - kh) // sh + 1, (w - kw) // sw + 1, o))
+
+
+def _qconv_kernel(ctx: KernelContext, x: np.ndarray, p: np.ndarray,
+                  b: np.ndarray | None = None) -> np.ndarray:
+    kh, kw = ctx.attrs["kernel"]
+    sh, sw = ctx.attrs["strides"]
+    n, h, w, c = x.shape
+    c4 = -(-c // DEPTH) * DEPTH
+    filt = unpack(p, kh * kw * c4, ctx.attrs["o"]).astype(np.int32)
+    wide = np.zeros((n, h, w, c4), np.int32)
+    wide[..., :c] = x
+    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    cols = np.stack([wide[:, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw, :]
+                     for i in range(kh) for j in range(kw)], axis=3)
+    y = cols.reshape(n, oh, ow, -1) @ filt
+    return y if b is None else y + b
+
+
+def _qconv_flops(node) -> float:
+    """2 per multiply-add: outputs x KH x KW x C."""
+    kh, kw = node.attrs.get("kernel") or (1, 1)
+    c = node.inputs[0].type.shape[-1]
+    return 2.0 * elements(node.types[0]) * kh * kw * (c if isinstance(c, int) else 1)
+
+
+define("qconv", ("X", "P", "B?"), _qconv_infer, _qconv_kernel, tolerance="exact",
+       flops=_qconv_flops,
+       attrs=[AttrSpec("kernel", "ints"), AttrSpec("strides", "ints"), AttrSpec("o", "int")],
+       no_grad="made by the qdq pass: flowc differentiates before its rewrites",
+       doc="2-D conv, no padding (pad X first), of u8 X [N, H, W, C] (channels last) and an "
+           "s8 filter W [O, C, KH, KW] given packed (pack_conv) in i32, plus i32 B [O] if "
+           "given: Y [N, OH, OW, O]")
