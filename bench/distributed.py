@@ -11,9 +11,12 @@ driver writes bench/results/distributed.md (`--output`). Measured:
   artifact in one process (tasks on threads), and an mpi4py ping-pong of N floats (Send,
   Recv), medians of `--reps` runs;
 - allreduce of N floats over the 2 ranks: MPI_Allreduce, MPI_Iallreduce polled with
-  MPI_Test (what flowc.data_parallel does) and a hand reduce-scatter + allgather;
-- a data-parallel SGD step of the zoo MLP (16-32-4): one process on 64 rows against 2
-  ranks on 32 rows each (flowc.data_parallel.DataParallel).
+  MPI_Test (what the compiled data-parallel step does) and a hand reduce-scatter +
+  allgather;
+- a data-parallel Adam step of an MLP (256-1024-10, 1.1 MB of f32 gradients: one
+  bucket), compiled with --data-parallel (the gradient allreduce inside the step,
+  flowc/runtime/allreduce.c): 1 rank on 64 rows (the allreduce is a copy) against 2 ranks
+  on 32 rows each, and the plain step (no --data-parallel) on 64 rows.
 The machine may be shared (2 cores here): compare ratios, not absolute times.
 """
 
@@ -60,21 +63,25 @@ def roundtrip_graph(n: int):
     return g.ir
 
 
-def mlp_training(root: Path, batch: int) -> Path:
+FEATURES, HIDDEN, CLASSES = 256, 1024, 10
+
+
+def mlp_training(root: Path, batch: int, data_parallel: bool) -> Path:
     import onnx
 
     import flowc
     from flowc.examples import zoo
 
-    model = zoo.mlp(features=16, hidden=32, classes=4)
+    model = zoo.mlp(features=FEATURES, hidden=HIDDEN, classes=CLASSES)
     for value in [*model.graph.input, *model.graph.output]:
         dim = value.type.tensor_type.shape.dim[0]
         dim.ClearField("dim_param")
         dim.dim_value = batch
     onnx.save(model, str(root / f"mlp{batch}.onnx"))
-    flowc.compile(root / f"mlp{batch}.onnx", root / f"train{batch}", train=True,
-                  loss="cross-entropy", optimizer="sgd{lr=0.1,momentum=0.9}")
-    return root / f"train{batch}"
+    out = root / f"train{batch}{'dp' if data_parallel else ''}"
+    flowc.compile(root / f"mlp{batch}.onnx", out, train=True, loss="cross-entropy",
+                  optimizer="adam{lr=0.001}", data_parallel=data_parallel)
+    return out
 
 
 def compile_all(root: Path) -> None:
@@ -83,8 +90,9 @@ def compile_all(root: Path) -> None:
     for n in SIZES:
         flowc.compile(roundtrip_graph(n), root / f"rt{n}",
                       devices=f"{TASK.format(0)},{TASK.format(1)}")
-    mlp_training(root, 64)
-    mlp_training(root, 32)
+    mlp_training(root, 64, False)
+    mlp_training(root, 64, True)
+    mlp_training(root, 32, True)
 
 
 def table(rows: list[list[str]], head: list[str]) -> list[str]:
@@ -98,9 +106,9 @@ def report(results: dict[str, dict]) -> str:
              "`bench/distributed.py`. flowc's MPI round trip is rank 0's whole run: two "
              "kernels, two channel messages (MPI_Isend, MPI_Irecv polled with MPI_Test) and "
              "the output sent on to rank 1; the mpi4py ping-pong is two blocking messages "
-             "only. The data-parallel step on 2 ranks is mostly flowc.data_parallel's Python "
-             "(copying the variables out, one allreduce per dtype, setting them back). "
-             "docs/distributed.md argues what a larger cluster would see.", ""]
+             "only. The data-parallel step averages the gradients inside the compiled step "
+             "(one MPI_Iallreduce per 4 MiB bucket, polled with MPI_Test, after the backward "
+             "pass). docs/distributed.md argues what a larger cluster would see.", ""]
     for kind, r in results.items():
         lines += [f"## {kind} ({r['library']})", "", "Round trip x -> tanh (task 1) -> sigmoid "
                   "(task 0): flowc under MPI, the same artifact in one process (tasks on "
@@ -121,10 +129,11 @@ def report(results: dict[str, dict]) -> str:
                   *table(rows, ["size", "MPI_Allreduce (us)", "Iallreduce + Test (us)",
                                 "reduce-scatter + allgather (us)"])]
         dp = r["data_parallel"]
-        lines += ["", f"Data-parallel SGD step, zoo MLP 16-32-4, 64 rows: one process "
-                  f"{dp['one']:.0f} us, 2 ranks x 32 rows {dp['two']:.0f} us "
-                  f"(a bare MPI_Allreduce of the same variables, timed apart: "
-                  f"{dp['average']:.0f} us).", ""]
+        lines += ["", f"Data-parallel Adam step, MLP {FEATURES}-{HIDDEN}-{CLASSES}, 64 rows "
+                  f"a step: plain step (no --data-parallel) {dp['plain']:.0f} us; "
+                  f"--data-parallel on 1 rank {dp['one']:.0f} us, on 2 ranks x 32 rows "
+                  f"{dp['two']:.0f} us (a bare MPI_Allreduce of the same gradient bytes, "
+                  f"timed apart: {dp['average']:.0f} us).", ""]
     return "\n".join(lines) + "\n"
 
 
@@ -139,14 +148,16 @@ def one_process(root: Path, reps: int) -> dict:
             x = np.zeros(n, np.float32)
             threads[n] = median_us(lambda model=model, x=x: model.run(x), reps)
     x, y = training_batch()
-    with flowc.load(root / "train64", threads=1) as model:
-        one = median_us(lambda: model.train_step(x, labels=y), reps)
-    return {"threads": threads, "one": one}
+    steps = {}
+    for name in ("train64", "train64dp"):
+        with flowc.load(root / name, threads=1) as model:
+            steps[name] = median_us(lambda model=model: model.train_step(x, labels=y), reps)
+    return {"threads": threads, "plain": steps["train64"], "one": steps["train64dp"]}
 
 
 def training_batch() -> tuple[np.ndarray, np.ndarray]:
-    x = np.random.default_rng(1).standard_normal((64, 16)).astype(np.float32)
-    return x, x[:, :4].argmax(1).astype(np.int64)
+    x = np.random.default_rng(1).standard_normal((64, FEATURES)).astype(np.float32)
+    return x, x[:, :CLASSES].argmax(1).astype(np.int64)
 
 
 def drive(args: argparse.Namespace) -> None:
@@ -168,7 +179,7 @@ def drive(args: argparse.Namespace) -> None:
             r = json.loads(out.read_text())
             for n, t in r["roundtrip"].items():
                 t["threads"] = local["threads"][int(n)]
-            r["data_parallel"]["one"] = local["one"]
+            r["data_parallel"].update(plain=local["plain"], one=local["one"])
             results[r["kind"]] = r
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(report(results))
@@ -181,7 +192,6 @@ def work(args: argparse.Namespace) -> None:
 
     import flowc
     from flowc import distributed
-    from flowc.data_parallel import DataParallel
 
     comm = MPI.COMM_WORLD
     rank, root = comm.Get_rank(), Path(args.worker)
@@ -227,13 +237,11 @@ def work(args: argparse.Namespace) -> None:
             comm.Barrier()
             r["allreduce"][n][name] = median_us(fn, reps)
     x, y = training_batch()
-    with flowc.load(root / "train32", threads=1) as model:
-        trainer = DataParallel(model, comm)
+    with flowc.load(root / "train32dp", threads=1) as model:
         rows = slice(rank * 32, rank * 32 + 32)
         comm.Barrier()
-        two = median_us(lambda: trainer.train_step(x[rows], labels=y[rows]), args.reps)
-        values = np.concatenate([v.ravel() for v in model.variables().values()
-                                 if v.dtype == np.float32])
+        two = median_us(lambda: model.train_step(x[rows], labels=y[rows]), args.reps)
+        values = np.concatenate([v.ravel() for v in model.parameters().values()])
         comm.Barrier()
         average = median_us(lambda: comm.Allreduce(values.copy(), values, op=MPI.SUM),
                             args.reps)

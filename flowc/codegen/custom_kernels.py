@@ -1,19 +1,20 @@
 """Custom ops in artifacts: the user's C functions linked in as the kernels of `custom_call`
 nodes (flowc/ir/ops/custom.py, flowc/frontend/custom_ops.py).
 
-Contract: `with_custom_ops(backend, graphs)` is `backend` itself unless a graph holds a
-custom_call node; then a `CustomOpBackend` around it: `check_supported` and `compile` take
-the single-node bodies of custom_call nodes themselves and hand every other kernel to the
-inner backend. Each custom kernel is a generated C function of the kernel ABI
-(codegen/README.md) that fills a `flowc_custom_args` (flowc/runtime/flowc_custom_op.h) and
-calls the user's function, stopping the process with a message naming the op and node if
-it returns nonzero. Before compiling, each source is checked against the declared
-signature (it is compiled after the prototype `int fn(const flowc_custom_args *)`) and for
-a global definition of the function; a failure is a one-line FlowcError naming the node,
-the op, the function and the file. Sources are compiled with `$CC -O2 -fPIC` (the
-directory of each on the include path); the result, the inner backend's object and the
-wrappers are linked into one relocatable object (`$CC -r`) in which only the kernel
-symbols stay global, as the kernel contract asks.
+Contract: `with_custom_ops(backend, graphs, later=False)` is `backend` itself unless a
+graph holds a custom_call node or `later`; then a `CustomOpBackend` around it:
+`check_supported` and `compile` take the single-node bodies of custom_call nodes
+themselves and hand every other kernel to the inner backend. Each custom kernel is a
+generated C function of the kernel ABI (codegen/README.md) that fills a
+`flowc_custom_args` (flowc/runtime/flowc_custom_op.h) and calls the user's function,
+stopping the process with a message naming the op and node if it returns nonzero. Before
+compiling, each source is checked against the declared signature (it is compiled after the
+prototype `int fn(const flowc_custom_args *)`) and for a global definition of the
+function; a failure is a one-line FlowcError naming the node, the op, the function and the
+file. Sources are compiled with `$CC -O2 -fPIC` (the directory of each on the include
+path); the result, the inner backend's object and the wrappers are linked into one
+relocatable object (`$CC -r`) in which only the kernel symbols stay global, as the kernel
+contract asks.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ def custom_node(body: Graph) -> Any:
     return nodes[0] if len(nodes) == 1 and len(body.nodes) == 1 else None
 
 
-def with_custom_ops(backend: Any, graphs: Sequence[Graph]) -> Any:
-    """`backend`, wrapped in a CustomOpBackend when a graph holds a custom_call node."""
-    if any(n.op == "custom_call" for g in graphs for n in g.nodes):
+def with_custom_ops(backend: Any, graphs: Sequence[Graph], later: bool = False) -> Any:
+    """`backend`, wrapped in a CustomOpBackend when a graph holds a custom_call node, or
+    when `later` says that the pipeline adds some (a data-parallel step's allreduces)."""
+    if later or any(n.op == "custom_call" for g in graphs for n in g.nodes):
         return CustomOpBackend(backend)
     return backend
 

@@ -317,7 +317,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.devices:
         passes = placement_passes(passes, opts.devices, opts.place, opts.device_profiles,
                                   opts.explain_placement, dump)
-    backend = with_custom_ops(target_backend(opts), [graph, *entries.values()])
+    backend = with_custom_ops(target_backend(opts), [graph, *entries.values()],
+                              later=opts.data_parallel)
     target = refine(backend.get_target(opts.target or "host"), opts.cpu, opts.features)
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
         # (and keep their own formats: an f16 conv stays one, `widen` is CPU-only)
@@ -393,7 +394,7 @@ def load_training(model: ModelLike, opts: CompileOptions
                         "prediction": step.prediction, "parameters": list(step.parameters),
                         "labels": {"name": "labels", "dtype": labels.dtype.name,
                                    "shape": list(labels.shape)},
-                        "classes": step.classes}, step.graph
+                        "classes": step.classes, "data_parallel": opts.data_parallel}, step.graph
 
 
 def training_metadata(training: Mapping[str, Any]) -> dict[str, str]:
@@ -415,7 +416,8 @@ def step_passes(graph: Graph, training: Mapping[str, Any], opts: CompileOptions)
     from flowc.frontend.onnx_train import LOSS
     from flowc.passes.apply_optimizer import training_passes
 
-    return training_passes(graph, LOSS, training["parameters"], opts.optimizer)
+    return training_passes(graph, LOSS, training["parameters"], opts.optimizer,
+                           opts.data_parallel)
 
 
 def remat_passes(passes: list, graph: Graph, opts: CompileOptions) -> list:
@@ -458,7 +460,7 @@ def precision_passes(passes: list, opts: CompileOptions, gpu: bool) -> list:
 def check_no_training_options(opts: CompileOptions) -> None:
     """The training options make sense only with --train: refuse them without it."""
     defaults = CompileOptions()
-    for name in ("loss", "optimizer", "frozen", "loss_output"):
+    for name in ("loss", "optimizer", "frozen", "loss_output", "data_parallel"):
         if getattr(opts, name) != getattr(defaults, name):
             flag = "--" + name.replace("_", "-")
             raise FlowcError(f"{flag} is an option of --train; add --train to compile a "

@@ -124,6 +124,10 @@ class CompileOptions:
                        "sgd{lr=0.05,momentum=0.9,nesterov=true}, "
                        "adam{lr=0.001,beta1=0.9,beta2=0.999}, adamw{lr=0.001,weight_decay=0.01}, "
                        "rmsprop{lr=0.01,alpha=0.99}, adagrad{lr=0.01}", metavar="SPEC"))
+    data_parallel: bool = field(default=False, metadata=_cli(
+        "--data-parallel", "with --train: the step averages each gradient over the ranks of "
+                           "the MPI job it runs in (bucketed allreduces) before the update; "
+                           "one process is unchanged (docs/distributed.md)"))
     frozen: tuple[str, ...] = field(default=(), metadata=_cli(
         "--frozen", "with --train: initializers that stay constant (names separated by "
                     "commas; repeatable)", metavar="NAME,...", action="append"))

@@ -8,8 +8,10 @@ from `--optimizer`: the pipeline grammar cannot spell its braces) updates that v
 with the gradient (the sum of the gradients of its reads, when several outputs name reads
 of one variable), exactly as `Optimizer.apply_gradients` builds it in the TF-style API
 (slot and step variables, torch.optim's arithmetic, each assign after every read of its
-variable); the `grad/*` outputs are removed and the other outputs kept. No `grad/*`
-output, or one naming no variable read, is a one-line FlowcError.
+variable); with `data_parallel`, each gradient is first averaged over the ranks of the MPI
+job (`all_reduce.average_over_ranks`: bucketed allreduces); the `grad/*` outputs are
+removed and the other outputs kept. No `grad/*` output, or one naming no variable read, is
+a one-line FlowcError.
 `training_passes(loss, variables, optimizer)` is the ONNX training route's pair of steps
 (`pipeline.TRAINING_PASSES`): `gradients` of `loss` with respect to each read of
 `variables`, then this pass.
@@ -24,6 +26,7 @@ from typing import Any, ClassVar
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Value
 from flowc.ir.interpret import resolve_tensor_name
+from flowc.passes.all_reduce import average_over_ranks
 from flowc.passes.gradients import Gradients
 from flowc.passes.registry import register
 
@@ -37,6 +40,7 @@ class ApplyOptimizer:
 
     name: ClassVar[str] = "apply-optimizer"
     optimizer: str = field(default="sgd{lr=0.01}", metadata={"option": False})
+    data_parallel: bool = field(default=False, metadata={"option": False})
 
     def run(self, graph: Graph) -> Graph:
         from flowc.frontend.api import Graph as Builder
@@ -61,6 +65,9 @@ class ApplyOptimizer:
                 for part in parts[1:]:
                     total = total + Tensor(part, builder)
                 pairs.append((total, Tensor(handle, builder)))
+            if self.data_parallel:
+                averaged = average_over_ranks(builder, [g for g, _ in pairs])
+                pairs = [(g, v) for g, (_, v) in zip(averaged, pairs, strict=True)]
             update.apply_gradients(pairs)
         return out
 
@@ -75,11 +82,12 @@ def _variable(graph: Graph, output: str) -> Value:
 
 
 def training_passes(graph: Graph, loss: str, variables: Sequence[str],
-                    optimizer: str) -> list[Any]:
+                    optimizer: str, data_parallel: bool = False) -> list[Any]:
     """The passes that make a training step of `graph` (forward and `loss`): the gradients
     of `loss` with respect to every read of the variables named `variables`, then one
-    step of `optimizer` on them."""
+    step of `optimizer` on them (on gradients averaged over the ranks with
+    `data_parallel`)."""
     names = set(variables)
     reads = [n.name for n in graph.nodes if n.op == "read_variable"
              and n.inputs[0].node.name in names]
-    return [Gradients(ys=loss, xs=";".join(reads)), ApplyOptimizer(optimizer)]
+    return [Gradients(ys=loss, xs=";".join(reads)), ApplyOptimizer(optimizer, data_parallel)]

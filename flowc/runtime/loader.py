@@ -484,7 +484,11 @@ class Model:
         variables.set_variable(self, name, value)
 
     def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """Write every variable to the safetensors file `path` (replaced whole)."""
+        """Write every variable to the safetensors file `path` (replaced whole); a
+        data-parallel training artifact (--data-parallel), whose ranks hold equal
+        variables, writes it on rank 0 only (the others return at once)."""
+        if (self.manifest.get("training") or {}).get("data_parallel") and distributed.rank():
+            return
         variables.save_checkpoint(self, path)
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
