@@ -37,6 +37,10 @@ FREE_TEXT: dict[tuple[str, str], list[str]] = {
     ("compile", "--target"): ["no-such-target"],
     ("compile", "--name"): ["flowc_rt"],  # any other text is made a C identifier
     ("compile", "--gpu-arch"): ["sm_1", "x"],
+    ("compile", "--cpu"): ["no-such-cpu", "znver99"],
+    ("compile", "--features"): ["+no-such-feature", "avx2", "+avx2,,"],
+    ("compile", "--custom-op"): ["Swish", "com.example::Swish", "com.example::Swish=no.c",
+                                 "com.example::Swish=no.c:"],
     ("compile", "--devices"): ["tpu:0", ",", "gpu"],
     ("compile", "--remat"): ["everything", "dots-saveable"],
     ("compile", "--precision"): ["i8", "BF16"],

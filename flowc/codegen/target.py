@@ -177,10 +177,11 @@ def refine(target: Target, cpu: str | None = None, features: str | None = None) 
     if cpu:
         _known("CPU", cpu, cpus, target.triple)
     merged = _feature_map(target.features)
-    for item in (features or "").split(","):
+    for item in features.split(",") if features else ():
         item = item.strip()
         if not item:
-            continue
+            raise FlowcError(f"--features '{features}': an empty feature (two commas, or a "
+                             "trailing one)")
         if item[0] not in "+-":
             raise FlowcError(f"--features: '{item}' needs a sign: +{item} or -{item}")
         _known("feature", item[1:], known_features, target.triple)
