@@ -58,6 +58,7 @@ byte what a cold compile writes. `progress` hears the passes, the kernels and th
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import sys
@@ -351,6 +352,7 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         lowered[entry] = lower(entries.pop(entry),
                                step_pipeline if entry == TRAIN_ENTRY else passes,
                                f"{entry}.")[0]
+    release_free_memory()
     name = model_prefix(opts.name, default_name(model, graph))
     if training is not None:  # the labels' shape as bound (--batch, --dim), not as imported
         spec = training["labels"]
@@ -375,6 +377,16 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         program.checkpoint_metadata = training_metadata(training)
     parts = kernel_parts(program, backend, target, opts)
     return compile_parts(graph, program, parts, Path(output_dir), sizes, opts, training)
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free memory back to the system (glibc's `malloc_trim`; nothing
+    elsewhere): the imported constants, freed once their graph is lowered, lie in heap
+    pages that malloc keeps (free chunks below the heap's top are not given back), and
+    the kernels' compilation, not reusing them, would add its memory on top of them."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def load_training(model: ModelLike, opts: CompileOptions
