@@ -58,6 +58,7 @@ byte what a cold compile writes. `progress` hears the passes, the kernels and th
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import sys
@@ -307,8 +308,9 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.inference:  # a graph with variables compiled as is: run is these fetches
         entries[TRAIN_ENTRY] = graph
         graph = inference_graph(graph, opts.inference)
-    for g in (graph, *entries.values()):
-        check_table_names([n.name for n in g.inputs], [name for name, _ in g.outputs])
+    for names in [([n.name for n in g.inputs], [name for name, _ in g.outputs])
+                  for g in (graph, *entries.values())]:  # (no name left holding a graph)
+        check_table_names(*names)
     passes = parse_pipeline(opts.pipeline) if opts.pipeline else []
     dump = Path(opts.dump_dir) if opts.dump_dir is not None else None
     if (opts.place or opts.device_profiles) and not opts.devices:
@@ -327,25 +329,32 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     # the pipeline of each entry: the training step's (the graph with a backward pass: the
     # train_step entry, else the one graph) gets --remat and, on the ONNX route, first the
     # passes that build its gradients and update
-    stepped = entries.get(TRAIN_ENTRY, graph)
-    step_pipeline = ([*step_passes(stepped, training, opts), *passes] if training is not None
-                     else passes)
-    step_pipeline = remat_passes(step_pipeline, stepped, opts)
+    step_pipeline = ([*step_passes(entries.get(TRAIN_ENTRY, graph), training, opts), *passes]
+                     if training is not None else passes)
+    step_pipeline = remat_passes(step_pipeline, entries.get(TRAIN_ENTRY, graph), opts)
     gpu = isinstance(backend, GpuBackend)
     passes, step_pipeline = (precision_passes(p, opts, gpu) for p in (passes, step_pipeline))
+    several = bool(entries)
 
-    def lower(g: Graph, prefix: str = "") -> tuple[Graph, dict[str, int]]:
-        pipeline = step_pipeline if g is stepped else passes
+    def lower(g: Graph, pipeline: list, prefix: str = "") -> tuple[Graph, dict[str, int]]:
         g, sizes = bind_dims(g, opts.batch, opts.dims, strict=False)
-        if entries or isinstance(backend, GpuBackend) or opts.devices:
+        if several or isinstance(backend, GpuBackend) or opts.devices:
             refuse_dynamic(g, sizes, "training artifacts, GPU targets and devices")
         g = PassManager(pipeline, dump=sys.stderr if opts.print_ir_after_all else None,
                         dump_dir=dump, progress=opts.progress, dump_prefix=prefix).run(g)
         return require_static(g, format_sizes(sizes), bounded_dims(sizes)), sizes
 
-    graph, sizes = lower(graph)
+    # each graph as imported is dropped once lowered (no name keeps it), so that its
+    # constants are freed while the next is lowered: a pass that makes new weights (packed
+    # layouts) holds one copy of them, not two
+    graph, sizes = lower(graph, passes if TRAIN_ENTRY in entries else step_pipeline)
+    lowered = {}
+    for entry in list(entries):
+        lowered[entry] = lower(entries.pop(entry),
+                               step_pipeline if entry == TRAIN_ENTRY else passes,
+                               f"{entry}.")[0]
+    release_free_memory()
     name = model_prefix(opts.name, default_name(model, graph))
-    lowered = {entry: lower(g, f"{entry}.")[0] for entry, g in entries.items()}
     if training is not None:  # the labels' shape as bound (--batch, --dim), not as imported
         spec = training["labels"]
         spec["shape"] = list(next(n.out().type.shape for n in lowered[TRAIN_ENTRY].inputs
@@ -369,6 +378,16 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
         program.checkpoint_metadata = training_metadata(training)
     parts = kernel_parts(program, backend, target, opts)
     return compile_parts(graph, program, parts, Path(output_dir), sizes, opts, training)
+
+
+def release_free_memory() -> None:
+    """Hand the C heap's free memory back to the system (glibc's `malloc_trim`; nothing
+    elsewhere): the imported constants, freed once their graph is lowered, lie in heap
+    pages that malloc keeps (free chunks below the heap's top are not given back), and
+    the kernels' compilation, not reusing them, would add its memory on top of them."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def load_training(model: ModelLike, opts: CompileOptions

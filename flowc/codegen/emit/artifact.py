@@ -7,6 +7,9 @@ manifest. `code` is the program's compiled kernels (`KernelCode`: the CPU kernel
 object, the GPU kernels' binary). Weights are embedded as read-only data up to
 `EMBED_MAX_BYTES` (`weights="auto"`), always (`"embed"`) or never (`"file"`). The same
 arguments give byte-identical files.
+The weights are streamed into their file (the side file, or the blob the link step embeds)
+one tensor at a time, hashed as they are written, and the manifest hashes the written files
+in chunks: writing adds no copy of the weights to the compiler's memory.
 `cache` is the compile cache the link step may take the runtime's objects from.
 The directory is written whole or not at all (`outdir.staged`): the files go into a fresh
 directory beside `out_dir`, which then replaces it, so no file of an earlier artifact stays;
@@ -30,14 +33,14 @@ from flowc.codegen.emit.header import (
     render_header,
 )
 from flowc.codegen.emit.link import link
-from flowc.codegen.emit.manifest import build_manifest, write_manifest
+from flowc.codegen.emit.manifest import build_manifest, file_sha256, write_manifest
 from flowc.codegen.emit.outdir import staged
 from flowc.codegen.emit.profile_c import profile_header
 from flowc.codegen.kernel_code import KernelCode
 from flowc.codegen.plan.control_steps import walk
 from flowc.codegen.plan.dynamic import dims_note
 from flowc.codegen.plan.partitions import host_kernels
-from flowc.codegen.plan.program import Program, arena_bytes_of, weights_blob
+from flowc.codegen.plan.program import Program, arena_bytes_of, write_weights
 from flowc.codegen.plan.working_memory import statement, working_memory
 from flowc.ir.errors import FlowcError
 from flowc.runtime.abi import weights_header
@@ -69,10 +72,10 @@ def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
                    training: Mapping[str, Any] | None = None) -> dict[str, Any]:
     if weights not in WEIGHTS_MODES:
         raise FlowcError(f"weights='{weights}': expected one of {', '.join(WEIGHTS_MODES)}")
-    blob = weights_blob(program)
-    embed = weights == "embed" or (weights == "auto" and len(blob) <= EMBED_MAX_BYTES)
+    size = program.weights_bytes
+    embed = weights == "embed" or (weights == "auto" and size <= EMBED_MAX_BYTES)
     name = program.name
-    side = None if embed or not blob else f"{name}.weights"
+    side = None if embed or not size else f"{name}.weights"
     info = model_info(program, side)
     header = render_header(info)
     if profile:
@@ -85,24 +88,28 @@ def write_artifact(program: Program, out_dir: Path, code: KernelCode, *,
         (dump_dir / f"{name}_model.c").write_text(model_c)
     with staged(out_dir, _inside(dump_dir, out_dir)) as stage:
         with tempfile.TemporaryDirectory(prefix="flowc-link-") as tmp:
+            blob = stage / side if side else Path(tmp) / f"{name}_weights.bin"
+            with open(blob, "wb") as f:
+                if side:
+                    f.write(weights_header(graph_hash, size))
+                digest = write_weights(program, f)
             written = link(Path(tmp), stage, name, code.object, model_c, header,
-                           blob if embed and blob else None,
+                           blob.name if embed and size else None,
                            [] if code.gpu is not None and not program.regions
                            else [k.symbol for k in host_kernels(program)],
                            cache=cache)
         (stage / f"{name}.h").write_text(header)
         written.append(f"{name}.h")
         if side:
-            (stage / side).write_bytes(weights_header(graph_hash, len(blob)) + blob)
             written.append(side)
-        files = {f: (stage / f).read_bytes() for f in written}
+        files = {f: file_sha256(stage / f) for f in written}
         kernels = [(k.symbol, list(dict.fromkeys(n for p in program.entries
                                                  for c in walk(p.calls) if c.kernel is k
                                                  for n in c.nodes)))
                    for k in program.kernels]
         manifest = build_manifest(info, program, flowc_version=flowc_version,
                                   graph_hash=graph_hash, target=target, sizes=sizes,
-                                  weights=blob, files=files, kernel_nodes=kernels,
+                                  weights_sha256=digest, files=files, kernel_nodes=kernels,
                                   training=training)
         write_manifest(stage, manifest)
     return manifest

@@ -2,7 +2,8 @@
 
 Contract: `link(build_dir, out_dir, name, kernel_object, model_c, header, weights, symbols)`
 compiles the runtime (flowc/runtime/*.c, prefixed `NAME_`), the generated model file and,
-when `weights` is given, a weights object embedding them as read-only data; checks that
+when `weights` is given (the name of a file in `build_dir` holding the weights blob), a
+weights object embedding them as read-only data; checks that
 the kernel object defines exactly `symbols` (renaming plain `__kmpc_*` references to the
 runtime's prefixed ones); then writes `libNAME.so` (exporting only the `NAME.h` API) and
 `libNAME.a` (all objects, every global symbol prefixed) into `out_dir`. Sources are compiled
@@ -117,7 +118,7 @@ def _compile(src: str, obj: str, name: str, build_dir: Path, cache: CompileCache
 
 
 def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_c: str,
-         header: str, weights: bytes | None, symbols: Sequence[str],
+         header: str, weights: str | None, symbols: Sequence[str],
          cache: CompileCache | bool | None = None) -> list[str]:
     """Build the libraries (see the module docstring); returns the files written."""
     cache = resolve(cache)
@@ -133,8 +134,7 @@ def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_
         check_kernel_object(kobj, build_dir, name, symbols)
     sources = [*RUNTIME_SOURCES, f"{name}_model.c"]
     if weights is not None:
-        (build_dir / f"{name}_weights.bin").write_bytes(weights)
-        (build_dir / f"{name}_weights.S").write_text(weights_asm(name, f"{name}_weights.bin"))
+        (build_dir / f"{name}_weights.S").write_text(weights_asm(name, weights))
         sources.append(f"{name}_weights.S")
     objects = []
     for src in sources:

@@ -42,8 +42,10 @@ from flowc.codegen.plan.working_memory import working_memory
 from flowc.runtime.abi import ABI_VERSION, MANIFEST_FILE, MANIFEST_FORMAT
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def file_sha256(path: Path) -> str:
+    """The sha256 (hex) of the file at `path`, read in chunks (not whole into memory)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _tensor(t: TensorInfo) -> dict[str, Any]:
@@ -67,8 +69,8 @@ def _entry(e: EntryInfo) -> dict[str, Any]:
 
 
 def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, graph_hash: str,
-                   target: Mapping[str, Any], sizes: Mapping[str, int], weights: bytes,
-                   files: Mapping[str, bytes], kernel_nodes: Sequence[tuple[str, list[str]]],
+                   target: Mapping[str, Any], sizes: Mapping[str, int], weights_sha256: str,
+                   files: Mapping[str, str], kernel_nodes: Sequence[tuple[str, list[str]]],
                    training: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The manifest's fields; `training` (the training route's facts: loss, optimizer,
     parameters, labels, prediction) only for a training step's artifact."""
@@ -95,9 +97,9 @@ def build_manifest(info: ModelInfo, program: Program, *, flowc_version: str, gra
         **({"devices": devices} if (devices := program.memory.device_report()) else {}),
         "partitions": partition_manifest(program),
         "threads_default": 0,
-        "weights": {"bytes": len(weights), "sha256": sha256(weights),
+        "weights": {"bytes": program.weights_bytes, "sha256": weights_sha256,
                     "file": info.weights_file},
-        "files": {name: sha256(data) for name, data in sorted(files.items())},
+        "files": dict(sorted(files.items())),
         "kernels": [{"symbol": s, "nodes": nodes} for s, nodes in kernel_nodes],
         "link_flags": list(LINK_LIBS),
         **({"training": dict(training)} if training else {}),

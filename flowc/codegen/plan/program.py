@@ -47,7 +47,9 @@ listing the others in its `siblings` (`Program.entries`: it, then them).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
+from typing import BinaryIO
 
 import numpy as np
 
@@ -453,10 +455,22 @@ def _memplan_steps(program: Program, calls: list[Call]) -> list[Step]:
             for call in calls]
 
 
-def weights_blob(program: Program) -> bytes:
-    """The weights as one byte string laid out as `program.weights` says."""
-    blob = bytearray(program.weights_bytes)
+def write_weights(program: Program, out: BinaryIO) -> str:
+    """Write the weights blob (`program.weights_bytes` bytes laid out as `program.weights`
+    says, zeros between the entries) to `out`, one tensor at a time, so that no copy of
+    the whole blob is made; returns its sha256 (hex)."""
+    digest, at = hashlib.sha256(), 0
     for offset, tensor in program.weights:
-        data = np.ascontiguousarray(tensor.data).tobytes()
-        blob[offset:offset + len(data)] = data
-    return bytes(blob)
+        for chunk in (bytes(offset - at), as_bytes(tensor.data)):
+            out.write(chunk)
+            digest.update(chunk)
+        at = offset + tensor.data.nbytes
+    tail = bytes(program.weights_bytes - at)
+    out.write(tail)
+    digest.update(tail)
+    return digest.hexdigest()
+
+
+def as_bytes(data: np.ndarray) -> np.ndarray:
+    """`data`'s bytes in C order as a flat uint8 array (a view when it is contiguous)."""
+    return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
