@@ -25,7 +25,7 @@ from pathlib import Path
 
 from models import cpu_name  # bench/models.py (scripts here run with bench/ on sys.path)
 
-from flowc.codegen.emit.link import RUNTIME_DIR, RUNTIME_HEADER, RUNTIME_SOURCES
+from flowc.codegen.emit.link import RUNTIME_DIR, RUNTIME_HEADERS, RUNTIME_SOURCES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def build(src_dir: Path, out: Path, *flags: str) -> None:
 
 
 def baseline_sources(rev: str, into: Path) -> Path:
-    for name in (*RUNTIME_SOURCES, RUNTIME_HEADER):
+    for name in (*RUNTIME_SOURCES, *RUNTIME_HEADERS):
         text = subprocess.run(["git", "show", f"{rev}:flowc/runtime/{name}"], cwd=ROOT,
                               capture_output=True, text=True, check=True).stdout
         (into / name).write_text(text)

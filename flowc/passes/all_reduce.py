@@ -22,6 +22,7 @@ from flowc.ir.errors import FlowcError
 
 BUCKET_BYTES = 4 << 20
 SOURCE = RUNTIME_DIR / "allreduce.c"
+HEADER = RUNTIME_DIR / "mpi_abi.h"  # allreduce.c's MPI table: part of the kernel's digest
 FUNCTION = "flowc_allreduce_mean"
 
 
@@ -45,7 +46,7 @@ def buckets(grads: Sequence[Any], limit: int = BUCKET_BYTES) -> list[list[int]]:
 
 
 def average_over_ranks(builder: Any, grads: Sequence[Any]) -> list[Any]:
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:16]
     averaged: list[Any] = list(grads)
     for k, members in enumerate(buckets(grads)):
         types = [grads[i].value.type for i in members]

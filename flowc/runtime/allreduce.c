@@ -11,10 +11,8 @@
  * OMPI_COMM_WORLD_SIZE, and no MPI already initialised in the process) it copies its
  * inputs: one process is the whole batch.
  *
- * The MPI library is found as runtime/mpi.c finds it (one already loaded, else
- * $FLOWC_LIBMPI, else libmpi.so.12 / libmpi.so.40 / libmpi_abi.so.1 on the search path)
- * and the handles of its ABI told apart the same way (Open MPI: exported objects; the MPI-5
- * standard ABI: MPI_Abi_get_version; MPICH's classic ABI otherwise). MPI is initialised
+ * The MPI library is the runtime's (flowc_mpi_open, mpi_abi.c: shared with mpi.c, the
+ * channels between tasks). MPI is initialised
  * (MPI_THREAD_MULTIPLE) only if nobody has yet, and then finalised at exit. The kernel
  * duplicates MPI_COMM_WORLD once (the first call is collective: every rank makes it).
  *
@@ -26,8 +24,8 @@
  * process naming the op, and mpiexec ends the job); exit skips MPI_Finalize then. Calls
  * are serialised by a mutex. */
 #include "flowc_custom_op.h"
+#include "mpi_abi.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -35,24 +33,10 @@
 #include <string.h>
 #include <time.h>
 
-typedef intptr_t mpi_h;
-typedef struct { int64_t words[8]; } mpi_status;
-
 static struct {
-  void *lib;
-  int (*Initialized)(int *);
-  int (*Finalized)(int *);
-  int (*Init_thread)(int *, char ***, int, int *);
-  int (*Finalize)(void);
-  int (*Comm_rank)(mpi_h, int *);
-  int (*Comm_size)(mpi_h, int *);
-  int (*Comm_dup)(mpi_h, mpi_h *);
-  int (*Isend)(const void *, int, mpi_h, int, int, mpi_h, mpi_h *);
-  int (*Irecv)(void *, int, mpi_h, int, int, mpi_h, mpi_h *);
-  int (*Iallreduce)(const void *, void *, int, mpi_h, mpi_h, mpi_h, mpi_h *);
-  int (*Test)(mpi_h *, int *, mpi_status *);
-  mpi_h world, comm, f32, f64, i32, sum;
-  int thread_multiple, rank, size, calls;
+  const flowc_mpi_lib *api;
+  mpi_h comm;
+  int rank, size, calls;
   const char *error; /* why MPI could not be used, when a job needs it */
 } mpi;
 
@@ -62,75 +46,35 @@ static volatile int peer_lost;
 
 static void finalize(void) {
   int done = 0;
-  if (!peer_lost && mpi.Finalized(&done) == 0 && !done) mpi.Finalize();
-}
-
-static const char *const KNOWN[] = {"libmpi.so.12", "libmpi.so.40", "libmpi_abi.so.1", NULL};
-
-#define SYM(field, name)                                         \
-  do {                                                           \
-    *(void **)&mpi.field = dlsym(mpi.lib, name);                 \
-    if (!mpi.field) { mpi.error = "a symbol " name " missing"; return; } \
-  } while (0)
-
-static void handles(void) {
-  void *ompi_world = dlsym(mpi.lib, "ompi_mpi_comm_world");
-  int (*abi_version)(int *, int *);
-  *(void **)&abi_version = dlsym(mpi.lib, "MPI_Abi_get_version");
-  int major = -1, minor = -1;
-  if (ompi_world) {
-    mpi.world = (mpi_h)ompi_world, mpi.f32 = (mpi_h)dlsym(mpi.lib, "ompi_mpi_float");
-    mpi.f64 = (mpi_h)dlsym(mpi.lib, "ompi_mpi_double");
-    mpi.i32 = (mpi_h)dlsym(mpi.lib, "ompi_mpi_int");
-    mpi.sum = (mpi_h)dlsym(mpi.lib, "ompi_mpi_op_sum"), mpi.thread_multiple = 3;
-    if (!mpi.f32 || !mpi.f64 || !mpi.i32 || !mpi.sum) mpi.error = "Open MPI handles missing";
-  } else if (abi_version && abi_version(&major, &minor) == 0 && major >= 1) {
-    mpi.world = 0x101, mpi.f32 = 0x210, mpi.f64 = 0x214, mpi.i32 = 0x209, mpi.sum = 0x21;
-    mpi.thread_multiple = 4096;
-  } else {
-    mpi.world = 0x44000000, mpi.f32 = 0x4c00040a, mpi.f64 = 0x4c00080b;
-    mpi.i32 = 0x4c000405, mpi.sum = 0x58000003, mpi.thread_multiple = 3;
-  }
+  if (!peer_lost && mpi.api->Finalized(&done) == 0 && !done) mpi.api->Finalize();
 }
 
 static void start(void) {
   mpi.size = 1;
-  for (int i = 0; KNOWN[i] && !mpi.lib; i++)
-    mpi.lib = dlopen(KNOWN[i], RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
   int launched = getenv("PMI_RANK") || getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE");
-  if (!mpi.lib && !launched) return;
-  const char *given = getenv("FLOWC_LIBMPI");
-  if (!mpi.lib && given && *given) mpi.lib = dlopen(given, RTLD_NOW | RTLD_GLOBAL);
-  for (int i = 0; KNOWN[i] && !mpi.lib; i++) mpi.lib = dlopen(KNOWN[i], RTLD_NOW | RTLD_GLOBAL);
-  if (!mpi.lib) {
-    mpi.error = "no MPI library (set FLOWC_LIBMPI)";
+  if (!flowc_mpi_loaded() && !launched) return;
+  int why = 0;
+  const char *detail = NULL;
+  if (!(mpi.api = flowc_mpi_open(&why, &detail))) {
+    static char missing[600];
+    snprintf(missing, sizeof missing, "a symbol %s missing", detail);
+    mpi.error = why == FLOWC_MPI_NO_LIBRARY ? "no MPI library (set FLOWC_LIBMPI)"
+                : !strncmp(detail, "ompi_", 5) ? "Open MPI handles missing"
+                                               : missing;
     return;
   }
-  SYM(Initialized, "MPI_Initialized");
-  SYM(Finalized, "MPI_Finalized");
-  SYM(Init_thread, "MPI_Init_thread");
-  SYM(Finalize, "MPI_Finalize");
-  SYM(Comm_rank, "MPI_Comm_rank");
-  SYM(Comm_size, "MPI_Comm_size");
-  SYM(Comm_dup, "MPI_Comm_dup");
-  SYM(Isend, "MPI_Isend");
-  SYM(Irecv, "MPI_Irecv");
-  SYM(Iallreduce, "MPI_Iallreduce");
-  SYM(Test, "MPI_Test");
-  handles();
-  if (mpi.error) return;
   int ready = 0, provided = 0;
-  if (mpi.Initialized(&ready)) { mpi.error = "MPI_Initialized failed"; return; }
+  if (mpi.api->Initialized(&ready)) { mpi.error = "MPI_Initialized failed"; return; }
   if (!ready && !launched) return; /* an MPI loaded but unused: one process */
   if (!ready) {
-    if (mpi.Init_thread(NULL, NULL, mpi.thread_multiple, &provided)) {
+    if (mpi.api->Init_thread(NULL, NULL, mpi.api->thread_multiple, &provided)) {
       mpi.error = "MPI_Init_thread failed";
       return;
     }
     atexit(finalize);
   }
-  if (mpi.Comm_dup(mpi.world, &mpi.comm) || mpi.Comm_rank(mpi.comm, &mpi.rank) ||
-      mpi.Comm_size(mpi.comm, &mpi.size))
+  if (mpi.api->Comm_dup(mpi.api->world, &mpi.comm) ||
+      mpi.api->Comm_rank(mpi.comm, &mpi.rank) || mpi.api->Comm_size(mpi.comm, &mpi.size))
     mpi.error = "MPI_Comm_dup failed";
 }
 
@@ -149,7 +93,7 @@ static size_t elements(const flowc_custom_args *a, int i) {
 static int test(mpi_h *req) {
   int done = 0;
   mpi_status st;
-  return mpi.Test(req, &done, &st) ? -1 : done;
+  return mpi.api->Test(req, &done, &st) ? -1 : done;
 }
 
 /* Sums the `n` elements at `in` over the ranks into `out`; 0, or 1 after printing why not. */
@@ -164,10 +108,10 @@ static int reduce(const void *in, void *out, size_t n, int f64, int bucket) {
   for (int p = 0; p < size && !rc; p++) {
     done[2 * p] = done[2 * p + 1] = p == mpi.rank;
     if (p != mpi.rank)
-      rc = mpi.Isend(&one, 1, mpi.i32, p, tag, mpi.comm, &reqs[2 * p]) ||
-           mpi.Irecv(&arrived[p], 1, mpi.i32, p, tag, mpi.comm, &reqs[2 * p + 1]);
+      rc = mpi.api->Isend(&one, 1, mpi.api->i32, p, tag, mpi.comm, &reqs[2 * p]) ||
+           mpi.api->Irecv(&arrived[p], 1, mpi.api->i32, p, tag, mpi.comm, &reqs[2 * p + 1]);
   }
-  if (!rc) rc = mpi.Iallreduce(in, out, (int)n, f64 ? mpi.f64 : mpi.f32, mpi.sum, mpi.comm,
+  if (!rc) rc = mpi.api->Iallreduce(in, out, (int)n, f64 ? mpi.api->f64 : mpi.api->f32, mpi.api->sum, mpi.comm,
                                &reqs[2 * size]);
   for (long spins = 0, left = 2 * size - 1; !rc && left; spins++) { /* posted requests */
     for (int i = 0; i < 2 * size + 1 && !rc; i++) {

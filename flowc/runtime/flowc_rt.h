@@ -8,7 +8,8 @@
  *
  * No global mutable state: everything lives in a flowc_ctx; the only per-thread variable is
  * the pool of the run in progress, used by the OpenMP entry points that kernels may call
- * (mpi.c keeps two process-wide flags: MPI itself is process-wide).
+ * (mpi.c keeps two process-wide flags and mpi_abi.c the MPI library's table: MPI itself is
+ * process-wide).
  *
  * Memory: create allocates the context, its input/output buffers (every entry's), the
  * arena (one for all entries, the largest entry's: every intermediate tensor and kernel

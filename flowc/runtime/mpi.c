@@ -3,15 +3,9 @@
  * The runtime never links MPI. When a model's partitions span two or more tasks
  * (`/job:J/task:N/...` devices; a device without a task is task 0) and the process runs
  * under MPI (a launcher's environment: PMI_RANK, PMIX_RANK or OMPI_COMM_WORLD_SIZE; or an
- * MPI already initialised in the process, e.g. by mpi4py), mpi_create dlopen()s the MPI
- * library: one already loaded (libmpi.so.12, libmpi.so.40, libmpi_abi.so.1), else
- * $FLOWC_LIBMPI, else those names on the search path. It tells the three ABIs apart: Open
- * MPI exports ompi_mpi_comm_world (handles are addresses of exported objects), the MPI-5
- * standard ABI answers MPI_Abi_get_version with a major version >= 1 (small integer
- * handles: MPI_COMM_WORLD 0x101, MPI_BYTE 0x247), MPICH's classic ABI otherwise (int
- * handles: 0x44000000, 0x4c00010d). Handles are passed as intptr_t (an int handle reaches
- * the callee in the same register), requests and statuses are written into 64-bit and
- * 64-byte slots, big enough for each ABI's.
+ * MPI already initialised in the process, e.g. by mpi4py), mpi_create opens the MPI
+ * library and tells its ABI's handles apart with flowc_mpi_open (mpi_abi.c, shared with
+ * the data-parallel allreduce kernel).
  *
  * Rank r runs the partitions of task r (MPI_COMM_WORLD's size must be the number of tasks;
  * a size of 1, or no MPI, runs every task on threads of this process as before). MPI is
@@ -33,37 +27,19 @@
  * Process-wide state: only the flag saying that this runtime initialised MPI (and so
  * finalises it at exit, unless a peer timed out: MPI_Finalize could then wait for it
  * forever, and a process that exits without it makes mpiexec end the job), and the MPI
- * library itself. */
+ * library's table (mpi_abi.c). */
 #include "flowc_rt.h"
+#include "mpi_abi.h"
 
-#include <dlfcn.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-typedef intptr_t mpi_h;
-typedef struct { int64_t words[8]; } mpi_status;
-
 struct flowc_mpi {
-  void *lib;
-  int (*Initialized)(int *);
-  int (*Finalized)(int *);
-  int (*Init_thread)(int *, char ***, int, int *);
-  int (*Finalize)(void);
-  int (*Comm_rank)(mpi_h, int *);
-  int (*Comm_size)(mpi_h, int *);
-  int (*Comm_dup)(mpi_h, mpi_h *);
-  int (*Comm_free)(mpi_h *);
-  int (*Isend)(const void *, int, mpi_h, int, int, mpi_h, mpi_h *);
-  int (*Irecv)(void *, int, mpi_h, int, int, mpi_h, mpi_h *);
-  int (*Test)(mpi_h *, int *, mpi_status *);
-  int (*Cancel)(mpi_h *);
-  int (*Request_free)(mpi_h *);
-  mpi_h world, byte, comm;
-  int thread_multiple;
-  const char *abi;
+  const flowc_mpi_lib *api; /* the MPI library (mpi_abi.c) */
+  mpi_h comm;
   int rank, size;
   int *task;       /* per partition: its task */
   int *from, *to;  /* per channel: the sending and receiving partitions */
@@ -105,66 +81,6 @@ static int partition_of(const flowc_model *m, const char *device, size_t n) {
   return -1;
 }
 
-static const char *const KNOWN[] = {"libmpi.so.12", "libmpi.so.40", "libmpi_abi.so.1", NULL};
-
-static void *open_library(char *tried, size_t tried_bytes) {
-  void *lib = NULL;
-  for (int i = 0; KNOWN[i] && !lib; i++) lib = dlopen(KNOWN[i], RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
-  const char *given = getenv("FLOWC_LIBMPI");
-  if (!lib && given && *given) {
-    lib = dlopen(given, RTLD_NOW | RTLD_GLOBAL);
-    if (!lib) snprintf(tried, tried_bytes, "FLOWC_LIBMPI=%s: %s", given, dlerror());
-    return lib;
-  }
-  for (int i = 0; KNOWN[i] && !lib; i++) lib = dlopen(KNOWN[i], RTLD_NOW | RTLD_GLOBAL);
-  if (!lib) snprintf(tried, tried_bytes, "none of libmpi.so.12, libmpi.so.40, libmpi_abi.so.1 "
-                     "on the library path; set FLOWC_LIBMPI");
-  return lib;
-}
-
-#define SYM(field, name)                                                   \
-  do {                                                                     \
-    *(void **)&mp->field = dlsym(mp->lib, name);                           \
-    if (!mp->field) { missing = name; goto fail; }                         \
-  } while (0)
-
-/* Binds the entry points and the ABI's handles; the missing symbol's name, or NULL. */
-static const char *bind(struct flowc_mpi *mp) {
-  const char *missing = NULL;
-  SYM(Initialized, "MPI_Initialized");
-  SYM(Finalized, "MPI_Finalized");
-  SYM(Init_thread, "MPI_Init_thread");
-  SYM(Finalize, "MPI_Finalize");
-  SYM(Comm_rank, "MPI_Comm_rank");
-  SYM(Comm_size, "MPI_Comm_size");
-  SYM(Comm_dup, "MPI_Comm_dup");
-  SYM(Comm_free, "MPI_Comm_free");
-  SYM(Isend, "MPI_Isend");
-  SYM(Irecv, "MPI_Irecv");
-  SYM(Test, "MPI_Test");
-  SYM(Cancel, "MPI_Cancel");
-  SYM(Request_free, "MPI_Request_free");
-  void *ompi_world = dlsym(mp->lib, "ompi_mpi_comm_world");
-  int (*abi_version)(int *, int *);
-  *(void **)&abi_version = dlsym(mp->lib, "MPI_Abi_get_version");
-  int major = -1, minor = -1;
-  if (ompi_world) {
-    void *byte = dlsym(mp->lib, "ompi_mpi_byte");
-    if (!byte) { missing = "ompi_mpi_byte"; goto fail; }
-    mp->abi = "Open MPI", mp->world = (mpi_h)ompi_world, mp->byte = (mpi_h)byte;
-    mp->thread_multiple = 3;
-  } else if (abi_version && abi_version(&major, &minor) == 0 && major >= 1) {
-    mp->abi = "MPI standard ABI", mp->world = 0x101, mp->byte = 0x247;
-    mp->thread_multiple = 4096;
-  } else {
-    mp->abi = "MPICH", mp->world = 0x44000000, mp->byte = 0x4c00010d;
-    mp->thread_multiple = 3;
-  }
-  return NULL;
-fail:
-  return missing;
-}
-
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -178,7 +94,7 @@ static int poll(struct flowc_mpi *mp, mpi_h *req, double deadline, flowc_rendezv
     int done = 0;
     mpi_status st;
     pthread_mutex_lock(&mp->mu);
-    int rc = mp->Test(req, &done, &st);
+    int rc = mp->api->Test(req, &done, &st);
     pthread_mutex_unlock(&mp->mu);
     if (rc) return -1;
     if (done) return 0;
@@ -186,8 +102,8 @@ static int poll(struct flowc_mpi *mp, mpi_h *req, double deadline, flowc_rendezv
     if (why) {
       if (why == 1) peer_lost = 1;
       pthread_mutex_lock(&mp->mu);
-      mp->Cancel(req);
-      mp->Request_free(req);
+      mp->api->Cancel(req);
+      mp->api->Request_free(req);
       pthread_mutex_unlock(&mp->mu);
       return why;
     }
@@ -209,8 +125,8 @@ static int poll_all(struct flowc_mpi *mp, mpi_h *reqs, size_t n, double deadline
     if (!got) continue;
     pthread_mutex_lock(&mp->mu);
     for (size_t j = i + 1; j < n; j++) {
-      mp->Cancel(&reqs[j]);
-      mp->Request_free(&reqs[j]);
+      mp->api->Cancel(&reqs[j]);
+      mp->api->Request_free(&reqs[j]);
     }
     pthread_mutex_unlock(&mp->mu);
     return got;
@@ -233,8 +149,8 @@ static int post(struct flowc_mpi *mp, int send, void *data, size_t bytes, int pe
     size_t at = i * mp->piece, len = bytes - at < mp->piece ? bytes - at : mp->piece;
     if (!bytes) len = 0;
     char *p = (char *)data + (bytes ? at : 0);
-    rc = send ? mp->Isend(p, (int)len, mp->byte, peer, tag, mp->comm, &reqs[i])
-              : mp->Irecv(p, (int)len, mp->byte, peer, tag, mp->comm, &reqs[i]);
+    rc = send ? mp->api->Isend(p, (int)len, mp->api->byte, peer, tag, mp->comm, &reqs[i])
+              : mp->api->Irecv(p, (int)len, mp->api->byte, peer, tag, mp->comm, &reqs[i]);
   }
   pthread_mutex_unlock(&mp->mu);
   return rc;
@@ -248,7 +164,7 @@ void FLOWC_RT(mpi_destroy)(flowc_mpi *mp) {
   if (!mp) return;
   if (mp->comm) {
     int done = 0;
-    if (mp->Finalized(&done) == 0 && !done) mp->Comm_free(&mp->comm);
+    if (mp->api->Finalized(&done) == 0 && !done) mp->api->Comm_free(&mp->comm);
   }
   free(mp->task);
   free(mp->from);
@@ -284,44 +200,40 @@ int FLOWC_RT(mpi_create)(flowc_ctx *ctx, flowc_mpi **out) {
     if (t != first) spread = 1;
   }
   if (!spread) return FLOWC_OK; /* one task: threads of this process */
-  char tried[512] = "";
-  void *lib = NULL;
-  for (int i = 0; KNOWN[i] && !lib; i++) lib = dlopen(KNOWN[i], RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
-  if (!lib && !launched()) return FLOWC_OK; /* no MPI here: every task on this process */
-  if (lib) dlclose(lib);
+  if (!FLOWC_MPI(flowc_mpi_loaded)() && !launched())
+    return FLOWC_OK; /* no MPI here: every task on this process */
   struct flowc_mpi *mp = calloc(1, sizeof *mp);
   if (!mp) return FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_NOMEM, "%s: out of memory", m->name);
   pthread_mutex_init(&mp->mu, NULL);
   mp->model = m;
-  int status = FLOWC_OK, initialised = 0;
-  if (!(mp->lib = open_library(tried, sizeof tried))) {
-    status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: partitions on %d tasks under an MPI "
-                               "launcher, but no MPI library: %s", m->name, tasks, tried);
+  int status = FLOWC_OK, initialised = 0, why = 0;
+  const char *detail = NULL;
+  if (!(mp->api = FLOWC_MPI(flowc_mpi_open)(&why, &detail))) {
+    status = why == FLOWC_MPI_NO_LIBRARY
+                 ? FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: partitions on %d tasks under "
+                                     "an MPI launcher, but no MPI library: %s", m->name, tasks,
+                                     detail)
+                 : FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: the MPI library lacks %s",
+                                     m->name, detail);
     goto done;
   }
-  const char *missing = bind(mp);
-  if (missing) {
-    status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: the MPI library lacks %s",
-                               m->name, missing);
-    goto done;
-  }
-  mp->Initialized(&initialised);
+  mp->api->Initialized(&initialised);
   if (!initialised) {
     if (!launched()) goto single; /* loaded but unused: this process is the whole job */
     int provided = 0;
-    if (mp->Init_thread(NULL, NULL, mp->thread_multiple, &provided)) {
+    if (mp->api->Init_thread(NULL, NULL, mp->api->thread_multiple, &provided)) {
       status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: MPI_Init_thread failed (%s)",
-                                 m->name, mp->abi);
+                                 m->name, mp->api->abi);
       goto done;
     }
     if (!we_initialised) {
       we_initialised = 1;
-      finalize_at_exit = mp->Finalize, finalized_at_exit = mp->Finalized;
+      finalize_at_exit = mp->api->Finalize, finalized_at_exit = mp->api->Finalized;
       atexit(finalize);
     }
   }
-  mp->Comm_rank(mp->world, &mp->rank);
-  mp->Comm_size(mp->world, &mp->size);
+  mp->api->Comm_rank(mp->api->world, &mp->rank);
+  mp->api->Comm_size(mp->api->world, &mp->size);
   if (mp->size == 1) goto single;
   if (mp->size != tasks) {
     status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_ARGUMENT, "%s: partitions on %d tasks "
@@ -367,7 +279,7 @@ int FLOWC_RT(mpi_create)(flowc_ctx *ctx, flowc_mpi **out) {
   if ((status = map_channels(ctx, mp))) goto done;
   const char *limit = getenv("FLOWC_MPI_TIMEOUT");
   mp->timeout = limit && atof(limit) > 0 ? atof(limit) : 600.0;
-  if (mp->Comm_dup(mp->world, &mp->comm)) {
+  if (mp->api->Comm_dup(mp->api->world, &mp->comm)) {
     status = FLOWC_RT(rt_fail)(ctx, FLOWC_ERR_DEVICE, "%s: MPI_Comm_dup failed", m->name);
     goto done;
   }
@@ -437,7 +349,7 @@ static int wait_sends(flowc_ctx *ctx, flowc_mpi *mp, int failed) {
                                  mp->timeout);
     } else {
       pthread_mutex_lock(&mp->mu);
-      mp->Request_free(&mp->reqs[k]);
+      mp->api->Request_free(&mp->reqs[k]);
       pthread_mutex_unlock(&mp->mu);
     }
   }

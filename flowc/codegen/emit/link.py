@@ -3,9 +3,9 @@
 Contract: `link(build_dir, out_dir, name, kernel_object, model_c, header, weights, symbols)`
 compiles the runtime (flowc/runtime/*.c, prefixed `NAME_`), the generated model file and,
 when `weights` is given (the name of a file in `build_dir` holding the weights blob), a
-weights object embedding them as read-only data; checks that
-the kernel object defines exactly `symbols` (renaming plain `__kmpc_*` references to the
-runtime's prefixed ones); then writes `libNAME.so` (exporting only the `NAME.h` API) and
+weights object embedding them as read-only data; checks that the kernel object defines
+exactly `symbols` (renaming plain `__kmpc_*` and `flowc_mpi_*` references to the runtime's
+prefixed ones); then writes `libNAME.so` (exporting only the `NAME.h` API) and
 `libNAME.a` (all objects, every global symbol prefixed) into `out_dir`. Sources are compiled
 under relative names without debug info and archived deterministically, so the same
 inputs give the same bytes. A failing tool is a FlowcError quoting its output.
@@ -30,8 +30,9 @@ from flowc.ir.errors import FlowcError
 
 RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime"
 RUNTIME_SOURCES = ("runtime.c", "tables.c", "pool.c", "partition.c", "cuda.c", "checkpoint.c",
-                   "json.c", "mpi.c")
-RUNTIME_HEADER = "flowc_rt.h"
+                   "json.c", "mpi.c", "mpi_abi.c")
+RUNTIME_HEADERS = ("flowc_rt.h", "mpi_abi.h")
+RUNTIME_PREFIXED = ("__kmpc_", "flowc_mpi_")  # what a kernel may call in the runtime
 CFLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=gnu11", "-Wall")
 LINK_LIBS = ("-lm", "-lpthread", "-ldl")
 API_RE = re.compile(r"^(?:const )?[\w ]+?\**\s*\b(\w+)\(", re.MULTILINE)
@@ -70,17 +71,18 @@ def _global_symbols(obj: Path, cwd: Path) -> tuple[set[str], set[str]]:
 
 
 def check_kernel_object(obj: Path, cwd: Path, name: str, symbols: Sequence[str]) -> None:
-    """Raise unless the object defines exactly `symbols`; prefix plain OpenMP references."""
+    """Raise unless the object defines exactly `symbols`; prefix plain references to the
+    runtime (OpenMP's entry points, the MPI library of mpi_abi.h)."""
     defined, undefined = _global_symbols(obj, cwd)
     if defined != set(symbols):
         extra, missing = sorted(defined - set(symbols)), sorted(set(symbols) - defined)
         raise FlowcError(f"the kernel object breaks the kernel contract: it defines "
                          f"{extra or 'nothing else'} beyond the kernels and lacks "
                          f"{missing or 'none of them'}")
-    plain = sorted(s for s in undefined if s.startswith("__kmpc_"))
+    plain = sorted(s for s in undefined if s.startswith(RUNTIME_PREFIXED))
     if plain:
         renames = [f"--redefine-sym={s}={name}_{s}" for s in plain]
-        run_tool(["objcopy", *renames, obj.name], cwd, "prefixing OpenMP references")
+        run_tool(["objcopy", *renames, obj.name], cwd, "prefixing runtime references")
 
 
 def weights_asm(name: str, blob_file: str) -> str:
@@ -99,7 +101,7 @@ def _compiler_identity(cc: str) -> str:
 def runtime_key() -> str:
     """What every runtime object's cache key includes: the compiler and the runtime sources
     (each key adds the exact command line)."""
-    sources = [(RUNTIME_DIR / f).read_bytes() for f in (*RUNTIME_SOURCES, RUNTIME_HEADER)]
+    sources = [(RUNTIME_DIR / f).read_bytes() for f in (*RUNTIME_SOURCES, *RUNTIME_HEADERS)]
     return digest("runtime", compiler(), _compiler_identity(compiler()), *sources)
 
 
@@ -124,7 +126,7 @@ def link(build_dir: Path, out_dir: Path, name: str, kernel_object: bytes, model_
     cache = resolve(cache)
     rt_key = runtime_key() if cache.enabled else None
     build_dir.mkdir(parents=True, exist_ok=True)
-    for src in (*RUNTIME_SOURCES, RUNTIME_HEADER):
+    for src in (*RUNTIME_SOURCES, *RUNTIME_HEADERS):
         shutil.copyfile(RUNTIME_DIR / src, build_dir / src)
     (build_dir / f"{name}.h").write_text(header)
     (build_dir / f"{name}_model.c").write_text(model_c)
