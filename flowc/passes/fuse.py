@@ -58,6 +58,7 @@ from flowc.ir.ops.fused import (
 from flowc.passes import stats
 from flowc.passes.registry import register
 
+BROADCAST_RECOMPUTE = 8  # a producer this many times smaller than the loops is not fused
 MAX_NODES = 128  # measured: 2,000-op chain 51 s as one kernel, 4.2 s in kernels of 128
 
 
@@ -79,6 +80,18 @@ def fusible(node: Node) -> bool:
     return (node.op in OPS and kernel_op(node.op) and len(node.types) == 1
             and known_tensor(node.types[0])
             and all(v is None or known_tensor(v.type) for v in node.inputs))
+
+
+def broadcast_recompute(root: Node, node: Node) -> bool:
+    """Whether `node`'s result is broadcast into `root`'s loops: BROADCAST_RECOMPUTE times
+    fewer elements than the largest static operand or result of `root`. Fused, it would be
+    computed once per element of those loops (a squeeze-excitation sigmoid of [N,C,1,1]
+    once per pixel), so it stays its own small kernel."""
+    mine = node.types[0].num_elements
+    domain = [t.num_elements for t in (*root.types, *(v.type for v in root.inputs
+                                                      if v is not None))]
+    largest = max((n for n in domain if n is not None), default=None)
+    return mine is not None and largest is not None and mine * BROADCAST_RECOMPUTE <= largest
 
 
 def inlinable(node: Node) -> bool:
@@ -183,7 +196,7 @@ class Analysis:
         if outside:
             return self.extra_result(group, node, outside)
         if elementwise(node):
-            return True
+            return not broadcast_recompute(root, node)
         return (epilogue_kind(node) is not None and group.kind == "elementwise"
                 and not group.extras and node.types[0].shape == root.types[0].shape)
 

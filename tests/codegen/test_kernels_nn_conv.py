@@ -73,6 +73,12 @@ def test_conv(op, inputs, attrs):
     ("average_pool", [f(1, 2, 10)], {"kernel_shape": (4,), "auto_pad": "SAME_LOWER",
                                      "strides": (3,)}),
     ("max_pool", [f(1, 2, 4, 5, 6)], {"kernel_shape": (2, 2, 3)}),
+    # windows over MAX_UNROLLED_TAPS taps keep the reduction loop; unrolled 3x3/2 on a map
+    # wider than a vector
+    ("max_pool", [f(1, 2, 9, 9)], {"kernel_shape": (5, 5), "pads": (2, 2, 2, 2)}),
+    ("average_pool", [f(1, 2, 9, 9)], {"kernel_shape": (5, 5), "strides": (2, 2)}),
+    ("max_pool", [f(1, 3, 37, 38)], {"kernel_shape": (3, 3), "strides": (2, 2),
+                                     "pads": (1, 1, 1, 1)}),
     # Indices: padding, strides, ties (integers), column-major storage, 1-D and 3-D
     ("max_pool", [f(2, 3, 9, 10)], {"kernel_shape": (3, 2), "strides": (2, 2),
                                     "pads": (1, 1, 1, 0), "ceil_mode": 1, "num_outputs": 2}),

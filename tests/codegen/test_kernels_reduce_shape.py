@@ -47,6 +47,18 @@ def test_arg_reductions_with_ties_and_nan(op, axis, last):
     check_op(op, [(X * 4).astype(np.int8)], {"axis": axis, "select_last_index": last})
 
 
+@pytest.mark.parametrize("op", ["arg_max", "arg_min"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_reductions_on_long_rows(op, last):
+    """Rows longer than a vector: all -inf, all +inf, signed zeros, several NaNs, ties."""
+    x = np.round(np.random.default_rng(3).standard_normal((6, 1000)).astype(np.float32))
+    x[0], x[1] = -np.inf, np.inf
+    x[2, ::2], x[2, 1::2] = -0.0, 0.0
+    x[3, [5, 700]] = np.nan
+    check_op(op, [x], {"axis": 1, "select_last_index": last})
+    check_op(op, [x.T.copy()], {"axis": 0, "select_last_index": last, "keepdims": 0})
+
+
 @pytest.mark.parametrize("op,inputs,attrs,consts", [
     ("reshape", [X, ints(4, -1)], {}, (1,)),
     ("flatten", [X], {"axis": 2}, ()),

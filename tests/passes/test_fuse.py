@@ -192,3 +192,21 @@ def test_max_nodes_below_two_is_refused_in_one_line():
     with pytest.raises(Exception, match=r"^pass 'fuse': option 'max_nodes' must be >= 2, "
                                         r"found 1$"):
         parse_pipeline("fuse{max_nodes=1}")
+
+
+@pytest.mark.parametrize("gate_shape,fused", [((1, 16, 1, 1), False), ((1, 1, 4, 8), False),
+                                              ((1, 16, 1, 8), True), ((1, 16, 4, 8), True)])
+def test_broadcast_producer_is_fused_only_when_not_much_smaller(gate_shape, fused):
+    """A squeeze-excitation gate sigmoid(s) * y: fused into the product's loops it would run
+    once per pixel, so it is left out when the loops are BROADCAST_RECOMPUTE (8) times
+    larger than its result; the results are the same either way."""
+    g = Graph("se")
+    y = g.add_input("y", TensorType("f32", (1, 16, 4, 8)))
+    s = g.add_input("s", TensorType("f32", gate_shape))
+    gate = g.append(make_node("sigmoid", [s], name="gate"))
+    g.add_output("out", g.append(make_node("mul", [y, gate.out()], name="scale")).out())
+    out = Fuse().run(g)
+    names = {n.name for f in out.nodes if f.op == "fused" for n in f.attrs["body"].nodes}
+    assert ("gate" in names) is fused
+    feeds = feeds_for(g)
+    assert_close(interpret(out, feeds)["out"], interpret(g, feeds)["out"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, linalg
+from mlir.dialects import arith, linalg, tensor
 
 from flowc.codegen.lower import register
 from flowc.codegen.lower import scalar as s
@@ -32,12 +32,17 @@ from flowc.codegen.lower.nn import map_values
 from flowc.codegen.lower.reduce import identity_of, reduce_axes
 from flowc.ir.types import DType, i64
 
+MAX_UNROLLED_TAPS = 16  # windows up to 4x4 (or 2x2x4 ...) are unrolled into one parallel loop
+
 
 def window_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilations, acc: DType,
                   init, combine, channels_last: bool = False):
     """out[n, c, *o] (out[n, *o, c] when `channels_last`) = combine over the window k of
     xp[.., o*s + k*d, ..], starting from `init`."""
     nsp = len(kernel)
+    if int(np.prod(kernel)) <= MAX_UNROLLED_TAPS:
+        return _unrolled_reduce(xp, out_shape, kernel, strides, dilations, acc, init, combine,
+                                channels_last)
     n_loops = 2 + 2 * nsp
     window = [dim(2 + i) * strides[i] + dim(2 + nsp + i) * dilations[i] for i in range(nsp)]
     x_map = expr_map(n_loops, [dim(0), *window, dim(1)] if channels_last
@@ -49,6 +54,34 @@ def window_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilation
     k_map = expr_map(n_loops, [dim(2 + nsp + i) for i in range(nsp)])
     return generic([xp, window_extent(kernel)], [x_map, k_map], [start], [out_map],
                    "p" * (2 + nsp) + "r" * nsp, lambda v, _k, a: [combine(a, v)])[0]
+
+
+def _unrolled_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilations,
+                     acc: DType, init, combine, channels_last: bool):
+    """`window_reduce` with the window unrolled: one all-parallel generic over (n, c, *o)
+    reading one strided slice of `xp` per tap, so the innermost loop runs along the output
+    row and vectorizes (a reduction loop over a 2- or 3-wide window innermost does not).
+    Taps combine in window order from `init`, as in `window_reduce`."""
+    nsp = len(kernel)
+    rank = 2 + nsp
+    first = 1 if channels_last else 2
+    t = ir.RankedTensorType.get(out_shape, elem_type(acc))
+    views = []
+    for tap in np.ndindex(*kernel):
+        offsets, step = [0] * rank, [1] * rank
+        for i in range(nsp):
+            offsets[first + i], step[first + i] = int(tap[i]) * dilations[i], strides[i]
+        views.append(tensor.extract_slice(t, xp, [], [], [], offsets, out_shape, step))
+    start = empty((out_shape, elem_type(acc)))
+
+    def body(*values):
+        a = scalar_const(acc, init)
+        for v in values[:-1]:
+            a = combine(a, v)
+        return [a]
+
+    return generic(views, [identity_map(rank)] * len(views), [start], [identity_map(rank)],
+                   "p" * rank, body)[0]
 
 
 @register("max_pool", "average_pool")

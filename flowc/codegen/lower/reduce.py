@@ -119,6 +119,10 @@ def divide(y: ir.Value, dt: DType, divide_by: int) -> ir.Value:
 
 @register("arg_max", "arg_min")
 def _arg(ctx: RuleCtx, x) -> list:
+    """Two single-accumulator reductions, each of which vectorizes (one generic carrying the
+    extreme and its index did not: ~5 ns an element against ~0.3 for reduce_max): the
+    extreme m (NaN if any element is NaN), then the first (or last) index whose element
+    equals m or, m being NaN, is NaN."""
     t = ctx.in_types[0]
     rank, axis = t.rank, ctx.attrs["axis"] % t.rank
     dt = s.compute_dtype(t.dtype)
@@ -128,22 +132,23 @@ def _arg(ctx: RuleCtx, x) -> list:
                                   else [i for i in range(rank) if i != axis])
     out_shape = list(ctx.out.shape)
     op = "reduce_max" if ctx.node.op == "arg_max" else "reduce_min"
-    best = fill(scalar_const(dt, identity_of(op, t.dtype)), empty((out_shape, elem_type(dt))))
-    index = fill(scalar_const(i64, 0), empty(ctx.out))
-    last = bool(ctx.attrs["select_last_index"])
-    pred = ("ge" if last else "gt") if op == "reduce_max" else ("le" if last else "lt")
+    extreme = s.maximum if op == "reduce_max" else s.minimum
     out_map = affine_map(rank, out_exprs)
-
-    def body(v, b, i):
-        better = s.cmp(dt, pred, v, b)
-        if dt.is_float:
-            v_nan = arith.cmpf(s.FP.UNO, v, v)
-            if not last:
-                v_nan = arith.andi(v_nan, arith.cmpf(s.FP.ORD, b, b))
-            better = arith.ori(better, v_nan)
-        here = arith.index_cast(ir.IntegerType.get_signless(64), linalg.IndexOp(axis).result)
-        return [arith.select(better, v, b), arith.select(better, here, i)]
-
     kinds = "".join("r" if i == axis else "p" for i in range(rank))
-    return [generic([x], [identity_map(rank)], [best, index], [out_map, out_map], kinds,
-                    body)[1]]
+    best = fill(scalar_const(dt, identity_of(op, t.dtype)), empty((out_shape, elem_type(dt))))
+    m = generic([x], [identity_map(rank)], [best], [out_map], kinds,
+                lambda v, b: [extreme(dt, b, v)])[0]
+    last = bool(ctx.attrs["select_last_index"])
+    none = -1 if last else int(t.shape[axis])
+    index = fill(scalar_const(i64, none), empty(ctx.out))
+    i64_type = ir.IntegerType.get_signless(64)
+
+    def body(v, top, i):
+        hit = s.cmp(dt, "eq", v, top)
+        if dt.is_float:
+            hit = arith.ori(hit, arith.cmpf(s.FP.UNO, v, v))
+        here = arith.index_cast(i64_type, linalg.IndexOp(axis).result)
+        pick = arith.select(hit, here, scalar_const(i64, none))
+        return [arith.maxsi(i, pick) if last else arith.minsi(i, pick)]
+
+    return [generic([x, m], [identity_map(rank), out_map], [index], [out_map], kinds, body)[0]]
