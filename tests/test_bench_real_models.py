@@ -5,6 +5,10 @@ one-line error for a model that fails."""
 import sys
 from pathlib import Path
 
+import pytest
+
+pytest.importorskip("torch")  # the [reference] extra: the architectures are torch modules
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
