@@ -26,7 +26,7 @@ def test_bench_runs_at_tiny_size(tmp_path, capsys):
             and line.split("|")[1].strip().isdigit()]
     assert [int(r.split("|")[1]) for r in rows] == [100, 296]  # nodes in, per size
     assert all(int(r.split("|")[2]) < int(r.split("|")[1]) for r in rows)  # passes shrank it
-    assert "| 1. cse |" in text and "fuse |" in text
+    assert "| 1. qdq |" in text and "| 2. cse |" in text and "fuse |" in text
 
 
 def test_synthetic_graph_gives_every_pass_work():
