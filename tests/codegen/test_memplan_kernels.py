@@ -27,7 +27,7 @@ G = rng.uniform(-2.0, 2.0, SHAPE).astype(np.float32)
 B = rng.random(SHAPE) < 0.5
 C = rng.random(SHAPE) < 0.5
 SCALAR = np.float32(0.75)
-I = rng.integers(-1 << 20, 1 << 20, SHAPE).astype(np.int32)
+K = rng.integers(-1 << 20, 1 << 20, SHAPE).astype(np.int32)
 J = rng.integers(-1 << 20, 1 << 20, SHAPE).astype(np.int32)
 S = rng.integers(-2, 34, SHAPE).astype(np.int32)  # shift amounts, some out of range
 
@@ -37,8 +37,8 @@ CASES = {
     "cast": ([G], {"to": DTYPES["i32"]}), "mod": ([G, F], {"fmod": 1}),
     "clip": ([G, np.float32(-0.5), SCALAR], {}), "where": ([B, F, G], {}),
     "max": ([F, G, G * 2], {}), "min": ([F, G, G * 2], {}), "pow": ([F, G], {}),
-    "bitwise_and": ([I, J], {}), "bitwise_or": ([I, J], {}), "bitwise_xor": ([I, J], {}),
-    "bitwise_not": ([I], {}), "bit_shift": ([I, S], {"direction": "LEFT"}),
+    "bitwise_and": ([K, J], {}), "bitwise_or": ([K, J], {}), "bitwise_xor": ([K, J], {}),
+    "bitwise_not": ([K], {}), "bit_shift": ([K, S], {"direction": "LEFT"}),
 }
 NO_IN_PLACE = {"equal", "greater", "greater_or_equal", "less", "less_or_equal", "isnan"}
 OPS_ELEMENTWISE = sorted(op for op, d in OPS.items() if d.has(ELEMENTWISE))
