@@ -13,7 +13,7 @@ refuses) get an artifact for the dtypes and shapes they are fed (on the first ru
 shape signature; inputs whose values decide result shapes, such as a Range's bounds, are
 folded in as constants and so are part of the signature); each runs with the runtime; compiled
 kernels go through the compile cache (`$FLOWC_CACHE_DIR`, flowc/codegen/cache.py).
-"CPU:interpret" runs the reference interpreter. Both pass 707 of the 711 in-scope node
+"CPU:interpret" runs the reference interpreter. Both pass 1612 of the 1616 in-scope node
 tests (bench/results/onnx_node_tests.md; the other 4 have string, sequence or optional
 inputs the importer refuses).
 """
