@@ -14,11 +14,11 @@ packing map, products widened to i32 (loops, correct, slow).
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, llvm, scf, tensor, vector
+from mlir.dialects import arith, scf, tensor, vector
 
 from flowc.codegen.lower import register
 from flowc.codegen.lower.context import RuleCtx, dim, empty, expr_map, fill, generic, index_const
-from flowc.codegen.lower.quant import VPDPBUSD, _has_vnni, _i, _minor
+from flowc.codegen.lower.quant import _has_vnni, _i, _minor, vnni_row
 from flowc.ir.ops.quant import COLS, DEPTH
 from flowc.ir.types import i32
 
@@ -61,7 +61,6 @@ def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value, bias: ir.Value | None) -> ir.V
     cq = -(-c // DEPTH)
     v16, v64, v4 = (ir.VectorType.get([COLS], _i(32)), ir.VectorType.get([COLS * DEPTH], _i(8)),
                     ir.VectorType.get([DEPTH], _i(8)))
-    v1 = ir.VectorType.get([1], _i(32))
     zero8, zero32 = arith.ConstantOp(_i(8), 0).result, arith.ConstantOp(_i(32), 0).result
     ix = index_const
 
@@ -93,11 +92,7 @@ def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value, bias: ir.Value | None) -> ir.V
                 for r in range(mr):
                     four = vector.transfer_read(v4, x, [b, ih, iws[r], c0], _minor(4), zero8,
                                                 [c % DEPTH == 0])
-                    word = vector.extract(vector.bitcast(v1, four), [], [0])
-                    bcast = vector.bitcast(v64, vector.broadcast(v16, word))
-                    for j in range(nr):
-                        accs[r * nr + j] = llvm.call_intrinsic(
-                            v16, VPDPBUSD, [accs[r * nr + j], bcast, bs[j]], [], [])
+                    vnni_row(accs, r, four, bs)
                 scf.YieldOp(accs)
             scf.YieldOp(list(chans.results))
         for r in range(mr):

@@ -67,6 +67,18 @@ def _add(v: ir.Value | int, k: int) -> ir.Value | int:
     return arith.addi(v, index_const(k))
 
 
+def vnni_row(accs: list, r: int, four: ir.Value, bs: list) -> None:
+    """One `vpdpbusd` step of row r of a register tile: the 4 u8 of `four` (vector<4xi8>)
+    broadcast to every i32 lane and dotted with each packed B vector `bs[j]` (vector<64xi8>)
+    into `accs[r * len(bs) + j]` (vector<16xi32>), in place."""
+    v1, v16 = ir.VectorType.get([1], _i(32)), ir.VectorType.get([COLS], _i(32))
+    word = vector.extract(vector.bitcast(v1, four), [], [0])
+    bcast = vector.bitcast(ir.VectorType.get([COLS * DEPTH], _i(8)), vector.broadcast(v16, word))
+    for j, b in enumerate(bs):
+        at = r * len(bs) + j
+        accs[at] = llvm.call_intrinsic(v16, VPDPBUSD, [accs[at], bcast, b], [], [])
+
+
 def _vnni(ctx: RuleCtx, a: ir.Value, p: ir.Value) -> ir.Value:
     """The VNNI kernel: strips of NR whole column vectors (fewer if N has fewer) in an
     scf.forall (the runtime's threads), rows in MR-row tiles and then one by one; the
@@ -76,7 +88,6 @@ def _vnni(ctx: RuleCtx, a: ir.Value, p: ir.Value) -> ir.Value:
     kq = -(-k // DEPTH)
     v16, v64, v4 = (ir.VectorType.get([COLS], _i(32)), ir.VectorType.get([COLS * DEPTH], _i(8)),
                     ir.VectorType.get([DEPTH], _i(8)))
-    v1 = ir.VectorType.get([1], _i(32))
     zero8 = arith.ConstantOp(_i(8), 0).result
 
     def tile(row, p_block, o_block, mr: int, nr: int, dest: ir.Value, masked: bool):
@@ -94,11 +105,7 @@ def _vnni(ctx: RuleCtx, a: ir.Value, p: ir.Value) -> ir.Value:
             for r in range(mr):
                 four = vector.transfer_read(v4, a, [_idx(_add(row, r)), k0], _minor(2), zero8,
                                             [k % DEPTH == 0])
-                word = vector.extract(vector.bitcast(v1, four), [], [0])
-                bcast = vector.bitcast(v64, vector.broadcast(v16, word))
-                for j in range(nr):
-                    accs[r * nr + j] = llvm.call_intrinsic(
-                        v16, VPDPBUSD, [accs[r * nr + j], bcast, bs[j]], [], [])
+                vnni_row(accs, r, four, bs)
             scf.YieldOp(accs)
         for r in range(mr):
             for j in range(nr):

@@ -35,6 +35,12 @@ def _infer(ctx: InferContext):
 
 
 def _kernel(ctx: KernelContext, data, idx, upd):
+    return scatter_at(ctx, data, idx, upd, np.add)
+
+
+def scatter_at(ctx: KernelContext, data, idx, upd, combine: np.ufunc):
+    """`data` with each slice of `upd` combined at its index along `axis` by `combine.at`
+    (index order, duplicates combining); an index outside [-n, n-1] is a ValueError."""
     axis = ctx.attrs["axis"] % data.ndim
     n = data.shape[axis]
     if idx.size and (idx.min() < -n or idx.max() >= n):
@@ -42,7 +48,7 @@ def _kernel(ctx: KernelContext, data, idx, upd):
     flat = np.where(idx < 0, idx + n, idx).reshape(-1).astype(np.int64)
     rows = upd.reshape(*data.shape[:axis], flat.size, *data.shape[axis + 1:])
     out = data.copy()
-    np.add.at(out, (slice(None),) * axis + (flat,), rows)
+    combine.at(out, (slice(None),) * axis + (flat,), rows)
     return out
 
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.ops.scatter import _infer as _scatter_infer
+from flowc.ir.ops.scatter import scatter_at
 
 REDUCTIONS = {"mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
@@ -26,15 +27,7 @@ def _infer(ctx: InferContext):
 
 
 def _kernel(ctx: KernelContext, data, idx, upd):
-    axis = ctx.attrs["axis"] % data.ndim
-    n = data.shape[axis]
-    if idx.size and (idx.min() < -n or idx.max() >= n):
-        raise ValueError(f"an index is out of range [-{n}, {n - 1}] for axis {axis}")
-    flat = np.where(idx < 0, idx + n, idx).reshape(-1).astype(np.int64)
-    rows = upd.reshape(*data.shape[:axis], flat.size, *data.shape[axis + 1:])
-    out = data.copy()
-    REDUCTIONS[ctx.attrs["reduction"]].at(out, (slice(None),) * axis + (flat,), rows)
-    return out
+    return scatter_at(ctx, data, idx, upd, REDUCTIONS[ctx.attrs["reduction"]])
 
 
 define("scatter_reduce", ("data", "indices", "updates"), _infer, _kernel,
