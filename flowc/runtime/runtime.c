@@ -334,15 +334,23 @@ static int accept_shape(flowc_ctx *ctx, int i, int rank, const int64_t *shape) {
   return FLOWC_OK;
 }
 
-static int set_input(flowc_ctx *ctx, int i, const void *data, int dtype, int rank,
-                     const int64_t *shape) {
+/* FLOWC_OK when `ctx` is usable and input `i` exists; else the failure, recorded. */
+static int check_input_index(flowc_ctx *ctx, int i) {
   int bad = unusable(ctx);
   if (bad) return bad;
   const flowc_model *m = ctx->model;
   if (i < 0 || i >= m->num_inputs)
     return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: input index %d out of range (the model has %d)",
                 m->name, i, m->num_inputs);
-  int status = check_tensor(ctx, "input", &m->inputs[i], data, dtype, rank, shape);
+  return FLOWC_OK;
+}
+
+static int set_input(flowc_ctx *ctx, int i, const void *data, int dtype, int rank,
+                     const int64_t *shape) {
+  int status = check_input_index(ctx, i);
+  if (status) return status;
+  const flowc_model *m = ctx->model;
+  status = check_tensor(ctx, "input", &m->inputs[i], data, dtype, rank, shape);
   if (!status) status = accept_shape(ctx, i, rank, shape);
   if (status) return status;
   void *own = own_input(ctx, i);
@@ -354,13 +362,10 @@ static int set_input(flowc_ctx *ctx, int i, const void *data, int dtype, int ran
 }
 
 static int set_input_shape(flowc_ctx *ctx, int i, int rank, const int64_t *shape) {
-  int bad = unusable(ctx);
-  if (bad) return bad;
+  int status = check_input_index(ctx, i);
+  if (status) return status;
   const flowc_model *m = ctx->model;
-  if (i < 0 || i >= m->num_inputs)
-    return fail(ctx, FLOWC_ERR_ARGUMENT, "%s: input index %d out of range (the model has %d)",
-                m->name, i, m->num_inputs);
-  int status = check_tensor(ctx, "input", &m->inputs[i], ctx, m->inputs[i].dtype, rank, shape);
+  status = check_tensor(ctx, "input", &m->inputs[i], ctx, m->inputs[i].dtype, rank, shape);
   return status ? status : accept_shape(ctx, i, rank, shape);
 }
 
