@@ -48,7 +48,7 @@ from flowc.frontend.onnx_attrs import (
     to_array,
 )
 from flowc.frontend.onnx_external import load_external, read_model
-from flowc.frontend.onnx_fold import fold_shape_arithmetic
+from flowc.frontend.onnx_fold import make_folded
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
 from flowc.frontend.onnx_nodes import NodeContext, converter, is_supported
 from flowc.frontend.onnx_rules import check_no_stray_refs, check_opset, check_unique
@@ -337,14 +337,8 @@ class _Importer:
 
     def _emit(self, scope: _Scope, op: str, operands: Sequence[Value | None],
               attrs: dict[str, Any], base: str, where: str) -> Sequence[Value]:
-        try:
-            node = make_node(op, operands, attrs, name=scope.unique(base), loc=self.path)
-        except FlowcError as exc:
-            raise OnnxImportError(f"{where}: {exc}") from None
-        try:
-            folded = fold_shape_arithmetic(node)
-        except Exception as exc:  # a kernel's own error, on known values
-            raise OnnxImportError(f"{where}: {type(exc).__name__}: {exc}") from None
+        node, folded = make_folded(op, operands, attrs, OnnxImportError, where,
+                                   name=scope.unique(base), loc=self.path)
         if folded is not None:
             values = [self._constant(scope, array, node.name) for array in folded]
             self.folded.update(v.node for v in values)

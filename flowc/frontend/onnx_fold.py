@@ -5,6 +5,11 @@ those values are known while importing, flowc folds them so that the ops reading
 static types; without it, an op whose result rank depends on such a value could not be
 typed at all.
 
+`make_folded(op, operands, attrs, error, where, **node_args)` is the step both importers
+(ONNX, TensorFlow) take per emitted op: the node made (its type checked) and, when
+`fold_shape_arithmetic` folds it, its results as arrays; a type error or a kernel's own
+error on known values becomes `error(f"{where}: ...")`, one line.
+
 Contract: `fold_shape_arithmetic(node)` returns the node's results as arrays when the node
 is pure, has no body, every result is a static integer or bool tensor of at most
 `MAX_ELEMENTS` elements, and its operands are known: constants, or for `shape` and `size`
@@ -14,14 +19,33 @@ tensors are never folded here (that is a pass's job, not the importer's).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
-from flowc.ir import Node, TensorType
-from flowc.ir.build import const_value
+from flowc.ir import Node, TensorType, Value
+from flowc.ir.build import const_value, make_node
+from flowc.ir.errors import FlowcError
 from flowc.ir.ops import HAS_BODY, OPS, PURE, KernelContext
 
 MAX_ELEMENTS = 64
 _TYPE_ONLY = ("shape", "size")  # ops that read only their operand's type
+
+
+def make_folded(op: str, operands: Sequence[Value | None], attrs: dict[str, Any],
+                error: type[FlowcError], where: str, **node_args: Any
+                ) -> tuple[Node, list[np.ndarray] | None]:
+    """The node `op` makes and its folded results (None when it stays); see the module
+    docstring."""
+    try:
+        node = make_node(op, operands, attrs, **node_args)
+    except FlowcError as exc:
+        raise error(f"{where}: {exc}") from None
+    try:
+        return node, fold_shape_arithmetic(node)
+    except Exception as exc:  # a kernel's own error, on known values
+        raise error(f"{where}: {type(exc).__name__}: {exc}") from None
 
 
 def fold_shape_arithmetic(node: Node) -> list[np.ndarray] | None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from flowc.frontend.onnx_fold import fold_shape_arithmetic
+from flowc.frontend.onnx_fold import make_folded
 from flowc.frontend.tf.context import TfContext
 from flowc.frontend.tf.control import CONTROL_OPS, convert_if, convert_while, functions_of
 from flowc.frontend.tf.dtypes import shape_of, tf_dtype
@@ -191,15 +191,8 @@ class _Builder:
 
     def emit(self, op: str, operands: Sequence[Value | None], attrs: dict[str, Any],
              node: TfNode, where: str, ctrl: Sequence[Node] = ()) -> Sequence[Value]:
-        try:
-            made = make_node(op, operands, attrs, name=self.unique(node.name), loc=self.g.path,
-                             ctrl=ctrl)
-        except FlowcError as exc:
-            raise TfImportError(f"{where}: {exc}") from None
-        try:
-            folded = fold_shape_arithmetic(made)
-        except Exception as exc:  # a kernel's own error, on known values
-            raise TfImportError(f"{where}: {type(exc).__name__}: {exc}") from None
+        made, folded = make_folded(op, operands, attrs, TfImportError, where,
+                                   name=self.unique(node.name), loc=self.g.path, ctrl=ctrl)
         if folded is not None:
             return [self.constant(array, made.name) for array in folded]
         self.graph.append(made)
