@@ -332,6 +332,11 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     step_pipeline = ([*step_passes(entries.get(TRAIN_ENTRY, graph), training, opts), *passes]
                      if training is not None else passes)
     step_pipeline = remat_passes(step_pipeline, entries.get(TRAIN_ENTRY, graph), opts)
+    if opts.data_parallel:  # the allreduces' CPU lowering (passes/all_reduce.py)
+        from flowc.passes.all_reduce import SplitAllReduce
+        from flowc.passes.pipeline import with_option_pass
+
+        step_pipeline = with_option_pass(step_pipeline, "data_parallel", SplitAllReduce())
     gpu = isinstance(backend, GpuBackend)
     passes, step_pipeline = (precision_passes(p, opts, gpu) for p in (passes, step_pipeline))
     several = bool(entries)
