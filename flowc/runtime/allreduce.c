@@ -40,7 +40,7 @@
 
 typedef struct {
   int active, f64;
-  size_t n;        /* elements */
+  size_t n, cap;    /* elements; the bytes of `send`, kept for the next step */
   void *send, *sum; /* the packed copy sent; the start's output, which receives the sum */
   mpi_h *reqs;     /* 2 per rank (arrival sent, received), then the allreduce's */
   int *arrived;
@@ -138,12 +138,11 @@ static int poll(slot *s) {
   return left;
 }
 
-static void release(slot *s) {
-  free(s->send);
+static void release(slot *s) { /* keeps the send buffer */
   free(s->reqs);
   free(s->arrived);
   free(s->done);
-  memset(s, 0, sizeof *s);
+  s->reqs = NULL, s->arrived = NULL, s->done = NULL, s->active = 0;
 }
 
 /* Posts the arrivals and the allreduce of `s` (its send, sum, n, f64 set); 0 or 1. */
@@ -191,7 +190,11 @@ int FLOWC_MPI(flowc_allreduce_start)(const flowc_custom_args *a) {
             s ? "started again before its wait" : "has no slot (out of memory)");
     rc = 1;
   } else {
-    *s = (slot){1, esize == 8, at / esize, malloc(at ? at : 1), out, NULL, NULL, NULL};
+    if (s->cap < at) {
+      free(s->send);
+      s->send = malloc(at ? at : 1), s->cap = s->send ? at : 0;
+    }
+    s->active = 1, s->f64 = esize == 8, s->n = at / esize, s->sum = out;
     rc = !s->send || (memcpy(s->send, out, at), post(s));
     for (int k = 0; k < mpi.nslots && !rc; k++) /* progress the ones in flight */
       if (mpi.slots[k].active && k != bucket && poll(&mpi.slots[k]) < 0) rc = 1;
