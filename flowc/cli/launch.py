@@ -8,12 +8,13 @@ it is a .py file, with FLOWC_LIBMPI (`flowc.distributed.library()` as seen from 
 mpiexec's install), FLOWC_MPI_TIMEOUT (`--timeout`: how long a rank waits for a peer's
 message before its run fails naming the peer and channel) and FLOWC_LAUNCH_DIR (where each
 rank reports a normal exit) in the ranks' environment. It returns mpiexec's status when
-non-zero; 1 when some rank did not report completion (MPICH's mpiexec can return 0 when a
-rank exited early), naming the ranks; 124 when the job ran past `--job-timeout` (the
-whole job is killed); else 0. With `--measure PROFILE.json` and no TARGET, the ranks run
-flowc/cli/measure_link.py instead: ping-pongs that price the network link between each two
-ranks' tasks, merged into that device profile (`measure`), which `flowc compile
---device-profiles` gives the placer's cost model. The compiler is not imported.
+non-zero (naming the ranks that did not report completion); 1 when some rank did not report
+completion (MPICH's mpiexec can return 0 when a rank exited early), naming the ranks; 124
+when the job ran past `--job-timeout` (the whole job is killed); else 0. With `--measure
+PROFILE.json` and no TARGET, the ranks run flowc/cli/measure_link.py instead: ping-pongs
+that price the network link between each two ranks' tasks, merged into that device profile
+(`measure`), which `flowc compile --device-profiles` gives the placer's cost model. The
+compiler is not imported.
 """
 
 from __future__ import annotations
@@ -183,14 +184,16 @@ def launch_job(args: argparse.Namespace, ranks_run: list[str]) -> int:
             print(f"flowc launch: the job ran past --job-timeout {args.job_timeout} s and was "
                   "killed", file=sys.stderr)
             return 124
-        if status:
-            print(f"flowc launch: mpiexec exited with status {status}", file=sys.stderr)
-            return status if status > 0 else 1
         missing = [r for r in range(args.n) if not Path(reports, f"rank-{r}.done").is_file()]
+        unreported = (f"rank{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} "
+                      "did not report completion")
+        if status:
+            print(f"flowc launch: mpiexec exited with status {status}"
+                  + (f"; {unreported}" if missing else ""), file=sys.stderr)
+            return status if status > 0 else 1
         if missing:
-            print(f"flowc launch: rank{'s' if len(missing) > 1 else ''} "
-                  f"{', '.join(map(str, missing))} did not report completion (exited early "
-                  "or never started), though mpiexec returned 0", file=sys.stderr)
+            print(f"flowc launch: {unreported} (exited early or never started), though "
+                  "mpiexec returned 0", file=sys.stderr)
             return 1
     return 0
 

@@ -319,8 +319,15 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.devices:
         passes = placement_passes(passes, opts.devices, opts.place, opts.device_profiles,
                                   opts.explain_placement, dump)
+    allreduces = opts.data_parallel or any(n.op == "all_reduce" for g in [graph, *entries.values()]
+                                           for n in g.nodes)
+    if allreduces:  # their CPU lowering (passes/all_reduce.py), in every entry's pipeline
+        from flowc.passes.all_reduce import SplitAllReduce
+        from flowc.passes.pipeline import with_option_pass
+
+        passes = with_option_pass(passes, "data_parallel", SplitAllReduce())
     backend = with_custom_ops(target_backend(opts), [graph, *entries.values()],
-                              later=opts.data_parallel)
+                              later=allreduces)
     target = refine(backend.get_target(opts.target or "host"), opts.cpu, opts.features)
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
         # (and keep their own formats: an f16 conv stays one, `widen` is CPU-only)
@@ -332,11 +339,6 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     step_pipeline = ([*step_passes(entries.get(TRAIN_ENTRY, graph), training, opts), *passes]
                      if training is not None else passes)
     step_pipeline = remat_passes(step_pipeline, entries.get(TRAIN_ENTRY, graph), opts)
-    if opts.data_parallel:  # the allreduces' CPU lowering (passes/all_reduce.py)
-        from flowc.passes.all_reduce import SplitAllReduce
-        from flowc.passes.pipeline import with_option_pass
-
-        step_pipeline = with_option_pass(step_pipeline, "data_parallel", SplitAllReduce())
     gpu = isinstance(backend, GpuBackend)
     passes, step_pipeline = (precision_passes(p, opts, gpu) for p in (passes, step_pipeline))
     several = bool(entries)
