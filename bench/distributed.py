@@ -150,13 +150,16 @@ def table(rows: list[list[str]], head: list[str]) -> list[str]:
 
 def report(results: dict[str, dict]) -> str:
     lines = ["# Tasks on MPI ranks: transfers, allreduce, a data-parallel step", "",
-             "2 local ranks on a 2-core machine shared with other jobs; medians. Written by "
-             "`bench/distributed.py`. flowc's MPI round trip is rank 0's whole run: two "
-             "kernels, two channel messages (MPI_Isend, MPI_Irecv polled with MPI_Test) and "
-             "the output sent on to rank 1; the mpi4py ping-pong is two blocking messages "
-             "only. The data-parallel step averages the gradients inside the compiled step "
-             "(one MPI_Iallreduce per 4 MiB bucket, polled with MPI_Test, after the backward "
-             "pass). docs/distributed.md argues what a larger cluster would see.", ""]
+             "2 local ranks on a 2-core machine shared with other jobs (7 compiler sessions "
+             "at once; load average 8-10): medians, and the ratios say more than the times, "
+             "which moved 2-10x between runs. Written by `bench/distributed.py`. flowc's MPI "
+             "round trip is rank 0's whole run: two kernels, two channel messages "
+             "(MPI_Isend, MPI_Irecv polled with MPI_Test) and the output sent on to rank 1; "
+             "the mpi4py ping-pong is two blocking messages only. The data-parallel step "
+             "averages the gradients inside the compiled step: one `all_reduce` per 4 MiB "
+             "bucket, its MPI_Iallreduce started as soon as the bucket's gradients are "
+             "computed and waited for (MPI_Test) before their update. docs/distributed.md "
+             "argues what a larger cluster would see.", ""]
     for kind, r in results.items():
         lines += [f"## {kind} ({r['library']})", "", "Round trip x -> tanh (task 1) -> sigmoid "
                   "(task 0): flowc under MPI, the same artifact in one process (tasks on "
