@@ -38,6 +38,12 @@ NOT_KERNELS: dict[str, str] = {
     "one_hot": "simplify decomposes it into equal/where once its depth is a constant",
     "top_k": "simplify decomposes it into rounds of arg_max once its k is a constant",
     "custom_call": "the user's C function, linked in by codegen/custom_kernels.py",
+    "all_reduce": "the CPU pipeline splits it into all_reduce_start and all_reduce_wait "
+    "(passes/all_reduce.py)",
+    "all_reduce_start": "the runtime's flowc_allreduce_start (runtime/allreduce.c), called "
+    "by a wrapper of codegen/custom_kernels.py",
+    "all_reduce_wait": "the runtime's flowc_allreduce_wait (runtime/allreduce.c), called by "
+    "a wrapper of codegen/custom_kernels.py",
 }
 
 
