@@ -50,6 +50,8 @@ def rewrite(graph: Graph, pipeline: str = "winograd") -> tuple[Graph, int]:
     ({"m": 4}, 0),
     ({"size": 4}, 1),  # 4x4 output: one tile, still 0.75x
     ({"size": 3}, 0),
+    ({"c": 256, "m": 256, "size": 7}, 1),  # 2.25 MiB of U per tile: 0.8-1.1x direct
+    ({"c": 384, "m": 384, "size": 7}, 0),  # 5 MiB per tile: memory-bound, 1.3x direct
     ({"dtype": np.float64}, 0),  # f64 keeps the exact direct path
     ({"attrs": {"strides": (2, 2)}}, 0),
     ({"attrs": {"dilations": (2, 2), "pads": (2, 2, 2, 2)}}, 0),
@@ -77,6 +79,10 @@ def test_options_choose_the_tile_and_thresholds():
     assert rewrite(graph)[1] == 0
     after, count = rewrite(graph, "winograd{tile=2,min_channels=4,min_size=3}")
     assert count == 1
+    # U's 4 * 4 * 4 * 4 * 4 bytes over four 2x2 output tiles: 256 bytes per tile
+    for limit, want in ((256, 1), (255, 0)):
+        assert rewrite(graph, "winograd{tile=2,min_channels=4,min_size=3,"
+                              f"max_tile_filter_bytes={limit}}}")[1] == want
     node = next(n for n in after.nodes if n.op == "winograd_conv")
     assert node.attrs["tile"] == 2 and node.inputs[1].type.shape == (4, 4, 4, 4)
     assert node.name == "conv1"

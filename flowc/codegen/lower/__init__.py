@@ -36,7 +36,8 @@ NOT_KERNELS: dict[str, str] = {
     "recv": "a runtime transport call, not a computation",
     "resize": "simplify decomposes it into gathers once its scales/sizes are constants",
     "one_hot": "simplify decomposes it into equal/where once its depth is a constant",
-    "top_k": "simplify decomposes it into rounds of arg_max once its k is a constant",
+    "top_k": "CPU targets lower it (lower/top_k.py); for GPU targets simplify{top_k_rounds} "
+    "decomposes it into rounds of arg_max once its k is a constant",
     "custom_call": "the user's C function, linked in by codegen/custom_kernels.py",
     "all_reduce": "the CPU pipeline splits it into all_reduce_start and all_reduce_wait "
     "(passes/all_reduce.py)",

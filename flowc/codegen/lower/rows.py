@@ -21,10 +21,10 @@ building blocks of a row pass, all on that row only:
 
 Rows are independent: above PARALLEL_MIN elements in all they are an `scf.forall` (the
 runtime's threads split the rows), below it a plain `scf.for`; neither allocates.
-V is the largest power of two up to the target's f32 lanes that divides L. Leading dims
-may be of run-time extent (then rows are a plain `scf.for`), and so may L when the row is
-the last axis alone (issue [12]: then V is the target's f32 lanes; a fold takes the last
-L % V elements one at a time).
+V is the target's f32 lanes, or for a row shorter than that the largest power of two
+dividing L; a fold takes the last L % V elements one at a time. Leading dims may be of
+run-time extent (then rows are a plain `scf.for`), and so may L when the row is the last
+axis alone (issue [12]: then V is the target's f32 lanes).
 """
 
 from __future__ import annotations
@@ -88,8 +88,10 @@ class Row:
         et = ir.F64Type.get() if wide else self.f32
 
         static = isinstance(self.length, int)
-        end = index_const(self.length) if static else self.length
-        if not static:  # whole vectors first: end = L - L % V
+        tail = not static or self.length % self.lanes != 0
+        if static:  # whole vectors first: end = L - L % V
+            end = index_const(self.length - self.length % self.lanes)
+        else:
             step = index_const(self.lanes)
             end = arith.muli(arith.divui(self.length, step), step)
         vt = ir.VectorType.get([self.lanes], et)
@@ -103,8 +105,9 @@ class Row:
             lo, hi = (vector.extract_strided_slice(half, acc, _ints([at]), _ints([width]),
                                                    _ints([1])) for at in (0, width))
             acc = combine(lo, hi)
-        if not static and self.lanes > 1:  # the tail, one element at a time
-            acc = self._fold(src, end, self.length, 1, acc, combine, pre, wide)
+        if tail and self.lanes > 1:  # the tail, one element at a time
+            length = index_const(self.length) if static else self.length
+            acc = self._fold(src, end, length, 1, acc, combine, pre, wide)
         self._width = self.lanes
         return vector.extract(acc, [], [0])
 
@@ -136,7 +139,12 @@ def _ints(values: list[int]) -> ir.ArrayAttr:
 
 
 def lanes_for(length: int, target: Target) -> int:
+    """V for a static row of `length`: the target's f32 lanes when the row has that many
+    (a tail of L % V elements then folds one at a time: a ViT's 197-long softmax rows ran
+    at one lane, 16x slower), else the largest power of two dividing `length`."""
     lanes = max(1, target.vector_bits // 32)
+    if length >= lanes:
+        return lanes
     while length % lanes:
         lanes //= 2
     return lanes
