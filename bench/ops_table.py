@@ -55,8 +55,9 @@ def unary(op: str, fill: str = "normal", opset: int = 17, **attrs: Any) -> Case:
     return Case(op, (f32(E, fill),), attrs, opset)
 
 
-def binary(op: str, dtype: str = "float32", fill: str = "normal", **attrs: Any) -> Case:
-    return Case(op, (Tensor(dtype, E, fill), Tensor(dtype, E, fill)), attrs)
+def binary(op: str, dtype: str = "float32", fill: str = "normal", opset: int = 17,
+           **attrs: Any) -> Case:
+    return Case(op, (Tensor(dtype, E, fill), Tensor(dtype, E, fill)), attrs, opset)
 
 
 def reduce(op: str, fill: str = "normal") -> Case:
@@ -109,13 +110,15 @@ def _cases() -> list[Case]:
     cases = [
         *(unary(op) for op in ("Neg", "Abs", "Exp", "Erf", "Tanh", "Sigmoid", "Relu",
                                "Round", "Ceil", "Floor", "Sin", "Cos", "Tan", "Sinh", "Cosh",
-                               "Asinh", "Softplus", "Softsign", "Sign", "Elu", "Celu", "Selu",
+                               "Asinh", "Softplus", "Softsign", "Sign",
                                "HardSigmoid", "HardSwish", "Identity", "IsNaN", "IsInf")),
         *(unary(op, "positive") for op in ("Sqrt", "Log", "Reciprocal")),
         unary("Acosh", "ge1"), unary("Atanh", "unit"),
-        unary("LeakyRelu", alpha=0.01), unary("ThresholdedRelu", alpha=1.0),
+        unary("LeakyRelu", alpha=0.01), unary("ThresholdedRelu", opset=22, alpha=1.0),
         unary("Shrink", bias=0.0, lambd=0.5), unary("Gelu", opset=20),
         unary("Mish", opset=22), unary("Swish", opset=24, alpha=1.0),
+        # Elu, Celu, Selu: flowc imports them through their function bodies, from opset 22
+        *(unary(op, opset=22) for op in ("Elu", "Celu", "Selu")),
         unary("Dropout", opset=13),
         Case("Clip", (f32(E), const("float32", [0.0], ()), const("float32", [6.0], ()))),
         Case("Not", (Tensor("bool", E, "bool"),)),
@@ -128,7 +131,7 @@ def _cases() -> list[Case]:
         Case("Pow", (f32(E, "positive"), const("float32", [2.0], ()))),
         binary("Mod", "int64", "int:1:1000", fmod=0),
         *(binary(op, "bool", "bool") for op in ("And", "Or", "Xor")),
-        *(binary(op, "int32", "int:-1000:1000") for op in ("BitwiseAnd", "BitwiseOr",
+        *(binary(op, "int32", "int:-1000:1000", opset=18) for op in ("BitwiseAnd", "BitwiseOr",
                                                            "BitwiseXor")),
         binary("BitShift", "uint32", "int:0:8", direction="LEFT"),
         Case("Where", (Tensor("bool", E, "bool"), f32(E), f32(E))),
