@@ -66,9 +66,12 @@ def make_model(case: ops_table.Case):
                               [onnx.ValueInfoProto(name=n) for n in outs], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
     model.ir_version = min(model.ir_version, 10)  # onnxruntime 1.32 reads IR <= 10
-    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    # not strict: onnx's inference of MeanVarianceNormalization's own function body fails
+    inferred = onnx.shape_inference.infer_shapes(model)
     typed = {v.name: v for v in inferred.graph.output}
     for out in model.graph.output:
+        if not typed[out.name].type.tensor_type.HasField("shape"):
+            raise ValueError(f"{case.op}: ONNX shape inference gives no shape for {out.name}")
         out.CopyFrom(typed[out.name])
     return model
 
