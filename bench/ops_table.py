@@ -20,9 +20,11 @@ ATT = (1, 8, 128, 64)  # attention's [batch, heads, sequence, head size]
 
 @dataclass(frozen=True)
 class Tensor:
-    """An input of the node: `fill` is normal, positive (0.5..2), unit (-0.9..0.9), ge1
-    (1..3), bool, int:LO:HI (uniform in [LO, HI)), perm:N (distinct values below N along
-    the last axis), or a literal list for a constant."""
+    """An input of the node: `fill` is normal, small (normal / 16: weights that keep a
+    recurrence out of saturation), positive (0.5..2), unit (-0.9..0.9), ge1 (1..3), bool,
+    int:LO:HI (uniform in [LO, HI)), perm:N (distinct values below N along the last axis),
+    distinct:N (distinct values below N in the whole tensor), or a literal list for a
+    constant."""
     dtype: str
     shape: tuple[int, ...]
     fill: Any = "normal"
@@ -37,6 +39,7 @@ class Case:
     opset: int = 17
     outputs: int = 1
     label: str = ""  # shown instead of the first input's shape
+    out_shape: tuple[int, ...] | None = None  # the f32 output's, where ONNX infers none
 
 
 def const(dtype: str, values: list, shape: tuple[int, ...] | None = None) -> Tensor:
@@ -74,9 +77,9 @@ def _conv_weights(cin: int, cout: int, k: int) -> tuple[Tensor, Tensor]:
 
 def _rnn(op: str, gates: int) -> Case:
     hidden = 256
-    return Case(op, (f32((64, 1, 256)), f32((1, gates * hidden, 256), "normal", True),
-                     f32((1, gates * hidden, hidden), "normal", True),
-                     f32((1, 2 * gates * hidden), "normal", True)),
+    return Case(op, (f32((64, 1, 256)), f32((1, gates * hidden, 256), "small", True),
+                     f32((1, gates * hidden, hidden), "small", True),
+                     f32((1, 2 * gates * hidden), "small", True)),
                 {"hidden_size": hidden}, 14, label="seq 64, batch 1, 256->256")
 
 
@@ -157,7 +160,7 @@ def _cases() -> list[Case]:
         Case("BatchNormalization", (f32(E), ch, ch, ch, var), {"epsilon": 1e-5}, 15),
         Case("InstanceNormalization", (f32(E), ch, ch), {"epsilon": 1e-5}),
         Case("GroupNormalization", (f32(E), ch, ch), {"num_groups": 32, "epsilon": 1e-5}, 21),
-        Case("MeanVarianceNormalization", (f32(E),)),
+        Case("MeanVarianceNormalization", (f32(E),), out_shape=E),
         Case("LRN", (f32(E),), {"size": 5, "alpha": 1e-4, "beta": 0.75, "bias": 1.0}),
         rows("LayerNormalization", f32((1024,), "normal", True), f32((1024,), "normal", True),
              axis=-1, epsilon=1e-5),
@@ -196,7 +199,7 @@ def _cases() -> list[Case]:
              {"axis": 1}, label="64x1024, 64x32 indices"),
         Case("GatherND", (table, Tensor("int64", (512, 1), "int:0:4096")),
              label="4096x256, 512 index rows"),
-        Case("ScatterND", (table, Tensor("int64", (512, 1), "perm:4096"), f32((512, 256))),
+        Case("ScatterND", (table, Tensor("int64", (512, 1), "distinct:4096"), f32((512, 256))),
              label="4096x256, 512 rows"),
         Case("ScatterElements", (f32(ROWS), Tensor("int64", (64, 32), "perm:1024"),
                                  f32((64, 32))), {"axis": 1}, 16, label="64x1024, 64x32"),
@@ -232,9 +235,9 @@ def _cases() -> list[Case]:
              label="1x8x128x64"),
         Case("AffineGrid", (f32((1, 2, 3)), i64(list(E))), {"align_corners": 0}, 20,
              label="theta 1x2x3 -> 1x56x56x2"),
-        Case("SwiGLU", (f32((64, 2048)),), opset=28, label="64x2048"),
+        Case("SwiGLU", (f32((64, 2048)),), opset=28, label="64x2048", out_shape=(64, 1024)),
         Case("CausalConvWithState", (f32((1, 64, 128)), f32((64, 1, 4), "normal", True)),
-             opset=27, label="1x64x128, k=4 depthwise"),
+             opset=27, outputs=2, label="1x64x128, k=4 depthwise"),
         _rnn("LSTM", 4), _rnn("GRU", 3), _rnn("RNN", 1),
         *_quant_cases(),
     ]
