@@ -14,6 +14,7 @@ from flowc.codegen.lower import register
 from flowc.codegen.lower import scalar as s
 from flowc.codegen.lower.context import (
     RuleCtx,
+    affine_map,
     broadcast_to,
     dense_constant,
     dim,
@@ -204,13 +205,20 @@ def _concat_dynamic(xs, types: list[TensorType], axis: int, result: ir.Value) ->
 
 @register("tile")
 def _tile(ctx: RuleCtx, x, _repeats) -> list:
+    """The result viewed as [r0, n0, r1, n1, ...] (repeats and x's dims interleaved) is x
+    broadcast along the repeats: one generic whose innermost loop copies x's last dim
+    contiguously (indexing by `i % n` kept every loop scalar)."""
     shape = ctx.in_types[0].shape
     rank = len(shape)
-    if rank == 0:
-        return [x]
-    exprs = [dim(i) % shape[i] if shape[i] else dim(i) for i in range(rank)]
-    return generic([x], [expr_map(rank, exprs)], [empty(ctx.out)], [identity_map(rank)],
-                   "p" * rank, lambda v, _o: [v])
+    if rank == 0 or ctx.out.num_elements == 0:
+        return [x] if rank == 0 else [empty(ctx.out)]
+    repeats = [o // n for o, n in zip(ctx.out.shape, shape, strict=True)]
+    interleaved = [d for r, n in zip(repeats, shape, strict=True) for d in (r, n)]
+    et = ir.RankedTensorType(x.type).element_type
+    out = generic([x], [affine_map(2 * rank, [2 * i + 1 for i in range(rank)])],
+                  [empty((interleaved, et))], [identity_map(2 * rank)], "p" * (2 * rank),
+                  lambda v, _o: [v])[0]
+    return [reshape(out, list(ctx.out.shape))]
 
 
 @register("gather", dynamic=True)
