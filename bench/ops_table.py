@@ -39,7 +39,7 @@ class Case:
     opset: int = 17
     outputs: int = 1
     label: str = ""  # shown instead of the first input's shape
-    out_shape: tuple[int, ...] | None = None  # the f32 output's, where ONNX infers none
+    out_shape: tuple[int, ...] | None = None  # the f32 output's, where ONNX infers no type
 
 
 def const(dtype: str, values: list, shape: tuple[int, ...] | None = None) -> Tensor:
