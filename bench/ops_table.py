@@ -262,5 +262,71 @@ LEFT_OUT = {
 }
 
 # Why an op is slower than 2x onnxruntime, where it is (written after reading its kernel):
-# ops.py puts these in the results' reason column.
-REASONS: dict[str, str] = {}
+# ops.py puts these in the results' reason column. FLOOR: flowc's per-call cost (the
+# Python loader's run_into: argument checks, ctypes addresses, the lock; its C entry takes
+# about 0.5 us of it) against onnxruntime's run_with_iobinding.
+FLOOR = ("the per-call floor: the kernel takes about a microsecond, the rest is flowc's "
+         "loader (~6 us a call, against onnxruntime's ~2 us)")
+CONSTANT = "a constant result (flowc folds it): " + FLOOR
+CONVPERF = "helper convperf's kernel (issue [13]: convs, pools, top-k)"
+SCATTER = ("reduction 'none' imported as where(hit, scatter_add(zeros, updates), data) "
+           "(frontend/onnx_scatter.py): a zero fill, two serial scatters (updates, hit "
+           "mask) and a where over the whole data, where onnxruntime copies the data once and "
+           "writes the updates")
+REASONS: dict[str, str] = {
+    "Sin": "libm's sinf called once per element (a scalar loop): lower/fastmath.py has "
+           "vector exp/tanh/erf, no sin/cos; one needs an argument reduction exact over all "
+           "of f32 (Payne-Hanek beyond ~1e5), not written",
+    "Cos": "libm's cosf called once per element; as Sin",
+    "ConvTranspose": "a conv over the input dilated by the strides (lower/conv.py): at "
+                     "stride 2, 3 of 4 multiply-adds read inserted zeros, plus the padding and "
+                     "layout transposes; " + CONVPERF,
+    "MaxPool": "3x3/2: one generic over output x window reading with stride 2 "
+               "(lower/pool.py); " + CONVPERF,
+    "TopK": "simplify decomposes it into k rounds of arg_max over each row: 10 passes over "
+            "64x1024 at k=10; " + CONVPERF,
+    "GlobalAveragePool": "lower/pool.py folds the 3136 elements of each channel in one "
+                         "generic: a chain of dependent scalar adds (as reduce_sum over a "
+                         "contiguous axis was before its row fold, which would apply); "
+                         + CONVPERF,
+    "GlobalMaxPool": "as GlobalAveragePool: one generic fold of each channel's 3136 "
+                     "elements; " + CONVPERF,
+    "ReverseSequence": "imported as gather_elements along the time axis at where(t < len, "
+                       "len-1-t, t) (frontend/onnx_compose.py): an index per element of the "
+                       "64x16x256 input, computed and read one element at a time, where "
+                       "onnxruntime copies 256-float rows",
+    "ScatterElements": SCATTER + " (2048 single elements, one serial scalar step each)",
+    "Scatter": SCATTER + " (as ScatterElements)",
+    "ScatterND": SCATTER + " (512 rows of 256)",
+    "RotaryEmbedding": "imported through its ONNX function body: slices, gathers of the "
+                       "cos/sin caches at the positions, muls, adds and a concat as several "
+                       "kernels and passes over 1x8x128x64; onnxruntime runs one kernel",
+    "SoftmaxCrossEntropyLoss": "imported through its ONNX function body: reshape, transpose, "
+                               "log_softmax (a row kernel), transpose back (two copies of "
+                               "64x1000), gather_elements, mean: 7 kernels; onnxruntime one",
+    "MeanVarianceNormalization": "imported through its ONNX function body: two reduce_means "
+                                 "over axes (0, 2, 3) (not trailing: no row fold), sub, pow, "
+                                 "sqrt, div as separate passes over 1x64x56x56",
+    "Resize nearest": "now one vectorized broadcast copy for both axes (16-lane shuffles "
+                      "duplicating elements; was one kernel per axis: 124 us); the remaining "
+                      "gap not examined",
+    "Upsample": "as Resize nearest (imported as Resize)",
+    "QuantizeLinear": "one vectorized loop (divide by the scale, round to even, clamp, "
+                      "convert), bound by the vector division; helper qlayout's kernels "
+                      "(issue [14])",
+    "DynamicQuantizeLinear": "imported as reduce_min and reduce_max passes (row folds) then "
+                             "QuantizeLinear's loop, bound by its division; onnxruntime "
+                             "finds min and max in one pass; helper qlayout's (issue [14])",
+    "And": "a bool kernel that may run in place (no noalias): LLVM vectorizes it 16 bytes at "
+           "a time over 56-byte rows behind an overlap check (strategy/elementwise.py "
+           "vectorizes f32/f64 results only), and " + FLOOR,
+    "Or": "as And",
+    "Xor": "as And",
+    "Not": "as And",
+    "GatherElements": FLOOR,
+    "EyeLike": "a 4 MiB constant (the 1024x1024 identity) copied from the weights to the "
+               "output, where onnxruntime writes zeros and the diagonal",
+    "NegativeLogLikelihoodLoss": FLOOR,
+    "Shape": CONSTANT, "Size": CONSTANT, "HannWindow": CONSTANT, "HammingWindow": CONSTANT,
+    "BlackmanWindow": CONSTANT,
+}
