@@ -4,7 +4,7 @@
 For each row of bench/ops_table.py (a single-node ONNX model on a typical shape), in one
 process: flowc compiles the model (its artifact loaded at 1 thread) and onnxruntime opens a
 session of it (1 intra-op thread, graph optimizations on); both run once on the same seeded
-inputs and must agree (floats within 1e-3 relative to the largest |value|, other dtypes
+inputs and must agree (floats within 1e-3 of max(largest |value|, 1), f16 1e-2, other dtypes
 exactly) before anything is timed. Then they alternate, call for call (flowc first in even
 rounds, onnxruntime in odd ones), each through its preallocated-output call: flowc's
 `Model.run_into` on 64-byte aligned inputs (`empty_inputs`, read in place) and onnxruntime's
