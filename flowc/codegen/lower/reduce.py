@@ -1,5 +1,7 @@
 """Lowering rules of the reductions (reduce_*, arg_max, arg_min): one `linalg.generic`
-with reduction loops over the reduced axes, accumulating as the reference does (sums and
+with reduction loops over the reduced axes (on CPU targets, a float sum, mean, max or min
+of static shape over trailing axes is a row fold instead: `_fold_rows`), accumulating as
+the reference does (sums and
 means of floats narrower than f64 in f64, each element widened inside the loop, rounded
 once at the end: a 1e6-term sum stays within a rounding of the exact one; the cost, by
 bench/numerics_reduce.py, is ~5% where the reduced axis is innermost (a sequential loop)
