@@ -8,8 +8,9 @@ returns a tensor of x's shape whose row r is `body(Row)` for row r. A `Row` give
 building blocks of a row pass, all on that row only:
 
 - `reduce(src, init, combine, pre=None)`: a vector loop over L in steps of V lanes
-  (loop-carried V-lane accumulators, no memory temporaries), then a pairwise horizontal
-  reduction of the V lanes: the fold `combine` of `pre(elements)` with V interleaved
+  (loop-carried V-lane accumulators, no memory temporaries; UNROLL of them, each a chain
+  of its own, where the row's static L is a multiple of UNROLL * V), then a pairwise
+  horizontal reduction of the lanes: the fold `combine` of `pre(elements)` with V interleaved
   partial results combined as a tree (a different order than a sequential fold: sums
   round differently; max/min are exact); sums pass `wide=True`: f64 accumulators, so
   that neither long rows (n * 2^-24 growth of an f32 sum) nor huge magnitudes (squares
@@ -18,6 +19,10 @@ building blocks of a row pass, all on that row only:
   `linalg.generic` on the row, which LLVM vectorizes; scalars computed by earlier passes
   are captured by the body); a src is `Row.X` (the input row), `Row.OUT` (the output row
   as last written) or a rank-1 tensor of L elements (per-column operands).
+
+`row_fold(x, target, fold, axis)` is the reduction form: a tensor of x's shape with the
+dims from `axis` on made 1s, whose element for row r is the f32 scalar `fold(Row)`
+returns (built with `Row.reduce`; the Row's output row is not used).
 
 Rows are independent: above PARALLEL_MIN elements in all they are an `scf.forall` (the
 runtime's threads split the rows), below it a plain `scf.for`; neither allocates.
@@ -39,6 +44,8 @@ from flowc.codegen.lower.context import empty, index_const, reshape, size_of, va
 from flowc.codegen.target import Target
 
 PARALLEL_MIN = 32768  # elements: below this a fork/join costs more than it saves
+UNROLL = 4  # vectors a static row's fold carries: a fold step's latency (4 cycles for an
+# f64 add, more for a NaN-propagating max) would otherwise bound it
 
 _DYN = ir.ShapedType.get_dynamic_size()
 
@@ -89,16 +96,18 @@ class Row:
 
         static = isinstance(self.length, int)
         tail = not static or self.length % self.lanes != 0
-        if static:  # whole vectors first: end = L - L % V
-            end = index_const(self.length - self.length % self.lanes)
+        width = self.lanes
+        if static:  # whole vectors first: end = L - L % V, UNROLL vectors at a time where
+            body = self.length - self.length % self.lanes  # it allows (independent chains)
+            end = index_const(body)
+            width *= next(k for k in (UNROLL, 2, 1) if body % (self.lanes * k) == 0)
         else:
             step = index_const(self.lanes)
             end = arith.muli(arith.divui(self.length, step), step)
-        vt = ir.VectorType.get([self.lanes], et)
+        vt = ir.VectorType.get([width], et)
         acc0 = arith.ConstantOp(vt, ir.DenseElementsAttr.get_splat(
             vt, ir.FloatAttr.get(et, init))).result
-        acc = self._fold(src, index_const(0), end, self.lanes, acc0, combine, pre, wide)
-        width = self.lanes
+        acc = self._fold(src, index_const(0), end, width, acc0, combine, pre, wide)
         while width > 1:  # halve: log2(V) dependent steps, not V
             width //= 2
             half = ir.VectorType.get([width], et)
@@ -223,8 +232,9 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
             at = _Rows(shape, axis, r)
             row = Row(at.read(x), at.read(out), lanes)
             body(row)
+            shaped = reshape(row.out, at.inner)  # the terminator holds the insert alone
             with ir.InsertionPoint(loop.terminator().block):
-                at.insert(row.out, out, parallel=True)
+                at.insert(shaped, out, parallel=True)
     else:
         loop = scf.ForOp(index_const(0), index_const(rows), index_const(1), [init])
         r, out = loop.induction_variable, loop.inner_iter_args[0]
@@ -233,4 +243,36 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
             row = Row(at.read(x), at.read(out), lanes)
             body(row)
             scf.YieldOp([at.insert(row.out, out, parallel=False)])
+    return loop.results[0]
+
+
+def row_fold(x: ir.Value, target: Target, fold: Callable[[Row], ir.Value],
+             axis: int = -1) -> ir.Value:
+    """See the module docstring: one f32 per row of static `x` (rows span the dims from
+    `axis` on), the rows in an `scf.forall` above PARALLEL_MIN elements."""
+    shape = value_shape(x)
+    axis %= len(shape)
+    rows, length = int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
+    out_shape = [*shape[:axis], *[1] * (len(shape) - axis)]
+    f32 = ir.F32Type.get()
+    init = empty((out_shape, f32))
+    lanes = lanes_for(length, target)
+    parallel = rows * length >= PARALLEL_MIN and rows > 1
+    if parallel:
+        loop = scf.ForallOp([0], [rows], [1], [init])
+        r, out = loop.induction_variables[0], loop.inner_iter_args[0]
+    else:
+        loop = scf.ForOp(index_const(0), index_const(rows), index_const(1), [init])
+        r, out = loop.induction_variable, loop.inner_iter_args[0]
+    with ir.InsertionPoint(loop.body):
+        x_row = _Rows(shape, axis, r).read(x)
+        value = fold(Row(x_row, x_row, lanes))
+        at = _Rows(out_shape, axis, r)
+        one = reshape(tensor.from_elements(ir.RankedTensorType.get([1], f32), [value]),
+                      at.inner)  # outside the forall's terminator, which holds the insert alone
+        if parallel:
+            with ir.InsertionPoint(loop.terminator().block):
+                at.insert(one, out, parallel=True)
+        else:
+            scf.YieldOp([at.insert(one, out, parallel=False)])
     return loop.results[0]
