@@ -13,7 +13,8 @@ from kernel_harness import aligned, body_scratch, compiled_body, link
 
 from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernels import dim_symbols
-from flowc.codegen.lower.per_sample import body_batch_symbol
+from flowc.codegen.lower.per_sample import body_batch_symbol, whole_batch
+from flowc.codegen.target import get_target
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.dims import evaluate
@@ -431,3 +432,48 @@ def test_a_conv_and_its_epilogue_run_whole_sample_by_sample():
         (got,) = call(lib, body, [x, w], {"N": n})
         want = interpret(body, {"in0": x, "in1": w})["out0"]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def winograd_body(size: int, epilogue: bool) -> Graph:
+    """winograd_conv [N, size, size, 8] -> 16 channels, then (`epilogue`) + residual, relu."""
+    g = Graph("dyn_winograd")
+    x = g.add_input("in0", TensorType("f32", ("N", size, size, 8)))
+    u = g.add_input("in1", TensorType("f32", (6, 6, 8, 16)))
+    b = g.add_input("in2", TensorType("f32", (16,)))
+    y = g.append(make_node("winograd_conv", [x, u, b], {"tile": 4, "pads": (1, 1, 1, 1)})).out()
+    if epilogue:
+        r = g.add_input("in3", TensorType("f32", ("N", size, size, 16)))
+        y = g.append(make_node("relu", [g.append(make_node("add", [y, r])).out()])).out()
+    g.add_output("out0", y)
+    return g
+
+
+@pytest.mark.parametrize("size,epilogue", [(8, True), (8, False), (6, True)])
+def test_a_winograd_conv_of_whole_tiles_takes_the_batch_whole(size, epilogue):
+    """A winograd conv of run-time batch whose output is whole tiles (and its epilogue) is
+    one kernel of the batch: one parallel loop over its rows of tiles (no sample loop), the
+    epilogue moved into it (no temporary of run-time size). One whose tiles stick out
+    (6x6 in 4x4 tiles: cut back through a temporary) runs sample by sample."""
+    from flowc.ir.ops.winograd import winograd_filter
+
+    body = winograd_body(size, epilogue)
+    target = get_target("host")
+    assert body_batch_symbol(body) == "N"
+    assert whole_batch(body.nodes[0], target) == (size == 8)
+    seen: dict[str, str] = {}
+    code = compile_kernels([("kernel", body)], "host", cache=False,
+                           dump=lambda name, text: seen.__setitem__(name, text))
+    llvm = seen["kernel.llvm.mlir"]
+    assert "aligned_alloc" not in llvm
+    assert llvm.count("omp.parallel") == (size == 8)  # one sample's 4 rows: serial
+    lib = ctypes.CDLL(str(link(code.object, f"dyn_winograd_{size}_{int(epilogue)}")))
+    rng = np.random.default_rng(9)
+    u = winograd_filter(rng.standard_normal((3, 3, 8, 16)).astype(np.float32), 4)
+    b = rng.standard_normal(16).astype(np.float32)
+    for n in (1, 3):
+        feeds = [rng.standard_normal((n, size, size, 8)).astype(np.float32), u, b]
+        if epilogue:
+            feeds.append(rng.standard_normal((n, size, size, 16)).astype(np.float32))
+        (got,) = call(lib, body, feeds, {"N": n})
+        want = interpret(body, {f"in{i}": v for i, v in enumerate(feeds)})["out0"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))

@@ -17,6 +17,10 @@ epilogue, a reduction and its elementwise prologue). `lower_body_per_sample(grap
 target, lower)` is the same loop around `lower(static body, sample args, target)`, the
 body retyped at batch 1: the static kernel's code, epilogue and prologue fused, per
 sample, with no intermediate of run-time size.
+`whole_batch(node, target)`: whether a per-sample node's rule for `target` takes its batch
+of run-time extent itself (`lower.register(batch=)`: a winograd conv of whole tiles, whose
+parallel loop then runs over the batch's rows of tiles), so no sample loop is made around it; a
+body runs sample by sample unless every per-sample node in it is such a node.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from collections.abc import Callable, Sequence
 from mlir import ir
 from mlir.dialects import scf, tensor
 
+from flowc.codegen.lower import lowers_batch
 from flowc.codegen.lower.context import RuleCtx, empty, index_const, size_of, tensor_type
+from flowc.codegen.target import Target
 from flowc.ir.dims import is_symbol
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import ELEMENTWISE, get_op
@@ -54,6 +60,10 @@ def batch_symbol(node: Node) -> str | None:
             node.inputs[0].type.is_static:
         return None
     return next(iter(lead))
+
+
+def whole_batch(node: Node, target: Target) -> bool:
+    return batch_symbol(node) is not None and lowers_batch(node, target)
 
 
 def body_batch_symbol(graph: Graph) -> str | None:
