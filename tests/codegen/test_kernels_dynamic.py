@@ -477,3 +477,31 @@ def test_a_winograd_conv_of_whole_tiles_takes_the_batch_whole(size, epilogue):
         (got,) = call(lib, body, feeds, {"N": n})
         want = interpret(body, {f"in{i}": v for i, v in enumerate(feeds)})["out0"]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("op,attrs,whole", [
+    ("max_pool", {"kernel_shape": [2, 2], "strides": [2, 2]}, True),
+    ("max_pool", {"kernel_shape": [3, 3], "strides": [2, 2], "channels_last": True}, True),
+    ("average_pool", {"kernel_shape": [2, 2], "strides": [1, 1]}, True),
+    ("max_pool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, False),
+])
+def test_an_unpadded_pool_takes_the_batch_whole(op, attrs, whole):
+    """A pool of run-time batch reading no padding is one kernel of the batch, split over
+    its samples like a static pool (one parallel region, no sample loop); a padded one
+    (its padded input would be a temporary of run-time size) runs sample by sample."""
+    g = Graph("dyn_pool")
+    shape = ("N", 33, 33, 16) if attrs.get("channels_last") else ("N", 16, 33, 33)
+    x = g.add_input("in0", TensorType("f32", shape))
+    g.add_output("out0", g.append(make_node(op, [x], attrs)).out())
+    assert whole_batch(g.nodes[0], get_target("host")) == whole
+    seen: dict[str, str] = {}
+    code = compile_kernels([("kernel", g)], "host", cache=False,
+                           dump=lambda name, text: seen.__setitem__(name, text))
+    if whole:
+        assert seen["kernel.llvm.mlir"].count("omp.parallel") == 1
+    lib = ctypes.CDLL(str(link(code.object, f"dyn_pool_{op}_{len(attrs)}_{int(whole)}")))
+    rng = np.random.default_rng(4)
+    for n in (1, 5):
+        xv = rng.standard_normal([n, *shape[1:]]).astype(np.float32)
+        (got,) = call(lib, g, [xv], {"N": n})
+        np.testing.assert_allclose(got, interpret(g, {"in0": xv})["out0"], rtol=1e-5, atol=1e-6)
