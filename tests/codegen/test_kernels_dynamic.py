@@ -505,3 +505,44 @@ def test_an_unpadded_pool_takes_the_batch_whole(op, attrs, whole):
         xv = rng.standard_normal([n, *shape[1:]]).astype(np.float32)
         (got,) = call(lib, g, [xv], {"N": n})
         np.testing.assert_allclose(got, interpret(g, {"in0": xv})["out0"], rtol=1e-5, atol=1e-6)
+
+
+def attention_body() -> Graph:
+    """softmax(q [N, S, S]) @ v [N, S, 64]: a row kernel and a batched matmul."""
+    g = Graph("dyn_attention")
+    q = g.add_input("in0", TensorType("f32", ("N", "S", "S")))
+    v = g.add_input("in1", TensorType("f32", ("N", "S", 64)))
+    p = g.append(make_node("softmax", [q], {"axis": -1})).out()
+    g.add_output("out0", g.append(make_node("matmul", [p, v])).out())
+    return g
+
+
+@pytest.mark.parametrize("op", ["softmax", "matmul"])
+def test_run_time_extents_split_over_threads_by_their_size(op):
+    """A row kernel or batched matmul of run-time extents: one parallel loop over chunks
+    of axis 0 beside its serial copy, chosen at run time (two or more chunks and threads:
+    `__kmpc_flowc_threads`), so one parallel region and no other (the static matmul
+    blocks inside are loops); the serial copy (this harness's one thread) is exact."""
+    full = attention_body()
+    body = Graph(f"dyn_{op}")
+    x = body.add_input("in0", full.inputs[0].types[0])
+    if op == "softmax":
+        y = body.append(make_node("softmax", [x], {"axis": -1})).out()
+    else:
+        v = body.add_input("in1", full.inputs[1].types[0])
+        y = body.append(make_node("matmul", [x, v])).out()
+    body.add_output("out0", y)
+    seen: dict[str, str] = {}
+    code = compile_kernels([("kernel", body)], "host", cache=False,
+                           dump=lambda name, text: seen.__setitem__(name, text))
+    llvm = seen["kernel.llvm.mlir"]
+    assert llvm.count("omp.parallel") == 1 and "@__kmpc_flowc_threads" in llvm
+    lib = ctypes.CDLL(str(link(code.object, f"dyn_split_{op}")))
+    rng = np.random.default_rng(12)
+    for n, s in [(1, 3), (2, 128), (3, 40)]:
+        feeds = [rng.standard_normal((n, s, s)).astype(np.float32)]
+        if op == "matmul":
+            feeds.append(rng.standard_normal((n, s, 64)).astype(np.float32))
+        (got,) = call(lib, body, feeds, {"N": n, "S": s})
+        want = _softmax(feeds[0]) if op == "softmax" else feeds[0] @ feeds[1]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
