@@ -151,7 +151,8 @@ def main() -> None:
         "",
         f"`bench/dynamic.py --repeats {args.repeats} --turn-ms {args.turn_ms:g}` on "
         f"{platform.machine()}, "
-        f"{platform.python_version()}; a shared, noisy machine: ratios of medians only, "
+        f"{platform.python_version()}; a shared, noisy machine: ratios only (of medians and "
+        "of the best turns), "
         "the two artifacts timed in turns in one process; 1 thread by the process's CPU "
         "time (steadier than wall time when other jobs share the cores), 2 threads by wall "
         "time (noisy: the 2 cores are shared; the best turns, least disturbed, are the "
