@@ -300,8 +300,9 @@ def test_a_c_program_gives_shapes_and_reads_output_shapes(dyn_mlp, tmp_path):
 
 def test_run_time_splits_match_at_every_thread_count(tmp_path):
     """Kernels that choose at run time between a parallel loop and its serial copy (row
-    kernels, batched matmuls, winograd convs and pools of a run-time batch) give the same
-    results at 1, 2 and 4 threads, at sizes on both sides of their thresholds."""
+    kernels, batched matmuls, a strided conv's samples) and those taking a run-time batch
+    whole (a winograd conv, a pool) give the same results at 1, 2 and 4 threads, at sizes
+    on both sides of the thresholds."""
     g = Graph("split")
     q = g.add_input("q", TensorType("f32", ("N", "S", "S")))
     v = g.add_input("v", TensorType("f32", ("N", "S", 16)))
@@ -314,6 +315,8 @@ def test_run_time_splits_match_at_every_thread_count(tmp_path):
     w = g.append(make_node("constant", [], {"value": Tensor(
         rng.standard_normal((16, 16, 3, 3)).astype(np.float32) / 12)})).out()
     g.add_output("conv", g.append(make_node("conv", [img, w], {"pads": [1, 1, 1, 1]})).out())
+    g.add_output("strided", g.append(make_node("conv", [img, w], {"pads": [1, 1, 1, 1],
+                                                                  "strides": [2, 2]})).out())
     flowc.compile(g, tmp_path / "a", dims={"N": (1, 8), "S": (1, 200)}, dump_dir=tmp_path / "d")
     assert "winograd_conv" in (tmp_path / "d" / "split.flowc").read_text()
     for threads in (1, 2, 4):
@@ -324,6 +327,6 @@ def test_run_time_splits_match_at_every_thread_count(tmp_path):
                      "img": rng.standard_normal((n, 16, 8, 8)).astype(np.float32)}
             got = model.run(**feeds)
             want = interpret(g, feeds)
-            for name in ("y", "pool", "conv"):
+            for name in ("y", "pool", "conv", "strided"):
                 np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5,
                                            err_msg=f"{name} at {threads} threads, N={n} S={s}")

@@ -453,7 +453,8 @@ def test_a_winograd_conv_of_whole_tiles_takes_the_batch_whole(size, epilogue):
     """A winograd conv of run-time batch whose output is whole tiles (and its epilogue) is
     one kernel of the batch: one parallel loop over its rows of tiles (no sample loop), the
     epilogue moved into it (no temporary of run-time size). One whose tiles stick out
-    (6x6 in 4x4 tiles: cut back through a temporary) runs sample by sample."""
+    (6x6 in 4x4 tiles: cut back through a temporary) runs sample by sample, the samples
+    one parallel loop."""
     from flowc.ir.ops.winograd import winograd_filter
 
     body = winograd_body(size, epilogue)
@@ -465,7 +466,7 @@ def test_a_winograd_conv_of_whole_tiles_takes_the_batch_whole(size, epilogue):
                            dump=lambda name, text: seen.__setitem__(name, text))
     llvm = seen["kernel.llvm.mlir"]
     assert "aligned_alloc" not in llvm
-    assert llvm.count("omp.parallel") == (size == 8)  # one sample's 4 rows: serial
+    assert llvm.count("omp.parallel") == 1  # over rows of tiles, or over samples
     lib = ctypes.CDLL(str(link(code.object, f"dyn_winograd_{size}_{int(epilogue)}")))
     rng = np.random.default_rng(9)
     u = winograd_filter(rng.standard_normal((3, 3, 8, 16)).astype(np.float32), 4)
@@ -546,3 +547,23 @@ def test_run_time_extents_split_over_threads_by_their_size(op):
         (got,) = call(lib, body, feeds, {"N": n, "S": s})
         want = _softmax(feeds[0]) if op == "softmax" else feeds[0] @ feeds[1]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_samples_of_a_per_sample_conv_split_over_threads():
+    """A conv run sample by sample: its samples one parallel loop beside its serial copy
+    (chosen at run time by the batch's estimated work and the thread count), the static
+    per-sample kernel's own parallel rows a loop inside; exact on the serial copy."""
+    body = conv_relu_body()
+    seen: dict[str, str] = {}
+    code = compile_kernels([("kernel", body)], "host", cache=False,
+                           dump=lambda name, text: seen.__setitem__(name, text))
+    llvm = seen["kernel.llvm.mlir"]
+    assert llvm.count("omp.parallel") == 1 and "@__kmpc_flowc_threads" in llvm
+    lib = ctypes.CDLL(str(link(code.object, "dyn_conv_split")))
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    for n in (1, 40):
+        x = rng.standard_normal((n, 2, 6, 6)).astype(np.float32)
+        (got,) = call(lib, body, [x, w], {"N": n})
+        np.testing.assert_allclose(got, interpret(body, {"in0": x, "in1": w})["out0"],
+                                   rtol=1e-4, atol=1e-5)
