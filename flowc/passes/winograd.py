@@ -17,7 +17,8 @@ Guarantees: the same outputs up to rounding (F(4x4, 3x3) loses about 3 bits on f
 bench/results/kernels_winograd.notes.md states the error measured on the ResNet). Rewrites
 `conv {channels_last = true}` nodes that are f32 (f64 and other dtypes keep the exact
 direct path), 2-D, ungrouped, 3x3 with strides and dilations 1, a constant filter, static
-shapes, no control dependencies, not on a GPU, and at least `min_channels` input and output
+shapes (or a batch of run-time extent: one symbol, axis 0 of X and Y), no control
+dependencies, not on a GPU, and at least `min_channels` input and output
 channels and `min_size` output rows and columns (measured: a 3-channel stem-like conv took
 1.05x the direct conv's time, 8 -> 8 channels 0.58x, a 4x4 image 0.78x), and at most
 `max_tile_filter_bytes` of transformed filter (36 C M floats, 4x the filter's) per output
@@ -38,6 +39,7 @@ from typing import ClassVar
 import numpy as np
 
 from flowc.ir.devices import is_gpu_device
+from flowc.ir.dims import is_symbol
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import get_op
@@ -95,8 +97,8 @@ class Winograd:
         attrs = get_op("conv").resolve_attrs(node.attrs)
         x, w, y = node.inputs[0].type, node.inputs[1].type, node.types[0]
         if not (attrs["channels_last"] and attrs["group"] == 1 and
-                all(isinstance(t, TensorType) and t.is_static and t.rank == 4
-                    for t in (x, w, y)) and y.dtype.name == "f32"):
+                all(isinstance(t, TensorType) and t.rank == 4 for t in (x, w, y)) and
+                w.is_static and _static_but_batch(x, y) and y.dtype.name == "f32"):
             return None
         if tuple(w.shape[:2]) != (3, 3) or any(s != 1 for s in attrs["strides"] or (1, 1)):
             return None
@@ -115,3 +117,10 @@ class Winograd:
         # ONNX orders pads [top, left, bottom, right] (begins, then ends): the same here
         return pads
 
+
+
+def _static_but_batch(x: TensorType, y: TensorType) -> bool:
+    """Whether x and y are static but for a batch (axis 0) that may be one symbol of both."""
+    return (x.with_shape(x.shape[1:]).is_static and y.with_shape(y.shape[1:]).is_static
+            and ((x.is_static and y.is_static) or (is_symbol(x.shape[0])
+                                                  and x.shape[0] == y.shape[0])))

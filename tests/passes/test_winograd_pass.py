@@ -19,10 +19,10 @@ RNG = np.random.default_rng(31)
 
 
 def conv_graph(c=16, m=16, size=16, dtype=np.float32, attrs=None, device=None, kernel=3,
-               bias=True) -> Graph:
+               bias=True, batch=1) -> Graph:
     g = Graph("conv")
     dt = str(np.dtype(dtype)).replace("float", "f")
-    x = g.add_input("x", TensorType(dt, (1, size, size, c)))
+    x = g.add_input("x", TensorType(dt, (batch, size, size, c)))
     w = g.append(make_node("constant", [], {"value": Tensor(
         RNG.standard_normal((kernel, kernel, c, m)).astype(dtype))})).out()
     inputs = [x, w]
@@ -72,6 +72,14 @@ def test_which_convs_are_rewritten_and_results_stay(kwargs, want):
     x = RNG.standard_normal(shape).astype(graph.inputs[0].types[0].dtype.np)
     got, expected = interpret(after, {"x": x})["y"], interpret(graph, {"x": x})["y"]
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+def test_a_batch_of_run_time_extent_is_rewritten_other_symbolic_dims_are_not():
+    after, count = rewrite(conv_graph(batch="N"))
+    assert count == 1
+    assert next(n for n in after.nodes if n.op == "winograd_conv").types[0].shape == (
+        "N", 16, 16, 16)
+    assert rewrite(conv_graph(size="S"))[1] == 0
 
 
 def test_options_choose_the_tile_and_thresholds():

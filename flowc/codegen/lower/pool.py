@@ -23,6 +23,7 @@ from flowc.codegen.lower.context import (
     RuleCtx,
     dense_constant,
     dim,
+    dim_sizes,
     elem_type,
     empty,
     expr_map,
@@ -36,6 +37,8 @@ from flowc.codegen.lower.conv_nhwc import Window, pad_channels_last, regions, sl
 from flowc.codegen.lower.matmul import convert_tensor
 from flowc.codegen.lower.nn import map_values
 from flowc.codegen.lower.reduce import identity_of, reduce_axes
+from flowc.ir.graph import Node
+from flowc.ir.ops import get_op
 from flowc.ir.types import DType, i64
 
 MAX_UNROLLED_TAPS = 16  # windows up to 4x4 (or 2x2x4 ...) are unrolled into one parallel loop
@@ -75,13 +78,15 @@ def _unrolled_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilat
     nsp = len(kernel)
     rank = 2 + nsp
     first = 1 if channels_last else 2
-    t = ir.RankedTensorType.get(out_shape, elem_type(acc))
+    static = [d if isinstance(d, int) else ir.ShapedType.get_dynamic_size() for d in out_shape]
+    t = ir.RankedTensorType.get(static, elem_type(acc))
+    sizes = [d for d in out_shape if not isinstance(d, int)]  # a batch of run-time extent
     views = []
     for tap in np.ndindex(*kernel):
         offsets, step = [0] * rank, [1] * rank
         for i in range(nsp):
             offsets[first + i], step[first + i] = int(tap[i]) * dilations[i], strides[i]
-        views.append(tensor.extract_slice(t, xp, [], [], [], offsets, out_shape, step))
+        views.append(tensor.extract_slice(t, xp, [], sizes, [], offsets, static, step))
     start = empty((out_shape, elem_type(acc)))
 
     def body(*values):
@@ -97,13 +102,27 @@ def _unrolled_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilat
     return y
 
 
-@register("max_pool", "average_pool")
+def unpadded(node: Node) -> bool:
+    """Whether a pool reads no padding, windows of at most MAX_UNROLLED_TAPS taps, in its
+    compute dtype, and has no indices: then its batch may be of run-time extent (no
+    temporary of the batch's size: the unrolled taps are views of X)."""
+    attrs = get_op(node.op).resolve_attrs(node.attrs)
+    t, out = node.inputs[0].type, node.types[0].shape
+    kernel = list(attrs["kernel_shape"])
+    last = bool(attrs["channels_last"])
+    spatial, out_spatial = (t.shape[1:-1], out[1:-1]) if last else (t.shape[2:], out[2:])
+    _, _, begin, end = window_geometry(attrs, spatial, kernel, out_spatial)
+    return (len(node.types) == 1 and s.compute_dtype(t.dtype) == t.dtype and not any(begin)
+            and not any(end) and int(np.prod(kernel)) <= MAX_UNROLLED_TAPS)
+
+
+@register("max_pool", "average_pool", batch=unpadded)
 def _pool(ctx: RuleCtx, x) -> list:
     t = ctx.in_types[0]
     dt = t.dtype
     acc = s.compute_dtype(dt)
     kernel = list(ctx.attrs["kernel_shape"])
-    out_shape = list(ctx.out.shape)
+    out_shape = dim_sizes(ctx.out)  # (a batch of run-time extent: `unpadded`)
     last = bool(ctx.attrs["channels_last"])
     spatial, out_spatial = (t.shape[1:-1], out_shape[1:-1]) if last else (t.shape[2:],
                                                                           out_shape[2:])

@@ -28,8 +28,10 @@ Rows are independent: above PARALLEL_MIN elements in all they are an `scf.forall
 runtime's threads split the rows), below it a plain `scf.for`; neither allocates.
 V is the target's f32 lanes, or for a row shorter than that the largest power of two
 dividing L; a fold takes the last L % V elements one at a time. Leading dims may be of
-run-time extent (then rows are a plain `scf.for`), and so may L when the row is the last
-axis alone (issue [12]: then V is the target's f32 lanes).
+run-time extent, and so may L when the row is the last axis alone (issue [12]: then V is
+the target's f32 lanes); the items of axis 0 are then split over threads when there are
+PARALLEL_MIN elements at run time (`context.chunks_loop`: one fork, or none), the rows of
+an item a plain loop.
 """
 
 from __future__ import annotations
@@ -40,7 +42,14 @@ import numpy as np
 from mlir import ir
 from mlir.dialects import arith, linalg, scf, tensor, vector
 
-from flowc.codegen.lower.context import empty, index_const, reshape, size_of, value_shape
+from flowc.codegen.lower.context import (
+    chunks_loop,
+    empty,
+    index_const,
+    reshape,
+    size_of,
+    value_shape,
+)
 from flowc.codegen.target import Target
 
 PARALLEL_MIN = 32768  # elements: below this a fork/join costs more than it saves
@@ -198,8 +207,8 @@ class _Rows:
 def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
                axis: int = -1) -> ir.Value:
     """See the module docstring; rows span the dims from `axis` on (the last by default).
-    Leading dims may be of run-time extent (the row's dims may not): the rows are then a
-    plain `scf.for` over their run-time count."""
+    Leading dims may be of run-time extent (and the row's, when it is the last axis alone):
+    the items of axis 0 are then chunks of rows (module docstring)."""
     shape = value_shape(x)
     axis %= len(shape)
     sizes = [size_of(x, i) for i in range(len(shape))]
@@ -213,36 +222,66 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
         length *= d
     if _DYN in shape[axis:] and axis != len(shape) - 1:
         raise ValueError("row_kernel: a row of run-time length must be the last axis alone")
-    init = empty((sizes, ir.F32Type.get()))
     lanes = max(1, target.vector_bits // 32) if _DYN in shape[axis:] else \
         lanes_for(length, target)
-    if not isinstance(rows, int) or _DYN in shape[axis:]:
-        loop = scf.ForOp(index_const(0), rows if not isinstance(rows, int) else
-                         index_const(rows), index_const(1), [init])
-        r, out = loop.induction_variable, loop.inner_iter_args[0]
+    if isinstance(rows, int) and _DYN not in shape[axis:]:
+        return _rows_loop(x, empty((sizes, ir.F32Type.get())), axis, rows, lanes, body,
+                          rows * length >= PARALLEL_MIN and rows > 1)
+    if axis == 0:  # one row of run-time length
+        return _rows_loop(x, empty((sizes, ir.F32Type.get())), axis, rows, lanes, body, False)
+    # run-time extents: the rows of each item of axis 0 a serial loop, the items split
+    # over threads (`chunks_loop`) when there are PARALLEL_MIN elements in all
+    total = arith.muli(_index(rows), _index(size_of(x, len(shape) - 1)) if
+                       _DYN in shape[axis:] else index_const(length))
+    big = arith.cmpi(arith.CmpIPredicate.uge, total, index_const(PARALLEL_MIN))
+    per = index_const(1)
+    for d in sizes[1:axis]:
+        per = arith.muli(per, _index(d))
+
+    def step(item: ir.Value, at: ir.Value, part: ir.Value) -> ir.Value:
+        part_sizes = [size_of(part, i) for i in range(len(shape))]
+        loop = scf.ForOp(index_const(0), per, index_const(1), [part])
         with ir.InsertionPoint(loop.body):
-            at = _Rows(shape, axis, r, sizes)
-            row = Row(at.read(x), at.read(out), lanes)
+            r, acc = loop.induction_variable, loop.inner_iter_args[0]
+            src = _Rows(shape, axis, arith.addi(arith.muli(item, per), r), sizes)
+            dst = _Rows(shape, axis, arith.addi(arith.muli(at, per), r), part_sizes)
+            row = Row(src.read(x), dst.read(acc), lanes)
             body(row)
-            scf.YieldOp([at.insert(row.out, out, parallel=False)])
-    elif rows * length >= PARALLEL_MIN and rows > 1:
+            scf.YieldOp([dst.insert(row.out, acc, parallel=False)])
+        return loop.results[0]
+
+    return chunks_loop(sizes[0], big, empty((sizes, ir.F32Type.get())), step)
+
+
+def _index(v: int | ir.Value) -> ir.Value:
+    return index_const(v) if isinstance(v, int) else v
+
+
+def _rows_loop(x: ir.Value, init: ir.Value, axis: int, rows: int | ir.Value, lanes: int,
+               body: Callable[[Row], None], parallel: bool) -> ir.Value:
+    """The rows of `x` in a loop writing `init`, `body` per row: an `scf.forall` when
+    `parallel`, else an `scf.for`."""
+    shape = value_shape(x)
+    sizes = [size_of(x, i) for i in range(len(shape))]
+    known = sizes if not isinstance(rows, int) or _DYN in shape[axis:] else None
+    if parallel:
         loop = scf.ForallOp([0], [rows], [1], [init])
         r, out = loop.induction_variables[0], loop.inner_iter_args[0]
         with ir.InsertionPoint(loop.body):
-            at = _Rows(shape, axis, r)
+            at = _Rows(shape, axis, r, known)
             row = Row(at.read(x), at.read(out), lanes)
             body(row)
             shaped = reshape(row.out, at.inner)  # the terminator holds the insert alone
             with ir.InsertionPoint(loop.terminator().block):
                 at.insert(shaped, out, parallel=True)
-    else:
-        loop = scf.ForOp(index_const(0), index_const(rows), index_const(1), [init])
-        r, out = loop.induction_variable, loop.inner_iter_args[0]
-        with ir.InsertionPoint(loop.body):
-            at = _Rows(shape, axis, r)
-            row = Row(at.read(x), at.read(out), lanes)
-            body(row)
-            scf.YieldOp([at.insert(row.out, out, parallel=False)])
+        return loop.results[0]
+    loop = scf.ForOp(index_const(0), _index(rows), index_const(1), [init])
+    r, out = loop.induction_variable, loop.inner_iter_args[0]
+    with ir.InsertionPoint(loop.body):
+        at = _Rows(shape, axis, r, known)
+        row = Row(at.read(x), at.read(out), lanes)
+        body(row)
+        scf.YieldOp([at.insert(row.out, out, parallel=False)])
     return loop.results[0]
 
 
