@@ -107,7 +107,8 @@ class Winograd:
         if min(w.shape[2], w.shape[3]) < self.min_channels or min(y.shape[1:3]) < self.min_size:
             return None
         m = self.tile
-        tiles = y.shape[0] * -(-y.shape[1] // m) * -(-y.shape[2] // m)
+        batch = y.shape[0] if isinstance(y.shape[0], int) else 1  # a run-time batch: its least
+        tiles = batch * -(-y.shape[1] // m) * -(-y.shape[2] // m)
         if (m + 2) ** 2 * w.shape[2] * w.shape[3] * 4 > self.max_tile_filter_bytes * tiles:
             return None
         auto_pad = attrs["auto_pad"]
@@ -116,7 +117,6 @@ class Winograd:
         pads = tuple(attrs["pads"] or (0, 0, 0, 0)) if auto_pad == "NOTSET" else (0, 0, 0, 0)
         # ONNX orders pads [top, left, bottom, right] (begins, then ends): the same here
         return pads
-
 
 
 def _static_but_batch(x: TensorType, y: TensorType) -> bool:

@@ -135,7 +135,7 @@ def _pool(ctx: RuleCtx, x) -> list:
         return pad_spatial(xa, begin, end, scalar_const(acc, value))
 
     def reduced(init, combine):
-        if last and len(kernel) == 2:
+        if last and len(kernel) == 2 and isinstance(out_shape[0], int):
             geo = [Window(n, k, st, d, p) for n, k, st, d, p in zip(
                 spatial, kernel, strides, dilations, begin, strict=True)]
             return _by_region(xa, geo, out_shape, acc, init, combine)
