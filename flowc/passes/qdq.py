@@ -54,15 +54,18 @@ from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
 
 
 def _value(rw: Rewriter, v: Value | None) -> np.ndarray | None:
-    """The value of a constant, or of a cast or reshape of one (before constant folding)."""
+    """The value of a constant, or of a cast, reshape or transpose of one (before constant
+    folding: QGemm's transB is a transpose of its constant B)."""
     if v is None:
         return None
     data = rw.const(v)
     if data is not None:
         return data
-    if v.node.op in ("cast", "reshape") and not v.node.ctrl and isinstance(
+    if v.node.op in ("cast", "reshape", "transpose") and not v.node.ctrl and isinstance(
             v.type, TensorType) and v.type.is_static:
         inner = _value(rw, v.node.inputs[0])
+        if inner is not None and v.node.op == "transpose":
+            inner = np.transpose(inner, v.node.attrs.get("perm"))
         if inner is not None:
             return inner.astype(v.type.dtype.np).reshape(v.type.shape)
     return None
