@@ -9,7 +9,8 @@ new ModelProto (the input is not changed) where
   by a QuantizeLinear / DequantizeLinear pair to u8 (asymmetric: scale (hi - lo) / 255 of
   the range [lo, hi] widened to hold 0, zero point round(-lo / scale)), all readers taking
   the dequantized value; an output read only by a Relu is quantized after the Relu instead
-  (onnxruntime's conv + relu fusion). The range is the calibration's min and max
+  (onnxruntime's conv + relu fusion), and the Relu dropped where that quantization's zero
+  point is 0 (its clip at 0 is the Relu). The range is the calibration's min and max
   (`minmax`), or its `percentile` and 100 - `percentile` percentiles (`percentile`);
 - the constant weights of Conv (input 1) and MatMul / Gemm (input 1, 2-D) are s8
   symmetric (scale max|w| / 127, zero point 0, values in [-127, 127]), one scale per output
@@ -216,6 +217,12 @@ def _rewrite(graph, params, weights, per_channel: bool) -> None:
     for node in nodes:
         for k, name in enumerate(node.input):
             node.input[k] = rename.get(name, name)
+        out = node.output[0] if node.output else ""
+        if node.op_type == "Relu" and out in params and params[out][1] == 0:
+            # quantizing to u8 with zero point 0 clips at 0 itself: the Relu goes (as
+            # onnxruntime's quantizer drops it), its input quantized in its place
+            placed += _pair(node.input[0], out, params[out], constant)
+            continue
         placed.append(node)
         for k, name in enumerate(node.output):
             if name in params and name not in graph_inputs:

@@ -51,6 +51,7 @@ from flowc.ir.ops.window import _pads_for
 from flowc.ir.types import TensorType, f32, i32, u8
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
+from flowc.passes.stats import count
 
 
 def _value(rw: Rewriter, v: Value | None) -> np.ndarray | None:
@@ -419,12 +420,48 @@ def _channels_last(node: Node, rw: Rewriter) -> Node | None:
     if mult.size != 1 and mult.shape != (o, 1, 1):
         return None
     acc = back.node.inputs[0]
+    fused = _requantized_qconv(node, rw, acc, np.broadcast_to(mult.reshape(-1), (o,)),
+                               list(reversed(chain[:-1])))
+    if fused is not None:
+        return rw.replace(node, "transpose", [fused], {"perm": (0, 3, 1, 2)})
     v = rw.make("cast", [acc], {"to": f32}, wide.node).out()
     v = rw.make("mul", [v, rw.constant(mult.reshape(o) if mult.size != 1 else mult, mul)],
                 {}, mul).out()
     for step in reversed(chain[:-1]):
         v = rw.make(step.op, [v, *step.inputs[1:]], step.attrs, step).out()
     return rw.replace(node, "transpose", [v], {"perm": (0, 3, 1, 2)})
+
+
+def _requantized_qconv(node: Node, rw: Rewriter, acc: Value, mult: np.ndarray,
+                       steps: list[Node]) -> Value | None:
+    """`qconv_requant` of the qconv giving `acc` when the steps after its multiplier are
+    exactly round, (add of a constant integer zero point,) clip to the result dtype's
+    range and the cast (QuantizeLinear's saturation): the requantization in the kernel's
+    registers, no i32 accumulator written; else None."""
+    to = node.types[0].dtype
+    lo, hi = (0, 255) if to.name == "u8" else (-128, 127)
+    ops = [s.op for s in steps]
+    if acc.node.op != "qconv" or rw.uses(acc) != 1 or ops not in (
+            ["round", "clip", "cast"], ["round", "add", "clip", "cast"]):
+        return None
+    zero = 0
+    if len(ops) == 4:
+        z = _value(rw, steps[1].inputs[1])
+        if z is None or z.size != 1 or z.reshape(()) != np.round(z.reshape(())):
+            return None
+        zero = int(z.reshape(()))
+    bounds = [_value(rw, v) for v in steps[-2].inputs[1:]]
+    if any(b is None or b.size != 1 for b in bounds) or [
+            float(b.reshape(())) for b in bounds] != [lo, hi]:
+        return None
+    x, p, start = [*acc.node.inputs, None][:3]
+    o = acc.node.attrs["o"]
+    if start is None:
+        start = rw.constant(np.zeros(o, np.int32), node)
+    attrs = {**acc.node.attrs, "zero": zero, "to": to}
+    m = rw.constant(np.ascontiguousarray(mult, np.float32), node)
+    count("requantize-in-qconv")
+    return rw.make("qconv_requant", [x, p, start, m], attrs, acc.node).out()
 
 
 def _elements(v: Value) -> int | None:

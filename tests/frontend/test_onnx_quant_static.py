@@ -2,7 +2,7 @@
 test_onnx_quant_models quantized from flowc's calibration agree with onnxruntime's
 quantize_static of the same model on the same calibration (QDQ, u8 activations, s8
 weights) within one output quantum; flowc's artifact of the result agrees with
-onnxruntime's session of it (and its convs are `qconv`); bad calibration data and options
+onnxruntime's session of it (and its convs are `qconv_requant`); bad calibration data and options
 are one-line errors."""
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def test_convs_of_the_quantized_cnn_become_qconv():
     for name in ("qdq", "cse", "constant-fold", "simplify"):
         g = make_pass(name).run(g)
     ops = Counter(n.op for n in g.nodes)
-    assert ops["qconv"] == 5 and ops["conv"] == 0 and ops["qmatmul"] == 1
+    assert ops["qconv_requant"] == 5 and ops["conv"] == 0 and ops["qmatmul"] == 1
 
 
 def test_per_tensor_weights_and_percentile_ranges():
