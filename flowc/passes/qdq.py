@@ -26,14 +26,17 @@ gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
   f32 scaled per channel (sa * sw, with a following division folded as above). A
   requantization of it to u8 / i8 (elementwise, other operands one element) then runs in
   NHWC with the transpose after its u8 / i8 result, where the next qconv's transpose into
-  NHWC cancels it (simplify).
+  NHWC cancels it (simplify); when that requantization is exactly QuantizeLinear's (round,
+  + a constant zero point, clip to the dtype's range, cast) it becomes `qconv_requant`,
+  computed in the kernel's registers (no i32 accumulator written).
 Guarantees: i32 results are exact (the same integers); f32 results are onnxruntime's
 (the integer product scaled once), which differ from the unrewritten f32 sum of dequantized
 products by f32 rounding. Left alone: nonzero weight zero points, weights
 that are not constant, a B of rank other than 2, nodes with control dependencies or on a
 GPU. An A of rank 3 or more is one [rows, K] product, reshaped back.
-Statistics: `matmuls-quantized`, `convs-quantized`, `requantize-folded`,
-`requantize-channels-last`.
+Constants are seen through casts, reshapes and transposes (QGemm's transB). Statistics:
+`matmuls-quantized`, `convs-quantized`, `requantize-folded`, `requantize-channels-last`,
+`requantize-in-qconv`.
 """
 
 from __future__ import annotations
