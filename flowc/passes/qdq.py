@@ -301,7 +301,11 @@ class Qdq:
             b32 = _int_bias(rw, bias, o)
             if b32 is None:
                 return None  # an f32 bias: left to the f32 conv
-        acc = self._conv_acc(node, rw, *found, b32)
+        # the dequantized input read by this conv alone: an s8 qconv_requant producing it
+        # may give the shifted u8 itself (`_conv_acc`)
+        chain = [x, sa[0], *([sa[0].node.inputs[0]] if sa[0].node.op == "sub" else []),
+                 found[0][0]]
+        acc = self._conv_acc(node, rw, *found, b32, all(rw.uses(v) == 1 for v in chain))
         wide = rw.make("cast", [acc], {"to": f32}, node).out()
         multiplier = (np.float32(sa[1].reshape(())) * scale).astype(np.float32)
         return rw.replace(node, "mul", [wide, rw.constant(multiplier.reshape(o, 1, 1), node)])
@@ -316,17 +320,30 @@ class Qdq:
         return self._operands(node, x, w, rw, dt, rank=4)
 
     def _conv_acc(self, node: Node, rw: Rewriter, qa: tuple[Value, Value | None],
-                  w: np.ndarray, b32: np.ndarray | None) -> Value:
+                  w: np.ndarray, b32: np.ndarray | None, exclusive: bool = False) -> Value:
         """conv(q - za, w) + b32 in i32, [N, O, OH, OW]: q (s8 shifted to u8 as in
         `_accumulate`) in NHWC, padded with its zero point (so padding adds nothing once
         za * colsum(w) is subtracted), `qconv` with w packed and the bias less that
-        correction as its accumulators' start, transposed back to NCHW."""
+        correction as its accumulators' start, transposed back to NCHW. An s8 q that an
+        i8 `qconv_requant` gives (transposed to NCHW) and only this conv reads
+        (`exclusive`) is that kernel's u8 form instead, zero point + 128: the shift in its
+        epilogue, exactly (clip(v + 128, 0, 255) = clip(v, -128, 127) + 128)."""
         q, za = qa
         o, _, kh, kw = w.shape
         shift = 128 if q.type.dtype.name == "i8" else 0
-        # transposed first: a transpose back to NCHW before `q` (`_channels_last`) cancels
-        x = rw.make("transpose", [q], {"perm": (0, 2, 3, 1)}, node).out()
-        if shift:
+        src = q.node.inputs[0] if q.node.op == "transpose" and tuple(
+            q.node.attrs.get("perm") or ()) == (0, 3, 1, 2) else None
+        if shift and exclusive and src is not None and src.node.op == "qconv_requant" \
+                and rw.uses(src) == 1:
+            attrs = {**src.node.attrs, "to": u8, "zero": src.node.attrs.get("zero", 0) + 128}
+            x = rw.make("qconv_requant", list(src.node.inputs), attrs, src.node).out()
+            shift_done = True
+        else:
+            # transposed first: a transpose back to NCHW before `q` (`_channels_last`)
+            # cancels
+            x = rw.make("transpose", [q], {"perm": (0, 2, 3, 1)}, node).out()
+            shift_done = False
+        if shift and not shift_done:
             wide = rw.make("cast", [x], {"to": i32}, node).out()
             moved = rw.make("add", [wide, rw.constant(np.int32(shift), node)], {}, node).out()
             x = rw.make("cast", [moved], {"to": u8}, node).out()
