@@ -17,7 +17,9 @@ new ModelProto (the input is not changed) where
   channel with `per_channel` (Conv's axis 0, MatMul's columns, Gemm's per transB), else one
   per tensor, behind a DequantizeLinear that keeps the weight's name;
 - a Conv's constant bias is i32 at scale (input scale * weight scale), zero point 0, as
-  onnxruntime quantizes it (which flowc's `qdq` pass adds into the integer accumulator).
+  onnxruntime quantizes it (which flowc's `qdq` pass adds into the integer accumulator);
+- any other f32 constant operand of those ops (an Add's bias) is u8 over its own range,
+  as an activation.
 `calibration` maps each graph input to an array whose leading axis enumerates the
 calibration samples (one feed each), every input the same number of samples. Refused
 with a one-line FlowcError: an input missing from the calibration (or a name that is no
@@ -143,8 +145,8 @@ def _ranges(model, names, samples, method, percentile) -> dict[str, tuple[float,
 
 def _activation_params(lo: float, hi: float) -> tuple[np.float32, np.uint8]:
     """u8 scale and zero point of the range [lo, hi] widened to hold 0."""
-    lo, hi = min(lo, 0.0), max(hi, 0.0)
-    scale = np.float32((hi - lo) / 255.0)
+    lo, hi = np.float32(min(lo, 0.0)), np.float32(max(hi, 0.0))
+    scale = np.float32((hi - lo) / np.float32(255))  # in f32, as onnxruntime's quantizer
     if scale == 0:
         return np.float32(1.0), np.uint8(0)
     return scale, np.uint8(np.clip(np.round(-lo / scale), 0, 255))
@@ -207,6 +209,17 @@ def _rewrite(graph, params, weights, per_channel: bool) -> None:
             b_scale = np.broadcast_to(b_scale, weights[bias].shape).astype(np.float32)
             b = np.clip(np.round(weights[bias] / b_scale), -2**31, 2**31 - 1).astype(np.int32)
             dequantized(bias, b, b_scale, np.zeros(b.shape, np.int32), 0)
+
+    for node in nodes:  # other constant operands (an Add's bias): u8 over their own range
+        if node.op_type not in QUANTIZED_OPS:
+            continue
+        for name in node.input:
+            data = weights.get(name)
+            if name in initializers and name not in done and data is not None and \
+                    data.dtype == np.float32:
+                scale, zero = _activation_params(float(data.min()), float(data.max()))
+                q = np.clip(np.round(data / scale) + zero, 0, 255).astype(np.uint8)
+                dequantized(name, q, scale, zero, None)
 
     graph_inputs = {i.name for i in graph.input}
     rename: dict[str, str] = {}
