@@ -141,3 +141,14 @@ def test_reduce_bool(op, x):
 def test_reduce_with_the_axes_operand_left_out(op):
     # ONNX's default-axes form has one operand, not an absent second one.
     check_op(op, [X], {"keepdims": 1})
+
+
+@pytest.mark.parametrize(("x", "repeats"), [
+    (RNG.standard_normal((1, 8, 28, 28)).astype(np.float32), ints(1, 1, 2, 2)),
+    (RNG.standard_normal((3, 5)).astype(np.float32), ints(4, 1)),
+    ((RNG.standard_normal((2, 3, 4)) * 9).astype(np.int32), ints(1, 3, 2)),
+    (RNG.standard_normal((2, 3)) > 0, ints(2, 3)),
+    (RNG.standard_normal((2, 3)).astype(np.float16), ints(0, 2)),
+])
+def test_tile_as_a_broadcast_of_interleaved_dims(x, repeats):
+    check_op("tile", [x, repeats], {}, consts=(1,))

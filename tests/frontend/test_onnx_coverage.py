@@ -95,6 +95,26 @@ def test_resize_compiles_to_matching_kernels(tmp_path):
         session.close()
 
 
+def test_integer_nearest_factors_are_one_broadcast_copy():
+    """x2 and x3 repeats on two axes with a fractional nearest axis between: one expand
+    for both repeats (one kernel, not one per axis), compiled and interpreted as the
+    reference."""
+    from flowc.codegen.session import CompiledSession
+
+    model = resize_model(dict(mode="nearest", coordinate_transformation_mode="asymmetric",
+                              nearest_mode="floor"),
+                         scales=np.array([1, 3, 1.5, 2], np.float32))
+    want = ReferenceEvaluator(model).run(None, {"x": X})[0]
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes].count("expand") == 1
+    np.testing.assert_array_equal(interpret(graph, {"x": X})["y"], want)
+    session = CompiledSession(graph)
+    try:
+        np.testing.assert_array_equal(session.run({"x": X})["y"], want)
+    finally:
+        session.close()
+
+
 def test_top_k_with_ties_compiles_to_the_reference_order():
     from flowc.codegen.session import CompiledSession
 
