@@ -215,3 +215,30 @@ def test_refused_attribute_values_are_one_line_errors_naming_the_node(op, inputs
         import_onnx(model)
     text = str(info.value)
     assert "\n" not in text and f"'{node}' ({op})" in text and message in text, text
+
+
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("ScatterND", {"x": X[0], "i": np.array([[1, 2], [0, 3], [1, 2], [1, -2]], np.int64),
+                   "u": np.arange(20, dtype=np.float32).reshape(4, 5)}, {}),
+    ("ScatterElements", {"x": X, "i": np.array([[[[3, 0, 3, 1, 0]]]], np.int64),
+                         "u": np.arange(5, dtype=np.float32).reshape(1, 1, 1, 5)}, {"axis": 3}),
+])
+def test_repeated_scatter_indices_keep_the_last_write_as_onnxruntime(op, inputs, attrs):
+    """ONNX leaves a "none" scatter with repeated indices undefined; flowc writes them in
+    index order, the last winning, on both engines, as onnxruntime does (it summed them)."""
+    import onnxruntime as ort
+
+    from flowc.codegen.session import CompiledSession
+
+    model = single_node_model(op, inputs, attrs)
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT  # ort needs it
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes if n.op.startswith("scatter")] == ["scatter_reduce"]
+    np.testing.assert_array_equal(interpret(graph, inputs)["y"], want)
+    session = CompiledSession(graph)
+    try:
+        np.testing.assert_array_equal(session.run(inputs)["y"], want)
+    finally:
+        session.close()
