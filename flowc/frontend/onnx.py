@@ -349,6 +349,10 @@ class _Importer:
     def _inline(self, onnx_node: onnx.NodeProto, inputs: list[Value | None], scope: _Scope,
                 base: str, where: str) -> list[Value]:
         """Convert a function op through its body, in the caller's graph."""
+        missing = self.functions.missing_inputs(onnx_node, self.opset)
+        if missing:
+            raise OnnxImportError(f"{where}: required input(s) {', '.join(map(quoted, missing))} "
+                                  "missing")
         types = [None if v is None else v.type for v in inputs]
         try:
             function, defaults = self.functions.body(onnx_node, self.opset, types)

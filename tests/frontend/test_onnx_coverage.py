@@ -242,3 +242,11 @@ def test_repeated_scatter_indices_keep_the_last_write_as_onnxruntime(op, inputs,
         np.testing.assert_array_equal(session.run(inputs)["y"], want)
     finally:
         session.close()
+
+
+def test_a_function_op_missing_a_required_input_names_it():
+    model = single_node_model("SwiGLU", {"a": X}, {})
+    model.opset_import[0].version = 28
+    with pytest.raises(OnnxImportError, match=r"^<model>: node 'n' \(SwiGLU\): required "
+                       r"input\(s\) 'B' missing$"):
+        import_onnx(model)
