@@ -65,7 +65,8 @@ CASES = {
     "rsqrt": ([np.abs(X) + 1], {}, ()), "reciprocal": ([X], {}, ()), "exp": ([X], {}, ()),
     "log": ([np.abs(X) + 0.1], {}, ()), "erf": ([X], {}, ()), "tanh": ([X], {}, ()),
     "sin": ([X], {}, ()), "cos": ([X], {}, ()), "floor": ([X], {}, ()), "ceil": ([X], {}, ()),
-    "round": ([X], {}, ()),
+    "round": ([X], {}, ()), "atan": ([X], {}, ()), "asin": ([np.tanh(X)], {}, ()),
+    "acos": ([np.tanh(X)], {}, ()),
     "bitwise_and": ([ints(12, -7, 5), ints(10, 3, -1)], {}, ()),
     "bitwise_or": ([ints(12, -7, 5), ints(10, 3, -1)], {}, ()),
     "bitwise_xor": ([ints(12, -7, 5), ints(10, 3, -1)], {}, ()),
@@ -161,6 +162,7 @@ def test_every_op_with_a_rule_has_a_case_here():
 ALLOWED_UNDEFINED = {"_GLOBAL_OFFSET_TABLE_", "memcpy", "memset", "memmove", "expf", "exp",
                      "logf", "log", "log1pf", "log1p", "erff", "erf", "tanhf", "tanh",
                      "sinf", "sin", "cosf", "cos", "powf", "pow",
+                     "atanf", "atan", "asinf", "asin", "acosf", "acos",
                      "fmodf", "fmod", "floorf", "floor", "ceilf", "ceil", "sqrtf", "sqrt",
                      "__kmpc_fork_call", "__kmpc_global_thread_num", "__kmpc_for_static_init_8",
                      "__kmpc_for_static_init_8u", "__kmpc_for_static_fini", "__kmpc_barrier"}

@@ -41,6 +41,7 @@ COVERAGE_OPS = {
     "RotaryEmbedding", "SwiGLU", "GroupNormalization", "CenterCropPad", "AffineGrid",
     "HannWindow", "HammingWindow", "BlackmanWindow", "CausalConvWithState",
     "IsInf", "EyeLike", "LpPool", "ReverseSequence",
+    "Acos", "Asin", "Atan",
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
