@@ -68,6 +68,11 @@ def _cast(ctx: NodeContext) -> Sequence[Value]:
     return ctx.emit("cast", ctx.inputs, ctx.attrs)
 
 
+def _bitcast(ctx: NodeContext) -> Sequence[Value]:
+    ctx.attrs["to"] = onnx_dtype(ctx.attrs["to"], f"{ctx.where}: attribute 'to'")
+    return ctx.emit("bitcast", ctx.inputs, ctx.attrs)
+
+
 def _cast_like(ctx: NodeContext) -> Sequence[Value]:
     x, like = ctx.inputs
     return ctx.emit("cast", [x], {**ctx.attrs, "to": like.type.dtype})
@@ -198,6 +203,7 @@ def _loop(ctx: NodeContext) -> Sequence[Value]:
 
 CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "Cast": _cast,
+    "BitCast": _bitcast,
     "CastLike": _cast_like,
     "Constant": _constant,
     "ConstantOfShape": _constant_of_shape,

@@ -101,6 +101,7 @@ CASES = {
     "global_max_pool": ([f(2, 3, 4, 5)], {}, ()), "global_average_pool": ([f(2, 3, 4, 5)], {}, ()),
     "cumsum": ([X, np.int64(-2)], {"exclusive": 1}, (1,)),
     "cumprod": ([X, np.int64(-1)], {"exclusive": 1, "reverse": 1}, (1,)),
+    "bitcast": ([X], {"to": "i32"}, ()),
     "reduce_sum": ([X, ints(1)], {}, (1,)), "reduce_mean": ([X, ints(0, 2)], {"keepdims": 0}, (1,)),
     "reduce_max": ([X, None], {}, ()), "reduce_min": ([X, None], {"keepdims": 0}, ()),
     "reduce_prod": ([X, None], {}, ()), "arg_max": ([X], {"axis": 1}, ()),

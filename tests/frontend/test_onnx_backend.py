@@ -42,7 +42,7 @@ COVERAGE_OPS = {
     "HannWindow", "HammingWindow", "BlackmanWindow", "CausalConvWithState",
     "IsInf", "EyeLike", "LpPool", "ReverseSequence",
     "Acos", "Asin", "Atan",
-    "CumProd", "CumSum",
+    "BitCast", "CumProd", "CumSum",
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
