@@ -14,7 +14,8 @@ Contract:
   opset-8 Scans, which it converts wrongly, become Loops over their batch (`onnx_scan8`).
 - Nodes convert through `onnx_nodes.CONVERTERS`, else straight onto the registry op that
   names them (`OpDef.onnx`); com.microsoft's quantized ops (QLinearAdd, ...) through
-  `onnx_quant.MS_CONVERTERS`. An op with neither that has a function body (a standard
+  `onnx_quant.MS_CONVERTERS`, ai.onnx.preview.training's optimizers (Adam, ...) through
+  `onnx_optim.TRAINING_CONVERTERS`. An op with neither that has a function body (a standard
   function op from `onnx.defs`, or a model-local function) is inlined through its body.
 - Shape arithmetic on known values (small integer results of constants, `shape`/`size` of
   static types) is folded into constants as it is imported (`onnx_fold`), so the ops
@@ -82,11 +83,13 @@ def _opset(imports: Sequence[onnx.OperatorSetIdProto]) -> int:
 
 
 def _upgrade(proto: onnx.ModelProto, path: str) -> onnx.ModelProto:
-    """`proto` at opset >= MIN_OPSET, converting older models with onnx.version_converter."""
+    """`proto` at opset >= MIN_OPSET, converting older models with onnx.version_converter
+    (a model importing no default-domain opset, such as one of training optimizers only,
+    has nothing to convert)."""
     opset = _opset(proto.opset_import)
     check_opset(opset, path)
     check_no_stray_refs(proto.graph, path)
-    if opset >= MIN_OPSET:
+    if opset >= MIN_OPSET or all(e.domain not in DEFAULT_DOMAINS for e in proto.opset_import):
         return proto
     scan8: set[str] = set()
     if opset < 9:

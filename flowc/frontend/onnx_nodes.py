@@ -20,6 +20,7 @@ import onnx
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
+from flowc.frontend.onnx_optim import TRAINING_CONVERTERS, TRAINING_DOMAIN
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
 from flowc.frontend.onnx_resize import convert_resize
@@ -230,10 +231,12 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
 
 
 def is_supported(op_type: str, domain: str = "") -> bool:
-    """Whether the table or the registry converts `op_type` of `domain` (the default one, or
-    com.microsoft's quantized ops: `converter`)."""
+    """Whether the table or the registry converts `op_type` of `domain` (the default one,
+    com.microsoft's quantized ops or ai.onnx.preview.training's optimizers: `converter`)."""
     if domain == "com.microsoft":
         return op_type in MS_CONVERTERS
+    if domain == TRAINING_DOMAIN:
+        return op_type in TRAINING_CONVERTERS
     return domain in DEFAULT_DOMAINS and (op_type in CONVERTERS or op_type in ONNX_OPS)
 
 
@@ -241,4 +244,6 @@ def converter(op_type: str, domain: str):
     """The converter of a supported node (`convert_default` for a registry op)."""
     if domain == "com.microsoft":
         return MS_CONVERTERS[op_type]
+    if domain == TRAINING_DOMAIN:
+        return TRAINING_CONVERTERS[op_type]
     return CONVERTERS.get(op_type, convert_default)

@@ -43,6 +43,7 @@ COVERAGE_OPS = {
     "IsInf", "EyeLike", "LpPool", "ReverseSequence",
     "Acos", "Asin", "Atan",
     "BitCast", "CumProd", "CumSum",
+    "Adagrad", "Adam", "Momentum",  # ai.onnx.preview.training (frontend/onnx_optim.py)
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
@@ -116,7 +117,8 @@ def _nodes(graph):
 
 def in_scope(case) -> bool:
     return case.model is not None and case.name not in OUT_OF_SCOPE and all(
-        n.op_type in SCOPE_OPS and n.domain in ("", "ai.onnx") for n in _nodes(case.model.graph))
+        n.op_type in SCOPE_OPS and n.domain in ("", "ai.onnx", "ai.onnx.preview.training")
+        for n in _nodes(case.model.graph))
 
 
 with warnings.catch_warnings():
