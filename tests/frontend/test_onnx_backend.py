@@ -62,18 +62,12 @@ SCOPE_OPS = {
 }
 # Tests whose ops are in scope but that flowc cannot run yet, with the reason (not expected
 # failures: those hold for both engines, and the interpreter runs some of these).
-_NARROW_QUANT = ("float8, int4, int2 and float4 quantization are not imported: "
-                 "flowc/frontend/onnx_quant.py quantizes to i8, u8, i16, u16")
 _BLOCKED_QUANT = "block quantization (block_size) is not imported, per-tensor and per-axis are"
 _LINEAR_ATTENTION = ("decode_step", "delta", "explicit_scale", "fp16", "gated_delta_beta_scalar",
                      "gated_delta", "gated_delta_gqa", "gated_delta_mqa", "gated",
                      "gated_per_head_decay", "linear", "linear_t1_no_past",
                      "no_past_explicit_zeros", "prefill_with_past")
 OUT_OF_SCOPE = {
-    **{f"test_{op}_{kind}": _NARROW_QUANT for op in ("quantizelinear", "dequantizelinear")
-       for kind in ("e4m3fn", "e5m2", "float4e2m1", "int4", "uint4", "int2", "uint2")},
-    "test_dequantizelinear_e4m3fn_float16": _NARROW_QUANT,
-    "test_dequantizelinear_e4m3fn_zero_point": _NARROW_QUANT,
     "test_dequantizelinear_blocked": _BLOCKED_QUANT,
     "test_quantizelinear_blocked_asymmetric": _BLOCKED_QUANT,
     "test_quantizelinear_blocked_symmetric": _BLOCKED_QUANT,

@@ -155,13 +155,21 @@ def test_block_quantization_is_refused():
         in refused(m)
 
 
-def test_float8_zero_point_is_refused():
+def test_a_nonzero_float8_zero_point_is_refused():
     x = np.zeros((2, 4), np.float32)
-    zp = helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [0.0])
+    zp = helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [2.0])
     m = node_model("QuantizeLinear", ["x", "s", "zp"], {"x": x}, {"s": np.float32(1)})
     m.graph.initializer.append(zp)
-    assert "(QuantizeLinear): the output has dtype f8E4M3FN; flowc quantizes to i8, u8" \
+    assert "(QuantizeLinear): y zero point of float type f8E4M3FN must be 0, found [2.0]" \
         in refused(m)
+
+
+def test_an_i32_output_is_refused():
+    x = np.zeros((2, 4), np.float32)
+    m = node_model("QuantizeLinear", ["x", "s"], {"x": x}, {"s": np.float32(1)},
+                   output_dtype=TensorProto.INT32)
+    assert "(QuantizeLinear): the output has dtype i32; flowc quantizes to i8, u8, i16, u16, " \
+           "i4, u4, i2, u2, f8E4M3FN" in refused(m)
 
 
 def test_mismatched_scale_length_is_refused():
