@@ -25,9 +25,11 @@ QuantizeLinear and DequantizeLinear also int4, uint4, int2, uint2 (the same clip
 ranges) and the float types float8 (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz) and float4e2m1:
 q = cast(x / s) with the node's `saturate`, y = f32(x) * s, their zero point 0 as the spec
 requires (a constant one that is not is refused; one fed at run time is not read, as
-onnx.reference reads none). Refused with a one-line error naming the node: block quantization
-(`block_size`, a scale of rank 2 or more), a scale or zero point of the wrong length for its
-axis, a zero point whose dtype is not its tensor's, a non-float scale.
+onnx.reference reads none). Block quantization (`block_size` B, opset 21): a scale and zero
+point of x's rank, ceil(n / B) long along `axis`, each entry repeated B times along it.
+Refused with a one-line error naming the node: a scale or zero point of the wrong length for
+its axis (or the wrong shape for its blocks), a zero point whose dtype is not its tensor's,
+a non-float scale.
 """
 
 from __future__ import annotations
@@ -86,10 +88,35 @@ def _check_scale(ctx, s: Value, what: str) -> None:
         ctx.fail(f"{what} scale has dtype {s.type.dtype}; a scale is a float")
 
 
-def _no_blocks(ctx) -> None:
-    if int(ctx.attrs.get("block_size", 0)) != 0:
-        ctx.fail(f"block quantization (block_size {ctx.attrs['block_size']}) is not supported; "
-                 "per-tensor and per-axis are")
+def _param(e: _Emit, v: Value | None, x: Value, axis: int, length, what: str
+           ) -> Value | None:
+    """A scale or zero point shaped to broadcast against x: per tensor or per axis
+    (`along`), or per block of the node's `block_size` along axis (`blocks`)."""
+    block = int(e.ctx.attrs.get("block_size", 0))
+    if block == 0:
+        return along(e, v, x.type.rank, axis, length, what)
+    if block < 0:
+        e.ctx.fail(f"block_size must be positive, found {block}")
+    return blocks(e, v, x, axis, block, what)
+
+
+def blocks(e: _Emit, v: Value | None, x: Value, axis: int, block: int, what: str
+           ) -> Value | None:
+    """`v` (x's rank; ceil(n / block) long along `axis`, where x is n long; x's extents
+    elsewhere) with each entry repeated `block` times along axis and cut to n: x's shape,
+    each element of x with its block's parameter (a gather of constant indices)."""
+    if v is None:
+        return None
+    shape = x.type.shape
+    n = shape[axis] if 0 <= axis < len(shape) else None
+    if not isinstance(n, int):
+        e.ctx.fail(f"block quantization needs axis {axis} of x static, found {x.type}")
+    want = tuple(-(-n // block) if a == axis else d for a, d in enumerate(shape))
+    if tuple(v.type.shape) != want:
+        e.ctx.fail(f"{what} has shape {list(v.type.shape)}; blocks of {block} along axis "
+                   f"{axis} of x {list(shape)} need {list(want)}")
+    index = e.ctx.constant(np.arange(n, dtype=np.int64) // block)
+    return e("gather", v, index, axis=axis)
 
 
 def along(e: _Emit, v: Value | None, rank: int, axis: int, length, what: str) -> Value | None:
@@ -129,7 +156,6 @@ def saturate(e: _Emit, y: Value, zp: Value | None, dt: DType) -> Value:
 
 
 def quantize_linear(ctx) -> Sequence[Value]:
-    _no_blocks(ctx)
     e = _Emit(ctx)
     x, s, zp = [*ctx.inputs, None][:3]
     _check_scale(ctx, s, "y")
@@ -141,12 +167,12 @@ def quantize_linear(ctx) -> Sequence[Value]:
         dt = u8
     _check_int(ctx, dt, "the output", (*RANGES, *NARROW_RANGES, *FLOATS))
     axis, length = _axis(ctx, x)
-    s = along(e, e.cast(s, f32), x.type.rank, axis, length, "y_scale")
+    s = _param(e, e.cast(s, f32), x, axis, length, "y_scale")
     y = e("div", e.cast(x, f32), s)
     if dt.is_float:
         _zero_float_zp(ctx, zp, "y")
         return [e("cast", y, to=dt, saturate=int(ctx.attrs.get("saturate", 1)))]
-    zp = along(e, zp, x.type.rank, axis, length, "y_zero_point")
+    zp = _param(e, zp, x, axis, length, "y_zero_point")
     return [saturate(e, y, zp, dt)]
 
 
@@ -159,7 +185,6 @@ def _zero_float_zp(ctx, zp: Value | None, what: str) -> None:
 
 
 def dequantize_linear(ctx) -> Sequence[Value]:
-    _no_blocks(ctx)
     e = _Emit(ctx)
     x, s, zp = [*ctx.inputs, None][:3]
     _check_scale(ctx, s, "x")
@@ -170,8 +195,8 @@ def dequantize_linear(ctx) -> Sequence[Value]:
     _check_zp(ctx, zp, dt, "x")
     axis, length = _axis(ctx, x)
     out_dt = s.type.dtype
-    s = along(e, e.cast(s, f32), x.type.rank, axis, length, "x_scale")
-    zp = along(e, zp, x.type.rank, axis, length, "x_zero_point")
+    s = _param(e, e.cast(s, f32), x, axis, length, "x_scale")
+    zp = _param(e, zp, x, axis, length, "x_zero_point")
     y = e.cast(x, f32)
     if zp is not None:
         y = e("sub", y, e.cast(zp, f32))

@@ -62,15 +62,11 @@ SCOPE_OPS = {
 }
 # Tests whose ops are in scope but that flowc cannot run yet, with the reason (not expected
 # failures: those hold for both engines, and the interpreter runs some of these).
-_BLOCKED_QUANT = "block quantization (block_size) is not imported, per-tensor and per-axis are"
 _LINEAR_ATTENTION = ("decode_step", "delta", "explicit_scale", "fp16", "gated_delta_beta_scalar",
                      "gated_delta", "gated_delta_gqa", "gated_delta_mqa", "gated",
                      "gated_per_head_decay", "linear", "linear_t1_no_past",
                      "no_past_explicit_zeros", "prefill_with_past")
 OUT_OF_SCOPE = {
-    "test_dequantizelinear_blocked": _BLOCKED_QUANT,
-    "test_quantizelinear_blocked_asymmetric": _BLOCKED_QUANT,
-    "test_quantizelinear_blocked_symmetric": _BLOCKED_QUANT,
     **{f"test_linear_attention_{k}_expanded": "its Scan's scan outputs have run-time shapes "
        "(compiled loops need static ones)" for k in _LINEAR_ATTENTION},
     "test_attention_4d_causal_fp16_expanded": "2 of 192 f16 results one f16 step off at "

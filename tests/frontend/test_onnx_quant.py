@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from flowc.frontend.onnx import OnnxImportError, import_onnx
+from flowc.ir.interpret import interpret
 from flowc.testing.engines import model, run
 
 RNG = np.random.default_rng(14)
@@ -146,13 +147,25 @@ def refused(m) -> str:
     return message
 
 
-def test_block_quantization_is_refused():
-    x = np.zeros((2, 4), np.float32)
+def test_blocks_of_the_wrong_shape_are_refused():
+    x = np.zeros((2, 5), np.float32)
     m = node_model("QuantizeLinear", ["x", "s", "zp"], {"x": x},
                    {"s": np.ones((2, 2), np.float32), "zp": np.zeros((2, 2), np.uint8)},
                    axis=1, block_size=2)
-    assert "node 'QuantizeLinear_0' (QuantizeLinear): block quantization (block_size 2)" \
-        in refused(m)
+    assert "node 'QuantizeLinear_0' (QuantizeLinear): y_scale has shape [2, 2]; blocks of 2 " \
+           "along axis 1 of x [2, 5] need [2, 3]" in refused(m)
+
+
+def test_a_last_partial_block_matches_onnx_reference():
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.random.default_rng(4).standard_normal((2, 5)).astype(np.float32) * 20
+    params = {"s": np.array([[0.5, 2.0, 1.0], [1.5, 0.25, 3.0]], np.float32),
+              "zp": np.array([[3, -2, 0], [1, 5, -7]], np.int8)}
+    m = node_model("QuantizeLinear", ["x", "s", "zp"], {"x": x}, params, out=TensorProto.INT8,
+                   axis=1, block_size=2)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    np.testing.assert_array_equal(interpret(import_onnx(m), {"x": x})["y"], want)
 
 
 def test_a_nonzero_float8_zero_point_is_refused():
