@@ -305,7 +305,8 @@ class _Importer:
                 constant=lambda array: self._constant(scope, array, f"{base}/const"),
                 body=lambda g, formal: self.body(scope, g, formal, refs),
                 splice=lambda g, args: splice_graph(scope.graph, g, args,
-                                                    lambda n: scope.unique(f"{base}/{n}")))
+                                                    lambda n: scope.unique(f"{base}/{n}")),
+                opset=self.opset)
             try:
                 results = (custom_ops.convert(ctx, custom, self.declared(onnx_node, where))
                            if custom is not None

@@ -19,6 +19,7 @@ import onnx
 
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
+from flowc.frontend.onnx_dft import convert_dft
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
 from flowc.frontend.onnx_optim import TRAINING_CONVERTERS, TRAINING_DOMAIN
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
@@ -48,6 +49,7 @@ class NodeContext:
     constant: Callable[[np.ndarray], Value]
     body: Callable[[onnx.GraphProto, Sequence[TensorType]], tuple[Graph, list[Value]]]
     splice: Callable[[Graph, Sequence[Value]], list[Value]]
+    opset: int = 0  # the model's default-domain opset (for ops whose form changed)
 
     @property
     def num_outputs(self) -> int:
@@ -225,6 +227,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **STABLE_CONVERTERS,   # ReduceLogSumExp, ReduceL2 without over/underflow
     **COMPOSED_CONVERTERS,  # issue [13]: ops as compositions of registry ops
     "Resize": convert_resize,
+    "DFT": convert_dft,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }

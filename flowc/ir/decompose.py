@@ -10,6 +10,9 @@ the op's result; it reads only the operands' types and the given constants.
   frontend/onnx_resize.py states the method); x must have a static shape.
 - `build_one_hot(b, indices, n, values, axis)`: OneHot of a known depth n as
   where(equal(indices, iota), on, off), negative indices counted from the end.
+- `build_dft(b, x, length, axis, inverse, onesided)`: DFT along a known axis at a known
+  length as one matmul by ir/ops/dft.py's `matrix`, between transposes that bring the axis
+  next to the real/imaginary axis and back; x's shape must be static.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowc.ir.graph import Value
+from flowc.ir.ops import dft
 from flowc.ir.ops.resize import ATTRS, axis_weights, coefficients, is_identity, plan
 from flowc.ir.types import i64
 
@@ -96,3 +100,25 @@ def build_one_hot(b, indices: Value, n: int, values: Value, axis: int) -> Value:
     off, on = (b.emit("gather", [values, b.constant(np.int64(k))], {"axis": 0})[0]
                for k in (0, 1))
     return b.emit("where", [hit, on, off], {})[0]
+
+
+def build_dft(b, x: Value, length: int | None, axis: int, inverse: bool, onesided: bool
+              ) -> Value:
+    """DFT of x along `axis` at `length` points (None: the default) as one matmul."""
+    if not x.type.is_static:
+        b.fail(f"DFT needs a static shape for its input, found {x.type}")
+    shape = [int(d) for d in x.type.shape]
+    rank = len(shape)
+    axis, length, m = dft.plan(tuple(shape), axis, length, inverse, onesided, b.fail)
+    n, c = shape[axis], shape[-1]
+    w = dft.matrix(n, c, length, inverse, onesided).astype(x.type.dtype.np)
+    others = [a for a in range(rank - 1) if a != axis]
+    perm = [*others, axis, rank - 1]
+    y = x if perm == list(range(rank)) else b.emit("transpose", [x], {"perm": tuple(perm)})[0]
+    lead = [shape[a] for a in others]
+    y = b.emit("reshape", [y, b.constant(np.array([-1, n * c], np.int64))], {})[0]
+    y = b.emit("matmul", [y, b.constant(w)], {})[0]
+    out = [*lead, m, w.shape[1] // m]
+    y = b.emit("reshape", [y, b.constant(np.array(out, np.int64))], {})[0]
+    back = tuple(int(a) for a in np.argsort(perm))
+    return y if perm == list(range(rank)) else b.emit("transpose", [y], {"perm": back})[0]

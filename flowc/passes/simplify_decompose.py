@@ -3,13 +3,14 @@ compiled lowerings, once the values that decide their structure are constants (t
 compiled path folds such inputs first): `resize` into gathers and multiply-adds
 (ir/decompose.py's `build_resize`), `one_hot` into equal/where against an iota
 (ir/decompose.py's `build_one_hot`), `top_k` into k rounds of arg_max/arg_min,
-gather_elements and a mask (flowc/ir/ops/top_k.py)."""
+gather_elements and a mask (flowc/ir/ops/top_k.py), `dft` into one matmul by a constant
+matrix (ir/decompose.py's `build_dft`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flowc.ir.decompose import build_one_hot, build_resize
+from flowc.ir.decompose import build_dft, build_one_hot, build_resize
 from flowc.ir.graph import Node
 from flowc.passes.rewrite import Result, Rewriter
 
@@ -45,6 +46,16 @@ def one_hot(node: Node, rw: Rewriter) -> Result:
     n = int(np.asarray(depth).reshape(-1)[0])
     return [build_one_hot(_Builder(node, rw), node.inputs[0], n, node.inputs[2],
                           node.attrs.get("axis", -1))]
+
+
+def dft(node: Node, rw: Rewriter) -> Result:
+    x, length, axis = [*node.inputs, None, None][:3]
+    known_axis, known_length = rw.const(axis), None if length is None else rw.const(length)
+    if known_axis is None or (length is not None and known_length is None):
+        return None
+    n = None if known_length is None else int(np.asarray(known_length).reshape(-1)[0])
+    return [build_dft(_Builder(node, rw), x, n, int(np.asarray(known_axis).reshape(-1)[0]),
+                      bool(node.attrs.get("inverse", 0)), bool(node.attrs.get("onesided", 0)))]
 
 
 def _extreme(dtype, largest: bool):

@@ -42,7 +42,7 @@ COVERAGE_OPS = {
     "HannWindow", "HammingWindow", "BlackmanWindow", "CausalConvWithState",
     "IsInf", "EyeLike", "LpPool", "ReverseSequence",
     "Acos", "Asin", "Atan",
-    "BitCast", "CumProd", "CumSum",
+    "BitCast", "CumProd", "CumSum", "DFT",
     "Adagrad", "Adam", "Momentum",  # ai.onnx.preview.training (frontend/onnx_optim.py)
 }
 SCOPE_OPS = {
@@ -77,6 +77,9 @@ OUT_OF_SCOPE = {
        "squeeze unknown dims (the importer refuses it)"
        for k in ("2d", "2d_align_corners", "3d_align_corners", "2d_expanded",
                  "2d_align_corners_expanded", "3d_align_corners_expanded")},
+    **{f"test_dft_inverse{k}": "its expected imaginary parts are numpy's f32 FFT rounding "
+       "noise (1.9e-7 where the exact value is 0, atol 1e-7); the compiled DFT, a matmul, "
+       "computes ~1e-14 (the interpreter, numpy.fft, passes)" for k in ("", "_opset19")},
     "test_attention_4d_causal_fp16": "2 of 192 f16 results one f16 step off at rtol 1e-3 "
     "(the f16 softmax chain; issue [13] names it)",
 }
