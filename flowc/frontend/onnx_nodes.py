@@ -21,6 +21,7 @@ from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
 from flowc.frontend.onnx_dft import convert_dft
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
+from flowc.frontend.onnx_grid_sample import convert_grid_sample
 from flowc.frontend.onnx_optim import TRAINING_CONVERTERS, TRAINING_DOMAIN
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
@@ -228,6 +229,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **COMPOSED_CONVERTERS,  # issue [13]: ops as compositions of registry ops
     "Resize": convert_resize,
     "DFT": convert_dft,
+    "GridSample": convert_grid_sample,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
