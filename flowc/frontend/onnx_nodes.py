@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
+from flowc.frontend.onnx_cache_ops import convert_tensor_scatter
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
 from flowc.frontend.onnx_dft import convert_dft
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
@@ -230,6 +231,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "Resize": convert_resize,
     "DFT": convert_dft,
     "GridSample": convert_grid_sample,
+    "TensorScatter": convert_tensor_scatter,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }

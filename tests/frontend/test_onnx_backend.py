@@ -42,7 +42,7 @@ COVERAGE_OPS = {
     "HannWindow", "HammingWindow", "BlackmanWindow", "CausalConvWithState",
     "IsInf", "EyeLike", "LpPool", "ReverseSequence",
     "Acos", "Asin", "Atan",
-    "BitCast", "CumProd", "CumSum", "DFT", "GridSample",
+    "BitCast", "CumProd", "CumSum", "DFT", "GridSample", "TensorScatter",
     "Adagrad", "Adam", "Momentum",  # ai.onnx.preview.training (frontend/onnx_optim.py)
 }
 SCOPE_OPS = {
