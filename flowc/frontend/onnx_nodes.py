@@ -20,7 +20,6 @@ import onnx
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_cache_ops import convert_tensor_scatter
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
-from flowc.frontend.onnx_dft import convert_dft
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
 from flowc.frontend.onnx_grid_sample import convert_grid_sample
 from flowc.frontend.onnx_optim import TRAINING_CONVERTERS, TRAINING_DOMAIN
@@ -30,6 +29,7 @@ from flowc.frontend.onnx_resize import convert_resize
 from flowc.frontend.onnx_rnn import convert_recurrent
 from flowc.frontend.onnx_scan import convert_scan
 from flowc.frontend.onnx_scatter import CONVERTERS as SCATTER_CONVERTERS
+from flowc.frontend.onnx_signal import convert_dft, convert_mel_weight_matrix
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
 from flowc.ir import Graph, TensorType, Value
 from flowc.ir.build import const_value
@@ -230,6 +230,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **COMPOSED_CONVERTERS,  # issue [13]: ops as compositions of registry ops
     "Resize": convert_resize,
     "DFT": convert_dft,
+    "MelWeightMatrix": convert_mel_weight_matrix,
     "GridSample": convert_grid_sample,
     "TensorScatter": convert_tensor_scatter,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
