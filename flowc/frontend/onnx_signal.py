@@ -6,6 +6,7 @@
   as an operand either way. The interpreter runs numpy.fft; compiled, `simplify` turns it
   into one matmul by a constant DFT matrix once the axis and dft_length are constants
   (passes/simplify_decompose.py; the compiled path folds them first where they are fed).
+- STFT (opset 17): `stft` (ir/ops/dft.py), mapped by the registry; compiled likewise.
 """
 
 from __future__ import annotations

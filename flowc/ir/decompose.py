@@ -13,6 +13,8 @@ the op's result; it reads only the operands' types and the given constants.
 - `build_dft(b, x, length, axis, inverse, onesided)`: DFT along a known axis at a known
   length as one matmul by ir/ops/dft.py's `matrix`, between transposes that bring the axis
   next to the real/imaginary axis and back; x's shape must be static.
+- `build_stft(b, x, step, window, length, onesided)`: STFT at a known frame_step and
+  frame_length as a gather of the frames, a multiply by the window and `build_dft`.
 """
 
 from __future__ import annotations
@@ -122,3 +124,21 @@ def build_dft(b, x: Value, length: int | None, axis: int, inverse: bool, oneside
     y = b.emit("reshape", [y, b.constant(np.array(out, np.int64))], {})[0]
     back = tuple(int(a) for a in np.argsort(perm))
     return y if perm == list(range(rank)) else b.emit("transpose", [y], {"perm": back})[0]
+
+
+def build_stft(b, x: Value, step: int, window: Value | None, length: int | None,
+               onesided: bool) -> Value:
+    """STFT of signal x [batch, L, c] (static) as one gather of its frames, a multiply by
+    the window and `build_dft` along the frames' values."""
+    if not x.type.is_static or (window is not None and not window.type.is_static):
+        b.fail(f"STFT needs static shapes, found {x.type}")
+    frames, width, length, _ = dft.stft_plan(
+        int(x.type.shape[1]), step, None if window is None else int(window.type.shape[0]),
+        length, onesided, b.fail)
+    index = b.constant(dft.frame_indices(frames, width, step).astype(np.int64))
+    y = b.emit("gather", [x, index], {"axis": 1})[0]
+    if window is not None:
+        shaped = b.emit("reshape", [window, b.constant(np.array([1, 1, -1, 1], np.int64))],
+                        {})[0]
+        y = b.emit("mul", [y, shaped], {})[0]
+    return build_dft(b, y, length, 2, False, onesided)

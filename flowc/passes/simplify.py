@@ -68,6 +68,7 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "one_hot": [("one-hot-decomposed", d.one_hot)],
     "top_k": [("top-k-decomposed", d.top_k)],
     "dft": [("dft-decomposed", d.dft)],
+    "stft": [("stft-decomposed", d.stft)],
 }
 
 

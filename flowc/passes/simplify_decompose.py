@@ -4,13 +4,14 @@ compiled path folds such inputs first): `resize` into gathers and multiply-adds
 (ir/decompose.py's `build_resize`), `one_hot` into equal/where against an iota
 (ir/decompose.py's `build_one_hot`), `top_k` into k rounds of arg_max/arg_min,
 gather_elements and a mask (flowc/ir/ops/top_k.py), `dft` into one matmul by a constant
-matrix (ir/decompose.py's `build_dft`)."""
+matrix (ir/decompose.py's `build_dft`), `stft` into a gather of its frames and that matmul
+(`build_stft`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flowc.ir.decompose import build_dft, build_one_hot, build_resize
+from flowc.ir.decompose import build_dft, build_one_hot, build_resize, build_stft
 from flowc.ir.graph import Node
 from flowc.passes.rewrite import Result, Rewriter
 
@@ -56,6 +57,16 @@ def dft(node: Node, rw: Rewriter) -> Result:
     n = None if known_length is None else int(np.asarray(known_length).reshape(-1)[0])
     return [build_dft(_Builder(node, rw), x, n, int(np.asarray(known_axis).reshape(-1)[0]),
                       bool(node.attrs.get("inverse", 0)), bool(node.attrs.get("onesided", 0)))]
+
+
+def stft(node: Node, rw: Rewriter) -> Result:
+    x, step, window, length = [*node.inputs, None, None][:4]
+    known_step, known_length = rw.const(step), None if length is None else rw.const(length)
+    if known_step is None or (length is not None and known_length is None):
+        return None
+    n = None if known_length is None else int(np.asarray(known_length).reshape(-1)[0])
+    return [build_stft(_Builder(node, rw), x, int(np.asarray(known_step).reshape(-1)[0]),
+                       window, n, bool(node.attrs.get("onesided", 1)))]
 
 
 def _extreme(dtype, largest: bool):

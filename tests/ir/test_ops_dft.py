@@ -2,7 +2,8 @@
 and cutting, every signal axis; its matmul decomposition (ir/decompose.py's build_dft, what
 compiled kernels run) against the reference; the result shape left unknown until axis is
 known; its type rule's errors name the node. And compiled: a run-time axis folded, then
-decomposed."""
+decomposed. stft against onnx.reference (windows, frame lengths, one-sided or not), compiled
+from a fed frame_step, and its refusal."""
 
 import numpy as np
 import pytest
@@ -92,3 +93,42 @@ def test_compiled_with_a_run_time_axis_and_length():
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     finally:
         session.close()
+
+
+@pytest.mark.parametrize("c, step, window, length, onesided", [
+    (1, 3, 8, None, 1), (2, 4, None, 6, 0), (1, 5, 6, 8, 1)])
+def test_stft_matches_onnx_reference(c, step, window, length, onesided):
+    from oracle import onnx_reference
+
+    x = RNG.standard_normal((2, 30, c)).astype(np.float32)
+    w = None if window is None else np.hanning(window).astype(np.float32)
+    n = None if length is None else np.array(length, np.int64)
+    ops = [x, np.array(step, np.int64), w, n]
+    want = onnx_reference("STFT", ops, {"onesided": onesided}, opset=17)[0]
+    g, node = single_node_graph("stft", ops, {"onesided": onesided}, consts=(1, 2, 3))
+    got = interpret(g, {"i0": x})["out0"]
+    assert node.types[0] == TensorType("f32", want.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_stft_compiled_with_a_run_time_step():
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (1, 40, 1)))
+    step = g.add_input("step", TensorType("i64", ()))
+    window = g.add_input("w", TensorType("f32", (8,)))
+    g.add_output("y", g.append(make_node("stft", [x, step, window])).out())
+    feeds = {"x": RNG.standard_normal((1, 40, 1)).astype(np.float32),
+             "step": np.array(4, np.int64), "w": np.hanning(8).astype(np.float32)}
+    session = CompiledSession(g)
+    try:
+        np.testing.assert_allclose(session.run(feeds)["y"], interpret(g, feeds)["y"],
+                                   rtol=1e-4, atol=1e-5)
+    finally:
+        session.close()
+
+
+def test_stft_frames_longer_than_the_signal_are_refused():
+    with pytest.raises(InferError, match=r"stft.*frame_step \(2\) must be positive and the "
+                                         r"frame \(9\) no longer than the signal \(8\)"):
+        single_node_graph("stft", [TensorType("f32", (1, 8, 1)), np.array(2, np.int64), None,
+                                   np.array(9, np.int64)], {}, consts=(1, 3))

@@ -1,4 +1,5 @@
-"""dft (ONNX DFT, opsets 17 and 20): discrete Fourier transforms along one axis.
+"""dft (ONNX DFT, opsets 17 and 20): discrete Fourier transforms along one axis; stft
+(ONNX STFT, opset 17): those of a signal's windowed frames.
 
 `dft(input, dft_length?, axis?)`, input [batch, s1, ..., sN, c]: c = 1 (real) or 2 (real
 and imaginary parts). Along `axis` (an int64 scalar in [-r, r - 1), r the input's rank, not
@@ -18,6 +19,14 @@ leaves ~1e-7 of noise, which two ONNX node tests expect within atol 1e-7). The s
 the result needs axis and L: where they are not known it is left unknown and the compiled
 path folds them; `simplify` builds the matmul (ir/decompose.py's `build_dft`) once they
 are constants.
+
+`stft(signal, frame_step, window?, frame_length?)`, signal [batch, L, 1 or 2]: frames of W
+values (W: the window's length, else frame_length, else L) start every frame_step values
+(1 + (L - W) // frame_step of them), each is multiplied by the window (default ones) and
+transformed at frame_length points (default W), the first frame_length // 2 + 1 with
+`onesided` (default 1): [batch, frames, m, 2]. frame_step and frame_length decide the
+shape (asked for, as above); compiled, `simplify` builds it from one gather of the frames,
+a multiply and `build_dft`.
 """
 
 from __future__ import annotations
@@ -117,3 +126,62 @@ def _kernel(ctx: KernelContext, x: np.ndarray, length=None, axis=None) -> np.nda
 define("dft", ("input", "dft_length?", "axis?"), _infer, _kernel, attrs=_ATTRS, onnx="DFT",
        tolerance="reduction", no_grad="not differentiated (no training use yet)",
        doc="ONNX DFT-20 (real-linear: compiled as one matmul, ir/decompose.py's build_dft).")
+
+
+def stft_plan(signal_len: int, step: int, window_len: int | None, length: int | None,
+              onesided: bool, fail: Callable[[str], None]) -> tuple[int, int, int, int]:
+    """(frames, W, frame_length, m) of an STFT, checked."""
+    width = window_len if window_len is not None else length if length is not None \
+        else signal_len
+    length = width if length is None else length
+    if step < 1 or not 1 <= width <= signal_len:
+        fail(f"frame_step ({step}) must be positive and the frame ({width}) no longer than "
+             f"the signal ({signal_len})")
+    m = length // 2 + 1 if onesided else length
+    return 1 + (signal_len - width) // step, width, length, m
+
+
+def _stft_infer(ctx: InferContext) -> TensorType:
+    x = ctx.tensor(0)
+    if not x.dtype.is_float or x.rank != 3 or x.shape[-1] not in (1, 2, None):
+        ctx.fail(f"signal must be a float [batch, length, 1 or 2], found {x}")
+    window = ctx.type(2)
+    if window is not None and (ctx.tensor(2).rank != 1 or window.dtype != x.dtype):
+        ctx.fail(f"window must be 1-D of the signal's dtype, found {window}")
+    step = ctx.const(1)
+    length = ctx.const(3) if ctx.type(3) is not None else None
+    if step is None or (ctx.type(3) is not None and length is None) \
+            or not isinstance(x.shape[1], int):
+        return TensorType(x.dtype, (x.shape[0], None, None, 2))
+    frames, _, _, m = stft_plan(
+        x.shape[1], int(np.asarray(step).reshape(-1)[0]),
+        None if window is None else window.shape[0],
+        None if length is None else int(np.asarray(length).reshape(-1)[0]),
+        bool(ctx.attrs["onesided"]), ctx.fail)
+    return TensorType(x.dtype, (x.shape[0], frames, m, 2))
+
+
+def frame_indices(frames: int, width: int, step: int) -> np.ndarray:
+    """[frames, width] positions of each frame's values in the signal."""
+    return np.arange(frames)[:, None] * step + np.arange(width)[None, :]
+
+
+def _stft_kernel(ctx: KernelContext, x, step, window=None, length=None) -> np.ndarray:
+    def fail(message: str) -> None:
+        raise ValueError(message)
+
+    onesided = bool(ctx.attrs["onesided"])
+    frames, width, length, _ = stft_plan(
+        x.shape[1], int(np.asarray(step).reshape(-1)[0]),
+        None if window is None else window.shape[0],
+        None if length is None else int(np.asarray(length).reshape(-1)[0]), onesided, fail)
+    framed = x[:, frame_indices(frames, width, int(np.asarray(step).reshape(-1)[0]))]
+    if window is not None:
+        framed = framed * window.reshape(1, 1, -1, 1)
+    return reference(framed, 2, length, False, onesided).astype(x.dtype)
+
+
+define("stft", ("signal", "frame_step", "window?", "frame_length?"), _stft_infer, _stft_kernel,
+       attrs=[AttrSpec("onesided", "int", 1)], onnx="STFT", tolerance="reduction",
+       no_grad="not differentiated (no training use yet)",
+       doc="ONNX STFT-17 (compiled as a gather of frames and build_dft's matmul).")
