@@ -15,6 +15,8 @@ the op's result; it reads only the operands' types and the given constants.
   next to the real/imaginary axis and back; x's shape must be static.
 - `build_stft(b, x, step, window, length, onesided)`: STFT at a known frame_step and
   frame_length as a gather of the frames, a multiply by the window and `build_dft`.
+- `build_col2im(b, x, attrs, image, block)`: Col2Im at a known image and block shape as one
+  scatter_add of the columns at ir/ops/col2im.py's `targets`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowc.ir.graph import Value
-from flowc.ir.ops import dft
+from flowc.ir.ops import col2im, dft
 from flowc.ir.ops.resize import ATTRS, axis_weights, coefficients, is_identity, plan
 from flowc.ir.types import i64
 
@@ -142,3 +144,20 @@ def build_stft(b, x: Value, step: int, window: Value | None, length: int | None,
                         {})[0]
         y = b.emit("mul", [y, shaped], {})[0]
     return build_dft(b, y, length, 2, False, onesided)
+
+
+def build_col2im(b, x: Value, attrs: dict, image: list[int], block: list[int]) -> Value:
+    """Col2Im of x [N, C K, L] (static) into [N, C, *image]: the columns scattered (added)
+    into a zero image of one spare slot more, the spare slot cut off."""
+    if not x.type.is_static:
+        b.fail(f"Col2Im needs a static input shape, found {x.type}")
+    n, ck, columns = (int(d) for d in x.type.shape)
+    where = col2im.targets(attrs, image, block, columns, b.fail)
+    c, size = ck // int(np.prod(block)), int(np.prod(image))
+    zeros = b.constant(np.zeros((n, c, size + 1), x.type.dtype.np))
+    cols = b.emit("reshape", [x, b.constant(np.array([n, c, -1], np.int64))], {})[0]
+    y = b.emit("scatter_add", [zeros, b.constant(where), cols], {"axis": 2})[0]
+    y = b.emit("slice", [y, b.constant(np.array([0], np.int64)),
+                         b.constant(np.array([size], np.int64)),
+                         b.constant(np.array([2], np.int64))], {})[0]
+    return b.emit("reshape", [y, b.constant(np.array([n, c, *image], np.int64))], {})[0]

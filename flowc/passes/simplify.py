@@ -69,6 +69,7 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "top_k": [("top-k-decomposed", d.top_k)],
     "dft": [("dft-decomposed", d.dft)],
     "stft": [("stft-decomposed", d.stft)],
+    "col2im": [("col2im-decomposed", d.col2im)],
 }
 
 

@@ -5,13 +5,19 @@ compiled path folds such inputs first): `resize` into gathers and multiply-adds
 (ir/decompose.py's `build_one_hot`), `top_k` into k rounds of arg_max/arg_min,
 gather_elements and a mask (flowc/ir/ops/top_k.py), `dft` into one matmul by a constant
 matrix (ir/decompose.py's `build_dft`), `stft` into a gather of its frames and that matmul
-(`build_stft`)."""
+(`build_stft`), `col2im` into one scatter_add (`build_col2im`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flowc.ir.decompose import build_dft, build_one_hot, build_resize, build_stft
+from flowc.ir.decompose import (
+    build_col2im,
+    build_dft,
+    build_one_hot,
+    build_resize,
+    build_stft,
+)
 from flowc.ir.graph import Node
 from flowc.passes.rewrite import Result, Rewriter
 
@@ -67,6 +73,15 @@ def stft(node: Node, rw: Rewriter) -> Result:
     n = None if known_length is None else int(np.asarray(known_length).reshape(-1)[0])
     return [build_stft(_Builder(node, rw), x, int(np.asarray(known_step).reshape(-1)[0]),
                        window, n, bool(node.attrs.get("onesided", 1)))]
+
+
+def col2im(node: Node, rw: Rewriter) -> Result:
+    image, block = rw.const(node.inputs[1]), rw.const(node.inputs[2])
+    if image is None or block is None:
+        return None
+    return [build_col2im(_Builder(node, rw), node.inputs[0], dict(node.attrs),
+                         [int(v) for v in np.asarray(image).reshape(-1)],
+                         [int(v) for v in np.asarray(block).reshape(-1)])]
 
 
 def _extreme(dtype, largest: bool):
