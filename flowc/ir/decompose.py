@@ -17,6 +17,8 @@ the op's result; it reads only the operands' types and the given constants.
   frame_length as a gather of the frames, a multiply by the window and `build_dft`.
 - `build_col2im(b, x, attrs, image, block)`: Col2Im at a known image and block shape as one
   scatter_add of the columns at ir/ops/col2im.py's `targets`.
+- `build_max_unpool(b, x, indices, attrs, output_shape)`: MaxUnpool as scatter_adds of the
+  values and of ones (their mean where indices repeat) and a pad to output_shape.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowc.ir.graph import Value
-from flowc.ir.ops import col2im, dft
+from flowc.ir.ops import col2im, dft, max_unpool
 from flowc.ir.ops.resize import ATTRS, axis_weights, coefficients, is_identity, plan
 from flowc.ir.types import i64
 
@@ -161,3 +163,29 @@ def build_col2im(b, x: Value, attrs: dict, image: list[int], block: list[int]) -
                          b.constant(np.array([size], np.int64)),
                          b.constant(np.array([2], np.int64))], {})[0]
     return b.emit("reshape", [y, b.constant(np.array([n, c, *image], np.int64))], {})[0]
+
+
+def build_max_unpool(b, x: Value, indices: Value, attrs: dict, output_shape) -> Value:
+    """MaxUnpool of a static x at a known output_shape (array or None)."""
+    if not x.type.is_static:
+        b.fail(f"MaxUnpool needs a static shape for x, found {x.type}")
+    inner, out = max_unpool.unpooled(attrs, tuple(int(d) for d in x.type.shape), output_shape,
+                                     b.fail)
+    size = int(np.prod(inner))
+    dt = x.type.dtype.np
+    flat = b.emit("reshape", [indices, b.constant(np.array([-1], np.int64))], {})[0]
+    if flat.type.dtype != i64:
+        flat = b.emit("cast", [flat], {"to": i64})[0]
+    values = b.emit("reshape", [x, b.constant(np.array([-1], np.int64))], {})[0]
+    zeros = b.constant(np.zeros(size, dt))
+    total = b.emit("scatter_add", [zeros, flat, values], {"axis": 0})[0]
+    ones = b.constant(np.ones(int(np.prod(x.type.shape)), dt))
+    count = b.emit("scatter_add", [zeros, flat, ones], {"axis": 0})[0]
+    count = b.emit("max", [count, b.constant(np.ones((), dt))], {})[0]
+    y = b.emit("div", [total, count], {})[0]
+    y = b.emit("reshape", [y, b.constant(np.array(inner, np.int64))], {})[0]
+    if out == inner:
+        return y
+    pads = np.array([0] * len(inner) + [o - i for o, i in zip(out, inner, strict=True)],
+                    np.int64)
+    return b.emit("pad", [y, b.constant(pads)], {})[0]

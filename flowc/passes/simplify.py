@@ -70,6 +70,7 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "dft": [("dft-decomposed", d.dft)],
     "stft": [("stft-decomposed", d.stft)],
     "col2im": [("col2im-decomposed", d.col2im)],
+    "max_unpool": [("max-unpool-decomposed", d.max_unpool)],
 }
 
 

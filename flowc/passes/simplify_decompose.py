@@ -5,7 +5,8 @@ compiled path folds such inputs first): `resize` into gathers and multiply-adds
 (ir/decompose.py's `build_one_hot`), `top_k` into k rounds of arg_max/arg_min,
 gather_elements and a mask (flowc/ir/ops/top_k.py), `dft` into one matmul by a constant
 matrix (ir/decompose.py's `build_dft`), `stft` into a gather of its frames and that matmul
-(`build_stft`), `col2im` into one scatter_add (`build_col2im`)."""
+(`build_stft`), `col2im` into one scatter_add (`build_col2im`), `max_unpool` into
+scatter_adds and a pad (`build_max_unpool`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 from flowc.ir.decompose import (
     build_col2im,
     build_dft,
+    build_max_unpool,
     build_one_hot,
     build_resize,
     build_stft,
@@ -82,6 +84,14 @@ def col2im(node: Node, rw: Rewriter) -> Result:
     return [build_col2im(_Builder(node, rw), node.inputs[0], dict(node.attrs),
                          [int(v) for v in np.asarray(image).reshape(-1)],
                          [int(v) for v in np.asarray(block).reshape(-1)])]
+
+
+def max_unpool(node: Node, rw: Rewriter) -> Result:
+    x, indices, shape = [*node.inputs, None][:3]
+    known = None if shape is None else rw.const(shape)
+    if shape is not None and known is None:
+        return None
+    return [build_max_unpool(_Builder(node, rw), x, indices, dict(node.attrs), known)]
 
 
 def _extreme(dtype, largest: bool):
