@@ -22,6 +22,7 @@ from flowc.frontend.onnx_cache_ops import convert_tensor_scatter
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
 from flowc.frontend.onnx_grid_sample import convert_grid_sample
+from flowc.frontend.onnx_linalg import convert_det
 from flowc.frontend.onnx_optim import TRAINING_CONVERTERS, TRAINING_DOMAIN
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
@@ -233,6 +234,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "MelWeightMatrix": convert_mel_weight_matrix,
     "GridSample": convert_grid_sample,
     "TensorScatter": convert_tensor_scatter,
+    "Det": convert_det,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
