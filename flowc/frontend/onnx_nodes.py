@@ -28,6 +28,7 @@ from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
 from flowc.frontend.onnx_resize import convert_resize
 from flowc.frontend.onnx_rnn import convert_recurrent
+from flowc.frontend.onnx_roi_align import convert_roi_align
 from flowc.frontend.onnx_scan import convert_scan
 from flowc.frontend.onnx_scatter import CONVERTERS as SCATTER_CONVERTERS
 from flowc.frontend.onnx_signal import convert_dft, convert_mel_weight_matrix
@@ -235,6 +236,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "GridSample": convert_grid_sample,
     "TensorScatter": convert_tensor_scatter,
     "Det": convert_det,
+    "RoiAlign": convert_roi_align,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }

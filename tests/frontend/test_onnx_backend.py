@@ -43,7 +43,7 @@ COVERAGE_OPS = {
     "IsInf", "EyeLike", "LpPool", "ReverseSequence",
     "Acos", "Asin", "Atan",
     "BitCast", "CumProd", "CumSum", "DFT", "GridSample", "TensorScatter",
-    "MelWeightMatrix", "STFT", "Col2Im", "MaxUnpool", "Det",
+    "MelWeightMatrix", "STFT", "Col2Im", "MaxUnpool", "Det", "RoiAlign",
     "Adagrad", "Adam", "Momentum",  # ai.onnx.preview.training (frontend/onnx_optim.py)
 }
 SCOPE_OPS = {
