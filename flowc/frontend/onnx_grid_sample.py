@@ -32,7 +32,7 @@ _MODES = {"linear": "linear", "bilinear": "linear", "nearest": "nearest", "cubic
 _CUBIC_A = -0.75
 
 
-class _Ops:
+class Ops:
     """Shorthands over a NodeContext for elementwise maths in one float dtype."""
 
     def __init__(self, ctx, dtype):
@@ -70,7 +70,7 @@ class _Ops:
         return self("where", self("greater", x, self.c(hi)), above, x)
 
 
-def _cubic_weights(o: _Ops, t: Value) -> list[Value]:
+def _cubic_weights(o: Ops, t: Value) -> list[Value]:
     """Keys' cubic weights of the taps at -1, 0, 1, 2 from floor(x), t = x - floor(x)."""
     a = _CUBIC_A
 
@@ -87,7 +87,7 @@ def _cubic_weights(o: _Ops, t: Value) -> list[Value]:
             far(o("sub", o.c(2.0), t))]
 
 
-def _taps(o: _Ops, x: Value, mode: str, length: int, padding: str, bounds
+def taps(o: Ops, x: Value, mode: str, length: int, padding: str, bounds
           ) -> list[tuple[Value, Value | None]]:
     """(flat index along this dim (i64), weight or None for 1) per tap of coordinate x;
     a `zeros` tap outside [0, length) gets weight 0 (nearest: a 0/1 weight)."""
@@ -137,7 +137,7 @@ def convert_grid_sample(ctx) -> Sequence[Value]:
                  f"{x.type} and {grid.type}")
     if mode == "cubic" and nd == 3:
         ctx.fail("cubic mode takes 2 spatial dims only, found 3")
-    o = _Ops(ctx, x.type.dtype)
+    o = Ops(ctx, x.type.dtype)
     n, c, spatial, out = xs[0], xs[1], xs[2:], gs[1:-1]
     g = grid if grid.type.dtype == x.type.dtype else o("cast", grid, to=x.type.dtype)
     strides = [int(np.prod(spatial[i + 1:])) for i in range(nd)]
@@ -161,7 +161,7 @@ def convert_grid_sample(ctx) -> Sequence[Value]:
         if mode == "nearest":  # trunc, as onnx.reference's int32 cast
             coord = o("cast", o("cast", coord, to=i64), to=x.type.dtype)
         per_dim.append([(o("mul", idx, o.ints(strides[i])), w)
-                        for idx, w in _taps(o, coord, mode, length, padding, bounds)])
+                        for idx, w in taps(o, coord, mode, length, padding, bounds)])
     points = int(np.prod(out))
     data = o("reshape", x, o.ints([n, c, int(np.prod(spatial))]))
     total = None

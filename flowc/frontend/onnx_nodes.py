@@ -20,6 +20,7 @@ import onnx
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_cache_ops import convert_tensor_scatter
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
+from flowc.frontend.onnx_deform_conv import convert_deform_conv
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
 from flowc.frontend.onnx_grid_sample import convert_grid_sample
 from flowc.frontend.onnx_linalg import convert_det
@@ -237,6 +238,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "TensorScatter": convert_tensor_scatter,
     "Det": convert_det,
     "RoiAlign": convert_roi_align,
+    "DeformConv": convert_deform_conv,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
