@@ -34,6 +34,7 @@ from flowc.frontend.onnx_scan import convert_scan
 from flowc.frontend.onnx_scatter import CONVERTERS as SCATTER_CONVERTERS
 from flowc.frontend.onnx_signal import convert_dft, convert_mel_weight_matrix
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
+from flowc.frontend.onnx_tfidf import convert_tfidf
 from flowc.ir import Graph, TensorType, Value
 from flowc.ir.build import const_value
 from flowc.ir.graph import INPUT_OP, Node
@@ -239,6 +240,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "Det": convert_det,
     "RoiAlign": convert_roi_align,
     "DeformConv": convert_deform_conv,
+    "TfIdfVectorizer": convert_tfidf,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }

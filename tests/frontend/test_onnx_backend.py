@@ -44,7 +44,7 @@ COVERAGE_OPS = {
     "Acos", "Asin", "Atan",
     "BitCast", "CumProd", "CumSum", "DFT", "GridSample", "TensorScatter",
     "MelWeightMatrix", "STFT", "Col2Im", "MaxUnpool", "Det", "RoiAlign",
-    "DeformConv",
+    "DeformConv", "TfIdfVectorizer",
     "Adagrad", "Adam", "Momentum",  # ai.onnx.preview.training (frontend/onnx_optim.py)
 }
 SCOPE_OPS = {
