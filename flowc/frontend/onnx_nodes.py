@@ -24,6 +24,7 @@ from flowc.frontend.onnx_deform_conv import convert_deform_conv
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
 from flowc.frontend.onnx_grid_sample import convert_grid_sample
 from flowc.frontend.onnx_linalg import convert_det
+from flowc.frontend.onnx_ml import ML_CONVERTERS, ML_DOMAIN
 from flowc.frontend.onnx_optim import TRAINING_CONVERTERS, TRAINING_DOMAIN
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
@@ -246,13 +247,17 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
 }
 
 
+# the converters of ai.onnx.preview.training's optimizers and ai.onnx.ml's ops
+OTHER_DOMAINS = {TRAINING_DOMAIN: TRAINING_CONVERTERS, ML_DOMAIN: ML_CONVERTERS}
+
+
 def is_supported(op_type: str, domain: str = "") -> bool:
     """Whether the table or the registry converts `op_type` of `domain` (the default one,
-    com.microsoft's quantized ops or ai.onnx.preview.training's optimizers: `converter`)."""
+    com.microsoft's quantized ops, or those of OTHER_DOMAINS: `converter`)."""
     if domain == "com.microsoft":
         return op_type in MS_CONVERTERS
-    if domain == TRAINING_DOMAIN:
-        return op_type in TRAINING_CONVERTERS
+    if domain in OTHER_DOMAINS:
+        return op_type in OTHER_DOMAINS[domain]
     return domain in DEFAULT_DOMAINS and (op_type in CONVERTERS or op_type in ONNX_OPS)
 
 
@@ -260,6 +265,6 @@ def converter(op_type: str, domain: str):
     """The converter of a supported node (`convert_default` for a registry op)."""
     if domain == "com.microsoft":
         return MS_CONVERTERS[op_type]
-    if domain == TRAINING_DOMAIN:
-        return TRAINING_CONVERTERS[op_type]
+    if domain in OTHER_DOMAINS:
+        return OTHER_DOMAINS[domain][op_type]
     return CONVERTERS.get(op_type, convert_default)

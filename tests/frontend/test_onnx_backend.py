@@ -46,6 +46,7 @@ COVERAGE_OPS = {
     "MelWeightMatrix", "STFT", "Col2Im", "MaxUnpool", "Det", "RoiAlign",
     "DeformConv", "TfIdfVectorizer",
     "Adagrad", "Adam", "Momentum",  # ai.onnx.preview.training (frontend/onnx_optim.py)
+    "ArrayFeatureExtractor", "Binarizer",  # ai.onnx.ml (frontend/onnx_ml.py)
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
@@ -112,7 +113,8 @@ def _nodes(graph):
 
 def in_scope(case) -> bool:
     return case.model is not None and case.name not in OUT_OF_SCOPE and all(
-        n.op_type in SCOPE_OPS and n.domain in ("", "ai.onnx", "ai.onnx.preview.training")
+        n.op_type in SCOPE_OPS
+        and n.domain in ("", "ai.onnx", "ai.onnx.preview.training", "ai.onnx.ml")
         for n in _nodes(case.model.graph))
 
 
