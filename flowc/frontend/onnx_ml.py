@@ -4,6 +4,7 @@ onnx.reference (onnxruntime) computes them:
 - Binarizer(threshold = 0): 1 where x > threshold, else 0, in x's dtype.
 - ArrayFeatureExtractor(X, Y): X's last axis gathered at the indices Y (flattened), the
   result [..., len(Y)] ([1, len(Y)] for a 1-D X).
+- TreeEnsemble (opset 5): frontend/onnx_trees.py.
 
 String tensors are not a flowc dtype: LabelEncoder and the other string ops are not
 imported (the importer names them).
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from flowc.frontend.onnx_trees import convert_tree_ensemble
 from flowc.ir import Value
 
 ML_DOMAIN = "ai.onnx.ml"
@@ -39,4 +41,5 @@ def _array_feature_extractor(ctx) -> Sequence[Value]:
     return ctx.emit("unsqueeze", [picked, ctx.constant(np.array([0], np.int64))], {})
 
 
-ML_CONVERTERS = {"Binarizer": _binarizer, "ArrayFeatureExtractor": _array_feature_extractor}
+ML_CONVERTERS = {"Binarizer": _binarizer, "ArrayFeatureExtractor": _array_feature_extractor,
+                 "TreeEnsemble": convert_tree_ensemble}

@@ -46,7 +46,7 @@ COVERAGE_OPS = {
     "MelWeightMatrix", "STFT", "Col2Im", "MaxUnpool", "Det", "RoiAlign",
     "DeformConv", "TfIdfVectorizer",
     "Adagrad", "Adam", "Momentum",  # ai.onnx.preview.training (frontend/onnx_optim.py)
-    "ArrayFeatureExtractor", "Binarizer",  # ai.onnx.ml (frontend/onnx_ml.py)
+    "ArrayFeatureExtractor", "Binarizer", "TreeEnsemble",  # ai.onnx.ml (frontend/onnx_ml.py)
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
