@@ -11,8 +11,10 @@ back), the coordinate g in [-1, 1] becomes x = (g + 1) / 2 (L - 1) (`align_corne
 floor(x) - 1 .. floor(x) + 2, with Keys' weights (a = -0.75). A tap outside [0, L) reads 0
 (`zeros`), the clamped index (`border`) or the reflected index, truncated (`reflection`).
 The result is the sum over every combination of the dims' taps of the product of their
-weights times X there: per combination one gather_elements of X [N, C, prod S] at flat
-indices [N, C, prod O] (4 for 2-D linear, 16 cubic, 8 for 3-D linear, 1 nearest).
+weights times X there: per combination one gather of X's pixel rows (X as [N prod S, C],
+channels last: each read a contiguous row of C values) at flat indices [N prod O] (4 for
+2-D linear, 16 cubic, 8 for 3-D linear, 1 nearest), the sum transposed back to channels
+first.
 Refused with a one-line error naming the node: an unknown mode or padding_mode, 3-D cubic
 (the spec allows 2-D only), non-static shapes, a non-float X.
 """
@@ -162,17 +164,20 @@ def convert_grid_sample(ctx) -> Sequence[Value]:
             coord = o("cast", o("cast", coord, to=i64), to=x.type.dtype)
         per_dim.append([(o("mul", idx, o.ints(strides[i])), w)
                         for idx, w in taps(o, coord, mode, length, padding, bounds)])
-    points = int(np.prod(out))
-    data = o("reshape", x, o.ints([n, c, int(np.prod(spatial))]))
+    points, size = int(np.prod(out)), int(np.prod(spatial))
+    rows = o("reshape", o("transpose", o("reshape", x, o.ints([n, c, size])), perm=(0, 2, 1)),
+             o.ints([n * size, c]))
+    batch = o.ints((np.arange(n) * size).reshape([n] + [1] * len(out)))
     total = None
     for combo in itertools.product(*per_dim):
         flat, weight = combo[0]
         for idx, w in combo[1:]:
             flat = o("add", flat, idx)
             weight = w if weight is None else weight if w is None else o("mul", weight, w)
-        flat = o("expand", o("reshape", flat, o.ints([n, 1, points])), o.ints([n, c, points]))
-        term = o("gather_elements", data, flat, axis=2)
+        flat = o("reshape", o("add", flat, batch), o.ints([n * points]))
+        term = o("gather", rows, flat, axis=0)
         if weight is not None:
-            term = o("mul", term, o("reshape", weight, o.ints([n, 1, points])))
+            term = o("mul", term, o("reshape", weight, o.ints([n * points, 1])))
         total = term if total is None else o("add", total, term)
+    total = o("transpose", o("reshape", total, o.ints([n, points, c])), perm=(0, 2, 1))
     return [o("reshape", total, o.ints([n, c, *out]))]
