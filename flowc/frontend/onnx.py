@@ -14,10 +14,10 @@ Contract:
   opset-8 Scans, which it converts wrongly, become Loops over their batch (`onnx_scan8`).
 - Nodes convert through `onnx_nodes.CONVERTERS`, else straight onto the registry op that
   names them (`OpDef.onnx`); com.microsoft's quantized ops (QLinearAdd, ...) through
-  `onnx_quant.MS_CONVERTERS`, ai.onnx.preview.training's optimizers (Adam, ...) and
-  ai.onnx.ml's ops through `onnx_nodes.OTHER_DOMAINS`. An op with neither that has a
-  function body (a standard function op from `onnx.defs`, or a model-local function) is
-  inlined through its body.
+  `onnx_quant.MS_CONVERTERS` and `onnx_quant_gemm.MS_GEMM_CONVERTERS` (QGemm, ...),
+  ai.onnx.preview.training's optimizers (Adam, ...) and ai.onnx.ml's ops through
+  `onnx_nodes.OTHER_DOMAINS`. An op with neither that has a function body (a standard
+  function op from `onnx.defs`, or a model-local function) is inlined through its body.
 - Shape arithmetic on known values (small integer results of constants, `shape`/`size` of
   static types) is folded into constants as it is imported (`onnx_fold`), so the ops
   whose result rank depends on such values (Reshape, ConstantOfShape, Expand ...) get

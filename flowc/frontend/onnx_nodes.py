@@ -28,6 +28,7 @@ from flowc.frontend.onnx_ml import ML_CONVERTERS, ML_DOMAIN
 from flowc.frontend.onnx_optim import TRAINING_CONVERTERS, TRAINING_DOMAIN
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
+from flowc.frontend.onnx_quant_gemm import MS_GEMM_CONVERTERS
 from flowc.frontend.onnx_resize import convert_resize
 from flowc.frontend.onnx_rnn import convert_recurrent
 from flowc.frontend.onnx_roi_align import convert_roi_align
@@ -255,7 +256,7 @@ def is_supported(op_type: str, domain: str = "") -> bool:
     """Whether the table or the registry converts `op_type` of `domain` (the default one,
     com.microsoft's quantized ops, or those of OTHER_DOMAINS: `converter`)."""
     if domain == "com.microsoft":
-        return op_type in MS_CONVERTERS
+        return op_type in MS_CONVERTERS or op_type in MS_GEMM_CONVERTERS
     if domain in OTHER_DOMAINS:
         return op_type in OTHER_DOMAINS[domain]
     return domain in DEFAULT_DOMAINS and (op_type in CONVERTERS or op_type in ONNX_OPS)
@@ -264,7 +265,7 @@ def is_supported(op_type: str, domain: str = "") -> bool:
 def converter(op_type: str, domain: str):
     """The converter of a supported node (`convert_default` for a registry op)."""
     if domain == "com.microsoft":
-        return MS_CONVERTERS[op_type]
+        return MS_CONVERTERS.get(op_type) or MS_GEMM_CONVERTERS[op_type]
     if domain in OTHER_DOMAINS:
         return OTHER_DOMAINS[domain][op_type]
     return CONVERTERS.get(op_type, convert_default)
