@@ -1,13 +1,17 @@
 """`schedule`: a memory-aware topological order of the graph's nodes.
 
-Requires: a well-formed graph (normally after `fuse`, so nodes are kernels). Guarantees: the
-same nodes (the same objects), inputs and outputs, in a topological order of the data and
-control edges plus two kinds of implied edges: effectful nodes (not `rewrite.is_pure`,
-send/recv aside) keep their relative order on each device, and a `recv` comes after the
-`send` of its channel (tensor_name, send_device, recv_device). When send/recv pairs make
-nodes wait on each other in a cycle (a program that would deadlock), a FlowcError names
-some of them. Nested bodies keep their order. Codegen runs nodes in graph order, so this
-order is the program's, and per device (`Node.device`) the order of that device's nodes.
+Requires: a well-formed graph (normally after `fuse`, so nodes are kernels). Guarantees:
+the same nodes (the same objects), inputs and outputs, in a topological order of the data
+and control edges plus three kinds of implied edges: effectful nodes (not `rewrite.is_pure`,
+send/recv aside) keep their relative order on each device, a `recv` comes after the
+`send` of its channel (tensor_name, send_device, recv_device); a write of a variable
+(an `assign` and the node computing its value, which codegen runs in place on it) comes
+after every user of an earlier read of it (through views) that does not depend on the
+write, so that reads stay views of the variable (codegen/plan/state.py). When send/recv
+pairs make nodes wait on each other in a cycle (a program that would deadlock), a
+FlowcError names some of them. Nested bodies keep their order. Codegen runs nodes in graph
+order, so this order is the program's, and per device (`Node.device`) the order of that
+device's nodes.
 
 How: a greedy list scheduler over the memory model of `schedule_model.py`. Among the ready
 nodes it runs first constants and sends (a send lets the other device go on and frees its
@@ -18,7 +22,8 @@ the one allocating least, then the earliest in the input order. Each `recv` is e
 right before the first node that reads it (as late as it can go without delaying a
 consumer, paper §5.2), never on its own. The order kept is the one with the smaller peak
 (summed over devices) of two: that greedy order, and the input order with only the
-receives moved and the sends run when ready; a tie keeps the latter, so a graph already
+receives moved, the sends run when ready and the writes of variables moved after the
+reads' users; a tie keeps the latter, so a graph already
 in a good order comes back unchanged (the same object when nothing moved).
 Deterministic: every choice ends on the input index.
 Statistics: nodes-moved, peak-bytes-saved (by the memory model's count).
@@ -31,7 +36,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from flowc.ir.errors import FlowcError
-from flowc.ir.graph import Graph, Node
+from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.ops import is_view
 from flowc.ir.ops.core import channel_key
 from flowc.passes.registry import register
 from flowc.passes.rewrite import is_pure
@@ -58,7 +64,61 @@ def dependencies(graph: Graph) -> dict[Node, list[Node]]:
                 deps.append(previous_effect[node.device])
             previous_effect[node.device] = node
         preds[node] = [d for d in dict.fromkeys(deps) if d in inside]
+    for writer, readers in _reads_before_writes(graph).items():
+        preds[writer] = list(dict.fromkeys([*preds[writer], *readers]))
     return preds
+
+
+def _reads_before_writes(graph: Graph) -> dict[Node, list[Node]]:
+    """For each `assign` of a variable and the node computing its value (which codegen
+    makes write the variable in place, codegen/plan/state.py), the nodes that use an
+    earlier read of that variable (through views): running them first keeps each read a
+    view of the variable instead of a copy. A user that depends on the writer is left out
+    (the read then stays a copy, as the order requires)."""
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    users: dict[Value, list[Node]] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None:
+                users.setdefault(v, []).append(node)
+    reads: dict[Value, list[Node]] = {}  # variable handle -> its reads so far
+    edges: dict[Node, list[Node]] = {}
+    for node in graph.nodes:
+        if node.op == "read_variable":
+            reads.setdefault(node.inputs[0], []).append(node)
+        if node.op != "assign" or not reads.get(node.inputs[0]):
+            continue
+        value = node.inputs[1].node
+        writers = [node] + ([value] if value in position and is_pure(value) else [])
+        before = [u for r in reads[node.inputs[0]] for u in _view_users(r.out(), users)
+                  if u not in writers]
+        later = _descendants(writers[-1], graph.nodes, position,
+                             max((position[u] + 1 for u in before), default=0))
+        for writer in writers:
+            edges[writer] = [u for u in before if u not in later]
+    return edges
+
+
+def _view_users(value: Value, users: dict[Value, list[Node]]) -> list[Node]:
+    """The nodes reading `value` or a view of it (not the views themselves)."""
+    found = []
+    for user in users.get(value, ()):
+        if is_view(user.op):
+            found += _view_users(user.out(), users)
+        else:
+            found.append(user)
+    return found
+
+
+def _descendants(node: Node, nodes: list[Node], position: dict[Node, int], end: int
+                 ) -> set[Node]:
+    """The nodes up to position `end` that depend on `node` (data or control)."""
+    seen = {node}
+    for other in nodes[position[node] + 1:end]:
+        if any(v is not None and v.node in seen for v in other.inputs) or any(
+                c in seen for c in other.ctrl):
+            seen.add(other)
+    return seen
 
 
 class _ListScheduler:
@@ -185,7 +245,9 @@ def schedule_order(graph: Graph) -> tuple[list[Node], int, int]:
     """(the chosen order, the input order's peak, the chosen order's peak)."""
     model = MemoryModel(graph)
     preds = dependencies(graph)
-    moves = any(n.op in ("send", "recv") for n in graph.nodes)
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    moves = any(n.op in ("send", "recv") for n in graph.nodes) or any(
+        index[p] > index[n] for n, ps in preds.items() for p in ps)  # an edge added above
     kept = _ListScheduler(graph, model, preds, by_memory=False).run() if moves else graph.nodes
     greedy = _ListScheduler(graph, model, preds, by_memory=True).run()
     before = model.peak(graph.nodes)
