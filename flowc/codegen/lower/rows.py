@@ -2,7 +2,7 @@
 tensor, one row at a time, so that each input row is read from memory once (its later
 passes hit L1) and every pass is vectorized.
 
-Contract: `row_kernel(x, target, body, axis=-1)` views `x` (f32, rank >= 1) as R rows of
+Contract: `row_kernel(x, target, body, axis=-1, rows_of=())` views `x` (f32, rank >= 1) as R rows of
 L elements (the dims from `axis` on) and
 returns a tensor of x's shape whose row r is `body(Row)` for row r. A `Row` gives the
 building blocks of a row pass, all on that row only:
@@ -13,11 +13,13 @@ building blocks of a row pass, all on that row only:
   partial results combined as a tree (a different order than a sequential fold: sums
   round differently; max/min are exact); sums pass `wide=True`: f64 accumulators, so
   that neither long rows (n * 2^-24 growth of an f32 sum) nor huge magnitudes (squares
-  beyond the f32 range) lose the result;
+  beyond the f32 range) lose the result; `also=(src, ...)` reads further sources
+  alongside, `pre` taking one vector of each (a sum of products);
 - `write(fn, *srcs)`: the output row becomes `fn(*elements of srcs)` (an elementwise
   `linalg.generic` on the row, which LLVM vectorizes; scalars computed by earlier passes
   are captured by the body); a src is `Row.X` (the input row), `Row.OUT` (the output row
-  as last written) or a rank-1 tensor of L elements (per-column operands).
+  as last written) or a rank-1 tensor of L elements (per-column operands, or `Row.rows[i]`:
+  this row of the i-th tensor of `rows_of`, further inputs of x's shape).
 
 Rows are independent: above PARALLEL_MIN elements in all they are an `scf.forall` (the
 runtime's threads split the rows), below it a plain `scf.for`; neither allocates.
@@ -51,40 +53,42 @@ class Row:
 
     def __init__(self, x_row: ir.Value, out_row: ir.Value, lanes: int):
         self.x, self.out, self.lanes = x_row, out_row, lanes
+        self.rows: list[ir.Value] = []  # row_kernel's `rows_of`, this row of each
         self.length = size_of(x_row, 0)  # an index value when of run-time extent
         self.f32 = ir.F32Type.get()
         self._width = lanes  # the lanes of the fold being built (`splat`)
 
-    def _read(self, src: str, j: ir.Value, lanes: int) -> ir.Value:
+    def _read(self, src: str | ir.Value, j: ir.Value, lanes: int) -> ir.Value:
         vt = ir.VectorType.get([lanes], self.f32)
         pad = arith.ConstantOp(self.f32, 0.0).result
         in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)])
         ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(1))
-        return vector.transfer_read(vt, self.x if src == Row.X else self.out, [j], ident, pad,
-                                    in_bounds)
+        source = src if not isinstance(src, str) else self.x if src == Row.X else self.out
+        return vector.transfer_read(vt, source, [j], ident, pad, in_bounds)
 
-    def _fold(self, src: str, start: ir.Value, end: ir.Value, lanes: int, acc0: ir.Value,
+    def _fold(self, srcs: tuple, start: ir.Value, end: ir.Value, lanes: int, acc0: ir.Value,
               combine: Callable, pre: Callable | None, wide: bool) -> ir.Value:
         """The `lanes`-wide accumulator after folding elements [start, end) (a multiple
         of `lanes` of them) into `acc0`, `lanes` at a time."""
         loop = scf.ForOp(start, end, index_const(lanes), [acc0])
         self._width = lanes
         with ir.InsertionPoint(loop.body):
-            v = self._read(src, loop.induction_variable, lanes)
+            vs = [self._read(src, loop.induction_variable, lanes) for src in srcs]
             if wide:
-                v = arith.extf(ir.VectorType.get([lanes], ir.F64Type.get()), v)
-            if pre is not None:
-                v = pre(v)
+                vs = [arith.extf(ir.VectorType.get([lanes], ir.F64Type.get()), v) for v in vs]
+            v = pre(*vs) if pre is not None else vs[0]
             scf.YieldOp([combine(loop.inner_iter_args[0], v)])
         return loop.results[0]
 
-    def reduce(self, src: str, init: float, combine: Callable,
-               pre: Callable[[ir.Value], ir.Value] | None = None,
-               wide: bool = False) -> ir.Value:
+    def reduce(self, src: str | ir.Value, init: float, combine: Callable,
+               pre: Callable[..., ir.Value] | None = None,
+               wide: bool = False, also: tuple = ()) -> ir.Value:
         """The fold of the row (see the module docstring): an f32 scalar, or with `wide`
         an f64 one (elements widened to f64 before `pre` and `combine`). A row of run-time
         length folds its whole multiples of V lanes as V-lane vectors, then the last
-        L % V elements one at a time into the reduced scalar."""
+        L % V elements one at a time into the reduced scalar. `also`: further sources
+        (as `write` takes them) read alongside, `pre` then taking one vector of each."""
+        srcs = (src, *also)
         et = ir.F64Type.get() if wide else self.f32
 
         static = isinstance(self.length, int)
@@ -95,7 +99,7 @@ class Row:
         vt = ir.VectorType.get([self.lanes], et)
         acc0 = arith.ConstantOp(vt, ir.DenseElementsAttr.get_splat(
             vt, ir.FloatAttr.get(et, init))).result
-        acc = self._fold(src, index_const(0), end, self.lanes, acc0, combine, pre, wide)
+        acc = self._fold(srcs, index_const(0), end, self.lanes, acc0, combine, pre, wide)
         width = self.lanes
         while width > 1:  # halve: log2(V) dependent steps, not V
             width //= 2
@@ -104,7 +108,7 @@ class Row:
                                                    _ints([1])) for at in (0, width))
             acc = combine(lo, hi)
         if not static and self.lanes > 1:  # the tail, one element at a time
-            acc = self._fold(src, end, self.length, 1, acc, combine, pre, wide)
+            acc = self._fold(srcs, end, self.length, 1, acc, combine, pre, wide)
         self._width = self.lanes
         return vector.extract(acc, [], [0])
 
@@ -179,10 +183,11 @@ class _Rows:
 
 
 def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
-               axis: int = -1) -> ir.Value:
+               axis: int = -1, rows_of: tuple[ir.Value, ...] = ()) -> ir.Value:
     """See the module docstring; rows span the dims from `axis` on (the last by default).
     Leading dims may be of run-time extent (the row's dims may not): the rows are then a
-    plain `scf.for` over their run-time count."""
+    plain `scf.for` over their run-time count. `rows_of`: further f32 tensors of x's
+    shape, whose row r the body finds in `Row.rows` (sources for `reduce` and `write`)."""
     shape = value_shape(x)
     axis %= len(shape)
     sizes = [size_of(x, i) for i in range(len(shape))]
@@ -206,6 +211,7 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
         with ir.InsertionPoint(loop.body):
             at = _Rows(shape, axis, r, sizes)
             row = Row(at.read(x), at.read(out), lanes)
+            row.rows = [at.read(t) for t in rows_of]
             body(row)
             scf.YieldOp([at.insert(row.out, out, parallel=False)])
     elif rows * length >= PARALLEL_MIN and rows > 1:
@@ -214,6 +220,7 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
         with ir.InsertionPoint(loop.body):
             at = _Rows(shape, axis, r)
             row = Row(at.read(x), at.read(out), lanes)
+            row.rows = [at.read(t) for t in rows_of]
             body(row)
             with ir.InsertionPoint(loop.terminator().block):
                 at.insert(row.out, out, parallel=True)
@@ -223,6 +230,7 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
         with ir.InsertionPoint(loop.body):
             at = _Rows(shape, axis, r)
             row = Row(at.read(x), at.read(out), lanes)
+            row.rows = [at.read(t) for t in rows_of]
             body(row)
             scf.YieldOp([at.insert(row.out, out, parallel=False)])
     return loop.results[0]
