@@ -64,17 +64,17 @@ def dependencies(graph: Graph) -> dict[Node, list[Node]]:
                 deps.append(previous_effect[node.device])
             previous_effect[node.device] = node
         preds[node] = [d for d in dict.fromkeys(deps) if d in inside]
-    for writer, readers in _reads_before_writes(graph).items():
-        preds[writer] = list(dict.fromkeys([*preds[writer], *readers]))
+    _reads_before_writes(graph, preds)
     return preds
 
 
-def _reads_before_writes(graph: Graph) -> dict[Node, list[Node]]:
-    """For each `assign` of a variable and the node computing its value (which codegen
-    makes write the variable in place, codegen/plan/state.py), the nodes that use an
-    earlier read of that variable (through views): running them first keeps each read a
-    view of the variable instead of a copy. A user that depends on the writer is left out
-    (the read then stays a copy, as the order requires)."""
+def _reads_before_writes(graph: Graph, preds: dict[Node, list[Node]]) -> None:
+    """Add to `preds`, for each `assign` of a variable and the node computing its value
+    (which codegen makes write the variable in place, codegen/plan/state.py), the nodes
+    that use an earlier read of that variable (through views): running them first keeps
+    each read a view of the variable instead of a copy. A user that depends on the writer
+    (through `preds`) is left out, and if the added edges together would still close a
+    cycle, none is added (the reads then stay copies where the order requires)."""
     position = {node: i for i, node in enumerate(graph.nodes)}
     users: dict[Value, list[Node]] = {}
     for node in graph.nodes:
@@ -82,7 +82,7 @@ def _reads_before_writes(graph: Graph) -> dict[Node, list[Node]]:
             if v is not None:
                 users.setdefault(v, []).append(node)
     reads: dict[Value, list[Node]] = {}  # variable handle -> its reads so far
-    edges: dict[Node, list[Node]] = {}
+    added: dict[Node, list[Node]] = {}
     for node in graph.nodes:
         if node.op == "read_variable":
             reads.setdefault(node.inputs[0], []).append(node)
@@ -90,13 +90,45 @@ def _reads_before_writes(graph: Graph) -> dict[Node, list[Node]]:
             continue
         value = node.inputs[1].node
         writers = [node] + ([value] if value in position and is_pure(value) else [])
-        before = [u for r in reads[node.inputs[0]] for u in _view_users(r.out(), users)
-                  if u not in writers]
-        later = _descendants(writers[-1], graph.nodes, position,
-                             max((position[u] + 1 for u in before), default=0))
+        before = list(dict.fromkeys(u for r in reads[node.inputs[0]]
+                                    for u in _view_users(r.out(), users) if u not in writers))
         for writer in writers:
-            edges[writer] = [u for u in before if u not in later]
-    return edges
+            later = [u for u in before if position[u] > position[writer]]
+            after = _descendants(writer, graph.nodes, position, preds,
+                                 max((position[u] for u in later), default=-1))
+            added[writer] = [u for u in before if u not in after and u not in preds[writer]]
+    merged = {n: ps + added.get(n, []) for n, ps in preds.items()}
+    if _acyclic(graph.nodes, merged):
+        preds.update(merged)
+
+
+def _descendants(node: Node, nodes: list[Node], position: dict[Node, int],
+                 preds: dict[Node, list[Node]], end: int) -> set[Node]:
+    """The nodes up to position `end` that depend on `node` through `preds` (which the
+    input order follows)."""
+    seen = {node}
+    for other in nodes[position[node] + 1:end + 1]:
+        if any(p in seen for p in preds[other]):
+            seen.add(other)
+    return seen
+
+
+def _acyclic(nodes: list[Node], preds: dict[Node, list[Node]]) -> bool:
+    """Whether the edges `preds` holds order `nodes` without a cycle (Kahn's algorithm)."""
+    pending = {n: len(preds[n]) for n in nodes}
+    succs: dict[Node, list[Node]] = {n: [] for n in nodes}
+    for n in nodes:
+        for p in preds[n]:
+            succs[p].append(n)
+    ready = [n for n in nodes if not pending[n]]
+    done = 0
+    while ready:
+        done += 1
+        for s in succs[ready.pop()]:
+            pending[s] -= 1
+            if not pending[s]:
+                ready.append(s)
+    return done == len(nodes)
 
 
 def _view_users(value: Value, users: dict[Value, list[Node]]) -> list[Node]:
@@ -108,17 +140,6 @@ def _view_users(value: Value, users: dict[Value, list[Node]]) -> list[Node]:
         else:
             found.append(user)
     return found
-
-
-def _descendants(node: Node, nodes: list[Node], position: dict[Node, int], end: int
-                 ) -> set[Node]:
-    """The nodes up to position `end` that depend on `node` (data or control)."""
-    seen = {node}
-    for other in nodes[position[node] + 1:end]:
-        if any(v is not None and v.node in seen for v in other.inputs) or any(
-                c in seen for c in other.ctrl):
-            seen.add(other)
-    return seen
 
 
 class _ListScheduler:

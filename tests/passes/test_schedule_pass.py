@@ -163,8 +163,9 @@ graph @g(%x: f32[4]) -> (y: f32[4]) {
     assert [model.alloc[model.index[n]] for n in g.nodes[1:3]] == [0, 0]
 
 
-def test_a_user_that_needs_the_written_value_keeps_its_place():
-    # "late" reads the old value and the new one: it cannot run before the write
+def test_a_user_that_needs_the_new_value_runs_between_its_computation_and_the_store():
+    # "late" reads the old value and the new one: after "early", before "store" (the new
+    # value has another user, so it is stored by a copy, which may wait)
     g = parse("""
 graph @g(%x: f32[4]) -> (y: f32[4]) {
   %0 = variable {shared_name = "v", type = f32[4]} : () -> var<f32[4]>
@@ -174,4 +175,23 @@ graph @g(%x: f32[4]) -> (y: f32[4]) {
   %4 = mul %1, %2 : (f32[4], f32[4]) -> f32[4] loc("late")
   return %4
 }""")
-    assert [n.name for n in Schedule().run(g).nodes] == [n.name for n in g.nodes]
+    names = [n.name for n in Schedule().run(g).nodes]
+    assert names.index("early") < names.index("late") < names.index("store")
+
+
+def test_writes_that_would_wait_on_each_other_add_no_edges():
+    # a's new value reads b's old one and b's reads a's: each update would have to follow
+    # the other; the schedule keeps the input order (those reads stay copies)
+    g = parse("""
+graph @g(%x: f32[4]) -> (y: f32[4]) {
+  %0 = variable {shared_name = "a", type = f32[4]} : () -> var<f32[4]>
+  %1 = variable {shared_name = "b", type = f32[4]} : () -> var<f32[4]>
+  %2 = read_variable %0 : (var<f32[4]>) -> f32[4]
+  %3 = read_variable %1 : (var<f32[4]>) -> f32[4]
+  %4 = add %3, %x : (f32[4], f32[4]) -> f32[4]
+  %5 = assign %0, %4 : (var<f32[4]>, f32[4]) -> ()
+  %6 = add %2, %x : (f32[4], f32[4]) -> f32[4]
+  %7 = assign %1, %6 : (var<f32[4]>, f32[4]) -> ()
+  return %x
+}""")
+    assert Schedule().run(g).nodes == g.nodes
