@@ -10,7 +10,10 @@ dynamic N in 1..4, S in 1..128; static at (2, 128)); a small CNN on 3x32x32 imag
 (dynamic N in 1..64, static at 16); and the bench models of bench/models.py (the zoo's
 mlp, cnn, transformer_encoder: dynamic batch N in 1..64, static at its batch there).
 
-    .venv/bin/python bench/dynamic.py [--repeats 15] [--output PATH]
+    .venv/bin/python bench/dynamic.py [--repeats 15] [--turn-ms 10] [--output PATH]
+
+Under load, 2-thread wall times swing: many short turns (`--repeats 201 --turn-ms 2`)
+make the best-turn column steadier.
 """
 
 from __future__ import annotations
@@ -59,13 +62,13 @@ def per_call(fn, calls: int, clock=time.perf_counter) -> float:
     return (clock() - start) / calls
 
 
-def timed_turns(fns: dict[str, object], repeats: int, clock=time.perf_counter
-                ) -> dict[str, list[float]]:
-    """Per-call seconds of each fn by `clock` in each of `repeats` turns (each ~10 ms),
-    the fns timed in turns."""
+def timed_turns(fns: dict[str, object], repeats: int, clock=time.perf_counter,
+                turn: float = 0.01) -> dict[str, list[float]]:
+    """Per-call seconds of each fn by `clock` in each of `repeats` turns (each ~`turn`
+    seconds), the fns timed in turns."""
     for fn in fns.values():
         fn()
-    calls = {k: max(1, int(0.01 / max(per_call(fn, 3, clock), 1e-6))) for k, fn in fns.items()}
+    calls = {k: max(1, int(turn / max(per_call(fn, 3, clock), 1e-6))) for k, fn in fns.items()}
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for k, fn in fns.items():
@@ -88,6 +91,7 @@ def clock_of(threads: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--turn-ms", type=float, default=10.0)
     parser.add_argument("--output", default=str(HERE / "results" / "dynamic.md"))
     args = parser.parse_args()
     import onnxruntime as ort
@@ -127,7 +131,7 @@ def main() -> None:
                 static = flowc.load(static_dir, threads=threads)
                 fns = {"dynamic": lambda d=dyn, f=feeds: d(*f),
                        "static": lambda s=static, f=feeds: s(*f)}
-                turns = timed_turns(fns, args.repeats, clock_of(threads))
+                turns = timed_turns(fns, args.repeats, clock_of(threads), args.turn_ms / 1e3)
                 ratios = [pick(turns["dynamic"]) / pick(turns["static"])
                           for pick in (statistics.median, min)]
                 rows.append(f"| {name} | {threads} | {ratios[0]:.2f} | {ratios[1]:.2f} |")
@@ -145,8 +149,10 @@ def main() -> None:
     text = "\n".join([
         "# Dims given at run time: dynamic vs static ([12])",
         "",
-        f"`bench/dynamic.py --repeats {args.repeats}` on {platform.machine()}, "
-        f"{platform.python_version()}; a shared, noisy machine: ratios of medians only, "
+        f"`bench/dynamic.py --repeats {args.repeats} --turn-ms {args.turn_ms:g}` on "
+        f"{platform.machine()}, "
+        f"{platform.python_version()}; a shared, noisy machine: ratios only (of medians and "
+        "of the best turns), "
         "the two artifacts timed in turns in one process; 1 thread by the process's CPU "
         "time (steadier than wall time when other jobs share the cores), 2 threads by wall "
         "time (noisy: the 2 cores are shared; the best turns, least disturbed, are the "
@@ -156,12 +162,14 @@ def main() -> None:
         "In the dynamic artifact, matmuls of run-time extents run static blocks of rows "
         "(32, 8), columns and depth (32) through the tiled strategy, layers on packed "
         "weights too; softmax rows of run-time length fold whole vectors; elementwise "
-        "kernels get the vectorized tiles of the static ones; convs and pools run the "
-        "static kernel sample by sample (pools serially at 2 threads), a conv with its "
-        "epilogue or a reduction with its prologue as one static kernel per sample; "
-        "matmul epilogues (bias, relu, gelu, residual add) and elementwise chains are "
-        "fused kernels as in static artifacts, the epilogue written over the product in "
-        "place:",
+        "kernels get the vectorized tiles of the static ones; row kernels and batched "
+        "matmuls split their batch over threads when the run's size pays for it (a "
+        "parallel loop beside its serial copy, chosen at run time); winograd convs and "
+        "unpadded pools take the batch whole (one parallel loop over it); other convs run "
+        "the static kernel sample by sample, a conv with its epilogue or a reduction with "
+        "its prologue as one static kernel per sample; matmul epilogues (bias, relu, gelu, "
+        "residual add) and elementwise chains are fused kernels as in static artifacts, "
+        "the epilogue written over the product in place:",
         "",
         "| model | threads | dynamic / static (medians) | (best turns) |",
         "| --- | --- | --- | --- |",

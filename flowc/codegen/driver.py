@@ -59,6 +59,7 @@ byte what a cold compile writes. `progress` hears the passes, the kernels and th
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import os
 import sys
@@ -319,13 +320,21 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.devices:
         passes = placement_passes(passes, opts.devices, opts.place, opts.device_profiles,
                                   opts.explain_placement, dump)
+    allreduces = opts.data_parallel or any(n.op == "all_reduce" for g in [graph, *entries.values()]
+                                           for n in g.nodes)
+    if allreduces:  # their CPU lowering (passes/all_reduce.py), in every entry's pipeline
+        from flowc.passes.all_reduce import SplitAllReduce
+        from flowc.passes.pipeline import with_option_pass
+
+        passes = with_option_pass(passes, "data_parallel", SplitAllReduce())
     backend = with_custom_ops(target_backend(opts), [graph, *entries.values()],
-                              later=opts.data_parallel)
+                              later=allreduces)
     target = refine(backend.get_target(opts.target or "host"), opts.cpu, opts.features)
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
-        # (and keep their own formats: an f16 conv stays one, `widen` is CPU-only)
-        passes = [p for p in passes
-                  if p.name not in ("pack-weights", "winograd", "widen", "qdq")]
+        # (and keep their own formats: an f16 conv stays one, `widen` is CPU-only); it has
+        # no top_k kernel: simplify decomposes top_k into arg_max rounds there
+        passes = [dataclasses.replace(p, top_k_rounds=True) if p.name == "simplify" else p
+                  for p in passes if p.name not in ("pack-weights", "winograd", "widen", "qdq")]
     # the pipeline of each entry: the training step's (the graph with a backward pass: the
     # train_step entry, else the one graph) gets --remat and, on the ONNX route, first the
     # passes that build its gradients and update

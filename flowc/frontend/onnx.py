@@ -14,8 +14,9 @@ Contract:
   opset-8 Scans, which it converts wrongly, become Loops over their batch (`onnx_scan8`).
 - Nodes convert through `onnx_nodes.CONVERTERS`, else straight onto the registry op that
   names them (`OpDef.onnx`); com.microsoft's quantized ops (QLinearAdd, ...) through
-  `onnx_quant.MS_CONVERTERS`. An op with neither that has a function body (a standard
-  function op from `onnx.defs`, or a model-local function) is inlined through its body.
+  `onnx_quant.MS_CONVERTERS` and `onnx_quant_gemm.MS_GEMM_CONVERTERS` (QGemm, ...). An op
+  with neither that has a function body (a standard function op from `onnx.defs`, or a
+  model-local function) is inlined through its body.
 - Shape arithmetic on known values (small integer results of constants, `shape`/`size` of
   static types) is folded into constants as it is imported (`onnx_fold`), so the ops
   whose result rank depends on such values (Reshape, ConstantOfShape, Expand ...) get
@@ -348,6 +349,10 @@ class _Importer:
     def _inline(self, onnx_node: onnx.NodeProto, inputs: list[Value | None], scope: _Scope,
                 base: str, where: str) -> list[Value]:
         """Convert a function op through its body, in the caller's graph."""
+        missing = self.functions.missing_inputs(onnx_node, self.opset)
+        if missing:
+            raise OnnxImportError(f"{where}: required input(s) {', '.join(map(quoted, missing))} "
+                                  "missing")
         types = [None if v is None else v.type for v in inputs]
         try:
             function, defaults = self.functions.body(onnx_node, self.opset, types)

@@ -22,6 +22,7 @@ from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
+from flowc.frontend.onnx_quant_gemm import MS_GEMM_CONVERTERS
 from flowc.frontend.onnx_resize import convert_resize
 from flowc.frontend.onnx_rnn import convert_recurrent
 from flowc.frontend.onnx_scan import convert_scan
@@ -227,12 +228,12 @@ def is_supported(op_type: str, domain: str = "") -> bool:
     """Whether the table or the registry converts `op_type` of `domain` (the default one, or
     com.microsoft's quantized ops: `converter`)."""
     if domain == "com.microsoft":
-        return op_type in MS_CONVERTERS
+        return op_type in MS_CONVERTERS or op_type in MS_GEMM_CONVERTERS
     return domain in DEFAULT_DOMAINS and (op_type in CONVERTERS or op_type in ONNX_OPS)
 
 
 def converter(op_type: str, domain: str):
     """The converter of a supported node (`convert_default` for a registry op)."""
     if domain == "com.microsoft":
-        return MS_CONVERTERS[op_type]
+        return MS_CONVERTERS.get(op_type) or MS_GEMM_CONVERTERS[op_type]
     return CONVERTERS.get(op_type, convert_default)

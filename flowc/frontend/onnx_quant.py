@@ -172,10 +172,15 @@ def _whole(e: _Emit, op: str, x: Value) -> Value:
 
 
 def dynamic_quantize_linear(ctx) -> Sequence[Value]:
-    e = _Emit(ctx)
     (x,) = ctx.inputs
     if x.type.dtype != f32:
         ctx.fail(f"x has dtype {x.type.dtype}; DynamicQuantizeLinear takes f32")
+    return dynamic_quantize(_Emit(ctx), x)
+
+
+def dynamic_quantize(e: _Emit, x: Value) -> list[Value]:
+    """[q, s, zp]: the f32 `x` quantized to u8 over its whole range (DynamicQuantizeLinear,
+    onnxruntime's GetQuantizationParameter and MlasQuantizeLinear too)."""
     zero = e.const(0.0)
     lo = e("min", _whole(e, "reduce_min", x), zero)
     hi = e("max", _whole(e, "reduce_max", x), zero)

@@ -7,8 +7,9 @@ onnx's own reference (flowc/ir/ops/resize.py: every coordinate_transformation_mo
 nearest_mode, cubic_coeff_a, exclude_outside, antialias and keep_aspect_ratio_policy means
 what the reference means). `build_resize` turns each axis into, per tap t of W's rows,
 `gather(x, idx[:, t], axis)` times the tap's weights broadcast along the axis, summed over
-taps; a nearest axis is one gather (exact on every dtype), or a broadcast copy
-(unsqueeze, expand, reshape) where it repeats each element k times. tf_crop_and_resize's
+taps; a nearest axis is one gather (exact on every dtype), or, where it repeats each
+element k times, part of one broadcast copy (reshape, expand, reshape) done last for all
+such axes together. tf_crop_and_resize's
 extrapolated positions become `where(mask, extrapolation_value, y)` after their axis, as
 the reference does. The gathers and the multiply-adds are vectorized kernels.
 

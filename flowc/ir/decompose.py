@@ -23,15 +23,26 @@ from flowc.ir.types import i64
 _DEFAULTS = {a.name: a.default for a in ATTRS}
 
 
-def _repeat(b, y: Value, axis: int, times: int) -> Value:
-    """Each element of y repeated `times` times along `axis` (an integer-factor nearest
-    upscale): a broadcast copy, unsqueeze + expand + reshape."""
+def _repeat(b, y: Value, repeats: dict[int, int]) -> Value:
+    """Each element of y repeated `repeats[axis]` times along each of those axes (an
+    integer-factor nearest upscale): one broadcast copy for all of them, a reshape giving
+    each a unit dim after it (a view), one expand, a reshape merging them."""
     shape = [int(d) for d in y.type.shape]
-    wide = b.emit("unsqueeze", [y, b.constant(np.array([axis + 1], np.int64))], {})[0]
-    spread = [*shape[:axis + 1], times, *shape[axis + 1:]]
+    view = [d for i, n in enumerate(shape) for d in ([n, 1] if i in repeats else [n])]
+    spread = [d for i, n in enumerate(shape) for d in ([n, repeats[i]] if i in repeats else [n])]
+    merged = [n * repeats.get(i, 1) for i, n in enumerate(shape)]
+    wide = b.emit("reshape", [y, b.constant(np.array(view, np.int64))], {})[0]
     wide = b.emit("expand", [wide, b.constant(np.array(spread, np.int64))], {})[0]
-    merged = [*shape[:axis], shape[axis] * times, *shape[axis + 1:]]
     return b.emit("reshape", [wide, b.constant(np.array(merged, np.int64))], {})[0]
+
+
+def _repeat_times(w: np.ndarray) -> int | None:
+    """k when the weight matrix w repeats each input element k times, else None."""
+    n_out, n_in = w.shape
+    if n_out % n_in or not np.array_equal(w, np.repeat(np.eye(n_in, dtype=w.dtype),
+                                                       n_out // n_in, axis=0)):
+        return None
+    return n_out // n_in
 
 
 def _resize_axis(b, y: Value, axis: int, w: np.ndarray) -> Value:
@@ -40,9 +51,6 @@ def _resize_axis(b, y: Value, axis: int, w: np.ndarray) -> Value:
     order = np.argsort(w == 0, axis=1, kind="stable")[:, :taps]
     weights = np.take_along_axis(w, order, axis=1)
     if taps == 1 and np.all(weights == 1.0):
-        n_in, n_out = w.shape[1], w.shape[0]
-        if n_out % n_in == 0 and np.array_equal(order[:, 0], np.arange(n_out) // (n_out // n_in)):
-            return _repeat(b, y, axis, n_out // n_in)
         return b.emit("gather", [y, b.constant(order[:, 0].astype(np.int64))], {"axis": axis})[0]
     shape = [1] * y.type.rank
     shape[axis] = w.shape[0]
@@ -67,16 +75,23 @@ def build_resize(b, x: Value, attrs: dict, roi, scales, sizes) -> Value:
         b.fail(f"mode '{attrs['mode']}' needs a float input, found {x.type}")
     scale, out, axes, box = plan(shape, attrs, roi, scales, sizes, b.fail)
     y = x
+    repeats: dict[int, int] = {}  # axes that repeat each element: one copy for all, last
     for a in axes:
         if is_identity(shape[a], out[a], scale[a], box[a]):
             continue
         w, outside = axis_weights(attrs, coeffs, shape[a], out[a], scale[a], box[a], b.fail)
+        times = None if outside.any() else _repeat_times(w)
+        if times is not None:
+            repeats[a] = times
+            continue
         y = _resize_axis(b, y, a, w)
         if outside.any():
             where = [1] * len(shape)
             where[a] = out[a]
             fill = b.constant(np.asarray(attrs["extrapolation_value"], x.type.dtype.np))
             y = b.emit("where", [b.constant(outside.reshape(where)), fill, y], {})[0]
+    if repeats:
+        y = _repeat(b, y, repeats)
     return y if y is not x else b.emit("identity", [x], {})[0]
 
 

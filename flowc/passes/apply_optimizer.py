@@ -2,21 +2,23 @@
 one optimizer step on the variables the X read, so that the update is a pipeline step of
 its own (`NN-apply-optimizer.flowc` in a `--dump-dir`), after `NN-gradients.flowc`.
 
-Contract: for each graph output `grad/X` where X names a `read_variable` (a read of a float
-variable), the optimizer `optimizer` (a spec, `frontend.train_spec`; set by code, from
-`--optimizer`: the pipeline grammar cannot spell its braces) updates that variable with the
-gradient (the sum of the gradients of its reads, when several outputs name reads of one
-variable), exactly as `Optimizer.apply_gradients` builds it in the TF-style API (slot and
-step variables, torch.optim's arithmetic, each assign after every read of its variable);
-with `data_parallel`, each gradient is first averaged over the ranks of the MPI job
-(`all_reduce.average_over_ranks`: bucketed allreduces); the `grad/*` outputs are removed
-and the other outputs kept. The updates come in the order their gradients are complete,
-each placed right after what it needs (its effects in order after the graph's), so that a
-backward pass updates the last layer while the gradients of the first are still to come:
-the gradient is still in cache and its buffer free for the next one. No `grad/*` output, or
-one naming no variable read, is a one-line FlowcError. `training_passes(loss, variables,
-optimizer)` is the ONNX training route's pair of steps (`pipeline.TRAINING_PASSES`):
-`gradients` of `loss` with respect to each read of `variables`, then this pass.
+Contract: for each graph output `grad/X` where X names a `read_variable` (a read of a
+float variable), the optimizer `optimizer` (a spec, `frontend.train_spec`; set by code,
+from `--optimizer`: the pipeline grammar cannot spell its braces) updates that variable
+with the gradient (the sum of the gradients of its reads, when several outputs name reads
+of one variable), exactly as `Optimizer.apply_gradients` builds it in the TF-style API
+(slot and step variables, torch.optim's arithmetic, each assign after every read of its
+variable); with `data_parallel`, each gradient is first averaged over the ranks of the MPI
+job (`all_reduce.average_over_ranks`: bucketed `all_reduce` nodes, filled in the order
+the backward pass computes the gradients); the `grad/*` outputs are
+removed and the other outputs kept. The updates come in the order their gradients are
+complete, each placed right after what it needs (its effects in order after the graph's),
+so that a backward pass updates the last layer while the gradients of the first are still
+to come: the gradient is still in cache and its buffer free for the next one. No `grad/*`
+output, or one naming no variable read, is a one-line FlowcError.
+`training_passes(loss, variables, optimizer)` is the ONNX training route's pair of steps
+(`pipeline.TRAINING_PASSES`): `gradients` of `loss` with respect to each read of
+`variables`, then this pass.
 """
 
 from __future__ import annotations
@@ -63,13 +65,16 @@ class ApplyOptimizer:
         builder = Builder.wrap(out)
         with builder:
             pairs = []
-            for handle, parts in _by_readiness(graph, grads):
+            items = _by_readiness(graph, grads)
+            for handle, parts in items:
                 total = Tensor(parts[0], builder)
                 for part in parts[1:]:
                     total = total + Tensor(part, builder)
                 pairs.append((total, Tensor(handle, builder)))
-            if self.data_parallel:
-                averaged = average_over_ranks(builder, [g for g, _ in pairs])
+            if self.data_parallel:  # gradients in the order the backward pass makes them
+                index = {n: i for i, n in enumerate(graph.nodes)}
+                ready = [max(index.get(p.node, 0) for p in parts) for _, parts in items]
+                averaged = average_over_ranks(builder, [g for g, _ in pairs], ready)
                 pairs = [(g, v) for g, (_, v) in zip(averaged, pairs, strict=True)]
             update.apply_gradients(pairs)
         out.nodes[:] = _interleave(out.nodes, len(graph.nodes))

@@ -21,7 +21,11 @@ floating-point rounding where BatchNorm is folded into weights), and
 - a concat of more than 32 operands becomes a concat of concats of at most 32 (one wide
   concat kernel compiles in time quadratic in its operands);
 - decomposed LayerNorm, GELU (erf and tanh forms) and softmax become `layer_normalization`,
-  `gelu` and `softmax` (see simplify_recognize).
+  `gelu` and `softmax` (see simplify_recognize);
+- resize and one_hot with constant sizes are decomposed (simplify_decompose), and with
+  `top_k_rounds` (the driver sets it for GPU targets, which have no top_k kernel) so is
+  top_k with a constant k, into k rounds of arg_max; CPU targets lower top_k as one
+  partial-sort pass per row (codegen/lower/top_k.py).
 A rewrite never merges a producer that has other users, never looks through a node with
 control dependencies or on another device, and never rewrites a node with control
 dependencies. Nodes left unused are erased; nested bodies are simplified too. The driver
@@ -76,11 +80,14 @@ class Simplify:
     """Apply the algebraic rewrite patterns in PATTERNS."""
 
     name: ClassVar[str] = "simplify"
+    top_k_rounds: bool = False
 
     def run(self, graph: Graph) -> Graph:
         if any(bodies(n) for n in graph.nodes):
             graph = rebuild(graph, lambda node, _old: self._bodies(node))
-        return apply_patterns(graph, PATTERNS)
+        patterns = PATTERNS if self.top_k_rounds else {
+            op: rules for op, rules in PATTERNS.items() if op != "top_k"}
+        return apply_patterns(graph, patterns)
 
     def _bodies(self, node: Node) -> Node:
         """`node` with its bodies simplified; a loop's body knows the range of its

@@ -17,10 +17,17 @@ Guarantees: the same outputs up to rounding (F(4x4, 3x3) loses about 3 bits on f
 bench/results/kernels_winograd.notes.md states the error measured on the ResNet). Rewrites
 `conv {channels_last = true}` nodes that are f32 (f64 and other dtypes keep the exact
 direct path), 2-D, ungrouped, 3x3 with strides and dilations 1, a constant filter, static
-shapes, no control dependencies, not on a GPU, and at least `min_channels` input and output
+shapes (or a batch of run-time extent: one symbol, axis 0 of X and Y), no control
+dependencies, not on a GPU, and at least `min_channels` input and output
 channels and `min_size` output rows and columns (measured: a 3-channel stem-like conv took
-1.05x the direct conv's time, 8 -> 8 channels 0.58x, a 4x4 image 0.78x). `tile` is m (4,
-or 2 for F(2x2, 3x3)). One U per filter and tile, shared by its users. Statistics:
+1.05x the direct conv's time, 8 -> 8 channels 0.58x, a 4x4 image 0.78x), and at most
+`max_tile_filter_bytes` of transformed filter (36 C M floats, 4x the filter's) per output
+tile: each row of tiles streams the whole of U through its products, so a wide filter on a
+small image is memory-bound (1 thread, cold cache as in a model whose weights exceed the
+L3: 512 -> 512 at 7x7, 9 MiB per tile, took 1.6-1.9x the direct conv, 384 -> 384 at 7x7,
+5 MiB, 1.3x; 256 -> 256 at 7x7 and 512 -> 512 at 14x14, 2.25 MiB, 0.8-1.1x and 0.7-0.9x;
+ResNet-18/50's last stage kept as Winograd took 3 ms per conv against 1.2-1.6 direct).
+`tile` is m (4, or 2 for F(2x2, 3x3)). One U per filter and tile, shared by its users. Statistics:
 `convs-winograd`.
 """
 
@@ -32,6 +39,7 @@ from typing import ClassVar
 import numpy as np
 
 from flowc.ir.devices import is_gpu_device
+from flowc.ir.dims import is_symbol
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import get_op
@@ -50,13 +58,15 @@ class Winograd:
     tile: int = 4
     min_channels: int = 8
     min_size: int = 4
+    max_tile_filter_bytes: int = 3 << 20
 
     def __post_init__(self) -> None:
         if self.tile not in (2, 4):
             raise FlowcError(f"pass 'winograd': option 'tile' must be 4 or 2 (F(4x4, 3x3) or "
                              f"F(2x2, 3x3)), found {self.tile}")
         for option, value in (("min_channels", self.min_channels),
-                              ("min_size", self.min_size)):
+                              ("min_size", self.min_size),
+                              ("max_tile_filter_bytes", self.max_tile_filter_bytes)):
             if value < 0:
                 raise FlowcError(f"pass 'winograd': option '{option}' must be >= 0, found "
                                  f"{value}")
@@ -87,14 +97,19 @@ class Winograd:
         attrs = get_op("conv").resolve_attrs(node.attrs)
         x, w, y = node.inputs[0].type, node.inputs[1].type, node.types[0]
         if not (attrs["channels_last"] and attrs["group"] == 1 and
-                all(isinstance(t, TensorType) and t.is_static and t.rank == 4
-                    for t in (x, w, y)) and y.dtype.name == "f32"):
+                all(isinstance(t, TensorType) and t.rank == 4 for t in (x, w, y)) and
+                w.is_static and _static_but_batch(x, y) and y.dtype.name == "f32"):
             return None
         if tuple(w.shape[:2]) != (3, 3) or any(s != 1 for s in attrs["strides"] or (1, 1)):
             return None
         if any(d != 1 for d in attrs["dilations"] or (1, 1)):
             return None
         if min(w.shape[2], w.shape[3]) < self.min_channels or min(y.shape[1:3]) < self.min_size:
+            return None
+        m = self.tile
+        batch = y.shape[0] if isinstance(y.shape[0], int) else 1  # a run-time batch: its least
+        tiles = batch * -(-y.shape[1] // m) * -(-y.shape[2] // m)
+        if (m + 2) ** 2 * w.shape[2] * w.shape[3] * 4 > self.max_tile_filter_bytes * tiles:
             return None
         auto_pad = attrs["auto_pad"]
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
@@ -103,3 +118,9 @@ class Winograd:
         # ONNX orders pads [top, left, bottom, right] (begins, then ends): the same here
         return pads
 
+
+def _static_but_batch(x: TensorType, y: TensorType) -> bool:
+    """Whether x and y are static but for a batch (axis 0) that may be one symbol of both."""
+    return (x.with_shape(x.shape[1:]).is_static and y.with_shape(y.shape[1:]).is_static
+            and ((x.is_static and y.is_static) or (is_symbol(x.shape[0])
+                                                  and x.shape[0] == y.shape[0])))

@@ -1,4 +1,4 @@
-/* The OpenMP entry points that parallel flowc kernels call (`__kmpc_fork_call`,
+/* The OpenMP entry points that parallel flowc kernels call (`__kmpc_fork_call`, `__kmpc_flowc_threads`,
  * `__kmpc_dispatch_init/next_*` and a few more), run serially on the calling thread.
  * Artifacts never use this file: their runtime (pool.c) serves these entry points with its thread pool, under the artifact's prefix. It
  * is for linking bare kernel objects from `flowc.codegen.cpu.compiler.compile_kernels` on their
@@ -17,6 +17,7 @@ void __kmpc_fork_call(void *loc, int32_t argc, micro fn, ...) {
      a[11], a[12], a[13], a[14], a[15]);
 }
 int32_t __kmpc_global_thread_num(void *loc) { return 0; }
+int32_t __kmpc_flowc_threads(void) { return 1; }
 #define STATIC_INIT(SUFFIX, T) \
   void __kmpc_for_static_init_##SUFFIX(void *loc, int32_t gtid, int32_t sched, \
       int32_t *last, T *lower, T *upper, T *stride, T incr, T chunk) { \

@@ -446,6 +446,14 @@ void FLOWC_RT(__kmpc_fork_call)(ident_t *loc, int32_t argc, kmpc_micro fn, ...) 
   FLOWC_RT(pool_run)(in_region ? NULL : current_pool, run_micro, &c);
 }
 
+/* The threads a region forked now would run on (1 inside a region or without a pool): a
+ * kernel of run-time extents calls it to choose between its parallel loop and the same
+ * loop serial (cpu/omp.py, `two_versions`). Not an OpenMP entry point: named so that the
+ * linker prefixes kernels' references to it like theirs. */
+int32_t FLOWC_RT(__kmpc_flowc_threads)(void) {
+  return in_region || !current_pool ? 1 : (int32_t)current_pool->n;
+}
+
 int32_t FLOWC_RT(__kmpc_global_thread_num)(ident_t *loc) {
   (void)loc;
   return current_tid;

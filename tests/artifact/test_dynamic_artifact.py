@@ -296,3 +296,37 @@ def test_a_c_program_gives_shapes_and_reads_output_shapes(dyn_mlp, tmp_path):
     assert (name, bounds, shape) == ("N", "1..64", "[3,4]")
     assert float(value) == pytest.approx(y[0, 0] + y[2, 3], rel=1e-5)
     assert second == "2 mlp: input 'x' axis 0: dim N=65 is outside its bounds 1..64; nothing ran"
+
+
+def test_run_time_splits_match_at_every_thread_count(tmp_path):
+    """Kernels that choose at run time between a parallel loop and its serial copy (row
+    kernels, batched matmuls, a strided conv's samples) and those taking a run-time batch
+    whole (a winograd conv, a pool) give the same results at 1, 2 and 4 threads, at sizes
+    on both sides of the thresholds."""
+    g = Graph("split")
+    q = g.add_input("q", TensorType("f32", ("N", "S", "S")))
+    v = g.add_input("v", TensorType("f32", ("N", "S", 16)))
+    p = g.append(make_node("softmax", [q], {"axis": -1})).out()
+    g.add_output("y", g.append(make_node("matmul", [p, v])).out())
+    img = g.add_input("img", TensorType("f32", ("N", 16, 8, 8)))
+    g.add_output("pool", g.append(make_node("max_pool", [img], {"kernel_shape": [2, 2],
+                                                                 "strides": [2, 2]})).out())
+    rng = np.random.default_rng(3)
+    w = g.append(make_node("constant", [], {"value": Tensor(
+        rng.standard_normal((16, 16, 3, 3)).astype(np.float32) / 12)})).out()
+    g.add_output("conv", g.append(make_node("conv", [img, w], {"pads": [1, 1, 1, 1]})).out())
+    g.add_output("strided", g.append(make_node("conv", [img, w], {"pads": [1, 1, 1, 1],
+                                                                  "strides": [2, 2]})).out())
+    flowc.compile(g, tmp_path / "a", dims={"N": (1, 8), "S": (1, 200)}, dump_dir=tmp_path / "d")
+    assert "winograd_conv" in (tmp_path / "d" / "split.flowc").read_text()
+    for threads in (1, 2, 4):
+        model = flowc.load(tmp_path / "a", threads=threads)
+        for n, s in [(1, 5), (8, 200), (3, 64)]:
+            feeds = {"q": rng.standard_normal((n, s, s)).astype(np.float32),
+                     "v": rng.standard_normal((n, s, 16)).astype(np.float32),
+                     "img": rng.standard_normal((n, 16, 8, 8)).astype(np.float32)}
+            got = model.run(**feeds)
+            want = interpret(g, feeds)
+            for name in ("y", "pool", "conv", "strided"):
+                np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-5,
+                                           err_msg=f"{name} at {threads} threads, N={n} S={s}")

@@ -64,6 +64,29 @@ def test_pool_channels_last(op, attrs):
     check_op(op, [f(2, 9, 8, 5)], {**CL, **attrs})
 
 
+@pytest.mark.parametrize("op,attrs", [
+    ("max_pool", {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1)}),
+    ("max_pool", {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1),
+                  "ceil_mode": 1}),
+    ("max_pool", {"kernel_shape": (2, 3), "pads": (0, 2, 1, 2), "dilations": (2, 1)}),
+    ("average_pool", {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1)}),
+    ("average_pool", {"kernel_shape": (3, 3), "strides": (2, 2), "pads": (1, 1, 1, 1),
+                      "count_include_pad": 1, "ceil_mode": 1}),
+])
+def test_pool_channels_last_by_region(op, attrs):
+    """A padded pool over an image large enough to split by region (interior and border
+    strips, no padded copy of the whole input), its window tiled and vectorized."""
+    x = f(2, 20, 18, 16)
+    seen = {}
+    body = op_body(op, [x], {**CL, **attrs})
+    compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    assert "tensor<2x20x18x16xf32> to tensor<2x" in seen["k.input.mlir"]  # interior slice
+    assert not re.search(r"tensor<2x2[1-3]x(19|2[0-2])x16xf32>", seen["k.input.mlir"])
+    assert "fallback" not in seen["k.schedule.mlir"]
+    assert "transform.structured.vectorize" in seen["k.schedule.mlir"]
+    check_op(op, [x], {**CL, **attrs})
+
+
 @pytest.mark.parametrize("x,w,attrs,named", [
     ((1, 16, 16, 32), (3, 3, 32, 64), {"pads": (1, 1, 1, 1)}, "conv_2d_nhwc_hwcf"),
     ((1, 16, 16, 96), (1, 1, 96, 24), {}, "conv_2d_nhwc_hwcf"),

@@ -3,6 +3,8 @@
 large) match the interpreter, including rows of odd lengths, -inf and NaN entries and
 large offsets."""
 
+import re
+
 import numpy as np
 import pytest
 from kernel_harness import check_op, op_body
@@ -17,9 +19,20 @@ def f(*shape, scale=1.0, offset=0.0):
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax"])
-@pytest.mark.parametrize("shape", [(4, 128), (3, 10), (5, 7), (2, 12, 40, 96), (33,)])
+@pytest.mark.parametrize("shape", [(4, 128), (3, 10), (5, 7), (2, 12, 40, 96), (33,),
+                                   (3, 197, 197), (2, 17)])
 def test_softmax_rows(op, shape):
     check_op(op, [f(*shape, scale=3.0)], {"axis": -1})
+
+
+def test_rows_not_a_multiple_of_the_lanes_fold_whole_vectors():
+    """A static row longer than the target's lanes but not a multiple of them (a ViT's 197
+    tokens) folds whole vectors and a short tail, not one lane at a time."""
+    seen = {}
+    body = op_body("softmax", [f(3, 197, scale=3.0)], {"axis": -1})
+    compile_kernels([("k", body)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    assert "vector<1xf32>" in seen["k.input.mlir"]  # the tail
+    assert re.search(r"vector<(4|8|16)xf32>", seen["k.input.mlir"])
 
 
 def test_softmax_rows_extremes():
@@ -36,7 +49,7 @@ def test_softmax_rows_extremes():
 
 @pytest.mark.parametrize("shape,axis,params", [
     ((4, 768), -1, 2), ((3, 5, 48), -1, 1), ((2, 3, 4, 10), 2, 2), ((7,), 0, 2),
-    ((64, 512), 1, 2),
+    ((64, 512), 1, 2), ((5, 197), -1, 2),
 ])
 def test_layer_norm_rows(shape, axis, params):
     norm = shape[axis % len(shape):]

@@ -13,7 +13,8 @@ from kernel_harness import aligned, body_scratch, compiled_body, link
 
 from flowc.codegen.cpu.compiler import compile_kernels
 from flowc.codegen.kernels import dim_symbols
-from flowc.codegen.lower.per_sample import body_batch_symbol
+from flowc.codegen.lower.per_sample import body_batch_symbol, whole_batch
+from flowc.codegen.target import get_target
 from flowc.ir import FlowcError, Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.dims import evaluate
@@ -452,3 +453,138 @@ def test_a_conv_and_its_epilogue_run_whole_sample_by_sample():
         (got,) = call(lib, body, [x, w], {"N": n})
         want = interpret(body, {"in0": x, "in1": w})["out0"]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def winograd_body(size: int, epilogue: bool) -> Graph:
+    """winograd_conv [N, size, size, 8] -> 16 channels, then (`epilogue`) + residual, relu."""
+    g = Graph("dyn_winograd")
+    x = g.add_input("in0", TensorType("f32", ("N", size, size, 8)))
+    u = g.add_input("in1", TensorType("f32", (6, 6, 8, 16)))
+    b = g.add_input("in2", TensorType("f32", (16,)))
+    y = g.append(make_node("winograd_conv", [x, u, b], {"tile": 4, "pads": (1, 1, 1, 1)})).out()
+    if epilogue:
+        r = g.add_input("in3", TensorType("f32", ("N", size, size, 16)))
+        y = g.append(make_node("relu", [g.append(make_node("add", [y, r])).out()])).out()
+    g.add_output("out0", y)
+    return g
+
+
+@pytest.mark.parametrize("size,epilogue", [(8, True), (8, False), (6, True)])
+def test_a_winograd_conv_of_whole_tiles_takes_the_batch_whole(size, epilogue):
+    """A winograd conv of run-time batch whose output is whole tiles (and its epilogue) is
+    one kernel of the batch: one parallel loop over its rows of tiles (no sample loop), the
+    epilogue moved into it (no temporary of run-time size). One whose tiles stick out
+    (6x6 in 4x4 tiles: cut back through a temporary) runs sample by sample, the samples
+    one parallel loop."""
+    from flowc.ir.ops.winograd import winograd_filter
+
+    body = winograd_body(size, epilogue)
+    target = get_target("host")
+    assert body_batch_symbol(body) == "N"
+    assert whole_batch(body.nodes[0], target) == (size == 8)
+    seen: dict[str, str] = {}
+    code = compile_kernels([("kernel", body)], "host", cache=False,
+                           dump=lambda name, text: seen.__setitem__(name, text))
+    llvm = seen["kernel.llvm.mlir"]
+    assert "aligned_alloc" not in llvm
+    assert llvm.count("omp.parallel") == 1  # over rows of tiles, or over samples
+    lib = ctypes.CDLL(str(link(code.object, f"dyn_winograd_{size}_{int(epilogue)}")))
+    rng = np.random.default_rng(9)
+    u = winograd_filter(rng.standard_normal((3, 3, 8, 16)).astype(np.float32), 4)
+    b = rng.standard_normal(16).astype(np.float32)
+    for n in (1, 3):
+        feeds = [rng.standard_normal((n, size, size, 8)).astype(np.float32), u, b]
+        if epilogue:
+            feeds.append(rng.standard_normal((n, size, size, 16)).astype(np.float32))
+        (got,) = call(lib, body, feeds, {"N": n})
+        want = interpret(body, {f"in{i}": v for i, v in enumerate(feeds)})["out0"]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("op,attrs,whole", [
+    ("max_pool", {"kernel_shape": [2, 2], "strides": [2, 2]}, True),
+    ("max_pool", {"kernel_shape": [3, 3], "strides": [2, 2], "channels_last": True}, True),
+    ("average_pool", {"kernel_shape": [2, 2], "strides": [1, 1]}, True),
+    ("max_pool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, False),
+])
+def test_an_unpadded_pool_takes_the_batch_whole(op, attrs, whole):
+    """A pool of run-time batch reading no padding is one kernel of the batch, split over
+    its samples like a static pool (one parallel region, no sample loop); a padded one
+    (its padded input would be a temporary of run-time size) runs sample by sample."""
+    g = Graph("dyn_pool")
+    shape = ("N", 33, 33, 16) if attrs.get("channels_last") else ("N", 16, 33, 33)
+    x = g.add_input("in0", TensorType("f32", shape))
+    g.add_output("out0", g.append(make_node(op, [x], attrs)).out())
+    assert whole_batch(g.nodes[0], get_target("host")) == whole
+    seen: dict[str, str] = {}
+    code = compile_kernels([("kernel", g)], "host", cache=False,
+                           dump=lambda name, text: seen.__setitem__(name, text))
+    if whole:
+        assert seen["kernel.llvm.mlir"].count("omp.parallel") == 1
+    lib = ctypes.CDLL(str(link(code.object, f"dyn_pool_{op}_{len(attrs)}_{int(whole)}")))
+    rng = np.random.default_rng(4)
+    for n in (1, 5):
+        xv = rng.standard_normal([n, *shape[1:]]).astype(np.float32)
+        (got,) = call(lib, g, [xv], {"N": n})
+        np.testing.assert_allclose(got, interpret(g, {"in0": xv})["out0"], rtol=1e-5, atol=1e-6)
+
+
+def attention_body() -> Graph:
+    """softmax(q [N, S, S]) @ v [N, S, 64]: a row kernel and a batched matmul."""
+    g = Graph("dyn_attention")
+    q = g.add_input("in0", TensorType("f32", ("N", "S", "S")))
+    v = g.add_input("in1", TensorType("f32", ("N", "S", 64)))
+    p = g.append(make_node("softmax", [q], {"axis": -1})).out()
+    g.add_output("out0", g.append(make_node("matmul", [p, v])).out())
+    return g
+
+
+@pytest.mark.parametrize("op", ["softmax", "matmul"])
+def test_run_time_extents_split_over_threads_by_their_size(op):
+    """A row kernel or batched matmul of run-time extents: one parallel loop over chunks
+    of axis 0 beside its serial copy, chosen at run time (two or more chunks and threads:
+    `__kmpc_flowc_threads`), so one parallel region and no other (the static matmul
+    blocks inside are loops); the serial copy (this harness's one thread) is exact."""
+    full = attention_body()
+    body = Graph(f"dyn_{op}")
+    x = body.add_input("in0", full.inputs[0].types[0])
+    if op == "softmax":
+        y = body.append(make_node("softmax", [x], {"axis": -1})).out()
+    else:
+        v = body.add_input("in1", full.inputs[1].types[0])
+        y = body.append(make_node("matmul", [x, v])).out()
+    body.add_output("out0", y)
+    seen: dict[str, str] = {}
+    code = compile_kernels([("kernel", body)], "host", cache=False,
+                           dump=lambda name, text: seen.__setitem__(name, text))
+    llvm = seen["kernel.llvm.mlir"]
+    assert llvm.count("omp.parallel") == 1 and "@__kmpc_flowc_threads" in llvm
+    lib = ctypes.CDLL(str(link(code.object, f"dyn_split_{op}")))
+    rng = np.random.default_rng(12)
+    for n, s in [(1, 3), (2, 128), (3, 40)]:
+        feeds = [rng.standard_normal((n, s, s)).astype(np.float32)]
+        if op == "matmul":
+            feeds.append(rng.standard_normal((n, s, 64)).astype(np.float32))
+        (got,) = call(lib, body, feeds, {"N": n, "S": s})
+        want = _softmax(feeds[0]) if op == "softmax" else feeds[0] @ feeds[1]
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_samples_of_a_per_sample_conv_split_over_threads():
+    """A conv run sample by sample: its samples one parallel loop beside its serial copy
+    (chosen at run time by the batch's estimated work and the thread count), the static
+    per-sample kernel's own parallel rows a loop inside; exact on the serial copy."""
+    body = conv_relu_body()
+    seen: dict[str, str] = {}
+    code = compile_kernels([("kernel", body)], "host", cache=False,
+                           dump=lambda name, text: seen.__setitem__(name, text))
+    llvm = seen["kernel.llvm.mlir"]
+    assert llvm.count("omp.parallel") == 1 and "@__kmpc_flowc_threads" in llvm
+    lib = ctypes.CDLL(str(link(code.object, "dyn_conv_split")))
+    rng = np.random.default_rng(6)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    for n in (1, 40):
+        x = rng.standard_normal((n, 2, 6, 6)).astype(np.float32)
+        (got,) = call(lib, body, [x, w], {"N": n})
+        np.testing.assert_allclose(got, interpret(body, {"in0": x, "in1": w})["out0"],
+                                   rtol=1e-4, atol=1e-5)

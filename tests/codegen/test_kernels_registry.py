@@ -14,7 +14,7 @@ from flowc.ir import Tensor
 from flowc.ir.ops import OPS
 from flowc.ir.ops.quant import pack, pack_conv
 from flowc.ir.ops.winograd import winograd_filter
-from flowc.ir.types import i32
+from flowc.ir.types import i32, u8
 
 RNG = np.random.default_rng(3)
 
@@ -96,6 +96,11 @@ CASES = {
     "qconv": ([RNG.integers(0, 256, (1, 6, 7, 5)).astype(np.uint8),
                pack_conv(RNG.integers(-128, 128, (18, 5, 3, 3)).astype(np.int8))],
               {"kernel": (3, 3), "strides": (2, 1), "o": 18}, ()),
+    "qconv_requant": ([RNG.integers(0, 256, (1, 6, 7, 5)).astype(np.uint8),
+                       pack_conv(RNG.integers(-128, 128, (18, 5, 3, 3)).astype(np.int8)),
+                       RNG.integers(-500, 500, 18).astype(np.int32),
+                       np.full(18, 0.004, np.float32)],
+                      {"kernel": (3, 3), "strides": (1, 1), "o": 18, "zero": 9, "to": u8}, ()),
     "max_pool": ([f(1, 2, 7, 8)], {"kernel_shape": (2, 2), "strides": (2, 2)}, ()),
     "average_pool": ([f(1, 2, 7, 8)], {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1)}, ()),
     "global_max_pool": ([f(2, 3, 4, 5)], {}, ()), "global_average_pool": ([f(2, 3, 4, 5)], {}, ()),

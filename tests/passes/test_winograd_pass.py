@@ -19,10 +19,10 @@ RNG = np.random.default_rng(31)
 
 
 def conv_graph(c=16, m=16, size=16, dtype=np.float32, attrs=None, device=None, kernel=3,
-               bias=True) -> Graph:
+               bias=True, batch=1) -> Graph:
     g = Graph("conv")
     dt = str(np.dtype(dtype)).replace("float", "f")
-    x = g.add_input("x", TensorType(dt, (1, size, size, c)))
+    x = g.add_input("x", TensorType(dt, (batch, size, size, c)))
     w = g.append(make_node("constant", [], {"value": Tensor(
         RNG.standard_normal((kernel, kernel, c, m)).astype(dtype))})).out()
     inputs = [x, w]
@@ -50,6 +50,8 @@ def rewrite(graph: Graph, pipeline: str = "winograd") -> tuple[Graph, int]:
     ({"m": 4}, 0),
     ({"size": 4}, 1),  # 4x4 output: one tile, still 0.75x
     ({"size": 3}, 0),
+    ({"c": 256, "m": 256, "size": 7}, 1),  # 2.25 MiB of U per tile: 0.8-1.1x direct
+    ({"c": 384, "m": 384, "size": 7}, 0),  # 5 MiB per tile: memory-bound, 1.3x direct
     ({"dtype": np.float64}, 0),  # f64 keeps the exact direct path
     ({"attrs": {"strides": (2, 2)}}, 0),
     ({"attrs": {"dilations": (2, 2), "pads": (2, 2, 2, 2)}}, 0),
@@ -72,11 +74,23 @@ def test_which_convs_are_rewritten_and_results_stay(kwargs, want):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
 
 
+def test_a_batch_of_run_time_extent_is_rewritten_other_symbolic_dims_are_not():
+    after, count = rewrite(conv_graph(batch="N"))
+    assert count == 1
+    assert next(n for n in after.nodes if n.op == "winograd_conv").types[0].shape == (
+        "N", 16, 16, 16)
+    assert rewrite(conv_graph(size="S"))[1] == 0
+
+
 def test_options_choose_the_tile_and_thresholds():
     graph = conv_graph(c=4, m=4, size=3)
     assert rewrite(graph)[1] == 0
     after, count = rewrite(graph, "winograd{tile=2,min_channels=4,min_size=3}")
     assert count == 1
+    # U's 4 * 4 * 4 * 4 * 4 bytes over four 2x2 output tiles: 256 bytes per tile
+    for limit, want in ((256, 1), (255, 0)):
+        assert rewrite(graph, "winograd{tile=2,min_channels=4,min_size=3,"
+                              f"max_tile_filter_bytes={limit}}}")[1] == want
     node = next(n for n in after.nodes if n.op == "winograd_conv")
     assert node.attrs["tile"] == 2 and node.inputs[1].type.shape == (4, 4, 4, 4)
     assert node.name == "conv1"

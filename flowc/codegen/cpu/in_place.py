@@ -13,7 +13,8 @@ Contract: `reuse_operands(module)` rewrites, in each function, every top-level
 - a `tensor.empty` as its initial value, unread by G's body, an identity output map, and
 - an operand T of result j's type, read through identity maps only, defined by an op of
   the function (not a kernel input: `bufferization.to_tensor`; not a function argument)
-  whose results have no use but G
+  whose results have no use but G, and not a `tensor.extract_slice` of a kernel input
+  (a view of it, such as a pool's strided taps: written over, it would be copied)
 into the generic that takes T as result j's initial value and reads its elements from
 there (T no longer an input); at most one T per result, each T for one result. The
 values computed are the same; returns whether any generic was rewritten. Static-shaped
@@ -72,7 +73,10 @@ def _reusable(op: ir.Operation) -> dict[int, ir.Value]:
 def _owned(value: ir.Value, op: ir.Operation) -> bool:
     """Whether `value` is an intermediate of the function that only `op` uses."""
     producer = _defining_op(value)
-    if producer is None or producer.name == "bufferization.to_tensor":
+    view = producer
+    while view is not None and view.name == "tensor.extract_slice":
+        view = _defining_op(view.operands[0])
+    if producer is None or view is None or view.name == "bufferization.to_tensor":
         return False
     return all(use.owner == op for r in producer.results for use in r.uses)
 

@@ -35,6 +35,9 @@ Steps:
    loops become OpenMP regions whose translation calls `__kmpc_fork_call`,
    `__kmpc_global_thread_num` and `__kmpc_dispatch_init_*`/`_next_*` (see omp.py),
    which the artifact's runtime provides under its prefix.
+6. `alias_scopes.scope_parallel_accesses`: loads and stores inside those regions get the
+   alias scopes of the noalias arguments they are based on (the outlined region would
+   lose `noalias`, and its loops their vector code).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from mlir import ir
 from mlir.dialects import llvm as llvm_dialect
 
 from flowc.codegen import scratch
-from flowc.codegen.cpu import in_place, merge_generics, omp, vmath
+from flowc.codegen.cpu import alias_scopes, in_place, merge_generics, omp, vmath
 from flowc.codegen.cpu.strategy import DYNAMIC_STRATEGIES, STRATEGIES, epilogue
 from flowc.codegen.cpu.strategy.common import FINISH_VECTORS
 from flowc.codegen.kernel_code import KernelScratch
@@ -152,6 +155,9 @@ def lower(module: ir.Module, target: Target, what: str,
     record_scratch(module, KernelScratch(tuple(buffers), per_thread))
     run_passes(module, TO_LLVM, what)
     check_llvm_only(module, what)
+    for fn in ops_named(module.operation, "llvm.func"):
+        if fn.regions[0].blocks:  # the kernel: its OpenMP regions keep its noalias
+            alias_scopes.scope_parallel_accesses(fn)
     return module
 
 

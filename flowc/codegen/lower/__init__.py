@@ -15,6 +15,7 @@ import pkgutil
 from collections.abc import Callable
 
 from flowc.codegen.target import Target, is_gpu_target
+from flowc.ir.graph import Node
 
 Rule = Callable[..., list]
 
@@ -22,6 +23,9 @@ RULES: dict[str, Rule] = {}
 ARCH_RULES: dict[tuple[str, str], Rule] = {}
 # Ops whose generic rule lowers symbolic dims with run-time extents (`register(dynamic=)`)
 DYNAMIC_RULES: set[str] = set()
+# Rules of per-sample ops that take a batch of run-time extent whole (`register(batch=)`):
+# rule -> which nodes
+BATCH_RULES: dict[Rule, Callable[[Node], bool]] = {}
 
 # Ops that never become a kernel: the artifact implements them itself.
 NOT_KERNELS: dict[str, str] = {
@@ -36,18 +40,30 @@ NOT_KERNELS: dict[str, str] = {
     "recv": "a runtime transport call, not a computation",
     "resize": "simplify decomposes it into gathers once its scales/sizes are constants",
     "one_hot": "simplify decomposes it into equal/where once its depth is a constant",
-    "top_k": "simplify decomposes it into rounds of arg_max once its k is a constant",
+    "top_k": "CPU targets lower it (lower/top_k.py); for GPU targets simplify{top_k_rounds} "
+    "decomposes it into rounds of arg_max once its k is a constant",
     "custom_call": "the user's C function, linked in by codegen/custom_kernels.py",
+    "all_reduce": "the CPU pipeline splits it into all_reduce_start and all_reduce_wait "
+    "(passes/all_reduce.py)",
+    "all_reduce_start": "the runtime's flowc_allreduce_start (runtime/allreduce.c), called "
+    "by a wrapper of codegen/custom_kernels.py",
+    "all_reduce_wait": "the runtime's flowc_allreduce_wait (runtime/allreduce.c), called by "
+    "a wrapper of codegen/custom_kernels.py",
 }
 
 
-def register(*ops: str, arch: str | None = None, dynamic: bool = False
-             ) -> Callable[[Rule], Rule]:
+def register(*ops: str, arch: str | None = None, dynamic: bool = False,
+             batch: Callable[[Node], bool] | None = None) -> Callable[[Rule], Rule]:
     """Decorator: `fn` lowers each of `ops` (on every target, or only on `arch`); with
     `dynamic`, also nodes whose types have symbolic dims (the rule sizes what it builds with
-    `context.dim_size` / `empty(TensorType)`, never with static shapes)."""
+    `context.dim_size` / `empty(TensorType)`, never with static shapes); with `batch`, also
+    the per-sample nodes `batch(node)` accepts whose batch is of run-time extent
+    (`per_sample.batch_symbol`: axis 0 one symbol, every other dim static), which it then
+    lowers whole, not sample by sample."""
 
     def wrap(fn: Rule) -> Rule:
+        if batch is not None:
+            BATCH_RULES[fn] = batch
         for op in ops:
             if dynamic and not arch:
                 DYNAMIC_RULES.add(op)
@@ -74,6 +90,13 @@ def lowers_dynamic(op: str, target: Target) -> bool:
     _load()
     return (op in DYNAMIC_RULES and (target.arch, op) not in ARCH_RULES
             and not is_gpu_target(target))
+
+
+def lowers_batch(node: Node, target: Target) -> bool:
+    """Whether the rule of `node`'s op for `target` takes its batch of run-time extent
+    (`register(batch=)`; never on a GPU target)."""
+    accepts = BATCH_RULES.get(lookup(node.op, target))
+    return accepts is not None and accepts(node) and not is_gpu_target(target)
 
 
 _loaded = False

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import arith, linalg, scf, tensor
 
 from flowc.codegen.target import Target
 from flowc.ir import dims as dim_exprs
@@ -254,6 +254,46 @@ def size_of(v: ir.Value, axis: int) -> int | ir.Value:
     if d != ir.ShapedType.get_dynamic_size():
         return d
     return tensor.dim(v, arith.ConstantOp(ir.IndexType.get(), axis).result)
+
+
+# On an `scf.forall` whose trip count is chosen at run time (`chunks_loop`): the CPU
+# pipeline keeps it parallel whatever its static estimate, and forks only for two or more
+# trips (cpu/omp.py).
+RUN_TIME_SIZED = "flowc.run_time_sized"
+
+
+def chunks_loop(count: int | ir.Value, big: ir.Value, init: ir.Value,
+                step: Callable[[ir.Value, ir.Value, ir.Value], ir.Value]) -> ir.Value:
+    """`init` with items 0 .. count-1 of its axis 0 computed by `step(item, at, part) ->
+    part`: `part` is the slice of `init` holding the item's chunk, `at` the item's index in
+    it. The chunks are one item each when `big` (an i1 computed at run time: the work pays
+    for a fork), else one chunk of all items: an `scf.forall` over the chunks (marked
+    RUN_TIME_SIZED), each chunk's items a serial loop (issue [12]: kernels of run-time
+    extents split over threads by their actual size)."""
+    count = index_const(count) if isinstance(count, int) else count
+    one = index_const(1)
+    chunks = arith.select(big, count, one)
+    t = ir.RankedTensorType(init.type)
+    rest = [size_of(init, d) for d in range(1, t.rank)]
+    dyn = ir.ShapedType.get_dynamic_size()
+    loop = scf.ForallOp([0], [chunks], [1], shared_outs=[init])
+    loop.attributes[RUN_TIME_SIZED] = ir.UnitAttr.get()
+    with ir.InsertionPoint(loop.body):
+        k, shared = loop.induction_variables[0], loop.inner_iter_args[0]
+        lo = arith.divui(arith.muli(k, count), chunks)
+        size = arith.subi(arith.divui(arith.muli(arith.addi(k, one), count), chunks), lo)
+        dynamic = [size, *(d for d in rest if not isinstance(d, int))]
+        static = [dyn, *(d if isinstance(d, int) else dyn for d in rest)]
+        params = ([lo], dynamic, [], [dyn, *[0] * len(rest)], static, [1] * t.rank)
+        part = tensor.extract_slice(ir.RankedTensorType.get(static, t.element_type), shared,
+                                    *params)
+        items = scf.ForOp(index_const(0), size, one, [part])
+        with ir.InsertionPoint(items.body):
+            at = items.induction_variable
+            scf.YieldOp([step(arith.addi(lo, at), at, items.inner_iter_args[0])])
+        with ir.InsertionPoint(loop.terminator().block):
+            tensor.parallel_insert_slice(items.results[0], shared, *params)
+    return loop.results[0]
 
 
 def expr_map(n_dims: int, exprs: Sequence[ir.AffineExpr]) -> ir.AffineMapAttr:

@@ -6,7 +6,8 @@ tensor value per output. Every node goes through its rule (`lookup`); a node wit
 is a FlowcError naming op, node and target (the kernel compiler calls `check_supported`
 first, so this is a safety net for nested bodies). A per-sample op whose batch is of
 run-time extent runs its static rule sample by sample, and a body of such an op and
-elementwise ops on its batch runs whole sample by sample (`per_sample.py`).
+elementwise ops on its batch runs whole sample by sample (`per_sample.py`), unless the
+op's rule takes the batch itself (`per_sample.whole_batch`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from flowc.codegen.lower.per_sample import (
     body_batch_symbol,
     lower_body_per_sample,
     lower_per_sample,
+    whole_batch,
 )
 from flowc.codegen.target import Target
 from flowc.ir.errors import FlowcError
@@ -56,8 +58,9 @@ def _source_location(name: str | None, loc: str | None) -> ir.Location:
 
 
 def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[ir.Value]:
-    if body_batch_symbol(graph) is not None:  # a per-sample body: whole, sample by sample
-        return lower_body_per_sample(graph, args, target, lower_graph)
+    if body_batch_symbol(graph) is not None and not all(
+            whole_batch(n, target) for n in graph.nodes if batch_symbol(n) is not None):
+        return lower_body_per_sample(graph, args, target, lower_graph)  # sample by sample
     values: dict[Value, ir.Value] = {}
     consts: dict[Value, np.ndarray] = {}
     for node, arg in zip(graph.inputs, args, strict=True):
@@ -68,10 +71,11 @@ def lower_graph(graph: Graph, args: Sequence[ir.Value], target: Target) -> list[
         rule = lookup(node.op, target)
         if rule is None:
             raise FlowcError(unsupported(node, target))
-        per_sample = batch_symbol(node) is not None
+        batched = batch_symbol(node) is not None
+        per_sample = batched and not whole_batch(node, target)
         for i, t in enumerate(node.types):
             if not isinstance(t, TensorType) or None in t.shape or (
-                    not t.is_static and not lowers_dynamic(node.op, target) and not per_sample):
+                    not t.is_static and not lowers_dynamic(node.op, target) and not batched):
                 raise FlowcError(f"codegen ({target.name}): node {node.label()}: result #{i} "
                                  f"is {t}; a kernel needs static tensor types")
         ctx = RuleCtx(node, get_op(node.op).resolve_attrs(node.attrs),

@@ -21,7 +21,8 @@ P[n / NR, k, n % NR]).
 
 `blocked_batch(a, b, init, panels=False)` does either for a [..., M, K] @ b [K, N] or
 b [..., K, N] (the same leading dims), or panels: a loop over each leading dim
-(rank-reducing slices: views, so each result lands in the output).
+(rank-reducing slices: views, so each result lands in the output), the outermost split
+over threads when the product holds PARALLEL_MACS at run time (`context.chunks_loop`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from mlir.dialects import arith, linalg, scf, tensor
 
 from flowc.codegen.lower.context import (
     affine_map,
+    chunks_loop,
     expr_map,
     generic,
     index_const,
@@ -45,6 +47,9 @@ from flowc.codegen.lower.context import (
 ROW_BLOCKS = (32, 8)  # rows of a run-time M computed per static-shaped linalg.matmul
 COL_BLOCK = 32  # columns of a run-time N per block (two AVX-512 f32 vectors)
 DEPTH_BLOCK = 32  # depth of a run-time K per block
+# multiply-adds from which a batch of run-time extent is split over threads (~5 us of one
+# core; a fork and join costs ~0.2 us while the pool's workers spin)
+PARALLEL_MACS = 1 << 16
 
 _DYN = ir.ShapedType.get_dynamic_size()
 Size = int | ir.Value
@@ -169,9 +174,10 @@ def blocked(a: ir.Value, b: ir.Value, init: ir.Value, panels: bool = False) -> i
     return _put(tail, out, [start, 0], [rest, n])
 
 
-def blocked_batch(a: ir.Value, b: ir.Value, init: ir.Value, panels: bool = False
-                  ) -> ir.Value:
-    """init + a [..., M, K] @ b (see the module docstring)."""
+def blocked_batch(a: ir.Value, b: ir.Value, init: ir.Value, panels: bool = False,
+                  outer: bool = True) -> ir.Value:
+    """init + a [..., M, K] @ b (see the module docstring); the `outer` call's batch loop
+    is split over threads when it holds PARALLEL_MACS at run time."""
     rank = len(ir.RankedTensorType(a.type).shape)
     if rank == 2:
         return blocked(a, b, init, panels)
@@ -180,13 +186,19 @@ def blocked_batch(a: ir.Value, b: ir.Value, init: ir.Value, panels: bool = False
     def sizes(t: ir.Value) -> list[Size]:
         return [1] + [size_of(t, i) for i in range(1, len(ir.RankedTensorType(t.type).shape))]
 
-    def step(at: ir.Value, acc: ir.Value) -> ir.Value:
-        def at_(t: ir.Value) -> list[Size]:
-            return [at] + [0] * (len(ir.RankedTensorType(t.type).shape) - 1)
+    def at_(t: ir.Value, i: ir.Value) -> list[Size]:
+        return [i] + [0] * (len(ir.RankedTensorType(t.type).shape) - 1)
 
-        part = blocked_batch(_slice(a, at_(a), sizes(a), 1),
-                             _slice(b, at_(b), sizes(b), 1) if batched else b,
-                             _slice(acc, at_(acc), sizes(acc), 1), panels)
-        return _put(part, acc, at_(acc), sizes(acc))
+    def step(item: ir.Value, at: ir.Value, acc: ir.Value) -> ir.Value:
+        part = blocked_batch(_slice(a, at_(a, item), sizes(a), 1),
+                             _slice(b, at_(b, item), sizes(b), 1) if batched else b,
+                             _slice(acc, at_(acc, at), sizes(acc), 1), panels, outer=False)
+        return _put(part, acc, at_(acc, at), sizes(acc))
 
-    return _blocks(size_of(a, 0), 1, init, step)[0]
+    if not outer:
+        return _blocks(size_of(a, 0), 1, init, lambda i, acc: step(i, i, acc))[0]
+    macs = index_const(1)
+    for d in [*(size_of(a, i) for i in range(rank)), size_of(init, rank - 1)]:
+        macs = arith.muli(macs, _index(d))
+    big = arith.cmpi(arith.CmpIPredicate.uge, macs, index_const(PARALLEL_MACS))
+    return chunks_loop(size_of(a, 0), big, init, step)

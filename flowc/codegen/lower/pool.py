@@ -3,7 +3,13 @@
 (n, c, *out, *kernel). Average pooling divides by each window's count, computed at compile
 time exactly as the reference counts it (count_include_pad, ceil-mode pads never counted).
 A channels-last pool (`channels_last = true`: X [N, *S, C]) reads and writes that layout
-directly (the same loops, other indexing maps)."""
+directly (the same loops, other indexing maps); a padded 2-D one is split by output region
+(`lower/conv_nhwc.regions`, as depthwise convs are): the interior, whose windows read no
+padding, reduces slices of X in place, and only the thin border strips pad their own small
+input slices, so no padded copy of the whole input is written and read back; its unrolled
+window (`_unrolled_reduce`) is tiled and vectorized along the channels by the CPU strategy
+(ResNet's 3x3/2 max-pool over 112x112x64, 1 thread: 200 -> 128 us with a warm cache,
+394 -> 177 us cold, bench/results/kernels_conv_cold.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ from flowc.codegen.lower.context import (
     RuleCtx,
     dense_constant,
     dim,
+    dim_sizes,
     elem_type,
     empty,
     expr_map,
@@ -26,13 +33,19 @@ from flowc.codegen.lower.context import (
     scalar_const,
 )
 from flowc.codegen.lower.conv import pad_spatial, window_extent, window_geometry
-from flowc.codegen.lower.conv_nhwc import pad_channels_last
+from flowc.codegen.lower.conv_nhwc import Window, pad_channels_last, regions, slice_of
 from flowc.codegen.lower.matmul import convert_tensor
 from flowc.codegen.lower.nn import map_values
 from flowc.codegen.lower.reduce import identity_of, reduce_axes
+from flowc.ir.graph import Node
+from flowc.ir.ops import get_op
 from flowc.ir.types import DType, i64
 
 MAX_UNROLLED_TAPS = 16  # windows up to 4x4 (or 2x2x4 ...) are unrolled into one parallel loop
+# The attribute marking a channels-last unrolled window reduction (`_unrolled_reduce`): the
+# CPU strategy tiles and vectorizes it as an elementwise op along the channels
+# (cpu/strategy/elementwise.window_strategy).
+WINDOW_TAG = "flowc.window_reduce"
 
 
 def window_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilations, acc: DType,
@@ -65,13 +78,15 @@ def _unrolled_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilat
     nsp = len(kernel)
     rank = 2 + nsp
     first = 1 if channels_last else 2
-    t = ir.RankedTensorType.get(out_shape, elem_type(acc))
+    static = [d if isinstance(d, int) else ir.ShapedType.get_dynamic_size() for d in out_shape]
+    t = ir.RankedTensorType.get(static, elem_type(acc))
+    sizes = [d for d in out_shape if not isinstance(d, int)]  # a batch of run-time extent
     views = []
     for tap in np.ndindex(*kernel):
         offsets, step = [0] * rank, [1] * rank
         for i in range(nsp):
             offsets[first + i], step[first + i] = int(tap[i]) * dilations[i], strides[i]
-        views.append(tensor.extract_slice(t, xp, [], [], [], offsets, out_shape, step))
+        views.append(tensor.extract_slice(t, xp, [], sizes, [], offsets, static, step))
     start = empty((out_shape, elem_type(acc)))
 
     def body(*values):
@@ -80,17 +95,34 @@ def _unrolled_reduce(xp, out_shape: list[int], kernel: list[int], strides, dilat
             a = combine(a, v)
         return [a]
 
-    return generic(views, [identity_map(rank)] * len(views), [start], [identity_map(rank)],
-                   "p" * rank, body)[0]
+    y = generic(views, [identity_map(rank)] * len(views), [start], [identity_map(rank)],
+                "p" * rank, body)[0]
+    if channels_last:  # rows of whole channel vectors: tiled and vectorized by the CPU
+        y.owner.attributes[WINDOW_TAG] = ir.UnitAttr.get()
+    return y
 
 
-@register("max_pool", "average_pool")
+def unpadded(node: Node) -> bool:
+    """Whether a pool reads no padding, windows of at most MAX_UNROLLED_TAPS taps, in its
+    compute dtype, and has no indices: then its batch may be of run-time extent (no
+    temporary of the batch's size: the unrolled taps are views of X)."""
+    attrs = get_op(node.op).resolve_attrs(node.attrs)
+    t, out = node.inputs[0].type, node.types[0].shape
+    kernel = list(attrs["kernel_shape"])
+    last = bool(attrs["channels_last"])
+    spatial, out_spatial = (t.shape[1:-1], out[1:-1]) if last else (t.shape[2:], out[2:])
+    _, _, begin, end = window_geometry(attrs, spatial, kernel, out_spatial)
+    return (len(node.types) == 1 and s.compute_dtype(t.dtype) == t.dtype and not any(begin)
+            and not any(end) and int(np.prod(kernel)) <= MAX_UNROLLED_TAPS)
+
+
+@register("max_pool", "average_pool", batch=unpadded)
 def _pool(ctx: RuleCtx, x) -> list:
     t = ctx.in_types[0]
     dt = t.dtype
     acc = s.compute_dtype(dt)
     kernel = list(ctx.attrs["kernel_shape"])
-    out_shape = list(ctx.out.shape)
+    out_shape = dim_sizes(ctx.out)  # (a batch of run-time extent: `unpadded`)
     last = bool(ctx.attrs["channels_last"])
     spatial, out_spatial = (t.shape[1:-1], out_shape[1:-1]) if last else (t.shape[2:],
                                                                           out_shape[2:])
@@ -102,23 +134,53 @@ def _pool(ctx: RuleCtx, x) -> list:
             return pad_channels_last(xa, begin, end, scalar_const(acc, value))
         return pad_spatial(xa, begin, end, scalar_const(acc, value))
 
+    def reduced(init, combine):
+        if last and len(kernel) == 2 and isinstance(out_shape[0], int):
+            geo = [Window(n, k, st, d, p) for n, k, st, d, p in zip(
+                spatial, kernel, strides, dilations, begin, strict=True)]
+            return _by_region(xa, geo, out_shape, acc, init, combine)
+        return window_reduce(padded(init), out_shape, kernel, strides, dilations, acc, init,
+                             combine, last)
+
     if ctx.node.op == "max_pool":
         low = identity_of("reduce_max", dt)
-        xp = padded(low)
         if len(ctx.out_types) == 2:
-            y, indices = _max_with_indices(xp, list(t.shape), out_shape, kernel, strides,
-                                           dilations, begin, acc, low,
+            y, indices = _max_with_indices(padded(low), list(t.shape), out_shape, kernel,
+                                           strides, dilations, begin, acc, low,
                                            bool(ctx.attrs["storage_order"]))
             return [convert_tensor(y, acc, dt), indices]
-        y = window_reduce(xp, out_shape, kernel, strides, dilations, acc, low,
-                          lambda a, v: s.maximum(acc, a, v), last)
+        y = reduced(low, lambda a, v: s.maximum(acc, a, v))
         return [convert_tensor(y, acc, dt)]
-    total = window_reduce(padded(0), out_shape, kernel, strides, dilations, acc, 0,
-                          lambda a, v: s.add(acc, a, v), last)
+    total = reduced(0, lambda a, v: s.add(acc, a, v))
     counts = _counts(ctx, spatial, kernel, out_spatial)
     counts = dense_constant(counts[..., None] if last else counts, acc)
     y = map_values([total, counts], out_shape, acc, arith.divf)
     return [convert_tensor(y, acc, dt)]
+
+
+def _by_region(x, geo: list[Window], out_shape: list[int], acc: DType, init, combine):
+    """`window_reduce` of a channels-last 2-D x [N, H, W, C] region by region (see the module
+    docstring): each region reduces its input slice, padded with `init` only where its
+    windows reach past x; a region whose windows read padding only holds `init`."""
+    kernel = [g.kernel for g in geo]
+    strides, dilations = [g.stride for g in geo], [g.dilation for g in geo]
+    n, c = out_shape[0], out_shape[-1]
+    y = empty((out_shape, elem_type(acc)))
+    for rows, cols in regions(geo, out_shape[1:3]):
+        pieces = [g.reads(lo, hi) for g, (lo, hi) in zip(geo, (rows, cols), strict=True)]
+        sizes = [n, rows[1] - rows[0], cols[1] - cols[0], c]
+        if any(start >= stop for start, stop, _, _ in pieces):
+            part = fill(scalar_const(acc, init), empty((sizes, elem_type(acc))))
+        else:
+            xs = slice_of(x, [0, *(p[0] for p in pieces), 0],
+                          [n, *(p[1] - p[0] for p in pieces), c])
+            xs = pad_channels_last(xs, [p[2] for p in pieces], [p[3] for p in pieces],
+                                   scalar_const(acc, init))
+            part = window_reduce(xs, sizes, kernel, strides, dilations, acc, init, combine,
+                                 True)
+        y = tensor.insert_slice(part, y, [], [], [], [0, rows[0], cols[0], 0], sizes,
+                                [1, 1, 1, 1])
+    return y
 
 
 def _max_with_indices(xp, x_shape: list[int], out_shape: list[int], kernel: list[int], strides,

@@ -1,5 +1,7 @@
 """Lowering rules of the reductions (reduce_*, arg_max, arg_min): one `linalg.generic`
-with reduction loops over the reduced axes, accumulating as the reference does (sums and
+with reduction loops over the reduced axes (on CPU targets, a float sum, mean, max or min
+of static shape over trailing axes is a row fold instead: `_fold_rows`), accumulating as
+the reference does (sums and
 means of floats narrower than f64 in f64, each element widened inside the loop, rounded
 once at the end: a 1e6-term sum stays within a rounding of the exact one; the cost, by
 bench/numerics_reduce.py, is ~5% where the reduced axis is innermost (a sequential loop)
@@ -25,12 +27,14 @@ from flowc.codegen.lower.context import (
     fill,
     generic,
     identity_map,
+    reshape,
     scalar_const,
     size_of,
     value_shape,
 )
 from flowc.codegen.lower.matmul import convert_tensor
-from flowc.ir.types import DType, bool_, f64, i64
+from flowc.codegen.lower.rows import Row, row_fold
+from flowc.ir.types import DType, bool_, f32, f64, i64
 
 
 def reduce_axes(x: ir.Value, axes: Sequence[int], keepdims: bool, dt: DType, init: float | int,
@@ -91,6 +95,8 @@ def _reduce(ctx: RuleCtx, x, axes_operand=None) -> list:
                         "widened accumulator of others would be a temporary of run-time size)")
     op, dt = ctx.node.op, t.dtype
     acc = src = s.compute_dtype(dt)
+    if _by_rows(ctx, axes):
+        return [convert_tensor(_fold_rows(ctx, convert_tensor(x, dt, f32), axes), f32, dt)]
     if op == "reduce_mean" and dt.is_int:
         acc = f64  # numpy's mean of ints is an f64 mean, truncated back
     if op in ("reduce_sum", "reduce_mean") and src.is_float and src.bits < 64:
@@ -107,6 +113,37 @@ def _reduce(ctx: RuleCtx, x, axes_operand=None) -> list:
         count = int(np.prod([t.shape[a] for a in axes]))
         y = divide(y, acc, count)
     return [convert_tensor(y, acc, dt)]
+
+
+def _by_rows(ctx: RuleCtx, axes: tuple[int, ...]) -> bool:
+    """Whether a reduction is a row fold (`_fold_rows`): a sum, mean, max or min of
+    static floats computed in f32 over trailing axes, on a CPU target."""
+    t = ctx.in_types[0]
+    return (ctx.node.op != "reduce_prod" and t.dtype.is_float and s.compute_dtype(t.dtype) == f32
+            and ctx.out.is_static and not ctx.target.is_gpu
+            and axes == tuple(range(t.rank - len(axes), t.rank)))
+
+
+def _fold_rows(ctx: RuleCtx, x: ir.Value, axes: tuple[int, ...]) -> ir.Value:
+    """The reduction of f32 `x` over its trailing `axes` as a row kernel (lower/rows.py):
+    each row folded in vectors of the target's lanes (a fold over the contiguous axis
+    written as one generic is a chain of dependent scalar steps), sums and means in f64
+    (as `reduce_axes`: rounded once at the end, a tree of lanes instead of one chain)."""
+    op = ctx.node.op
+    count = int(np.prod([ctx.in_types[0].shape[a] for a in axes]))
+    f32_type = ir.F32Type.get()
+
+    def fold(row: Row) -> ir.Value:
+        if op in ("reduce_max", "reduce_min"):
+            return row.reduce(Row.X, float("-inf" if op == "reduce_max" else "inf"),
+                              arith.maximumf if op == "reduce_max" else arith.minimumf)
+        total = row.reduce(Row.X, 0.0, arith.addf, wide=True)
+        if op == "reduce_mean":
+            total = arith.divf(total, s.const(f64, count))
+        return arith.truncf(f32_type, total)
+
+    y = row_fold(x, ctx.target, fold, ctx.in_types[0].rank - len(axes))
+    return y if ctx.attrs["keepdims"] else reshape(y, list(ctx.out.shape))
 
 
 def divide(y: ir.Value, dt: DType, divide_by: int) -> ir.Value:

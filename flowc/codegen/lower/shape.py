@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 from mlir import ir
-from mlir.dialects import arith, linalg, tensor
+from mlir.dialects import arith, linalg, scf, tensor
 
 from flowc.codegen.lower import register
 from flowc.codegen.lower import scalar as s
 from flowc.codegen.lower.context import (
     RuleCtx,
+    affine_map,
     broadcast_to,
     dense_constant,
     dim,
@@ -29,6 +30,8 @@ from flowc.codegen.lower.context import (
     tensor_type,
     value_shape,
 )
+from flowc.codegen.lower.conv_nhwc import pad_channels_last
+from flowc.codegen.lower.rows import PARALLEL_MIN
 from flowc.ir.types import DType, TensorType, f64, i64
 
 
@@ -203,13 +206,20 @@ def _concat_dynamic(xs, types: list[TensorType], axis: int, result: ir.Value) ->
 
 @register("tile")
 def _tile(ctx: RuleCtx, x, _repeats) -> list:
+    """The result viewed as [r0, n0, r1, n1, ...] (repeats and x's dims interleaved) is x
+    broadcast along the repeats: one generic whose innermost loop copies x's last dim
+    contiguously (indexing by `i % n` kept every loop scalar)."""
     shape = ctx.in_types[0].shape
     rank = len(shape)
-    if rank == 0:
-        return [x]
-    exprs = [dim(i) % shape[i] if shape[i] else dim(i) for i in range(rank)]
-    return generic([x], [expr_map(rank, exprs)], [empty(ctx.out)], [identity_map(rank)],
-                   "p" * rank, lambda v, _o: [v])
+    if rank == 0 or ctx.out.num_elements == 0:
+        return [x] if rank == 0 else [empty(ctx.out)]
+    repeats = [o // n for o, n in zip(ctx.out.shape, shape, strict=True)]
+    interleaved = [d for r, n in zip(repeats, shape, strict=True) for d in (r, n)]
+    et = ir.RankedTensorType(x.type).element_type
+    out = generic([x], [affine_map(2 * rank, [2 * i + 1 for i in range(rank)])],
+                  [empty((interleaved, et))], [identity_map(2 * rank)], "p" * (2 * rank),
+                  lambda v, _o: [v])[0]
+    return [reshape(out, list(ctx.out.shape))]
 
 
 @register("gather", dynamic=True)
@@ -232,7 +242,54 @@ def _gather(ctx: RuleCtx, data, indices) -> list:
 
     if ctx.out.num_elements == 0:
         return [empty(ctx.out)]
+    inner = int(np.prod(dshape[axis + 1:])) if ctx.out.is_static else 0
+    if inner >= ROW_COPY_MIN and not ctx.target.is_gpu:
+        return [_gather_row_copies(ctx, data, indices, axis, inner)]
     return [gather_rows(ctx, data, index_of)]
+
+
+ROW_COPY_MIN = 16  # elements after the gathered axis from which a gather copies rows
+
+
+def _gather_row_copies(ctx: RuleCtx, data: ir.Value, indices: ir.Value, axis: int,
+                       inner: int) -> ir.Value:
+    """A static gather whose slices after `axis` hold `inner` >= ROW_COPY_MIN elements
+    each, as one row copy per (outer index, index) pair: data viewed as [A, n, inner],
+    the result as [A, K, inner], row (a, k) = data[a, clamp(indices[k])] (an extract and
+    insert of slices: a contiguous copy, which vectorizes; the per-element generic
+    re-reads the index for every element once its loop is outlined into a parallel
+    region). The rows are an `scf.forall` above rows.PARALLEL_MIN elements in all."""
+    dshape = ctx.in_types[0].shape
+    n, outer = dshape[axis], int(np.prod(dshape[:axis]))
+    count = ctx.in_types[1].num_elements
+    et = ir.RankedTensorType(data.type).element_type
+    src = reshape(data, [outer, n, inner])
+    flat = reshape(indices, [count])
+    init = empty(([outer, count, inner], et))
+    row_type = ir.RankedTensorType.get([1, 1, inner], et)
+    parallel = outer * count * inner >= PARALLEL_MIN and outer * count > 1
+    if parallel:
+        loop = scf.ForallOp([0], [outer * count], [1], [init])
+        r, out = loop.induction_variables[0], loop.inner_iter_args[0]
+    else:
+        loop = scf.ForOp(index_const(0), index_const(outer * count), index_const(1), [init])
+        r, out = loop.induction_variable, loop.inner_iter_args[0]
+    with ir.InsertionPoint(loop.body):
+        a, k = arith.divui(r, index_const(count)), arith.remui(r, index_const(count))
+        raw = tensor.extract(flat, [k])
+        i = arith.index_cast(_index(), s.convert(raw, ctx.in_types[1].dtype, i64))
+        i = clamp_index(arith.select(arith.cmpi(s.IP.slt, i, index_const(0)),
+                                     arith.addi(i, index_const(n)), i), n)
+        dyn = ir.ShapedType.get_dynamic_size()
+        row = tensor.extract_slice(row_type, src, [a, i], [], [], [dyn, dyn, 0],
+                                   [1, 1, inner], [1, 1, 1])
+        params = ([a, k], [], [], [dyn, dyn, 0], [1, 1, inner], [1, 1, 1])
+        if parallel:
+            with ir.InsertionPoint(loop.terminator().block):
+                tensor.parallel_insert_slice(row, out, *params)
+        else:
+            scf.YieldOp([tensor.insert_slice(row, out, *params)])
+    return reshape(loop.results[0], list(ctx.out.shape))
 
 
 @register("gather_elements")
@@ -272,6 +329,12 @@ def _pad(ctx: RuleCtx, x, _pads, value=None, _axes=None) -> list:
         return [empty(ctx.out)]
     dt = ctx.out.dtype
     fill_value = scalar_from(value) if value is not None else scalar_const(dt, 0)
+    end = [pads[len(axes) + axes.index(a)] if a in axes else 0 for a in range(rank)]
+    if (mode == "constant" and rank >= 3 and min(begin + end) >= 0 and not any(
+            begin[::rank - 1] + end[::rank - 1]) and ctx.in_types[0].is_static):
+        # spatial pads of [N, *S, C] (the `qdq` pass pads qconv inputs so): a copy and
+        # fills of the border strips, no per-element select (~3x faster)
+        return [pad_channels_last(x, begin[1:-1], end[1:-1], fill_value)]
 
     def source(i: ir.Value, n: int) -> ir.Value:
         """The source index of padded index `i` along an axis of size `n` (any mode)."""

@@ -1,7 +1,8 @@
 """Lowering of `winograd_conv` (flowc/ir/ops/winograd.py).
 
 CPU targets (x86_64, aarch64): one parallel loop (`scf.forall`, tagged TAG) over the N * TH
-rows of m x m output tiles (TH = ceil(OH / m), TW = ceil(OW / m), A = m + 2). Per row:
+rows of m x m output tiles (TH = ceil(OH / m), TW = ceil(OW / m), A = m + 2; N may be of
+run-time extent when OH and OW are whole tiles: `whole_tiles`). Per row:
 1. input transform: V [A * A, TW, C], V[a * A + b, t] = (B^T d_t B)[a, b] for the A x A
    input patch d_t of each tile of the row, read from X directly (an element in the padding
    reads as zero: its index clamped into X and the vector selected away; no padded copy of
@@ -44,10 +45,12 @@ from flowc.codegen.lower.context import (
     index_const,
     reshape,
     scalar_const,
+    size_of,
     value_elem,
     value_shape,
 )
 from flowc.codegen.lower.conv_nhwc import bias_init, pad_channels_last, slice_of
+from flowc.ir.graph import Node
 from flowc.ir.ops.winograd import matrices
 
 TAG = "flowc.winograd"  # the attribute of the conv's loop (strategy/winograd.py finds it)
@@ -73,7 +76,7 @@ class Tiles:
 
     tile: int
     pads: list[int]
-    n: int
+    n: int | ir.Value
     c: int
     a: int
     m: int
@@ -85,10 +88,10 @@ class Tiles:
     @classmethod
     def of(cls, ctx: RuleCtx, x: ir.Value, u: ir.Value) -> Tiles:
         tile = ctx.attrs["tile"]
-        n, _, _, c = value_shape(x)
+        c = value_shape(x)[3]
         _, oh, ow, _ = ctx.out.shape
-        return cls(tile, list(ctx.attrs["pads"]), n, c, value_shape(u)[0], value_shape(u)[3],
-                   oh, ow, -(-oh // tile), -(-ow // tile))
+        return cls(tile, list(ctx.attrs["pads"]), size_of(x, 0), c, value_shape(u)[0],
+                   value_shape(u)[3], oh, ow, -(-oh // tile), -(-ow // tile))
 
     def crop(self, y: ir.Value) -> ir.Value:
         """y [N, TH * m, TW * m, M] (whole tiles) cut back to the output's [N, OH, OW, M]."""
@@ -97,9 +100,17 @@ class Tiles:
         return slice_of(y, [0, 0, 0, 0], [self.n, self.oh, self.ow, self.m])
 
 
-@register("winograd_conv", arch="x86_64")
-@register("winograd_conv", arch="aarch64")
+def whole_tiles(node: Node) -> bool:
+    """Whether the node's output is whole m x m tiles: no crop, so its batch may be of
+    run-time extent (a crop would leave a temporary of run-time size)."""
+    _, oh, ow, _ = node.types[0].shape
+    return oh % node.attrs["tile"] == 0 and ow % node.attrs["tile"] == 0
+
+
+@register("winograd_conv", arch="x86_64", batch=whole_tiles)
+@register("winograd_conv", arch="aarch64", batch=whole_tiles)
 def _winograd_conv(ctx: RuleCtx, x, u, b=None) -> list:
+    """(A batch of run-time extent too, `whole_tiles`: the loop runs over its rows.)"""
     dt = ctx.out.dtype  # f32 or f64: the op's type rule admits no other
     g = Tiles.of(ctx, x, u)
     tile, pads, n, c, a, m, th, tw = g.tile, g.pads, g.n, g.c, g.a, g.m, g.th, g.tw
@@ -107,7 +118,8 @@ def _winograd_conv(ctx: RuleCtx, x, u, b=None) -> list:
     lanes = ctx.target.vector_bits // dt.bits
     bt, _, at = matrices(tile)
     u3 = reshape(u, [a * a, c, m])
-    loop = scf.ForallOp([0], [n * th], [1], shared_outs=[empty(([n, th * tile, tw * tile, m], et))])
+    rows = n * th if isinstance(n, int) else _mul(n, th)
+    loop = scf.ForallOp([0], [rows], [1], shared_outs=[empty(([n, th * tile, tw * tile, m], et))])
     loop.attributes[TAG] = ir.UnitAttr.get()  # strategy/winograd.py moves the epilogue in
     with ir.InsertionPoint(loop.body):
         r = loop.induction_variables[0]

@@ -4,12 +4,13 @@ equal values the smaller index comes first. `k` is a 1-element int64 tensor in [
 The result's shape depends on k: where it is unknown the axis is unknown (the compiled
 path folds k first). `sorted=0` allows any order; flowc returns the sorted order anyway.
 
-Compiled kernels: none of its own. `simplify` decomposes a node with a constant k into k
-rounds of arg_max (arg_min) along the axis, each taking the value there and masking it
-out (passes/simplify_decompose.py): O(n * k) vectorized work, meant for the small k of
-retrieval and detection heads. Masked-out positions hold -inf (+inf for smallest), or the
-dtype's extreme integer: where x itself holds that value among its top k, the compiled
-indices may repeat one (values are right).
+Compiled kernels: on CPU targets one pass per row keeping the k best in order
+(codegen/lower/top_k.py: a partial insertion sort, exact ties and NaN order). For GPU
+targets `simplify{top_k_rounds=true}` decomposes a node with a constant k into k rounds of
+arg_max (arg_min) along the axis, each taking the value there and masking it out
+(passes/simplify_decompose.py): O(n * k) vectorized work. Masked-out positions hold -inf
+(+inf for smallest), or the dtype's extreme integer: where x itself holds that value among
+its top k, those indices may repeat one (values are right).
 """
 
 from __future__ import annotations

@@ -17,9 +17,11 @@ from flowc.codegen.cpu.strategy.depthwise import depthwise_strategy
 from flowc.codegen.cpu.strategy.elementwise import (
     dynamic_elementwise_strategy,
     elementwise_strategy,
+    window_strategy,
 )
 from flowc.codegen.cpu.strategy.matmul import matmul_strategy
 from flowc.codegen.cpu.strategy.narrow import widened
+from flowc.codegen.cpu.strategy.reduction import reduction_strategy
 from flowc.codegen.cpu.strategy.transpose import transpose_strategy
 from flowc.codegen.cpu.strategy.winograd import fuse_epilogue
 from flowc.codegen.target import Target
@@ -29,11 +31,14 @@ Strategy = Callable[[ir.Operation, Target, int], "str | None"]
 
 def _generic(op: ir.Operation, target: Target, i: int) -> str | None:
     """A contraction (a reshaped matmul, generalized) as a matmul; an elementwise op of a
-    kernel that may run in place, vectorized; a transpose in register tiles; else None. A
-    winograd_conv's epilogue is moved into the conv's loop first (and gets no script)."""
+    kernel that may run in place, or a pool's unrolled window, vectorized; a reduction
+    over leading axes with accumulators in registers; a transpose in register tiles; else
+    None. A winograd_conv's epilogue is moved into the conv's loop
+    first (and gets no script)."""
     if fuse_epilogue(op, target):
         return None
     return (matmul_strategy(op, target, i) or elementwise_strategy(op, target, i)
+            or window_strategy(op, target, i) or reduction_strategy(op, target, i)
             or transpose_strategy(op, target, i))
 
 

@@ -106,9 +106,12 @@ EPILOGUE_TILES = """
 """
 
 PARALLEL_ELEMENTS = 64 * 1024  # elements from which the rows are a parallel loop
-# Output row elements up to which fused_rows applies (16 KiB of f32, an L1's share). Wider
-# rows (MobileNet's 56 x 192 expand) measured slower fused than in separate passes.
-ROW_ELEMENTS = 4096
+# Output row elements up to which fused_rows applies (32 KiB of f32, within an L1). Wider
+# rows (MobileNet's 56 x 192 expand) measured slower fused than in separate passes with a
+# warm cache (0.26 against 0.22 ms); ResNet's 7x7/2 stem (112 x 64) is 1.4x faster fused
+# (1.46 -> 1.05 ms warm, 1.84 -> 1.13 cold: the separate bias and epilogue passes each
+# stream its 3.2 MB output through memory, bench/results/kernels_conv_cold.md).
+ROW_ELEMENTS = 8192
 EPILOGUE_ELEMENTS = 256  # elements of one vectorized epilogue tile (16 AVX-512 f32 vectors)
 
 

@@ -200,11 +200,12 @@ def _captured(op: ir.Operation) -> list[ir.Value]:
 
 
 def _movable(value: ir.Value, loop: ir.Operation) -> bool:
-    """Whether `value` is made, in `loop`'s block, by an op of no operands (a static
-    `tensor.empty`, a constant) that may move before the loop."""
+    """Whether `value` is made, in `loop`'s block, by a `tensor.empty` or a constant whose
+    operands (a run-time batch's size) are available at the loop: it may move before it."""
     owner = value.owner
     return (not isinstance(value, ir.BlockArgument) and owner.operation.block == loop.block
-            and not list(owner.operands) and owner.name in ("tensor.empty", "arith.constant"))
+            and owner.name in ("tensor.empty", "arith.constant")
+            and all(_before(v, loop) for v in owner.operands))
 
 
 def _before(value: ir.Value, loop: ir.Operation) -> bool:
