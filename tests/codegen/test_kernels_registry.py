@@ -86,6 +86,7 @@ CASES = {
     "gemm": ([f(5, 6), f(7, 6), f(7)], {"transB": 1}, ()),
     "batch_normalization": ([f(2, 3, 4, 5), f(3), f(3), f(3), np.abs(f(3))], {}, ()),
     "layer_normalization": ([X, f(4), f(4)], {}, ()), "softmax": ([X], {}, ()),
+    "layer_norm_grad": ([X, f(4), f(*X.shape)], {}, ()),
     "log_softmax": ([X], {"axis": 1}, ()),
     "conv": ([f(1, 3, 8, 9), f(4, 3, 3, 3), f(4)], {"pads": (1, 1, 1, 1)}, ()),
     "conv_transpose": ([f(1, 3, 5, 6), f(3, 2, 3, 3)], {"strides": (2, 2)}, ()),
