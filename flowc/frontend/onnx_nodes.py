@@ -26,6 +26,7 @@ from flowc.frontend.onnx_resize import convert_resize
 from flowc.frontend.onnx_rnn import convert_recurrent
 from flowc.frontend.onnx_scan import convert_scan
 from flowc.frontend.onnx_scatter import CONVERTERS as SCATTER_CONVERTERS
+from flowc.frontend.onnx_select import CONVERTERS as SELECT_CONVERTERS
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
 from flowc.ir import Graph, TensorType, Value
 from flowc.ir.build import const_value
@@ -219,6 +220,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **COMPOSED_CONVERTERS,  # issue [13]: ops as compositions of registry ops
     "Resize": convert_resize,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
+    **SELECT_CONVERTERS,   # Compress (onto non_zero)
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
 

@@ -41,6 +41,7 @@ COVERAGE_OPS = {
     "RotaryEmbedding", "SwiGLU", "GroupNormalization", "CenterCropPad", "AffineGrid",
     "HannWindow", "HammingWindow", "BlackmanWindow", "CausalConvWithState",
     "IsInf", "EyeLike", "LpPool", "ReverseSequence",
+    "NonZero", "Compress", "Unique", "NonMaxSuppression",  # ops3: data-dependent extents
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",

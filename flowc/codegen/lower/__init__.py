@@ -38,6 +38,9 @@ NOT_KERNELS: dict[str, str] = {
     "one_hot": "simplify decomposes it into equal/where once its depth is a constant",
     "top_k": "simplify decomposes it into rounds of arg_max once its k is a constant",
     "custom_call": "the user's C function, linked in by codegen/custom_kernels.py",
+    **{op: "constant folding computes it once the operands deciding its extent are constants "
+       "(the compiled path folds small inputs first): ir/ops/data_dependent.py"
+       for op in ("non_zero", "unique", "non_max_suppression")},
 }
 
 
