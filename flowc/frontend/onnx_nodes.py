@@ -27,6 +27,8 @@ from flowc.frontend.onnx_rnn import convert_recurrent
 from flowc.frontend.onnx_scan import convert_scan
 from flowc.frontend.onnx_scatter import CONVERTERS as SCATTER_CONVERTERS
 from flowc.frontend.onnx_select import CONVERTERS as SELECT_CONVERTERS
+from flowc.frontend.onnx_sequence import CONVERTERS as SEQUENCE_CONVERTERS
+from flowc.frontend.onnx_sequence import should_unroll, unroll_loop
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
 from flowc.ir import Graph, TensorType, Value
 from flowc.ir.build import const_value
@@ -47,7 +49,9 @@ class NodeContext:
     emit: Callable[[str, Sequence[Value | None], dict[str, Any]], Sequence[Value]]
     constant: Callable[[np.ndarray], Value]
     body: Callable[[onnx.GraphProto, Sequence[TensorType]], tuple[Graph, list[Value]]]
-    splice: Callable[[Graph, Sequence[Value]], list[Value]]
+    known: Callable[[Value | None], np.ndarray | None]  # a value import knows, else None
+    # a body imported in line with its inputs bound to args (tag: its nodes' name prefix)
+    inline: Callable[..., list[Any]]
 
     @property
     def num_outputs(self) -> int:
@@ -158,13 +162,13 @@ def _dropout(ctx: NodeContext) -> Sequence[Value]:
 def _if(ctx: NodeContext) -> Sequence[Value]:
     """ONNX If bodies read outer values implicitly; flowc bodies are closed, so every value
     either branch reads becomes an operand, and both branches take all of them. A condition
-    known at import (often folded shape arithmetic) imports only the branch it takes, in
-    line: the other branch never runs and need not even be well typed for these shapes."""
-    known = const_value(ctx.inputs[0])
+    known at import (often folded shape arithmetic, or a bound input) imports only the
+    branch it takes, in line: the other branch never runs and need not even be well typed
+    for these shapes, and the taken one may yield sequences."""
+    known = ctx.known(ctx.inputs[0])
     if known is not None:
         branch = "then_branch" if bool(np.asarray(known).reshape(-1)[0]) else "else_branch"
-        body, captures = ctx.body(ctx.attrs[branch], [])
-        return ctx.splice(body, captures)
+        return ctx.inline(ctx.attrs[branch], [])
     then_body, then_caps = ctx.body(ctx.attrs["then_branch"], [])
     else_body, else_caps = ctx.body(ctx.attrs["else_branch"], [])
     operands = list(dict.fromkeys([*then_caps, *else_caps]))
@@ -189,7 +193,10 @@ def _unused_input(body: Graph, new_inputs: list[Node], value: Value) -> Node:
 
 def _loop(ctx: NodeContext) -> Sequence[Value]:
     """ONNX Loop: body (iteration, cond, carried...) -> (cond, carried..., scans...); the
-    values the body reads from outside become trailing operands (`captures`)."""
+    values the body reads from outside become trailing operands (`captures`). A loop over
+    sequences is unrolled at import (onnx_sequence.unroll_loop)."""
+    if should_unroll(ctx):
+        return unroll_loop(ctx)
     m, cond, *carried = ctx.inputs + [None] * (2 - len(ctx.inputs))
     formal = [TensorType(i64, ()), TensorType(bool_, ())] + [v.type for v in carried]
     body, captures = ctx.body(ctx.attrs["body"], formal)
@@ -221,8 +228,14 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "Resize": convert_resize,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **SELECT_CONVERTERS,   # Compress (onto non_zero)
+    **SEQUENCE_CONVERTERS,  # sequences and optionals, resolved at import; Identity
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
+
+
+def takes_structured(op_type: str, domain: str = "") -> bool:
+    """Whether the converter of `op_type` takes sequence and optional operands."""
+    return domain in DEFAULT_DOMAINS and op_type in (*SEQUENCE_CONVERTERS, "If", "Loop")
 
 
 def is_supported(op_type: str, domain: str = "") -> bool:

@@ -42,6 +42,9 @@ COVERAGE_OPS = {
     "HannWindow", "HammingWindow", "BlackmanWindow", "CausalConvWithState",
     "IsInf", "EyeLike", "LpPool", "ReverseSequence",
     "NonZero", "Compress", "Unique", "NonMaxSuppression",  # ops3: data-dependent extents
+    "SequenceConstruct", "SequenceEmpty", "SequenceLength", "SequenceAt", "SequenceInsert",
+    "SequenceErase", "ConcatFromSequence", "SplitToSequence", "SequenceMap", "Optional",
+    "OptionalHasElement", "OptionalGetElement",  # ops3: sequences resolved at import
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
