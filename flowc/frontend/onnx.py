@@ -21,7 +21,8 @@ Contract:
   whose result rank depends on such values (Reshape, ConstantOfShape, Expand ...) get
   static types.
 - If/Loop bodies become closed flowc bodies: the outer values they read become explicit
-  operands (see `onnx_nodes`).
+  operands (see `onnx_nodes`), except small constants (at most BIND_MAX_ELEMENTS
+  elements: axes, shapes), which are copied into the body so its types are as static.
 - Sequences and optionals are resolved at import (`onnx_sequence`): `bind` maps graph
   input names to the values the model will be fed (as `onnx.backend` feeds them: a list of
   arrays for a sequence, None for an empty optional). A sequence input of n tensors becomes
@@ -65,12 +66,16 @@ from flowc.frontend.onnx_sequence import Opt, Seq, is_structured
 from flowc.ir import Graph, Node, Tensor, TensorType, Value, dtype
 from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import FlowcError
+from flowc.ir.types import bf16, f16, f32
 from flowc.ir.verifier import verify
 
 __all__ = ["MIN_OPSET", "ImportedOnnx", "OnnxImportError", "import_onnx", "import_onnx_model",
            "import_onnx_with_values", "unsupported_nodes"]
 
 MIN_OPSET = 13
+# function ops whose f16/bf16 operands are computed in f32 (onnxruntime's kernels do; the
+# f16 roundings between the steps of their bodies miss ONNX's reference results)
+WIDENED_FUNCTIONS = frozenset({"Attention"})
 BIND_MAX_ELEMENTS = 64  # bound int/bool inputs up to this size are known at import
 Form = str | list[str] | None  # a graph output: one output, a sequence's outputs, empty
 
@@ -161,7 +166,8 @@ def unsupported_nodes(model: onnx.ModelProto, path: str = "<model>") -> list[str
 
 class _Scope:
     """One flowc graph being built from one ONNX graph: its names, and for a body the
-    outer values it reads (each becomes a body input, in first-use order)."""
+    outer values it reads (each becomes a body input, in first-use order; a small constant
+    is copied in instead)."""
 
     def __init__(self, graph: Graph, parent: _Scope | None, where: str = ""):
         self.graph = graph
@@ -199,6 +205,13 @@ class _Scope:
                                   f"optional {quoted(name)}: flowc resolves those at import, "
                                   "so only in bodies imported in line (an If whose "
                                   "condition, a Loop whose trip count is known at import)")
+        known = const_value(outer)
+        if known is not None and known.size <= BIND_MAX_ELEMENTS:  # axes, shapes: copied in,
+            # so the body's types use them as the outer graph's do
+            value = self.graph.append(make_node("constant", [], {"value": Tensor(known)},
+                                                name=self.unique(name), loc=outer.node.loc)).out()
+            self.env[name] = value
+            return value
         value = self.graph.add_input(self.unique(name), outer.type)
         self.env[name] = value
         self.captures.append(outer)
@@ -468,7 +481,14 @@ class _Importer:
 
     def _inline(self, onnx_node: onnx.NodeProto, inputs: list[Value | None], scope: _Scope,
                 base: str, where: str) -> list[Value]:
-        """Convert a function op through its body, in the caller's graph."""
+        """Convert a function op through its body, in the caller's graph (those of
+        WIDENED_FUNCTIONS on f16/bf16 operands: in f32, the results cast back)."""
+        narrow = {v.type.dtype for v in inputs if v is not None and v.type.dtype in (f16, bf16)}
+        widen = onnx_node.op_type in WIDENED_FUNCTIONS and len(narrow) == 1
+        if widen:
+            inputs = [v if v is None or v.type.dtype not in narrow else
+                      self._emit(scope, "cast", [v], {"to": f32}, f"{base}/widened", where)[0]
+                      for v in inputs]
         types = [None if v is None else v.type for v in inputs]
         try:
             function, defaults = self.functions.body(onnx_node, self.opset, types)
@@ -488,6 +508,11 @@ class _Importer:
                 raise OnnxImportError(f"{where}: its function body does not produce "
                                       f"'{formal}'")
             results.append(value)
+        if widen:
+            back = next(iter(narrow))
+            results = [v if v is None or v.type.dtype != f32 else
+                       self._emit(scope, "cast", [v], {"to": back}, f"{base}/narrowed", where)[0]
+                       for v in results]
         return results
 
 
