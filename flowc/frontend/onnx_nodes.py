@@ -19,6 +19,7 @@ import onnx
 
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
+from flowc.frontend.onnx_flex import convert_flex_attention
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
@@ -233,16 +234,21 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
 }
 
 
+PREVIEW_CONVERTERS = {"FlexAttention": convert_flex_attention}  # domain ai.onnx.preview
+
+
 def takes_structured(op_type: str, domain: str = "") -> bool:
     """Whether the converter of `op_type` takes sequence and optional operands."""
     return domain in DEFAULT_DOMAINS and op_type in (*SEQUENCE_CONVERTERS, "If", "Loop")
 
 
 def is_supported(op_type: str, domain: str = "") -> bool:
-    """Whether the table or the registry converts `op_type` of `domain` (the default one, or
-    com.microsoft's quantized ops: `converter`)."""
+    """Whether the table or the registry converts `op_type` of `domain` (the default one,
+    com.microsoft's quantized ops, ai.onnx.preview's FlexAttention: `converter`)."""
     if domain == "com.microsoft":
         return op_type in MS_CONVERTERS
+    if domain == "ai.onnx.preview":
+        return op_type in PREVIEW_CONVERTERS
     return domain in DEFAULT_DOMAINS and (op_type in CONVERTERS or op_type in ONNX_OPS)
 
 
@@ -250,4 +256,6 @@ def converter(op_type: str, domain: str):
     """The converter of a supported node (`convert_default` for a registry op)."""
     if domain == "com.microsoft":
         return MS_CONVERTERS[op_type]
+    if domain == "ai.onnx.preview":
+        return PREVIEW_CONVERTERS[op_type]
     return CONVERTERS.get(op_type, convert_default)
