@@ -31,6 +31,7 @@ from flowc.frontend.onnx_select import CONVERTERS as SELECT_CONVERTERS
 from flowc.frontend.onnx_sequence import CONVERTERS as SEQUENCE_CONVERTERS
 from flowc.frontend.onnx_sequence import should_unroll, unroll_loop
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
+from flowc.frontend.onnx_tfidf import CONVERTERS as TFIDF_CONVERTERS
 from flowc.ir import Graph, TensorType, Value
 from flowc.ir.build import const_value
 from flowc.ir.graph import INPUT_OP, Node
@@ -230,6 +231,7 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **SELECT_CONVERTERS,   # Compress (onto non_zero)
     **SEQUENCE_CONVERTERS,  # sequences and optionals, resolved at import; Identity
+    **TFIDF_CONVERTERS,    # TfIdfVectorizer over integer pools
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
 

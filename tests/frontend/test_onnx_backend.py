@@ -47,6 +47,7 @@ COVERAGE_OPS = {
     "OptionalHasElement", "OptionalGetElement",  # ops3: sequences resolved at import
     "LinearAttention",  # ops3: its function body's Scan, small constants copied into bodies
     "FlexAttention",  # ops3: ai.onnx.preview, its modifier subgraphs in line
+    "TfIdfVectorizer",  # ops3: integer pools as equal/and/reduce_sum
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
