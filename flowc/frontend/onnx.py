@@ -101,8 +101,8 @@ def _upgrade(proto: onnx.ModelProto, path: str) -> onnx.ModelProto:
     opset = _opset(proto.opset_import)
     check_opset(opset, path)
     check_no_stray_refs(proto.graph, path)
-    if opset >= MIN_OPSET:
-        return proto
+    if opset >= MIN_OPSET or not any(e.domain in DEFAULT_DOMAINS for e in proto.opset_import):
+        return proto  # (a model of other domains only, as the training optimizers, has none)
     scan8: set[str] = set()
     if opset < 9:
         proto, scan8 = mark_scan8(proto, path)

@@ -21,6 +21,7 @@ from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
 from flowc.frontend.onnx_flex import convert_flex_attention
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
+from flowc.frontend.onnx_optimizers import CONVERTERS as OPTIMIZER_CONVERTERS
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
 from flowc.frontend.onnx_resize import convert_resize
@@ -236,7 +237,10 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
 }
 
 
-PREVIEW_CONVERTERS = {"FlexAttention": convert_flex_attention}  # domain ai.onnx.preview
+PREVIEW_CONVERTERS = {  # by domain: ai.onnx.preview(.training)
+    "ai.onnx.preview": {"FlexAttention": convert_flex_attention},
+    "ai.onnx.preview.training": OPTIMIZER_CONVERTERS,  # Adagrad, Adam, Momentum
+}
 
 
 def takes_structured(op_type: str, domain: str = "") -> bool:
@@ -246,11 +250,12 @@ def takes_structured(op_type: str, domain: str = "") -> bool:
 
 def is_supported(op_type: str, domain: str = "") -> bool:
     """Whether the table or the registry converts `op_type` of `domain` (the default one,
-    com.microsoft's quantized ops, ai.onnx.preview's FlexAttention: `converter`)."""
+    com.microsoft's quantized ops, ai.onnx.preview's FlexAttention and optimizers:
+    `converter`)."""
     if domain == "com.microsoft":
         return op_type in MS_CONVERTERS
-    if domain == "ai.onnx.preview":
-        return op_type in PREVIEW_CONVERTERS
+    if domain in PREVIEW_CONVERTERS:
+        return op_type in PREVIEW_CONVERTERS[domain]
     return domain in DEFAULT_DOMAINS and (op_type in CONVERTERS or op_type in ONNX_OPS)
 
 
@@ -258,6 +263,6 @@ def converter(op_type: str, domain: str):
     """The converter of a supported node (`convert_default` for a registry op)."""
     if domain == "com.microsoft":
         return MS_CONVERTERS[op_type]
-    if domain == "ai.onnx.preview":
-        return PREVIEW_CONVERTERS[op_type]
+    if domain in PREVIEW_CONVERTERS:
+        return PREVIEW_CONVERTERS[domain][op_type]
     return CONVERTERS.get(op_type, convert_default)

@@ -48,6 +48,7 @@ COVERAGE_OPS = {
     "LinearAttention",  # ops3: its function body's Scan, small constants copied into bodies
     "FlexAttention",  # ops3: ai.onnx.preview, its modifier subgraphs in line
     "TfIdfVectorizer",  # ops3: integer pools as equal/and/reduce_sum
+    "Adagrad", "Adam", "Momentum",  # ops3: ai.onnx.preview.training, elementwise
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
@@ -114,7 +115,8 @@ def _nodes(graph):
 
 def in_scope(case) -> bool:
     return case.model is not None and case.name not in OUT_OF_SCOPE and all(
-        n.op_type in SCOPE_OPS and n.domain in ("", "ai.onnx", "ai.onnx.preview")
+        n.op_type in SCOPE_OPS and n.domain in ("", "ai.onnx", "ai.onnx.preview",
+                                                "ai.onnx.preview.training")
         for n in _nodes(case.model.graph))
 
 
