@@ -67,6 +67,7 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "resize": [("resize-decomposed", d.resize)],
     "one_hot": [("one-hot-decomposed", d.one_hot)],
     "top_k": [("top-k-decomposed", d.top_k)],
+    "affine_grid": [("affine-grid-decomposed", d.affine_grid)],
 }
 
 

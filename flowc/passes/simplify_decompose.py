@@ -3,7 +3,8 @@ compiled lowerings, once the values that decide their structure are constants (t
 compiled path folds such inputs first): `resize` into gathers and multiply-adds
 (ir/decompose.py's `build_resize`), `one_hot` into equal/where against an iota
 (ir/decompose.py's `build_one_hot`), `top_k` into k rounds of arg_max/arg_min,
-gather_elements and a mask (flowc/ir/ops/top_k.py)."""
+gather_elements and a mask (flowc/ir/ops/top_k.py), `affine_grid` into a matmul against
+its constant base grid (flowc/ir/ops/affine_grid.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from flowc.ir.decompose import build_one_hot, build_resize
 from flowc.ir.graph import Node
+from flowc.ir.ops.affine_grid import base_grid
 from flowc.passes.rewrite import Result, Rewriter
 
 
@@ -83,3 +85,18 @@ def top_k(node: Node, rw: Rewriter) -> Result:
         return [values[0], indices[0]]
     return [b.emit("concat", values, {"axis": axis})[0],
             b.emit("concat", indices, {"axis": axis})[0]]
+
+
+def affine_grid(node: Node, rw: Rewriter) -> Result:
+    theta, size = node.inputs
+    known = rw.const(size)
+    if known is None:
+        return None
+    sizes = [int(v) for v in np.asarray(known)[2:]]
+    b = _Builder(node, rw)
+    grid = b.constant(np.ascontiguousarray(
+        base_grid(sizes, node.attrs.get("align_corners", 0)).T.astype(theta.type.dtype.np)))
+    out = b.emit("matmul", [theta, grid], {})[0]
+    out = b.emit("transpose", [out], {"perm": (0, 2, 1)})[0]
+    shape = b.constant(np.array([0, *sizes, theta.type.shape[1]], np.int64))
+    return [b.emit("reshape", [out, shape], {})[0]]

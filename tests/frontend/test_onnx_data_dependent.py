@@ -8,6 +8,7 @@ import numpy as np
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
 
 from flowc.frontend.onnx import import_onnx
 from flowc.ir.errors import FlowcError
@@ -77,3 +78,17 @@ def test_compiled_extent_from_a_large_input_is_a_one_line_error():
         rep.run([x])
     small = np.array([0, 3, 0, 1], np.float32)  # small inputs fold: one artifact per value
     np.testing.assert_array_equal(rep.run([small])[0], [[1, 3]])
+
+
+@pytest.mark.parametrize("align", [0, 1])
+def test_affine_grid_with_a_fed_size_compiles_per_size(align):
+    theta = RNG.standard_normal((2, 2, 3)).astype(np.float32)
+    size = np.array([2, 1, 3, 1], np.int64)  # a 1-wide axis: -1 with align_corners
+    m = model("AffineGrid", [("theta", theta), ("size", size)], (TensorProto.FLOAT,),
+              align_corners=align)
+    m.opset_import[0].version = 20
+    rep = FlowcBackend.prepare(m)
+    for fed in (size, np.array([2, 1, 4, 5], np.int64)):
+        # onnx's reference: onnxruntime puts a 1-wide align_corners axis at 0, not -1
+        want, = ReferenceEvaluator(m).run(None, {"theta": theta, "size": fed})
+        np.testing.assert_allclose(rep.run([theta, fed])[0], want, rtol=1e-5, atol=1e-6)

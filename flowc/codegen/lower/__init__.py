@@ -37,6 +37,8 @@ NOT_KERNELS: dict[str, str] = {
     "resize": "simplify decomposes it into gathers once its scales/sizes are constants",
     "one_hot": "simplify decomposes it into equal/where once its depth is a constant",
     "top_k": "simplify decomposes it into rounds of arg_max once its k is a constant",
+    "affine_grid": "simplify decomposes it into a matmul against its base grid once its size "
+    "is a constant",
     "custom_call": "the user's C function, linked in by codegen/custom_kernels.py",
     **{op: "constant folding computes it once the operands deciding its extent are constants "
        "(the compiled path folds small inputs first): ir/ops/data_dependent.py"
