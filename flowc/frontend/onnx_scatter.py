@@ -15,6 +15,9 @@ kernels and refused by the interpreter).
   `where(hit, scatter_add(0, updates), data)` with `hit` the rows some index names (with
   duplicate indices ONNX leaves the result undefined; here they add up); "mul", "max"
   and "min" one `scatter_reduce`.
+- TensorScatter(past_cache, update, write_indices; axis, mode): ScatterElements' "none"
+  with each update element's target row made from its batch's write index (0 if absent)
+  plus its position along `axis` (modulo the cache's extent there with mode circular).
 """
 
 from __future__ import annotations
@@ -114,9 +117,35 @@ def _scatter_elements(ctx) -> Sequence[Value]:
     return [_scatter_rows(ctx, data, rows, updates, [])]
 
 
+def _tensor_scatter(ctx) -> Sequence[Value]:
+    cache, update, *write = ctx.inputs
+    shape, ushape = _static(ctx, cache, "past_cache"), _static(ctx, update, "update")
+    r = len(shape)
+    axis = int(ctx.attrs.get("axis", -2))
+    if not -r <= axis < r or axis % r == 0:
+        ctx.fail(f"axis {axis} must name a non-batch axis of rank {r}")
+    axis %= r
+    mode = ctx.attrs.get("mode", "linear")
+    if mode not in ("linear", "circular"):
+        ctx.fail(f"mode {mode!r} is not 'linear' or 'circular'")
+    strides = np.cumprod([1, *shape[::-1]])[:-1][::-1].astype(np.int64)
+    grid = np.indices(ushape, dtype=np.int64)
+    base = sum(grid[j] * strides[j] for j in range(r) if j != axis)
+    at = ctx.constant(grid[axis])
+    if write and write[0] is not None:
+        start = _op(ctx, "reshape", write[0], _ints(ctx, [ushape[0], *[1] * (r - 1)]))
+        at = _op(ctx, "add", at, _op(ctx, "cast", start, to=i64))
+    if mode == "circular":
+        at = _op(ctx, "mod", at, _ints(ctx, shape[axis]))
+    rows = _op(ctx, "add", _op(ctx, "mul", at, _ints(ctx, strides[axis])),
+               ctx.constant(np.asarray(base, dtype=np.int64)))
+    return [_scatter_rows(ctx, cache, rows, update, [])]
+
+
 CONVERTERS = {
     "GatherND": _gather_nd,
     "ScatterND": _scatter_nd,
     "ScatterElements": _scatter_elements,
     "Scatter": _scatter_elements,
+    "TensorScatter": _tensor_scatter,
 }
