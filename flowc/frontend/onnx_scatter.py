@@ -18,6 +18,12 @@ kernels and refused by the interpreter).
 - TensorScatter(past_cache, update, write_indices; axis, mode): ScatterElements' "none"
   with each update element's target row made from its batch's write index (0 if absent)
   plus its position along `axis` (modulo the cache's extent there with mode circular).
+- MaxUnpool(X, I, output_shape?; kernel_shape, strides, pads): X's values put at I
+  (MaxPool's indices, flat over the inferred output: (in - 1) * stride - pads + kernel per
+  spatial axis) by a `scatter_reduce` max, as overlapping windows repeat an index, zeros
+  elsewhere; then, as ONNX's reference does, zero-padded at the end of each axis up to
+  output_shape when given (a fed one decides the result's shape: the compiled path folds
+  it).
 """
 
 from __future__ import annotations
@@ -142,10 +148,41 @@ def _tensor_scatter(ctx) -> Sequence[Value]:
     return [_scatter_rows(ctx, cache, rows, update, [])]
 
 
+def _max_unpool(ctx) -> Sequence[Value]:
+    x, indices, *given = ctx.inputs
+    shape = _static(ctx, x, "X")
+    kernel = list(ctx.attrs["kernel_shape"])
+    k = len(kernel)
+    if len(shape) != k + 2:
+        ctx.fail(f"X {x.type} must have rank {k + 2} for kernel_shape {kernel}")
+    strides = list(ctx.attrs.get("strides", [1] * k))
+    pads = list(ctx.attrs.get("pads", [0] * 2 * k))
+    inferred = [*shape[:2], *[(n - 1) * s - pads[i] - pads[i + k] + kernel[i]
+                              for i, (n, s) in enumerate(zip(shape[2:], strides, strict=True))]]
+    total, count = int(np.prod(inferred, dtype=np.int64)), int(np.prod(shape, dtype=np.int64))
+    rows = _op(ctx, "reshape", _op(ctx, "cast", indices, to=i64), _ints(ctx, [count]))
+    # overlapping windows repeat an index (with the same value): max, not add, then 0 where
+    # no index falls
+    low = ctx.constant(np.full(total, -np.inf, x.type.dtype.np))
+    placed = _op(ctx, "scatter_reduce", low, rows, _op(ctx, "reshape", x, _ints(ctx, [count])),
+                 axis=0, reduction="max")
+    hit = _op(ctx, "scatter_add", ctx.constant(np.zeros(total, np.float32)), rows,
+              ctx.constant(np.ones(count, np.float32)), axis=0)
+    flat = _op(ctx, "where", _op(ctx, "greater", hit, ctx.constant(np.float32(0))), placed,
+               ctx.constant(np.zeros((), x.type.dtype.np)))
+    y = _op(ctx, "reshape", flat, _ints(ctx, inferred))
+    if not given or given[0] is None:
+        return [y]
+    grow = _op(ctx, "sub", _op(ctx, "cast", given[0], to=i64), _ints(ctx, inferred))
+    return [_op(ctx, "pad", y, _op(ctx, "concat", _ints(ctx, [0] * len(shape)), grow,
+                                   axis=0))]
+
+
 CONVERTERS = {
     "GatherND": _gather_nd,
     "ScatterND": _scatter_nd,
     "ScatterElements": _scatter_elements,
     "Scatter": _scatter_elements,
     "TensorScatter": _tensor_scatter,
+    "MaxUnpool": _max_unpool,
 }

@@ -49,7 +49,7 @@ COVERAGE_OPS = {
     "FlexAttention",  # ops3: ai.onnx.preview, its modifier subgraphs in line
     "TfIdfVectorizer",  # ops3: integer pools as equal/and/reduce_sum
     "Adagrad", "Adam", "Momentum",  # ops3: ai.onnx.preview.training, elementwise
-    "TensorScatter",  # ops3: a scatter at run-time write indices
+    "TensorScatter", "MaxUnpool",  # ops3: scatters at run-time indices
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",

@@ -1,5 +1,6 @@
-"""TensorScatter (frontend/onnx_scatter.py) beyond the node tests: another axis, a circular
-write that wraps, against onnx's reference on both engines; the batch axis is refused."""
+"""TensorScatter and MaxUnpool (frontend/onnx_scatter.py) beyond the node tests: another
+axis, a circular write that wraps, MaxPool's indices unpooled with strides and pads,
+against onnx's reference on both engines; TensorScatter's batch axis is refused."""
 
 import numpy as np
 import pytest
@@ -36,3 +37,17 @@ def test_the_batch_axis_is_refused():
     with pytest.raises(OnnxImportError, match=r"node 'ts' \(TensorScatter\): axis 0 must name "
                        "a non-batch axis"):
         import_onnx(scatter((2, 5), (2, 5), axis=0))
+
+
+@pytest.mark.parametrize("device", ["CPU", "CPU:interpret"])
+def test_max_pool_indices_unpool_with_strides_and_pads(device):
+    attrs = dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 0])
+    nodes = [helper.make_node("MaxPool", ["x"], ["p", "i"], **attrs),
+             helper.make_node("MaxUnpool", ["p", "i"], ["y"], **attrs)]
+    graph = helper.make_graph(nodes, "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, (2, 3, 7, 6))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    feeds = {"x": RNG.standard_normal((2, 3, 7, 6)).astype(np.float32)}
+    want, = ReferenceEvaluator(m).run(None, feeds)
+    np.testing.assert_array_equal(FlowcBackend.prepare(m, device).run(feeds)[0], want)
