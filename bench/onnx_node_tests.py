@@ -32,12 +32,37 @@ ROOT = HERE.parent
 TIMEOUT_S = 120
 
 
-def scope_tests() -> list[str]:
+def _scope_module():
     sys.path.insert(0, str(ROOT / "tests" / "frontend"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import test_onnx_backend as t
-    return sorted(t.SCOPE_NAMES)
+        import test_onnx_backend
+    return test_onnx_backend
+
+
+def scope_tests() -> list[str]:
+    return sorted(_scope_module().SCOPE_NAMES)
+
+
+def out_of_scope() -> tuple[int, dict[str, str]]:
+    """(the number of node tests in onnx's suite, {name: why flowc does not run it}) for every
+    test outside the scope: its OUT_OF_SCOPE reason, or the ops it uses that flowc does not
+    import."""
+    t = _scope_module()
+    reasons = {}
+    for case in t.NODE_CASES:
+        if case.name in t.SCOPE_NAMES:
+            continue
+        if case.model is None:
+            reasons[case.name] = "no model in the test"
+        elif case.name in t.OUT_OF_SCOPE:
+            reasons[case.name] = t.OUT_OF_SCOPE[case.name]
+        else:
+            missing = sorted({n.op_type if n.domain in ("", "ai.onnx") else
+                              f"{n.domain}::{n.op_type}" for n in t._nodes(case.model.graph)
+                              if n.op_type not in t.SCOPE_OPS or n.domain not in ("", "ai.onnx")})
+            reasons[case.name] = "not imported: " + ", ".join(missing)
+    return len(t.NODE_CASES), reasons
 
 
 def worker(device: str) -> None:
@@ -111,14 +136,23 @@ def run_device(device: str, names: list[str]) -> dict[str, tuple[str, str]]:
     return results
 
 
-def render(names: list[str], interp: dict, compiled: dict, seconds: tuple[float, float]
-           ) -> str:
+ORT_PASSED = (1739, 1884, "onnxruntime 1.32 on onnx 1.23's suite, standard harness")
+
+
+def render(names: list[str], interp: dict, compiled: dict, seconds: tuple[float, float],
+           suite: tuple[int, dict[str, str]]) -> str:
     ic = collections.Counter(classify(*interp[n]) for n in names)
     cc = collections.Counter(classify(*compiled[n]) for n in names)
     rows = ["pass", "refused", "unsupported", "import", "wrong", "error", "crash", "timeout",
             "skip"]
+    total, skipped = suite
     lines = [
         "# ONNX node tests: interpreter vs compiled path",
+        "",
+        f"**Compiled: {cc['pass']} of the {total} node tests pass** (interpreter: "
+        f"{ic['pass']}); {ORT_PASSED[2]}: {ORT_PASSED[0]} of {ORT_PASSED[1]}. "
+        f"{len(names)} tests are in scope and run; the other {len(skipped)} are listed at the "
+        "end with the reason each is not run.",
         "",
         f"Written by `bench/onnx_node_tests.py`: {len(names)} in-scope node tests "
         f"(SCOPE_OPS of tests/frontend/test_onnx_backend.py); wall time {seconds[0]:.0f} s "
@@ -130,11 +164,18 @@ def render(names: list[str], interp: dict, compiled: dict, seconds: tuple[float,
         "| --- | ---: | ---: |",
     ]
     lines += [f"| {r} | {ic[r]} | {cc[r]} |" for r in rows if ic[r] or cc[r]]
-    lines += ["", "Compiled-path failures where the interpreter passes:", ""]
+    lines += ["", "## In-scope tests that fail compiled", ""]
     for n in names:
         c = classify(*compiled[n])
-        if c != "pass" and classify(*interp[n]) == "pass":
-            lines.append(f"- `{n}`: {c}: {compiled[n][1][:200]}")
+        if c != "pass":
+            on_interp = "passes" if classify(*interp[n]) == "pass" else "fails too"
+            lines.append(f"- `{n}`: {c} (interpreter {on_interp}): {compiled[n][1][:200]}")
+    by_reason: dict[str, list[str]] = collections.defaultdict(list)
+    for name, reason in sorted(skipped.items()):
+        by_reason[reason].append(name)
+    lines += ["", f"## Not run: {len(skipped)} tests outside the scope, by reason", ""]
+    for reason, group in sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        lines.append(f"- {reason} ({len(group)}): " + ", ".join(f"`{n}`" for n in group))
     return "\n".join(lines) + "\n"
 
 
@@ -156,7 +197,7 @@ def main() -> int:
         middle = time.perf_counter()
         compiled = run_device("CPU:compiled", names)
         times = (middle - start, time.perf_counter() - middle)
-    text = render(names, interp, compiled, times)
+    text = render(names, interp, compiled, times, out_of_scope())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(text)

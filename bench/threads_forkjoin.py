@@ -41,17 +41,25 @@ MODES = {0: "static, nowait", 1: "static + barrier", 2: "kernels' (see above)"}
 
 
 def build(src_dir: Path, out: Path, *flags: str) -> None:
-    sources = [str(src_dir / s) for s in RUNTIME_SOURCES]
+    """The driver linked with the runtime sources that `src_dir` has: a baseline revision
+    lacks the files added since (tables.c, mpi.c, ...), and nothing there refers to them."""
+    sources = [str(src_dir / s) for s in RUNTIME_SOURCES if (src_dir / s).exists()]
     subprocess.run(["cc", "-O2", "-std=gnu11", *flags, "-DFLOWC_PREFIX=t_", f"-I{src_dir}",
                     *sources, str(DRIVER), "-o", str(out), "-lpthread", "-lm", "-ldl"],
                    check=True)
 
 
 def baseline_sources(rev: str, into: Path) -> Path:
+    """The runtime files of revision `rev` that this tree's runtime also has, written into
+    `into`."""
+    listed = subprocess.run(["git", "ls-tree", "--name-only", rev, "flowc/runtime/"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    present = {Path(path).name for path in listed}
     for name in (*RUNTIME_SOURCES, *RUNTIME_HEADERS):
-        text = subprocess.run(["git", "show", f"{rev}:flowc/runtime/{name}"], cwd=ROOT,
-                              capture_output=True, text=True, check=True).stdout
-        (into / name).write_text(text)
+        if name in present:
+            text = subprocess.run(["git", "show", f"{rev}:flowc/runtime/{name}"], cwd=ROOT,
+                                  capture_output=True, text=True, check=True).stdout
+            (into / name).write_text(text)
     return into
 
 

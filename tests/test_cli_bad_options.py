@@ -58,6 +58,7 @@ FREE_TEXT: dict[tuple[str, str], list[str]] = {
     ("view", "--stage"): ["no-such-pass"],
     ("launch", "--hosts"): ["no-such-host"],
     ("launch", "--mpiexec"): ["/no/such/mpiexec"],
+    ("launch", "--measure"): ["profile.json"],  # with a TARGET (tests/distributed has more)
 }
 OUTPUTS = {"output", "output_dir", "dump_dir", "trace", "json", "profile"}  # paths written
 # options that act only together with another: (command, option) -> the other

@@ -15,6 +15,11 @@ file. Sources are compiled with `$CC -O2 -fPIC` (the directory of each on the in
 path); the result, the inner backend's object and the wrappers are linked into one
 relocatable object (`$CC -r`) in which only the kernel symbols stay global, as the kernel
 contract asks.
+The halves of an allreduce (`all_reduce_start`, `all_reduce_wait`: flowc/ir/ops/
+collective.py) are kernels of this kind too, whose functions are the runtime's
+(`flowc_allreduce_start`/`_wait`, flowc/runtime/allreduce.c; no user source: the link step
+renames the wrappers' references to the runtime's prefixed functions) with the attribute
+`bucket`.
 """
 
 from __future__ import annotations
@@ -34,17 +39,32 @@ from flowc.ir.types import TensorType
 from flowc.runtime.abi import DTYPE_CODES
 
 CUSTOM_CFLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=gnu11")
+RUNTIME_CALLS = {"all_reduce_start": "flowc_allreduce_start",
+                 "all_reduce_wait": "flowc_allreduce_wait"}  # op -> the runtime's function
+CALL_OPS = ("custom_call", *RUNTIME_CALLS)
 
 
 def custom_node(body: Graph) -> Any:
-    """The custom_call node of a single-node kernel body, else None."""
-    nodes = [n for n in body.nodes if n.op == "custom_call"]
+    """The custom_call (or allreduce half) node of a single-node kernel body, else None."""
+    nodes = [n for n in body.nodes if n.op in CALL_OPS]
     return nodes[0] if len(nodes) == 1 and len(body.nodes) == 1 else None
+
+
+def call_of(node: Any) -> dict[str, Any]:
+    """What a wrapper calls for `node`: custom_call's attributes (`symbol`, `source`,
+    `attr_names`, `attr_values`, `domain`, `op_type`), or the same for a runtime call
+    (`source` None)."""
+    if node.op == "custom_call":
+        return dict(node.attrs)
+    return {"symbol": RUNTIME_CALLS[node.op], "source": None, "attr_names": ("bucket",),
+            "attr_values": (float(node.attrs.get("bucket", 0)),), "domain": "flowc",
+            "op_type": node.op}
 
 
 def with_custom_ops(backend: Any, graphs: Sequence[Graph], later: bool = False) -> Any:
     """`backend`, wrapped in a CustomOpBackend when a graph holds a custom_call node, or
-    when `later` says that the pipeline adds some (a data-parallel step's allreduces)."""
+    when `later` says that the pipeline adds such kernels (a data-parallel step's
+    allreduces)."""
     if later or any(n.op == "custom_call" for g in graphs for n in g.nodes):
         return CustomOpBackend(backend)
     return backend
@@ -110,8 +130,9 @@ def _array(ctype: str, name: str, values: Sequence[Any]) -> str:
 
 
 def wrapper(sym: str, body: Graph, node: Any) -> str:
-    """The kernel `sym`: the ABI's arguments as a flowc_custom_args for the user's function."""
-    a = node.attrs
+    """The kernel `sym`: the ABI's arguments as a flowc_custom_args for the user's function
+    (or the runtime's)."""
+    a = call_of(node)
     ins = [n.out().type for n in body.inputs]
     outs = list(node.types)
     lines = [f"int {a['symbol']}(const flowc_custom_args *args);"]
@@ -151,17 +172,18 @@ def build_custom(tmp: Path, custom: Kernels, kernel_object: bytes,
     """One relocatable object: `kernel_object`, the wrappers and the users' sources, only
     the kernel symbols global (see the module docstring)."""
     nodes = [(sym, body, custom_node(body)) for sym, body in custom]
-    for _, _, node in nodes:
+    users = [node for _, _, node in nodes if node.op == "custom_call"]
+    for node in users:
         check_source(node, tmp)
     objects = []
-    for i, source in enumerate(sorted({node.attrs["source"] for _, _, node in nodes})):
+    for i, source in enumerate(sorted({node.attrs["source"] for node in users})):
         obj = f"user{i}.o"
         run_tool([compiler(), *CUSTOM_CFLAGS, f"-I{RUNTIME_DIR}", f"-I{Path(source).parent}",
                   "-c", source, "-o", obj], tmp, f"compiling custom op source {source}")
         defined = {ln.split()[0] for ln in run_tool(["nm", "-g", "-P", "--defined-only", obj],
                                                      tmp, "listing symbols").splitlines()
                    if ln.split()}
-        for _, _, node in nodes:
+        for node in users:
             if node.attrs["source"] == source and node.attrs["symbol"] not in defined:
                 raise FlowcError(f"{_where(node)}: the file defines no global function "
                                  f"'{node.attrs['symbol']}' (missing, misspelt or static)")

@@ -319,8 +319,15 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
     if opts.devices:
         passes = placement_passes(passes, opts.devices, opts.place, opts.device_profiles,
                                   opts.explain_placement, dump)
+    allreduces = opts.data_parallel or any(n.op == "all_reduce" for g in [graph, *entries.values()]
+                                           for n in g.nodes)
+    if allreduces:  # their CPU lowering (passes/all_reduce.py), in every entry's pipeline
+        from flowc.passes.all_reduce import SplitAllReduce
+        from flowc.passes.pipeline import with_option_pass
+
+        passes = with_option_pass(passes, "data_parallel", SplitAllReduce())
     backend = with_custom_ops(target_backend(opts), [graph, *entries.values()],
-                              later=opts.data_parallel)
+                              later=allreduces)
     target = refine(backend.get_target(opts.target or "host"), opts.cpu, opts.features)
     if isinstance(backend, GpuBackend):  # the GPU's kernels read B row-major, W as HWCF
         # (and keep their own formats: an f16 conv stays one, `widen` is CPU-only)

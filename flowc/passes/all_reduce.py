@@ -1,29 +1,36 @@
-"""The gradient allreduce of a data-parallel training step (issue [16]; docs/distributed.md).
+"""The gradient allreduce of a data-parallel training step (issue [16]; docs/distributed.md)
+and its CPU lowering, the `split-all-reduce` pass.
 
-Contract: `average_over_ranks(builder, grads)` takes the gradients (frontend Tensors of
-`builder`, static shapes) that an optimizer is about to apply and returns Tensors of the
-same types holding each gradient averaged over the ranks of the MPI job the artifact runs
-in (the identity in one process). The gradients are packed, in order, into buckets of one
-float dtype (f32 or f64) of at most `BUCKET_BYTES` (a larger gradient is a bucket of its
-own), and each bucket becomes one `custom_call` node whose C function is the runtime's
-`flowc_allreduce_mean` (flowc/runtime/allreduce.c: one MPI_Iallreduce per bucket, with a
-timeout naming a missing rank), so a step makes few collectives. Another dtype is a
-one-line FlowcError naming the gradient.
+Contract: `average_over_ranks(builder, grads, ready)` takes the gradients (frontend Tensors
+of `builder`, static shapes) that an optimizer is about to apply and returns Tensors of
+the same types holding each gradient averaged over the ranks of the MPI job the artifact
+runs in: `all_reduce` nodes (flowc/ir/ops/collective.py; the identity in one process).
+The gradients are taken in the order of `ready` (a number per gradient: where the backward
+pass computes it, so the first bucket fills first) and packed into buckets of one float
+dtype (f32 or f64) of at most `BUCKET_BYTES` (a larger gradient is a bucket of its own),
+one `all_reduce` node (`all_reduce/bucketK`) each, so a step makes few collectives.
+Another dtype is a one-line FlowcError naming the gradient.
+
+`split-all-reduce` (CPU pipeline, before `fuse`): each top-level `all_reduce` node becomes
+an `all_reduce_start` of its operands (`NAME/start`) and an `all_reduce_wait` of that
+(`NAME`, so fetches and messages keep the name) with the same results; the `schedule` pass
+then runs each start as soon as its gradients are computed and each wait right before the
+first update reading it, so the allreduce overlaps the rest of the backward pass (as
+Horovod's and DDP's buckets do). Statistics: `all-reduces-split`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from flowc.codegen.emit.link import RUNTIME_DIR
 from flowc.ir.errors import FlowcError
+from flowc.ir.graph import Graph, Node, Value
+from flowc.passes.registry import register
+from flowc.passes.rewrite import Rewriter, apply_patterns
 
 BUCKET_BYTES = 4 << 20
-SOURCE = RUNTIME_DIR / "allreduce.c"
-HEADER = RUNTIME_DIR / "mpi_abi.h"  # allreduce.c's MPI table: part of the kernel's digest
-FUNCTION = "flowc_allreduce_mean"
 
 
 def buckets(grads: Sequence[Any], limit: int = BUCKET_BYTES) -> list[list[int]]:
@@ -45,20 +52,36 @@ def buckets(grads: Sequence[Any], limit: int = BUCKET_BYTES) -> list[list[int]]:
     return out
 
 
-def average_over_ranks(builder: Any, grads: Sequence[Any]) -> list[Any]:
-    digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:16]
+def average_over_ranks(builder: Any, grads: Sequence[Any], ready: Sequence[int]) -> list[Any]:
+    order = sorted(range(len(grads)), key=lambda i: (ready[i], i))
     averaged: list[Any] = list(grads)
-    for k, members in enumerate(buckets(grads)):
-        types = [grads[i].value.type for i in members]
-        attrs = {"domain": "flowc", "op_type": "AllReduceMean", "symbol": FUNCTION,
-                 "source": str(SOURCE), "source_digest": digest,
-                 "attr_names": ("bucket",), "attr_values": (float(k),),
-                 "out_dtypes": tuple(t.dtype.name for t in types),
-                 "out_ranks": tuple(len(t.shape) for t in types),
-                 "out_dims": tuple(d for t in types for d in t.shape)}
-        results = builder.add("custom_call", [grads[i] for i in members], attrs,
+    for k, members in enumerate(buckets([grads[i] for i in order])):
+        chosen = [order[j] for j in members]
+        results = builder.add("all_reduce", [grads[i] for i in chosen], {"bucket": k},
                               f"all_reduce/bucket{k}")
         results = results if isinstance(results, tuple) else (results,)
-        for i, r in zip(members, results, strict=True):
+        for i, r in zip(chosen, results, strict=True):
             averaged[i] = r
     return averaged
+
+
+def _split(node: Node, rw: Rewriter) -> list[Value]:
+    bucket = node.attrs.get("bucket", 0)
+    start = rw.make("all_reduce_start", list(node.inputs), {"bucket": bucket}, node,
+                    name=f"{node.name}/start" if node.name else None)
+    wait = rw.make("all_reduce_wait", [start.out()],
+                   {"bucket": bucket, "ranks": tuple(t.rank for t in node.types),
+                    "dims": tuple(d for t in node.types for d in t.shape)}, node,
+                   name=node.name)
+    return list(wait.outputs)
+
+
+@register
+@dataclass(frozen=True)
+class SplitAllReduce:
+    """Each all_reduce as a start and a wait (see the module docstring)."""
+
+    name: ClassVar[str] = "split-all-reduce"
+
+    def run(self, graph: Graph) -> Graph:
+        return apply_patterns(graph, {"all_reduce": [("all-reduces-split", _split)]})

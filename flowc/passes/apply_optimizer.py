@@ -9,7 +9,8 @@ with the gradient (the sum of the gradients of its reads, when several outputs n
 of one variable), exactly as `Optimizer.apply_gradients` builds it in the TF-style API
 (slot and step variables, torch.optim's arithmetic, each assign after every read of its
 variable); with `data_parallel`, each gradient is first averaged over the ranks of the MPI
-job (`all_reduce.average_over_ranks`: bucketed allreduces); the `grad/*` outputs are
+job (`all_reduce.average_over_ranks`: bucketed `all_reduce` nodes, filled in the order
+the backward pass computes the gradients); the `grad/*` outputs are
 removed and the other outputs kept. No `grad/*` output, or one naming no variable read, is
 a one-line FlowcError.
 `training_passes(loss, variables, optimizer)` is the ONNX training route's pair of steps
@@ -65,8 +66,10 @@ class ApplyOptimizer:
                 for part in parts[1:]:
                     total = total + Tensor(part, builder)
                 pairs.append((total, Tensor(handle, builder)))
-            if self.data_parallel:
-                averaged = average_over_ranks(builder, [g for g, _ in pairs])
+            if self.data_parallel:  # gradients in the order the backward pass makes them
+                index = {n: i for i, n in enumerate(graph.nodes)}
+                ready = [max(index.get(p.node, 0) for p in parts) for parts in grads.values()]
+                averaged = average_over_ranks(builder, [g for g, _ in pairs], ready)
                 pairs = [(g, v) for g, (_, v) in zip(averaged, pairs, strict=True)]
             update.apply_gradients(pairs)
         return out

@@ -64,6 +64,9 @@ OPTION_PASSES: dict[str, tuple[str, str, str]] = {
                                                 "(f32 accumulation): after simplify (gemms "
                                                 "formed, batch norms folded into the weights), "
                                                 "before the f32-only layout rewrites"),
+    "data_parallel": ("split-all-reduce", "fuse", "each gradient allreduce as a start and a "
+                                                  "wait, which the schedule puts apart to "
+                                                  "overlap it with the backward pass"),
 }
 
 _ITEM_RE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_-]*)\s*(?:\{([^{}]*)\})?\s*(?:,|$)")

@@ -42,7 +42,7 @@ from flowc.passes import stats
 from flowc.passes.place_constraints import Feasible, feasible, groups, parse_assignments
 from flowc.passes.place_cost import Cost, compute_time, nbytes, node_cost, transfer_time
 from flowc.passes.place_devices import Cluster, Device, parse_device_list
-from flowc.passes.place_report import Choice, PlacementReport
+from flowc.passes.place_report import Choice, PlacementReport, Transfer, value_label
 from flowc.passes.registry import register
 
 DRIVER_ONLY = {"option": False, "print_default": False}
@@ -208,9 +208,11 @@ class Simulation:
             src = None if v is None else self.where[v.node]
             if src is not None and src != device.name and (v, device.name) not in self.copies:
                 link = self.cluster.link(src, device.name)
-                self.copies[(v, device.name)] = self.finish[v.node] + transfer_time(
-                    nbytes(v.type), link)
+                seconds = transfer_time(nbytes(v.type), link)
+                self.copies[(v, device.name)] = self.finish[v.node] + seconds
                 self.report.transfers += 1
+                self.report.moves.append(Transfer(value_label(v), src, device.name,
+                                                  nbytes(v.type), seconds))
                 self.live[device.name] += nbytes(v.type)
         self.report.choices.append(Choice(node, device.name, why, estimates, excluded,
                                           moved, [c.source for c in f.constraints]))

@@ -16,10 +16,15 @@ operand sooner), then the node that adds the fewest bytes to its device's live s
 look-ahead (a node that allocates but lets a successor free more counts as that pair), then
 the one allocating least, then the earliest in the input order. Each `recv` is emitted
 right before the first node that reads it (as late as it can go without delaying a
-consumer, paper §5.2), never on its own. The order kept is the one with the smaller peak
-(summed over devices) of two: that greedy order, and the input order with only the
-receives moved and the sends run when ready; a tie keeps the latter, so a graph already
-in a good order comes back unchanged (the same object when nothing moved).
+consumer, paper §5.2), never on its own. An allreduce's halves (`all_reduce_start`,
+`all_reduce_wait`: passes/all_reduce.py) go as a send and a receive: the start as soon as
+its gradients are computed, the wait right before its first reader; and a node reading a
+wait runs only when no other node is ready, so the sum over the ranks travels while the
+rest of the backward pass runs. The order kept is the one with the
+smaller peak (summed over devices) of two: that greedy order, and the input order with
+only the receives (and waits) moved and the sends (and starts) run when ready; a tie keeps
+the latter, so a graph already in a good order comes back unchanged (the same object when
+nothing moved).
 Deterministic: every choice ends on the input index.
 Statistics: nodes-moved, peak-bytes-saved (by the memory model's count).
 """
@@ -38,8 +43,11 @@ from flowc.passes.rewrite import is_pure
 from flowc.passes.schedule_model import MemoryModel
 from flowc.passes.stats import count
 
-DEFERRED_OPS = frozenset({"recv"})  # emitted right before their first reader
-EAGER_OPS = frozenset({"constant", "send"})  # run as soon as they are ready
+# emitted right before their first reader
+DEFERRED_OPS = frozenset({"recv", "all_reduce_wait"})
+EARLY_OPS = frozenset({"send", "all_reduce_start"})  # run when ready, in either order
+EAGER_OPS = frozenset({"constant", *EARLY_OPS})  # run as soon as they are ready
+LATE_READS = frozenset({"all_reduce_wait"})  # their readers run when nothing else can
 
 
 def dependencies(graph: Graph) -> dict[Node, list[Node]]:
@@ -76,7 +84,9 @@ class _ListScheduler:
             for p in ps:
                 self.succs[p].append(i)
         self.deferred = [n.op in DEFERRED_OPS for n in graph.nodes]
-        self.rank = [(n.op != "send") if not by_memory else (n.op not in EAGER_OPS)
+        # 0: eager; 2: reads a wait (last: the sum travels meanwhile); 1: the others
+        self.rank = [2 if any(v is not None and v.node.op in LATE_READS for v in n.inputs)
+                     else int(n.op not in (EAGER_OPS if by_memory else EARLY_OPS))
                      for n in graph.nodes]
         self.receives = [[p for p in ps if self.deferred[p]] for ps in self.preds]
         self.pending = [len(ps) for ps in self.preds]
@@ -185,7 +195,7 @@ def schedule_order(graph: Graph) -> tuple[list[Node], int, int]:
     """(the chosen order, the input order's peak, the chosen order's peak)."""
     model = MemoryModel(graph)
     preds = dependencies(graph)
-    moves = any(n.op in ("send", "recv") for n in graph.nodes)
+    moves = any(n.op in DEFERRED_OPS | EARLY_OPS for n in graph.nodes)
     kept = _ListScheduler(graph, model, preds, by_memory=False).run() if moves else graph.nodes
     greedy = _ListScheduler(graph, model, preds, by_memory=True).run()
     before = model.peak(graph.nodes)

@@ -1,29 +1,35 @@
-/* allreduce.c: the gradient allreduce of a data-parallel training step (issue [16];
- * docs/distributed.md, "Data-parallel training").
+/* allreduce.c: the runtime half of the `all_reduce` op (flowc/ir/ops/collective.py) in a
+ * data-parallel training step (issue [16]; docs/distributed.md, "Data-parallel training").
  *
- * `flowc_allreduce_mean` is the kernel of the `custom_call` nodes that
- * flowc/passes/all_reduce.py puts between a step's gradients and its optimizer update: one
- * node per bucket of gradients of one float dtype (f32 or f64; attribute `bucket`, its
- * index). It packs its inputs into one buffer, sums it over the ranks of the MPI job with
- * MPI_Iallreduce, and writes each input's slice divided by the number of ranks to the
- * matching output, so every rank applies the same update, that of the gradient averaged
- * over the ranks. Outside an MPI job (no launcher's PMI_RANK, PMIX_RANK or
- * OMPI_COMM_WORLD_SIZE, and no MPI already initialised in the process) it copies its
- * inputs: one process is the whole batch.
+ * The CPU lowering splits each all_reduce (one bucket of gradients of one float dtype) into
+ * an `all_reduce_start` and an `all_reduce_wait` node (passes/all_reduce.py), whose kernels
+ * (codegen/custom_kernels.py: generated wrappers, flowc_custom_op.h's arguments) call these
+ * two functions:
+ *   flowc_allreduce_start packs its inputs into its one output (1-D) and starts the sum of
+ *     that buffer over the ranks of the MPI job (MPI_Iallreduce from a copy, into it), then
+ *     returns: the schedule runs the rest of the backward pass while the sum travels;
+ *   flowc_allreduce_wait (its input: that buffer) waits until the sum has arrived, then
+ *     writes each slice divided by the number of ranks to the matching output.
+ * Attribute `bucket` (the node's) names the allreduce in flight between the two. Outside an
+ * MPI job (no launcher's PMI_RANK, PMIX_RANK or OMPI_COMM_WORLD_SIZE, and no MPI already
+ * initialised in the process) start packs and wait unpacks: one process is the whole batch.
  *
  * The MPI library is the runtime's (flowc_mpi_open, mpi_abi.c: shared with mpi.c, the
- * channels between tasks). MPI is initialised
- * (MPI_THREAD_MULTIPLE) only if nobody has yet, and then finalised at exit. The kernel
- * duplicates MPI_COMM_WORLD once (the first call is collective: every rank makes it).
+ * channels between tasks). MPI is initialised (MPI_THREAD_MULTIPLE) only if nobody has yet,
+ * and then finalised at exit. MPI_COMM_WORLD is duplicated once (the first call is
+ * collective: every rank makes it). MPI progresses a nonblocking collective only inside MPI
+ * calls, so every start also tests the allreduces already in flight once.
  *
- * Faults: before each allreduce every rank posts a small "arrived" message to every other
- * (tag: the call's number); the call polls MPI_Test on all of them and on the allreduce
- * until done or $FLOWC_MPI_TIMEOUT seconds (default 600) pass. Past the timeout it prints
- * `flowc allreduce: rank R: no gradients from rank P (bucket B) within T s
- * (FLOWC_MPI_TIMEOUT): rank P exited or hangs` and returns 1 (the artifact then stops the
- * process naming the op, and mpiexec ends the job); exit skips MPI_Finalize then. Calls
- * are serialised by a mutex. */
+ * Faults: with each allreduce every rank posts a small "arrived" message to every other
+ * (tag: the allreduce's number); the wait polls MPI_Test on all of them and on the
+ * allreduce (yielding the core for the first 50 ms, then in 50 us sleeps) until done or
+ * $FLOWC_MPI_TIMEOUT seconds (default 600) after the wait began.
+ * Past the timeout it prints `flowc allreduce: rank R: no gradients from rank P (bucket B)
+ * within T s (FLOWC_MPI_TIMEOUT): rank P exited or hangs` and returns 1 (the artifact then
+ * stops the process naming the node, and mpiexec ends the job); exit skips MPI_Finalize
+ * then. Calls are serialised by a mutex. */
 #include "flowc_custom_op.h"
+#include "flowc_rt.h"
 #include "mpi_abi.h"
 
 #include <pthread.h>
@@ -33,12 +39,26 @@
 #include <string.h>
 #include <time.h>
 
+typedef struct {
+  int active, f64;
+  size_t n, cap;    /* elements; the bytes of `send`, kept for the next step */
+  void *send, *sum; /* the packed copy sent; the start's output, which receives the sum */
+  mpi_h *reqs;     /* 2 per rank (arrival sent, received), then the allreduce's */
+  int *arrived;
+  char *done;
+} slot;
+
 static struct {
   const flowc_mpi_lib *api;
   mpi_h comm;
-  int rank, size, calls;
+  int rank, size, calls, nslots;
+  slot *slots;     /* by bucket */
   const char *error; /* why MPI could not be used, when a job needs it */
 } mpi;
+
+/* A wait polls without sleeping this long: a rank asleep does not progress MPI, and its
+ * peer waits for it (50 us sleeps from the start made a 1 MiB allreduce 4 ms, not 0.2). */
+#define SPIN_SECONDS 0.05
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -49,13 +69,13 @@ static void finalize(void) {
   if (!peer_lost && mpi.api->Finalized(&done) == 0 && !done) mpi.api->Finalize();
 }
 
-static void start(void) {
+static void open_mpi(void) {
   mpi.size = 1;
   int launched = getenv("PMI_RANK") || getenv("PMIX_RANK") || getenv("OMPI_COMM_WORLD_SIZE");
-  if (!flowc_mpi_loaded() && !launched) return;
+  if (!FLOWC_MPI(flowc_mpi_loaded)() && !launched) return;
   int why = 0;
   const char *detail = NULL;
-  if (!(mpi.api = flowc_mpi_open(&why, &detail))) {
+  if (!(mpi.api = FLOWC_MPI(flowc_mpi_open)(&why, &detail))) {
     static char missing[600];
     snprintf(missing, sizeof missing, "a symbol %s missing", detail);
     mpi.error = why == FLOWC_MPI_NO_LIBRARY ? "no MPI library (set FLOWC_LIBMPI)"
@@ -84,10 +104,24 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static size_t elements(const flowc_custom_args *a, int i) {
+static size_t elements(const int64_t *shape, int rank) {
   size_t n = 1;
-  for (int d = 0; d < a->input_ranks[i]; d++) n *= (size_t)a->input_shapes[i][d];
+  for (int d = 0; d < rank; d++) n *= (size_t)shape[d];
   return n;
+}
+
+static int bucket_of(const flowc_custom_args *a) {
+  for (int k = 0; k < a->num_attrs; k++)
+    if (!strcmp(a->attr_names[k], "bucket")) return (int)a->attr_values[k];
+  return 0;
+}
+
+/* 0 when MPI is usable (or not needed), else 1 after printing why. */
+static int ready(void) {
+  pthread_once(&once, open_mpi);
+  if (!mpi.error) return 0;
+  fprintf(stderr, "flowc allreduce: %s\n", mpi.error);
+  return 1;
 }
 
 static int test(mpi_h *req) {
@@ -96,36 +130,97 @@ static int test(mpi_h *req) {
   return mpi.api->Test(req, &done, &st) ? -1 : done;
 }
 
-/* Sums the `n` elements at `in` over the ranks into `out`; 0, or 1 after printing why not. */
-static int reduce(const void *in, void *out, size_t n, int f64, int bucket) {
-  const char *env = getenv("FLOWC_MPI_TIMEOUT");
-  double timeout = env && atof(env) > 0 ? atof(env) : 600, deadline = now() + timeout;
-  int tag = 1 + mpi.calls++ % 30000, one = 1, size = mpi.size, rc = 0;
-  mpi_h *reqs = calloc((size_t)(2 * size + 1), sizeof(mpi_h));
-  int *arrived = calloc((size_t)size, sizeof(int));
-  char *done = calloc((size_t)(2 * size + 1), 1);
-  if (!reqs || !arrived || !done) rc = 1;
-  for (int p = 0; p < size && !rc; p++) {
-    done[2 * p] = done[2 * p + 1] = p == mpi.rank;
-    if (p != mpi.rank)
-      rc = mpi.api->Isend(&one, 1, mpi.api->i32, p, tag, mpi.comm, &reqs[2 * p]) ||
-           mpi.api->Irecv(&arrived[p], 1, mpi.api->i32, p, tag, mpi.comm, &reqs[2 * p + 1]);
+/* One pass of MPI_Test over the slot's requests not yet done; how many are left, or -1. */
+static int poll(slot *s) {
+  int left = 0;
+  for (int i = 0; i < 2 * mpi.size + 1; i++) {
+    if (s->done[i]) continue;
+    int got = test(&s->reqs[i]);
+    if (got < 0) return -1;
+    if (got > 0) s->done[i] = 1;
+    else left++;
   }
-  if (!rc) rc = mpi.api->Iallreduce(in, out, (int)n, f64 ? mpi.api->f64 : mpi.api->f32, mpi.api->sum, mpi.comm,
-                               &reqs[2 * size]);
-  for (long spins = 0, left = 2 * size - 1; !rc && left; spins++) { /* posted requests */
-    for (int i = 0; i < 2 * size + 1 && !rc; i++) {
-      if (done[i]) continue;
-      int got = test(&reqs[i]);
-      if (got < 0) rc = 1;
-      if (got > 0) done[i] = 1, left--;
+  return left;
+}
+
+static void release(slot *s) { /* keeps the send buffer */
+  free(s->reqs);
+  free(s->arrived);
+  free(s->done);
+  s->reqs = NULL, s->arrived = NULL, s->done = NULL, s->active = 0;
+}
+
+/* Posts the arrivals and the allreduce of `s` (its send, sum, n, f64 set); 0 or 1. */
+static int post(slot *s) {
+  int size = mpi.size, tag = 1 + mpi.calls++ % 30000, one = 1, rc = 0;
+  s->reqs = calloc((size_t)(2 * size + 1), sizeof(mpi_h));
+  s->arrived = calloc((size_t)size, sizeof(int));
+  s->done = calloc((size_t)(2 * size + 1), 1);
+  if (!s->reqs || !s->arrived || !s->done) return 1;
+  for (int p = 0; p < size && !rc; p++) {
+    s->done[2 * p] = s->done[2 * p + 1] = p == mpi.rank;
+    if (p != mpi.rank)
+      rc = mpi.api->Isend(&one, 1, mpi.api->i32, p, tag, mpi.comm, &s->reqs[2 * p]) ||
+           mpi.api->Irecv(&s->arrived[p], 1, mpi.api->i32, p, tag, mpi.comm,
+                          &s->reqs[2 * p + 1]);
+  }
+  if (!rc)
+    rc = mpi.api->Iallreduce(s->send, s->sum, (int)s->n, s->f64 ? mpi.api->f64 : mpi.api->f32,
+                             mpi.api->sum, mpi.comm, &s->reqs[2 * size]);
+  return rc;
+}
+
+int FLOWC_MPI(flowc_allreduce_start)(const flowc_custom_args *a) {
+  if (ready()) return 1;
+  size_t esize = a->output_dtypes[0] == 11 ? 4 : 8, at = 0;
+  char *out = a->outputs[0];
+  for (int i = 0; i < a->num_inputs; i++) {
+    size_t bytes = elements(a->input_shapes[i], a->input_ranks[i]) * esize;
+    memcpy(out + at, a->inputs[i], bytes);
+    at += bytes;
+  }
+  if (mpi.size == 1) return 0;
+  int bucket = bucket_of(a), rc = 0;
+  pthread_mutex_lock(&mu);
+  if (bucket >= mpi.nslots) {
+    slot *grown = realloc(mpi.slots, (size_t)(bucket + 1) * sizeof(slot));
+    if (grown) {
+      memset(grown + mpi.nslots, 0, (size_t)(bucket + 1 - mpi.nslots) * sizeof(slot));
+      mpi.slots = grown, mpi.nslots = bucket + 1;
     }
-    if (rc || !left) break;
+  }
+  slot *s = bucket < mpi.nslots ? &mpi.slots[bucket] : NULL;
+  if (!s || s->active) {
+    fprintf(stderr, "flowc allreduce: rank %d: bucket %d %s\n", mpi.rank, bucket,
+            s ? "started again before its wait" : "has no slot (out of memory)");
+    rc = 1;
+  } else {
+    if (s->cap < at) {
+      free(s->send);
+      s->send = malloc(at ? at : 1), s->cap = s->send ? at : 0;
+    }
+    s->active = 1, s->f64 = esize == 8, s->n = at / esize, s->sum = out;
+    rc = !s->send || (memcpy(s->send, out, at), post(s));
+    for (int k = 0; k < mpi.nslots && !rc; k++) /* progress the ones in flight */
+      if (mpi.slots[k].active && k != bucket && poll(&mpi.slots[k]) < 0) rc = 1;
+  }
+  pthread_mutex_unlock(&mu);
+  return rc;
+}
+
+/* Waits for slot `s` of `bucket` (see the file's comment); 0, or 1 after printing why. */
+static int finish(slot *s, int bucket) {
+  const char *env = getenv("FLOWC_MPI_TIMEOUT");
+  double timeout = env && atof(env) > 0 ? atof(env) : 600, begun = now();
+  double deadline = begun + timeout;
+  for (;;) {
+    int left = poll(s);
+    if (left <= 0) return left < 0;
     if (now() > deadline) {
       int peer = 0;
-      while (peer < size && done[2 * peer + 1]) peer++;
+      while (peer < mpi.size && s->done[2 * peer + 1]) peer++;
       peer_lost = 1;
-      if (peer == size)
+      if (peer == mpi.size)
         fprintf(stderr, "flowc allreduce: rank %d: the allreduce of bucket %d did not complete "
                 "within %g s (FLOWC_MPI_TIMEOUT): a rank exited or hangs\n", mpi.rank, bucket,
                 timeout);
@@ -133,60 +228,47 @@ static int reduce(const void *in, void *out, size_t n, int f64, int bucket) {
         fprintf(stderr, "flowc allreduce: rank %d: no gradients from rank %d (bucket %d) within "
                 "%g s (FLOWC_MPI_TIMEOUT): rank %d exited or hangs\n", mpi.rank, peer, bucket,
                 timeout, peer);
-      rc = 1;
-    } else if (spins < 200) {
+      return 1;
+    }
+    if (now() < begun + SPIN_SECONDS) {
       sched_yield();
     } else {
       struct timespec pause = {0, 50000};
       nanosleep(&pause, NULL);
     }
   }
-  free(done);
-  free(arrived);
-  free(reqs);
-  return rc;
 }
 
-int flowc_allreduce_mean(const flowc_custom_args *a) {
-  pthread_once(&once, start);
-  if (mpi.error) {
-    fprintf(stderr, "flowc allreduce: %s\n", mpi.error);
-    return 1;
+int FLOWC_MPI(flowc_allreduce_wait)(const flowc_custom_args *a) {
+  if (ready()) return 1;
+  int f64 = a->input_dtypes[0] != 11, bucket = bucket_of(a), rc = 0;
+  const char *sum = a->inputs[0];
+  if (mpi.size > 1) {
+    pthread_mutex_lock(&mu);
+    slot *s = bucket < mpi.nslots ? &mpi.slots[bucket] : NULL;
+    if (!s || !s->active || s->sum != sum) {
+      fprintf(stderr, "flowc allreduce: rank %d: bucket %d waited on but not started\n",
+              mpi.rank, bucket);
+      rc = 1;
+    } else {
+      rc = finish(s, bucket);
+      if (!rc) release(s);
+    }
+    pthread_mutex_unlock(&mu);
   }
-  size_t total = 0;
-  for (int i = 0; i < a->num_inputs; i++) total += elements(a, i);
-  int f64 = a->num_inputs && a->input_dtypes[0] != 11;
-  size_t esize = f64 ? 8 : 4;
-  if (mpi.size == 1) {
-    for (int i = 0; i < a->num_inputs; i++)
-      memcpy(a->outputs[i], a->inputs[i], elements(a, i) * esize);
-    return 0;
-  }
-  char *buf = malloc(2 * total * esize), *sum = buf + total * esize;
-  if (!buf) return 1;
   size_t at = 0;
-  for (int i = 0; i < a->num_inputs; i++) {
-    memcpy(buf + at, a->inputs[i], elements(a, i) * esize);
-    at += elements(a, i) * esize;
-  }
-  int bucket = 0;
-  for (int k = 0; k < a->num_attrs; k++)
-    if (!strcmp(a->attr_names[k], "bucket")) bucket = (int)a->attr_values[k];
-  pthread_mutex_lock(&mu);
-  int rc = reduce(buf, sum, total, f64, bucket);
-  pthread_mutex_unlock(&mu);
-  at = 0;
-  for (int i = 0; !rc && i < a->num_inputs; i++) {
-    size_t n = elements(a, i);
+  for (int i = 0; !rc && i < a->num_outputs; i++) {
+    size_t n = elements(a->output_shapes[i], a->output_ranks[i]);
     if (f64) {
-      double *out = a->outputs[i], *in = (double *)(sum + at);
+      double *out = a->outputs[i];
+      const double *in = (const double *)sum + at;
       for (size_t j = 0; j < n; j++) out[j] = in[j] / mpi.size;
     } else {
-      float *out = a->outputs[i], *in = (float *)(sum + at);
+      float *out = a->outputs[i];
+      const float *in = (const float *)sum + at;
       for (size_t j = 0; j < n; j++) out[j] = in[j] / (float)mpi.size;
     }
-    at += n * esize;
+    at += n;
   }
-  free(buf);
   return rc;
 }

@@ -5,7 +5,7 @@
  * under MPI (a launcher's environment: PMI_RANK, PMIX_RANK or OMPI_COMM_WORLD_SIZE; or an
  * MPI already initialised in the process, e.g. by mpi4py), mpi_create opens the MPI
  * library and tells its ABI's handles apart with flowc_mpi_open (mpi_abi.c, shared with
- * the data-parallel allreduce kernel).
+ * the all_reduce op's runtime half, allreduce.c).
  *
  * Rank r runs the partitions of task r (MPI_COMM_WORLD's size must be the number of tasks;
  * a size of 1, or no MPI, runs every task on threads of this process as before). MPI is

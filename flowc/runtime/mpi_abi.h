@@ -1,6 +1,6 @@
 /* mpi_abi.h: the MPI library, found and bound once per process (mpi_abi.c), for the
- * runtime's channels between tasks (mpi.c) and the data-parallel allreduce kernel
- * (allreduce.c). Nothing links MPI.
+ * runtime's channels between tasks (mpi.c) and the all_reduce op's halves (allreduce.c).
+ * Nothing links MPI.
  *
  * flowc_mpi_loaded says whether a known MPI library (libmpi.so.12, libmpi.so.40,
  * libmpi_abi.so.1) is already loaded in the process. flowc_mpi_open (thread-safe; the
@@ -16,8 +16,7 @@
  * FLOWC_MPI_MISSING (*detail: the missing symbol's name).
  *
  * The runtime's objects (compiled with FLOWC_PREFIX) define the functions hidden, with
- * the model's prefix; a kernel (allreduce.c) calls the plain names, which linking the
- * artifact renames to the runtime's (codegen/emit/link.py, check_kernel_object). */
+ * the model's prefix, and call them so (FLOWC_MPI). */
 #ifndef FLOWC_MPI_ABI_H
 #define FLOWC_MPI_ABI_H
 #include <stdint.h>

@@ -3,7 +3,8 @@ flowc/runtime/allreduce.c; issue [16]): an MLP trained with Adam for 20 steps on
 each on half of every batch, matches single-process training on the whole batch (losses and
 parameters, up to float reassociation) under each MPI found (tests/distributed/
 mpi_installs.py); only rank 0 writes a checkpoint; a rank that hangs makes the other's step
-fail within the timeout naming it; in one process the step is the plain one."""
+fail within the timeout naming it; in one process the step is the plain one, compiled and
+in the reference interpreter."""
 
 from __future__ import annotations
 
@@ -124,3 +125,30 @@ def test_data_parallel_needs_train(tmp_path):
     onnx.save(fixed_batch_mlp(4), str(tmp_path / "m.onnx"))
     with pytest.raises(FlowcError, match="--data-parallel is an option of --train"):
         flowc.compile(tmp_path / "m.onnx", tmp_path / "out", data_parallel=True)
+
+
+def test_the_interpreter_runs_a_data_parallel_step_as_one_rank(tmp_path):
+    """The step's graph holds `all_reduce` nodes the reference interpreter runs (the mean
+    over one rank): three Adam steps equal the plain step's, losses and variables."""
+    from flowc.frontend.onnx_train import LOSS, training_graph
+    from flowc.ir.interpret import State, interpret
+    from flowc.passes import PassManager
+    from flowc.passes.apply_optimizer import training_passes
+
+    onnx.save(fixed_batch_mlp(4), str(tmp_path / "m.onnx"))
+    step = training_graph(tmp_path / "m.onnx", loss="cross-entropy", optimizer=OPTIMIZER)
+    x = np.random.default_rng(0).standard_normal((4, 16)).astype(np.float32)
+    runs = []
+    for data_parallel in (False, True):
+        graph = PassManager(training_passes(step.graph, LOSS, list(step.parameters), OPTIMIZER,
+                                            data_parallel)).run(step.graph)
+        assert sum(n.op == "all_reduce" for n in graph.nodes) == int(data_parallel)
+        assigns = [n.name for n in graph.nodes if n.op == "assign"]
+        state = State()
+        losses = [float(interpret(graph, {"x": x, "labels": np.arange(4)}, ["loss", *assigns],
+                                  state=state)["loss"]) for _ in range(3)]
+        runs.append((losses, dict(state.variables)))
+    assert runs[0][0] == runs[1][0] and runs[0][0][2] < runs[0][0][0]
+    assert runs[0][1].keys() == runs[1][1].keys()
+    for name, value in runs[0][1].items():
+        np.testing.assert_array_equal(value, runs[1][1][name])

@@ -156,8 +156,11 @@ ALLOWED = {
     ("testing/graphgen.py", "BINARY"): "the generator's menu (as UNARY_F)",
     ("testing/graphgen.py", "COMPARE"): "the generator's menu (as UNARY_F)",
     ("testing/graphgen.py", "REDUCE"): "the generator's menu (as UNARY_F)",
-    ("passes/schedule.py", "EAGER_OPS"): "a scheduling policy for constants and the "
-    "send/recv protocol, code specific to those ops",
+    ("passes/schedule.py", "EARLY_OPS"): "a scheduling policy for the send/recv and "
+    "all_reduce_start/wait protocols, code specific to those ops",
+    ("passes/schedule.py", "DEFERRED_OPS"): "a scheduling policy (as EARLY_OPS)",
+    ("codegen/custom_kernels.py", "RUNTIME_CALLS"): "a lowering table: the runtime function "
+    "each allreduce half calls",
     ("codegen/plan/state.py", "UPDATE_OPS"): "a lowering table: the kernel op each "
     "variable update (assign_add, assign_sub) runs as",
     ("codegen/plan/partitions.py", "TRANSFER_OPS"): "the send/recv protocol: the artifact's "

@@ -4,11 +4,12 @@ Contract: `link(build_dir, out_dir, name, kernel_object, model_c, header, weight
 compiles the runtime (flowc/runtime/*.c, prefixed `NAME_`), the generated model file and,
 when `weights` is given (the name of a file in `build_dir` holding the weights blob), a
 weights object embedding them as read-only data; checks that the kernel object defines
-exactly `symbols` (renaming plain `__kmpc_*` and `flowc_mpi_*` references to the runtime's
-prefixed ones); then writes `libNAME.so` (exporting only the `NAME.h` API) and
-`libNAME.a` (all objects, every global symbol prefixed) into `out_dir`. Sources are compiled
-under relative names without debug info and archived deterministically, so the same
-inputs give the same bytes. A failing tool is a FlowcError quoting its output.
+exactly `symbols` (renaming plain `__kmpc_*` and `flowc_allreduce_*` references to the
+runtime's prefixed ones); then writes `libNAME.so` (exporting only the
+`NAME.h` API) and `libNAME.a` (all objects, every global symbol prefixed) into `out_dir`.
+Sources are compiled under relative names without debug info and archived
+deterministically, so the same inputs give the same bytes. A failing tool is a FlowcError
+quoting its output.
 The runtime's objects depend only on the compiler, its flags, the prefix and the runtime
 sources, so they come from the compile cache (`cache`, flowc/codegen/cache.py) when it
 holds them (`runtime_key` and the exact command line).
@@ -30,9 +31,11 @@ from flowc.ir.errors import FlowcError
 
 RUNTIME_DIR = Path(__file__).resolve().parents[2] / "runtime"
 RUNTIME_SOURCES = ("runtime.c", "tables.c", "pool.c", "partition.c", "cuda.c", "checkpoint.c",
-                   "json.c", "mpi.c", "mpi_abi.c")
-RUNTIME_HEADERS = ("flowc_rt.h", "mpi_abi.h")
-RUNTIME_PREFIXED = ("__kmpc_", "flowc_mpi_")  # what a kernel may call in the runtime
+                   "json.c", "mpi.c", "mpi_abi.c", "allreduce.c")
+RUNTIME_HEADERS = ("flowc_rt.h", "mpi_abi.h", "flowc_custom_op.h")
+# what a kernel may call in the runtime (flowc_allreduce_*: the wrappers of all_reduce_start
+# and all_reduce_wait nodes, codegen/custom_kernels.py)
+RUNTIME_PREFIXED = ("__kmpc_", "flowc_allreduce_")
 CFLAGS = ("-O2", "-fPIC", "-fvisibility=hidden", "-std=gnu11", "-Wall")
 LINK_LIBS = ("-lm", "-lpthread", "-ldl")
 API_RE = re.compile(r"^(?:const )?[\w ]+?\**\s*\b(\w+)\(", re.MULTILINE)

@@ -43,6 +43,12 @@ NOT_KERNELS: dict[str, str] = {
     **{op: "constant folding computes it once the operands deciding its extent are constants "
        "(the compiled path folds small inputs first): ir/ops/data_dependent.py"
        for op in ("non_zero", "unique", "non_max_suppression")},
+    "all_reduce": "the CPU pipeline splits it into all_reduce_start and all_reduce_wait "
+    "(passes/all_reduce.py)",
+    "all_reduce_start": "the runtime's flowc_allreduce_start (runtime/allreduce.c), called "
+    "by a wrapper of codegen/custom_kernels.py",
+    "all_reduce_wait": "the runtime's flowc_allreduce_wait (runtime/allreduce.c), called by "
+    "a wrapper of codegen/custom_kernels.py",
 }
 
 
