@@ -31,6 +31,8 @@ from flowc.frontend.onnx_scatter import CONVERTERS as SCATTER_CONVERTERS
 from flowc.frontend.onnx_select import CONVERTERS as SELECT_CONVERTERS
 from flowc.frontend.onnx_sequence import CONVERTERS as SEQUENCE_CONVERTERS
 from flowc.frontend.onnx_sequence import should_unroll, unroll_loop
+from flowc.frontend.onnx_small import CONVERTERS as SMALL_CONVERTERS
+from flowc.frontend.onnx_small import ML_CONVERTERS
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
 from flowc.frontend.onnx_tfidf import CONVERTERS as TFIDF_CONVERTERS
 from flowc.ir import Graph, TensorType, Value
@@ -233,13 +235,15 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **SELECT_CONVERTERS,   # Compress (onto non_zero)
     **SEQUENCE_CONVERTERS,  # sequences and optionals, resolved at import; Identity
     **TFIDF_CONVERTERS,    # TfIdfVectorizer over integer pools
+    **SMALL_CONVERTERS,    # Det (n <= 3)
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
 
 
-PREVIEW_CONVERTERS = {  # by domain: ai.onnx.preview(.training)
+DOMAIN_CONVERTERS = {  # by domain: ai.onnx.preview(.training), ai.onnx.ml
     "ai.onnx.preview": {"FlexAttention": convert_flex_attention},
     "ai.onnx.preview.training": OPTIMIZER_CONVERTERS,  # Adagrad, Adam, Momentum
+    "ai.onnx.ml": ML_CONVERTERS,  # Binarizer, ArrayFeatureExtractor
 }
 
 
@@ -250,12 +254,12 @@ def takes_structured(op_type: str, domain: str = "") -> bool:
 
 def is_supported(op_type: str, domain: str = "") -> bool:
     """Whether the table or the registry converts `op_type` of `domain` (the default one,
-    com.microsoft's quantized ops, ai.onnx.preview's FlexAttention and optimizers:
-    `converter`)."""
+    com.microsoft's quantized ops, ai.onnx.preview's FlexAttention and optimizers, two
+    ai.onnx.ml ops: `converter`)."""
     if domain == "com.microsoft":
         return op_type in MS_CONVERTERS
-    if domain in PREVIEW_CONVERTERS:
-        return op_type in PREVIEW_CONVERTERS[domain]
+    if domain in DOMAIN_CONVERTERS:
+        return op_type in DOMAIN_CONVERTERS[domain]
     return domain in DEFAULT_DOMAINS and (op_type in CONVERTERS or op_type in ONNX_OPS)
 
 
@@ -263,6 +267,6 @@ def converter(op_type: str, domain: str):
     """The converter of a supported node (`convert_default` for a registry op)."""
     if domain == "com.microsoft":
         return MS_CONVERTERS[op_type]
-    if domain in PREVIEW_CONVERTERS:
-        return PREVIEW_CONVERTERS[domain][op_type]
+    if domain in DOMAIN_CONVERTERS:
+        return DOMAIN_CONVERTERS[domain][op_type]
     return CONVERTERS.get(op_type, convert_default)

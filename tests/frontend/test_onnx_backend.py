@@ -50,6 +50,7 @@ COVERAGE_OPS = {
     "TfIdfVectorizer",  # ops3: integer pools as equal/and/reduce_sum
     "Adagrad", "Adam", "Momentum",  # ops3: ai.onnx.preview.training, elementwise
     "TensorScatter", "MaxUnpool",  # ops3: scatters at run-time indices
+    "Det", "Binarizer", "ArrayFeatureExtractor",  # ops3: small compositions (onnx_small.py)
 }
 SCOPE_OPS = {
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Neg", "Abs", "Sqrt", "Exp", "Log",
@@ -116,7 +117,7 @@ def _nodes(graph):
 def in_scope(case) -> bool:
     return case.model is not None and case.name not in OUT_OF_SCOPE and all(
         n.op_type in SCOPE_OPS and n.domain in ("", "ai.onnx", "ai.onnx.preview",
-                                                "ai.onnx.preview.training")
+                                                "ai.onnx.preview.training", "ai.onnx.ml")
         for n in _nodes(case.model.graph))
 
 
