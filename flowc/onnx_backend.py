@@ -13,9 +13,9 @@ refuses) get an artifact for the dtypes and shapes they are fed (on the first ru
 shape signature; inputs whose values decide result shapes, such as a Range's bounds, are
 folded in as constants and so are part of the signature); each runs with the runtime; compiled
 kernels go through the compile cache (`$FLOWC_CACHE_DIR`, flowc/codegen/cache.py).
-"CPU:interpret" runs the reference interpreter. Both pass 1612 of the 1616 in-scope node
-tests (bench/results/onnx_node_tests.md; the other 4 have string, sequence or optional
-inputs the importer refuses).
+"CPU:interpret" runs the reference interpreter. Both pass 1734 of the 1737 in-scope node
+tests (bench/results/onnx_node_tests.md; of the other 3, two have string inputs the
+importer refuses, and onnx's runner cannot compare the third's sequence of scalars).
 
 A model with sequences or optionals (in its inputs, outputs or ops) is imported on its
 first run, bound to what it is fed (`import_onnx_model(bind=)`: sequences resolve at
