@@ -14,9 +14,15 @@ shape signature; inputs whose values decide result shapes, such as a Range's bou
 that a kernel needs at compile time, such as a CumSum's axis, are folded in as constants and
 so are part of the signature); each runs with the runtime; compiled
 kernels go through the compile cache (`$FLOWC_CACHE_DIR`, flowc/codegen/cache.py).
-"CPU:interpret" runs the reference interpreter. Both pass 1612 of the 1616 in-scope node
-tests (bench/results/onnx_node_tests.md; the other 4 have string, sequence or optional
-inputs the importer refuses).
+"CPU:interpret" runs the reference interpreter. Both pass 1734 of the 1737 in-scope node
+tests (bench/results/onnx_node_tests.md; of the other 3, two have string inputs the
+importer refuses, and onnx's runner cannot compare the third's sequence of scalars).
+
+A model with sequences or optionals (in its inputs, outputs or ops) is imported on its
+first run, bound to what it is fed (`import_onnx_model(bind=)`: sequences resolve at
+import), and again for each new feed structure (sequence lengths and element shapes,
+empty optionals, the values of small int and bool inputs); its sequence results come back
+as lists of arrays, an empty optional as None.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
-from flowc.frontend.onnx import import_onnx
+from flowc.frontend.onnx import BIND_MAX_ELEMENTS, ImportedOnnx, import_onnx, import_onnx_model
+from flowc.frontend.onnx_sequence import uses_sequences
 from flowc.ir import Graph
 from flowc.ir.interpret import interpret
 
@@ -73,11 +80,61 @@ class FlowcRep(BackendRep):
         return tuple(results[name] for name, _ in self.graph.outputs)
 
 
+def _structured(model: onnx.ModelProto) -> bool:
+    g = model.graph
+    return uses_sequences(g) or any(v.type.WhichOneof("value") != "tensor_type"
+                                    for v in [*g.input, *g.output])
+
+
+def _structure(fed: Any) -> Any:
+    """What of a feed a bound import depends on (see the module docstring)."""
+    if fed is None:
+        return None
+    if isinstance(fed, list | tuple):
+        return tuple((np.asarray(a).dtype.str, np.asarray(a).shape) for a in fed)
+    a = np.asarray(fed)
+    if a.dtype.kind in "biu" and a.size <= BIND_MAX_ELEMENTS:
+        return (a.dtype.str, a.shape, a.tobytes())
+    return "tensor"
+
+
+class BoundRep(BackendRep):
+    """A model with sequences or optionals, imported per feed structure (module docstring)."""
+
+    def __init__(self, model: onnx.ModelProto, engine: Engine, dims: Any):
+        self.model, self.engine, self.dims = model, engine, dims
+        initializers = {t.name for t in model.graph.initializer}
+        self.inputs = [i.name for i in model.graph.input if i.name not in initializers]
+        self._runs: dict[tuple, tuple[ImportedOnnx, Run]] = {}
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        feeds = dict(inputs) if isinstance(inputs, dict) else dict(
+            zip(self.inputs, [inputs] if isinstance(inputs, np.ndarray) else inputs,
+                strict=False))
+        key = tuple((k, _structure(v)) for k, v in sorted(feeds.items()))
+        if key not in self._runs:
+            imported = import_onnx_model(self.model, bind=feeds)
+            self._runs[key] = (imported, self.engine(imported.graph, dims=self.dims))
+        imported, run = self._runs[key]
+        flat: dict[str, np.ndarray] = {}
+        for name, fed in feeds.items():
+            if isinstance(fed, list | tuple):
+                flat.update((f"{name}.{i}", a) for i, a in enumerate(fed))
+            elif fed is not None:
+                flat[name] = fed
+        results = run(flat) if imported.graph.outputs else {}
+        return tuple(form if form is None else results[form] if isinstance(form, str)
+                     else [results[n] for n in form] for form in imported.forms.values())
+
+
 class FlowcBackend(Backend):
     @classmethod
-    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> FlowcRep:
+    def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any
+                ) -> FlowcRep | BoundRep:
         if not cls.supports_device(device):
             raise ValueError(f"flowc's ONNX backend runs on {', '.join(ENGINES)}, not {device}")
+        if _structured(model):
+            return BoundRep(model, ENGINES[device], kwargs.get("dims"))
         graph = import_onnx(model)
         return FlowcRep(graph, ENGINES[device](graph, dims=kwargs.get("dims")))
 

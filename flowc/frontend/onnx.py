@@ -23,7 +23,16 @@ Contract:
   whose result rank depends on such values (Reshape, ConstantOfShape, Expand ...) get
   static types.
 - If/Loop bodies become closed flowc bodies: the outer values they read become explicit
-  operands (see `onnx_nodes`).
+  operands (see `onnx_nodes`), except small constants (at most BIND_MAX_ELEMENTS
+  elements: axes, shapes), which are copied into the body so its types are as static.
+- Sequences and optionals are resolved at import (`onnx_sequence`): `bind` maps graph
+  input names to the values the model will be fed (as `onnx.backend` feeds them: a list of
+  arrays for a sequence, None for an empty optional). A sequence input of n tensors becomes
+  the graph inputs `name.0` .. `name.{n-1}` (typed as fed), a present optional the input
+  `name` (or, holding a sequence, as a sequence), an empty one nothing; bound int and bool
+  inputs of at most BIND_MAX_ELEMENTS elements are known at import (positions, split
+  sizes, trip counts, conditions), their values baked in. A sequence graph output becomes
+  outputs `name.0` ...; `ImportedOnnx.forms` says how to reassemble them.
 - Every unsupported op (bodies included) is reported in one error listing each offending
   node with its op and opset, before anything is built. Any other problem names the file,
   node and op.
@@ -52,19 +61,25 @@ from flowc.frontend.onnx_attrs import (
 from flowc.frontend.onnx_external import load_external, read_model
 from flowc.frontend.onnx_fold import make_folded
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS, Functions
-from flowc.frontend.onnx_nodes import NodeContext, converter, is_supported
+from flowc.frontend.onnx_nodes import NodeContext, converter, is_supported, takes_structured
 from flowc.frontend.onnx_rules import check_no_stray_refs, check_opset, check_unique
-from flowc.frontend.onnx_scan import splice_graph
 from flowc.frontend.onnx_scan8 import mark_scan8, rewrite_scan8
+from flowc.frontend.onnx_sequence import Opt, Seq, is_structured
 from flowc.ir import Graph, Node, Tensor, TensorType, Value, dtype
-from flowc.ir.build import make_node
+from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import FlowcError
+from flowc.ir.types import bf16, f16, f32
 from flowc.ir.verifier import verify
 
 __all__ = ["MIN_OPSET", "ImportedOnnx", "OnnxImportError", "import_onnx", "import_onnx_model",
            "import_onnx_with_values", "unsupported_nodes"]
 
 MIN_OPSET = 13
+# function ops whose f16/bf16 operands are computed in f32 (onnxruntime's kernels do; the
+# f16 roundings between the steps of their bodies miss ONNX's reference results)
+WIDENED_FUNCTIONS = frozenset({"Attention"})
+BIND_MAX_ELEMENTS = 64  # bound int/bool inputs up to this size are known at import
+Form = str | list[str] | None  # a graph output: one output, a sequence's outputs, empty
 
 
 def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -155,14 +170,23 @@ def unsupported_nodes(model: onnx.ModelProto, path: str = "<model>") -> list[str
 
 class _Scope:
     """One flowc graph being built from one ONNX graph: its names, and for a body the
-    outer values it reads (each becomes a body input, in first-use order)."""
+    outer values it reads (each becomes a body input, in first-use order; a small constant
+    is copied in instead)."""
 
-    def __init__(self, graph: Graph, parent: _Scope | None):
+    def __init__(self, graph: Graph, parent: _Scope | None, where: str = ""):
         self.graph = graph
         self.parent = parent
-        self.env: dict[str, Value] = {}
+        self.env: dict[str, Any] = {}  # a Value, or a Seq or Opt (onnx_sequence)
         self.captures: list[Value] = []
         self.used: set[str] = set()
+        self.outer: _Scope | None = None  # an in-line body's scope reads the enclosing one's
+        self.where = where
+
+    def inline(self) -> _Scope:
+        """A scope for a body imported in line: new names, its own inputs, outer reads."""
+        inner = _Scope(self.graph, None, self.where)
+        inner.used, inner.outer = self.used, self
+        return inner
 
     def unique(self, name: str) -> str:
         """ONNX names need not be unique across nodes and tensors; flowc's are."""
@@ -172,12 +196,26 @@ class _Scope:
         self.used.add(candidate)
         return candidate
 
-    def lookup(self, name: str) -> Value | None:
+    def lookup(self, name: str) -> Any:
         if name in self.env:
             return self.env[name]
+        if self.outer is not None:
+            return self.outer.lookup(name)
         outer = self.parent.lookup(name) if self.parent is not None else None
         if outer is None:
             return None
+        if is_structured(outer):
+            raise OnnxImportError(f"{self.where}: body '{self.graph.name}' reads sequence or "
+                                  f"optional {quoted(name)}: flowc resolves those at import, "
+                                  "so only in bodies imported in line (an If whose "
+                                  "condition, a Loop whose trip count is known at import)")
+        known = const_value(outer)
+        if known is not None and known.size <= BIND_MAX_ELEMENTS:  # axes, shapes: copied in,
+            # so the body's types use them as the outer graph's do
+            value = self.graph.append(make_node("constant", [], {"value": Tensor(known)},
+                                                name=self.unique(name), loc=outer.node.loc)).out()
+            self.env[name] = value
+            return value
         value = self.graph.add_input(self.unique(name), outer.type)
         self.env[name] = value
         self.captures.append(outer)
@@ -185,9 +223,12 @@ class _Scope:
 
 
 class _Importer:
-    def __init__(self, proto: onnx.ModelProto, path: str):
+    def __init__(self, proto: onnx.ModelProto, path: str, bind: dict[str, Any] | None = None):
         self.proto = proto
         self.path = path
+        self.bind = bind
+        self.bound: dict[Node, np.ndarray] = {}  # inputs whose bound values are known
+        self.forms: dict[str, Form] = {}
         self.opset = _opset(proto.opset_import)
         self.functions = Functions(proto, path)
         self.folded: set[Node] = set()  # constants that folding made (dropped if unused)
@@ -196,13 +237,12 @@ class _Importer:
     def main(self) -> tuple[Graph, dict[str, Value]]:
         onnx_graph = self.proto.graph
         check_unique(onnx_graph, self.path)
-        scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "main"), None)
+        scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "main"), None, self.path)
         initializers = {t.name: t for t in onnx_graph.initializer}
         declared = {i.name: i for i in onnx_graph.input}
         for info in onnx_graph.input:
             if info.name not in initializers:
-                scope.env[info.name] = scope.graph.add_input(
-                    scope.unique(info.name), tensor_type(info, f"{self.path}: input"))
+                scope.env[info.name] = self._input(scope, info)
         for name, tensor in initializers.items():
             array = to_array(tensor, f"{self.path}: initializer {quoted(name)}")
             if name in declared:
@@ -210,6 +250,51 @@ class _Importer:
             scope.env[name] = self._constant(scope, array, name)
         self._nodes(onnx_graph.node, scope, None, "")
         return self._outputs(onnx_graph, scope), scope.env
+
+    def _input(self, scope: _Scope, info: onnx.ValueInfoProto) -> Any:
+        """A graph input: a tensor input, or as bound (see the module docstring)."""
+        kind = info.type.WhichOneof("value")
+        if self.bind is None or info.name not in self.bind:
+            if kind != "tensor_type" and self.bind is not None:
+                raise OnnxImportError(f"{self.path}: input {quoted(info.name)} is a {kind} "
+                                      "and is not bound to a value")
+            return scope.graph.add_input(scope.unique(info.name),
+                                         tensor_type(info, f"{self.path}: input"))
+        fed = self.bind[info.name]
+        if kind == "tensor_type":
+            value = scope.graph.add_input(scope.unique(info.name),
+                                          tensor_type(info, f"{self.path}: input"))
+            array = np.asarray(fed)
+            if array.dtype.kind in "biu" and array.size <= BIND_MAX_ELEMENTS:
+                self.bound[value.node] = array
+            return value
+        if kind not in ("sequence_type", "optional_type"):
+            raise OnnxImportError(f"{self.path}: input {quoted(info.name)} is of kind {kind}, "
+                                  "which flowc does not import")
+        if fed is None:
+            if kind != "optional_type":
+                raise OnnxImportError(f"{self.path}: input {quoted(info.name)} is a sequence, "
+                                      "bound to None")
+            return Opt(None)
+        value = (Seq(tuple(self._bound_tensor(scope, f"{info.name}.{i}", a)
+                           for i, a in enumerate(fed)))
+                 if isinstance(fed, list | tuple) else self._bound_tensor(scope, info.name, fed))
+        return Opt(value) if kind == "optional_type" else value
+
+    def _bound_tensor(self, scope: _Scope, name: str, fed: Any) -> Value:
+        array = np.asarray(fed)
+        try:
+            t = TensorType(dtype(array.dtype), array.shape)
+        except TypeError as exc:
+            raise OnnxImportError(f"{self.path}: input {quoted(name)}: {exc}") from None
+        return scope.graph.add_input(scope.unique(name), t)
+
+    def known(self, value: Value | None) -> np.ndarray | None:
+        """`value`'s value where import knows it: a constant, or a bound input's."""
+        if value is None or is_structured(value):
+            return None
+        found = const_value(value)
+        return self.bound.get(value.node) if found is None else found
 
     def _check_initializer(self, name: str, array: np.ndarray, info: onnx.ValueInfoProto):
         want = tensor_type(info, f"{self.path}: input")
@@ -226,12 +311,54 @@ class _Importer:
             if value is None:
                 raise OnnxImportError(f"{self.path}: graph output {quoted(info.name)} is not "
                                       "produced")
-            scope.graph.add_output(info.name, value)
+            if is_structured(value) and scope.parent is not None:
+                raise OnnxImportError(f"{scope.where}: body '{scope.graph.name}' yields "
+                                      f"sequence or optional {quoted(info.name)}: flowc "
+                                      "resolves those at import, so only from bodies imported "
+                                      "in line (an If whose condition, a Loop whose trip "
+                                      "count is known at import)")
+            form = self._add_output(scope, info.name, value)
+            if scope.parent is None:
+                self.forms[info.name] = form
         graph = scope.graph
         used = {v.node for n in graph.nodes for v in n.inputs if v is not None}
         used |= {c for n in graph.nodes for c in n.ctrl} | {v.node for _, v in graph.outputs}
         graph.nodes = [n for n in graph.nodes if n not in self.folded or n in used]
         return graph
+
+    def _add_output(self, scope: _Scope, name: str, value: Any) -> Form:
+        """Add `value` as the graph output(s) `name`; its form (see `Form`)."""
+        if isinstance(value, Opt):
+            return None if value.value is None else self._add_output(scope, name, value.value)
+        if isinstance(value, Seq):
+            names = [f"{name}.{i}" for i in range(len(value.items))]
+            for n, v in zip(names, value.items, strict=True):
+                scope.graph.add_output(n, v)
+            return names
+        scope.graph.add_output(name, value)
+        return name
+
+    def inline_body(self, scope: _Scope, onnx_graph: onnx.GraphProto, args: Sequence[Any],
+                    refs: dict[str, onnx.AttributeProto] | None, prefix: str) -> list[Any]:
+        """Import a body's nodes in line, into `scope`'s graph, its inputs bound to `args`
+        (Values, Seqs or Opts); its outputs."""
+        check_unique(onnx_graph, self.path)
+        if len(onnx_graph.input) != len(args):
+            raise OnnxImportError(f"{self.path}: body '{onnx_graph.name}' declares "
+                                  f"{len(onnx_graph.input)} inputs, expected {len(args)}")
+        inner = scope.inline()
+        for info, arg in zip(onnx_graph.input, args, strict=True):
+            inner.env[info.name] = arg
+        for t in onnx_graph.initializer:
+            if t.name not in inner.env:
+                array = to_array(t, f"{self.path}: initializer {quoted(t.name)}")
+                inner.env[t.name] = self._constant(inner, array, t.name)
+        self._nodes(onnx_graph.node, inner, refs, prefix)
+        outputs = [inner.lookup(info.name) for info in onnx_graph.output]
+        if any(v is None for v in outputs):
+            raise OnnxImportError(f"{self.path}: body '{onnx_graph.name}' does not produce "
+                                  "all its outputs")
+        return outputs
 
     def body(self, parent: _Scope, onnx_graph: onnx.GraphProto, formal: Sequence[TensorType],
              refs: dict[str, onnx.AttributeProto] | None) -> tuple[Graph, list[Value]]:
@@ -240,7 +367,8 @@ class _Importer:
         leaves their shape out; `refs` are the enclosing function call's attributes (None
         outside any function)."""
         check_unique(onnx_graph, self.path)
-        scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "body"), parent)
+        scope = _Scope(Graph(onnx_graph.name.replace(" ", "_") or "body"), parent,
+                       parent.where)
         if len(onnx_graph.input) != len(formal):
             raise OnnxImportError(f"{self.path}: body '{onnx_graph.name}' declares "
                                   f"{len(onnx_graph.input)} inputs, expected {len(formal)}")
@@ -280,7 +408,7 @@ class _Importer:
         base = f"{prefix}{onnx_node.name or f'{onnx_node.op_type}_{i}'}"
         where = f"{self.path}: node {quoted(base)} ({onnx_node.op_type})"
         onnx_node = resolve_refs(onnx_node, refs or {})
-        inputs: list[Value | None] = []
+        inputs: list[Any] = []
         for n in onnx_node.input:
             value = scope.lookup(n) if n else None
             if n and value is None:
@@ -299,15 +427,21 @@ class _Importer:
         if not known:
             results = self._inline(onnx_node, inputs, scope, base, where)
         else:
+            if any(is_structured(v) for v in inputs) and not takes_structured(
+                    onnx_node.op_type, onnx_node.domain):
+                raise OnnxImportError(f"{where}: an operand is a sequence or optional; "
+                                      f"{onnx_node.op_type} takes tensors")
+            scope.where = where
             ctx = NodeContext(
                 onnx_node, inputs, node_attrs(onnx_node, where), where,
                 emit=lambda op, operands, attrs: self._emit(scope, op, operands, attrs, base,
                                                             where),
                 constant=lambda array: self._constant(scope, array, f"{base}/const"),
                 body=lambda g, formal: self.body(scope, g, formal, refs),
-                splice=lambda g, args: splice_graph(scope.graph, g, args,
-                                                    lambda n: scope.unique(f"{base}/{n}")),
-                opset=self.opset)
+                opset=self.opset,
+                known=self.known,
+                inline=lambda g, args, tag="": self.inline_body(scope, g, args, refs,
+                                                                f"{base}/{tag}"))
             try:
                 results = (custom_ops.convert(ctx, custom, self.declared(onnx_node, where))
                            if custom is not None
@@ -352,11 +486,18 @@ class _Importer:
 
     def _inline(self, onnx_node: onnx.NodeProto, inputs: list[Value | None], scope: _Scope,
                 base: str, where: str) -> list[Value]:
-        """Convert a function op through its body, in the caller's graph."""
+        """Convert a function op through its body, in the caller's graph (those of
+        WIDENED_FUNCTIONS on f16/bf16 operands: in f32, the results cast back)."""
         missing = self.functions.missing_inputs(onnx_node, self.opset)
         if missing:
             raise OnnxImportError(f"{where}: required input(s) {', '.join(map(quoted, missing))} "
                                   "missing")
+        narrow = {v.type.dtype for v in inputs if v is not None and v.type.dtype in (f16, bf16)}
+        widen = onnx_node.op_type in WIDENED_FUNCTIONS and len(narrow) == 1
+        if widen:
+            inputs = [v if v is None or v.type.dtype not in narrow else
+                      self._emit(scope, "cast", [v], {"to": f32}, f"{base}/widened", where)[0]
+                      for v in inputs]
         types = [None if v is None else v.type for v in inputs]
         try:
             function, defaults = self.functions.body(onnx_node, self.opset, types)
@@ -376,6 +517,11 @@ class _Importer:
                 raise OnnxImportError(f"{where}: its function body does not produce "
                                       f"'{formal}'")
             results.append(value)
+        if widen:
+            back = next(iter(narrow))
+            results = [v if v is None or v.type.dtype != f32 else
+                       self._emit(scope, "cast", [v], {"to": back}, f"{base}/narrowed", where)[0]
+                       for v in results]
         return results
 
 
@@ -401,16 +547,20 @@ def import_onnx_with_values(model: str | os.PathLike | onnx.ModelProto
 class ImportedOnnx:
     """An imported model: its graph, the flowc value of each named tensor of its main
     graph, the names of its main graph's initializers (each a `constant` node of that name,
-    in the file's order) and the path errors name."""
+    in the file's order), the path errors name, and the form of each ONNX graph output (its
+    flowc output's name; a sequence's list of them; None for an empty optional)."""
 
     graph: Graph
     values: dict[str, Value]
     initializers: tuple[str, ...]
     path: str
+    forms: dict[str, Form]
 
 
-def import_onnx_model(model: str | os.PathLike | onnx.ModelProto) -> ImportedOnnx:
-    """`import_onnx` with what the training route needs besides the graph (ImportedOnnx)."""
+def import_onnx_model(model: str | os.PathLike | onnx.ModelProto,
+                      bind: dict[str, Any] | None = None) -> ImportedOnnx:
+    """`import_onnx` with what the training route needs besides the graph (ImportedOnnx);
+    `bind`: the fed values sequences resolve against (see the module docstring)."""
     path = "<model>" if isinstance(model, onnx.ModelProto) else os.fspath(model)
     try:
         proto, path = _load(model)
@@ -418,7 +568,8 @@ def import_onnx_model(model: str | os.PathLike | onnx.ModelProto) -> ImportedOnn
         missing = unsupported_nodes(proto, path)
         if missing:
             raise _unsupported(path, missing)
-        graph, values = _Importer(proto, path).main()
+        importer = _Importer(proto, path, bind)
+        graph, values = importer.main()
         initializers = tuple(t.name for t in proto.graph.initializer)
     except onnx.checker.ValidationError as exc:  # raised by onnx's own checks
         lines = str(exc).strip().splitlines()
@@ -427,4 +578,4 @@ def import_onnx_model(model: str | os.PathLike | onnx.ModelProto) -> ImportedOnn
     except MemoryError:
         raise OnnxImportError(f"{path}: out of memory while importing the model") from None
     verify(graph)
-    return ImportedOnnx(graph, values, initializers, path)
+    return ImportedOnnx(graph, values, initializers, path, importer.forms)

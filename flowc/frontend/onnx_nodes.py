@@ -21,6 +21,7 @@ from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
 from flowc.frontend.onnx_cache_ops import convert_tensor_scatter
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
 from flowc.frontend.onnx_deform_conv import convert_deform_conv
+from flowc.frontend.onnx_flex import convert_flex_attention
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
 from flowc.frontend.onnx_grid_sample import convert_grid_sample
 from flowc.frontend.onnx_linalg import convert_det
@@ -34,6 +35,9 @@ from flowc.frontend.onnx_rnn import convert_recurrent
 from flowc.frontend.onnx_roi_align import convert_roi_align
 from flowc.frontend.onnx_scan import convert_scan
 from flowc.frontend.onnx_scatter import CONVERTERS as SCATTER_CONVERTERS
+from flowc.frontend.onnx_select import CONVERTERS as SELECT_CONVERTERS
+from flowc.frontend.onnx_sequence import CONVERTERS as SEQUENCE_CONVERTERS
+from flowc.frontend.onnx_sequence import should_unroll, unroll_loop
 from flowc.frontend.onnx_signal import convert_dft, convert_mel_weight_matrix
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
 from flowc.frontend.onnx_tfidf import convert_tfidf
@@ -56,7 +60,9 @@ class NodeContext:
     emit: Callable[[str, Sequence[Value | None], dict[str, Any]], Sequence[Value]]
     constant: Callable[[np.ndarray], Value]
     body: Callable[[onnx.GraphProto, Sequence[TensorType]], tuple[Graph, list[Value]]]
-    splice: Callable[[Graph, Sequence[Value]], list[Value]]
+    known: Callable[[Value | None], np.ndarray | None]  # a value import knows, else None
+    # a body imported in line with its inputs bound to args (tag: its nodes' name prefix)
+    inline: Callable[..., list[Any]]
     opset: int = 0  # the model's default-domain opset (for ops whose form changed)
 
     @property
@@ -173,13 +179,13 @@ def _dropout(ctx: NodeContext) -> Sequence[Value]:
 def _if(ctx: NodeContext) -> Sequence[Value]:
     """ONNX If bodies read outer values implicitly; flowc bodies are closed, so every value
     either branch reads becomes an operand, and both branches take all of them. A condition
-    known at import (often folded shape arithmetic) imports only the branch it takes, in
-    line: the other branch never runs and need not even be well typed for these shapes."""
-    known = const_value(ctx.inputs[0])
+    known at import (often folded shape arithmetic, or a bound input) imports only the
+    branch it takes, in line: the other branch never runs and need not even be well typed
+    for these shapes, and the taken one may yield sequences."""
+    known = ctx.known(ctx.inputs[0])
     if known is not None:
         branch = "then_branch" if bool(np.asarray(known).reshape(-1)[0]) else "else_branch"
-        body, captures = ctx.body(ctx.attrs[branch], [])
-        return ctx.splice(body, captures)
+        return ctx.inline(ctx.attrs[branch], [])
     then_body, then_caps = ctx.body(ctx.attrs["then_branch"], [])
     else_body, else_caps = ctx.body(ctx.attrs["else_branch"], [])
     operands = list(dict.fromkeys([*then_caps, *else_caps]))
@@ -204,7 +210,10 @@ def _unused_input(body: Graph, new_inputs: list[Node], value: Value) -> Node:
 
 def _loop(ctx: NodeContext) -> Sequence[Value]:
     """ONNX Loop: body (iteration, cond, carried...) -> (cond, carried..., scans...); the
-    values the body reads from outside become trailing operands (`captures`)."""
+    values the body reads from outside become trailing operands (`captures`). A loop over
+    sequences is unrolled at import (onnx_sequence.unroll_loop)."""
+    if should_unroll(ctx):
+        return unroll_loop(ctx)
     m, cond, *carried = ctx.inputs + [None] * (2 - len(ctx.inputs))
     formal = [TensorType(i64, ()), TensorType(bool_, ())] + [v.type for v in carried]
     body, captures = ctx.body(ctx.attrs["body"], formal)
@@ -244,12 +253,21 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "DeformConv": convert_deform_conv,
     "TfIdfVectorizer": convert_tfidf,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
+    **SELECT_CONVERTERS,   # Compress (onto non_zero)
+    **SEQUENCE_CONVERTERS,  # sequences and optionals, resolved at import; Identity
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
 
 
-# the converters of ai.onnx.preview.training's optimizers and ai.onnx.ml's ops
-OTHER_DOMAINS = {TRAINING_DOMAIN: TRAINING_CONVERTERS, ML_DOMAIN: ML_CONVERTERS}
+# the converters of ai.onnx.preview's FlexAttention, ai.onnx.preview.training's optimizers
+# and ai.onnx.ml's ops
+OTHER_DOMAINS = {"ai.onnx.preview": {"FlexAttention": convert_flex_attention},
+                 TRAINING_DOMAIN: TRAINING_CONVERTERS, ML_DOMAIN: ML_CONVERTERS}
+
+
+def takes_structured(op_type: str, domain: str = "") -> bool:
+    """Whether the converter of `op_type` takes sequence and optional operands."""
+    return domain in DEFAULT_DOMAINS and op_type in (*SEQUENCE_CONVERTERS, "If", "Loop")
 
 
 def is_supported(op_type: str, domain: str = "") -> bool:

@@ -75,6 +75,7 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "stft": [("stft-decomposed", d.stft)],
     "col2im": [("col2im-decomposed", d.col2im)],
     "max_unpool": [("max-unpool-decomposed", d.max_unpool)],
+    "affine_grid": [("affine-grid-decomposed", d.affine_grid)],
 }
 
 

@@ -6,7 +6,8 @@ compiled path folds such inputs first): `resize` into gathers and multiply-adds
 gather_elements and a mask (flowc/ir/ops/top_k.py), `dft` into one matmul by a constant
 matrix (ir/decompose.py's `build_dft`), `stft` into a gather of its frames and that matmul
 (`build_stft`), `col2im` into one scatter_add (`build_col2im`), `max_unpool` into
-scatter_adds and a pad (`build_max_unpool`)."""
+scatter_adds and a pad (`build_max_unpool`), `affine_grid` into a matmul against its
+constant base grid (flowc/ir/ops/affine_grid.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from flowc.ir.decompose import (
     build_stft,
 )
 from flowc.ir.graph import Node
+from flowc.ir.ops.affine_grid import base_grid
 from flowc.passes.rewrite import Result, Rewriter
 
 
@@ -130,3 +132,18 @@ def top_k(node: Node, rw: Rewriter) -> Result:
         return [values[0], indices[0]]
     return [b.emit("concat", values, {"axis": axis})[0],
             b.emit("concat", indices, {"axis": axis})[0]]
+
+
+def affine_grid(node: Node, rw: Rewriter) -> Result:
+    theta, size = node.inputs
+    known = rw.const(size)
+    if known is None:
+        return None
+    sizes = [int(v) for v in np.asarray(known)[2:]]
+    b = _Builder(node, rw)
+    grid = b.constant(np.ascontiguousarray(
+        base_grid(sizes, node.attrs.get("align_corners", 0)).T.astype(theta.type.dtype.np)))
+    out = b.emit("matmul", [theta, grid], {})[0]
+    out = b.emit("transpose", [out], {"perm": (0, 2, 1)})[0]
+    shape = b.constant(np.array([0, *sizes, theta.type.shape[1]], np.int64))
+    return [b.emit("reshape", [out, shape], {})[0]]

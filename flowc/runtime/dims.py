@@ -120,7 +120,7 @@ class DynamicRuns:
                                 f"{len(args)} positional and {sorted(kwargs)} by name")
         arrays = []
         for (name, dt, _), dims in zip(m.inputs, self.symbolic, strict=True):
-            array = np.ascontiguousarray(given[name])
+            array = np.require(given[name], requirements="C")  # rank 0 stays rank 0
             if array.dtype != dt or array.ndim != len(dims):
                 raise ArtifactError(f"model '{m.name}': input '{name}' must be {dt} of shape "
                                     f"{list(dims)}, got {array.dtype} of shape "

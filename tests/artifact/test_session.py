@@ -171,3 +171,18 @@ def test_onnx_backend_bounds_given_and_what_binds_statically():
         assert "cumsum" in session.static_reason and session.compiles == 2
     finally:
         session.close()
+
+
+def test_a_scalar_input_beside_a_symbolic_dim_runs_on_the_dynamic_artifact():
+    """The dynamic artifact's input check keeps a rank-0 feed rank 0."""
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", ("N",)))
+    a = g.add_input("a", TensorType("f32", ()))
+    g.add_output("y", g.append(make_node("add", [x, a], name="plus")).out())
+    session = CompiledSession(g)
+    try:
+        y = session.run({"x": np.ones(3, np.float32), "a": np.array(2, np.float32)})["y"]
+        np.testing.assert_array_equal(y, [3, 3, 3])
+        assert session._dynamic is not None
+    finally:
+        session.close()

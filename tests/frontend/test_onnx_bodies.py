@@ -112,15 +112,15 @@ def test_model_local_function_with_attribute_reference():
 
 
 def test_unsupported_ops_in_bodies_are_listed_with_their_path():
-    then = helper.make_graph([helper.make_node("ImageDecoder", ["x"], ["t"], name="dec")],
+    then = helper.make_graph([helper.make_node("StringSplit", ["x"], ["t"], name="ss")],
                              "then", [], [vi("t", shape=())])
-    other = helper.make_graph([helper.make_node("Unique", ["x"], ["e"], name="uq")], "else",
-                              [], [vi("e", shape=())])
+    other = helper.make_graph([helper.make_node("StringNormalizer", ["x"], ["e"], name="sn")],
+                              "else", [], [vi("e", shape=())])
     node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")
     m = model([node], [vi("c", TensorProto.BOOL, ()), vi("x")], [vi("y", shape=())])
     with pytest.raises(OnnxImportError, match=r"2 node\(s\) use ops flowc does not support:\n"
-                       r"  node 'if/else_branch/uq': ai.onnx.Unique \(opset 18\)\n"
-                       r"  node 'if/then_branch/dec': ai.onnx.ImageDecoder \(opset 18\)"):
+                       r"  node 'if/else_branch/sn': ai.onnx.StringNormalizer \(opset 18\)\n"
+                       r"  node 'if/then_branch/ss': ai.onnx.StringSplit \(opset 18\)"):
         import_onnx(m)
 
 
@@ -196,3 +196,36 @@ def test_body_initializers_are_visible_to_the_body_nodes():
     for cond, want in ((True, x + 10), (False, a)):
         got = interpret(import_onnx(m), {"c": np.array(cond), "x": x, "a": a})["y"]
         assert_close(got, want, "elementwise")
+
+
+def test_small_outer_constants_are_copied_into_bodies_so_their_types_stay_static():
+    body = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]),
+         helper.make_node("Identity", ["c"], ["c_out"])], "body",
+        [vi("i", TensorProto.INT64, ()), vi("c", TensorProto.BOOL, ())],
+        [vi("c_out", TensorProto.BOOL, ()), vi("u", shape=None)])
+    nodes = [helper.make_node("Constant", [], ["axes"], value_ints=[0]),
+             helper.make_node("Constant", [], ["m"], value_int=2),
+             helper.make_node("Loop", ["m", ""], ["y"], body=body, name="loop")]
+    g = import_onnx(model(nodes, [vi("x")], [vi("y", shape=None)]))
+    loop, = [n for n in g.nodes if n.op == "loop"]
+    assert [n.name for n in loop.attrs["body"].inputs] == ["i", "c", "x"]  # axes: copied in
+    assert loop.types[0].shape == (2, 1, 3)
+
+
+def test_f16_attention_is_computed_in_f32_through_its_body():
+    h = TensorProto.FLOAT16
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=1)
+    m = model([node], [vi("q", h, (1, 2, 3, 4)), vi("k", h, (1, 2, 5, 4)),
+                       vi("v", h, (1, 2, 5, 4))], [vi("y", h, None)], opset=23)
+    g = import_onnx(m)
+    assert {n.types[0].dtype.name for n in g.nodes if n.op in ("matmul", "softmax")} == {"f32"}
+    q, k, v = (RNG.standard_normal(s).astype(np.float16)
+               for s in ((1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4)))
+    w = q.astype(np.float32) @ k.astype(np.float32).swapaxes(-1, -2) / 2 + np.triu(
+        np.full((3, 5), -np.inf, np.float32), 1)
+    p = np.exp(w - w.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True) @ v.astype(np.float32)).astype(np.float16)
+    got = interpret(g, {"q": q, "k": k, "v": v})["y"]
+    assert got.dtype == np.float16
+    np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-3)

@@ -42,7 +42,12 @@ NOT_KERNELS: dict[str, str] = {
     "one_hot": "simplify decomposes it into equal/where once its depth is a constant",
     "top_k": "CPU targets lower it (lower/top_k.py); for GPU targets simplify{top_k_rounds} "
     "decomposes it into rounds of arg_max once its k is a constant",
+    "affine_grid": "simplify decomposes it into a matmul against its base grid once its size "
+    "is a constant",
     "custom_call": "the user's C function, linked in by codegen/custom_kernels.py",
+    **{op: "constant folding computes it once the operands deciding its extent are constants "
+       "(the compiled path folds small inputs first): ir/ops/data_dependent.py"
+       for op in ("non_zero", "unique", "non_max_suppression")},
     "all_reduce": "the CPU pipeline splits it into all_reduce_start and all_reduce_wait "
     "(passes/all_reduce.py)",
     "all_reduce_start": "the runtime's flowc_allreduce_start (runtime/allreduce.c), called "
