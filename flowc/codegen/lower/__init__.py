@@ -42,6 +42,15 @@ NOT_KERNELS: dict[str, str] = {
     "one_hot": "simplify decomposes it into equal/where once its depth is a constant",
     "top_k": "CPU targets lower it (lower/top_k.py); for GPU targets simplify{top_k_rounds} "
     "decomposes it into rounds of arg_max once its k is a constant",
+    "dft": "simplify decomposes it into a matmul by a constant DFT matrix once its axis and "
+    "length are constants",
+    "stft": "simplify decomposes it into a gather of its frames and the DFT matmul once its "
+    "frame step and length are constants",
+    "col2im": "simplify decomposes it into one scatter_add once its image and block shapes are "
+    "constants",
+    "max_unpool": "simplify decomposes it into scatter_adds (values and counts) and a pad",
+    "mel_weight_matrix": "constant folding computes it (its operands decide its extent, so the "
+    "compiled path folds them first)",
     "affine_grid": "simplify decomposes it into a matmul against its base grid once its size "
     "is a constant",
     "custom_call": "the user's C function, linked in by codegen/custom_kernels.py",
