@@ -9,6 +9,13 @@ whose weight (operand 1) is an f32 constant becomes:
 - the op on those (its kernel accumulates in f32: flowc/codegen/lower, strategy/narrow.py),
   its result `cast` back to f32;
 - a bias (a gemm's C with beta 1, a conv's constant B) added after that cast, in f32.
+With `dot` (set for bf16 when the target has AVX512-BF16: codegen/driver.py), a matmul of
+an A [..., K] of static shape and a weight [K, N], or a gemm with transA 0 and alpha 1
+(transB: the weight transposed at compile time) whose C, if any, is a row bias ([N] or
+[1, N], beta 1), becomes instead `bf16_matmul` (flowc/ir/ops/bf16_matmul.py: the
+`vdpbf16ps` kernel) of the activation cast to bf16 (once, its rows flattened to [M, K])
+and the weight packed in k-pairs, with the bias its accumulators' start and an f32 result
+(no rounding of the product to bf16), reshaped back to A's leading dims.
 Convs are left f32 by default: a bf16 conv has no kernel faster than the f32 one yet (its
 operands are widened to f32 for the direct conv, and it loses the f32-only Winograd and
 channels-last rewrites: the zoo CNN ran 0.58x the f32 build's speed with them converted,
@@ -26,7 +33,7 @@ reports the difference it measures on a seeded input. Statistics: `ops-reduced-p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -35,6 +42,7 @@ from flowc.ir.devices import is_gpu_device
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import get_op
+from flowc.ir.ops.bf16_matmul import pack
 from flowc.ir.types import TensorType, dtype
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
@@ -51,6 +59,7 @@ class Precision:
     name: ClassVar[str] = "precision"
     dtype: str = "bf16"
     convs: bool = False
+    dot: bool = field(default=False, metadata={"print_default": False})
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -70,6 +79,10 @@ class Precision:
         def rewrite(node: Node, rw: Rewriter) -> list[Value] | None:
             if not _eligible(node, rw):
                 return None
+            if self.dot and self.dtype == "bf16" and node.op in ("matmul", "gemm"):
+                y = _dot(node, rw)
+                if y is not None:
+                    return [y]
             bias = _bias(node, rw)
             if bias is False:
                 return None
@@ -86,6 +99,40 @@ class Precision:
         patterns = [("ops-reduced-precision", rewrite)]
         ops = ("matmul", "gemm", *(("conv",) if self.convs else ()))
         return apply_patterns(graph, {op: patterns for op in ops})
+
+
+def _dot(node: Node, rw: Rewriter) -> Value | None:
+    """`node` (a matmul or gemm) as `bf16_matmul` (see the module docstring), or None
+    when it does not fit."""
+    x, w = node.inputs[:2]
+    data = rw.const(w)
+    shape = x.type.shape
+    if data.ndim != 2 or len(shape) < 2 or not all(isinstance(d, int) for d in shape):
+        return None
+    bias = None
+    if node.op == "gemm":
+        attrs = get_op("gemm").resolve_attrs(node.attrs)
+        if attrs["transA"] or float(attrs["alpha"]) != 1.0:
+            return None
+        data = data.T if attrs["transB"] else data
+        c = rw.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            if (c is None or float(attrs["beta"]) != 1.0
+                    or c.size != data.shape[1] or c.shape[-1] != data.shape[1]):
+                return None
+            bias = rw.constant(c.reshape(-1).astype(np.float32), node)
+    k, n = data.shape
+    x16 = rw.make("cast", [x], {"to": dtype("bf16")}, node).out()
+    if len(shape) > 2:  # [..., M, K]: the rows of all batches as one [rows, K]
+        x16 = rw.make("reshape", [x16, rw.constant(np.array([-1, k], np.int64), node)], {},
+                      node).out()
+    p = rw.constant(pack(data.astype(dtype("bf16").np)), node)
+    y = rw.make("bf16_matmul", [x16, p, *([bias] if bias is not None else [])], {"n": n},
+                node).out()
+    if len(shape) > 2:
+        y = rw.make("reshape", [y, rw.constant(np.array([*shape[:-1], n], np.int64), node)],
+                    {}, node).out()
+    return y
 
 
 def _eligible(node: Node, rw: Rewriter) -> bool:
