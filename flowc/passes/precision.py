@@ -15,7 +15,11 @@ an A [..., K] of static shape and a weight [K, N], or a gemm with transA 0 and a
 [1, N], beta 1), becomes instead `bf16_matmul` (flowc/ir/ops/bf16_matmul.py: the
 `vdpbf16ps` kernel) of the activation cast to bf16 (once, its rows flattened to [M, K])
 and the weight packed in k-pairs, with the bias its accumulators' start and an f32 result
-(no rounding of the product to bf16), reshaped back to A's leading dims.
+(no rounding of the product to bf16), reshaped back to A's leading dims. With `dot`, a
+matmul of static 2-D operands whose B is not a constant (the bench's 1024^3 product) takes
+it too when it has at least RUNTIME_MIN_ROWS rows, N % 16 == 0 and K even: B cast to bf16
+and packed at run time by a reshape and a transpose (O(K N) against the product's
+O(M N K)); attention's batched products stay f32.
 Convs are left f32 by default: a bf16 conv has no kernel faster than the f32 one yet (its
 operands are widened to f32 for the direct conv, and it loses the f32-only Winograd and
 channels-last rewrites: the zoo CNN ran 0.58x the f32 build's speed with them converted,
@@ -42,12 +46,13 @@ from flowc.ir.devices import is_gpu_device
 from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.ops import get_op
-from flowc.ir.ops.bf16_matmul import pack
+from flowc.ir.ops.bf16_matmul import COLS, DEPTH, pack
 from flowc.ir.types import TensorType, dtype
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
 
 DTYPES = ("bf16", "f16")
+RUNTIME_MIN_ROWS = 128  # rows of A from which B is packed at run time (`dot`)
 
 
 @register
@@ -77,6 +82,8 @@ class Precision:
             return weights[w]
 
         def rewrite(node: Node, rw: Rewriter) -> list[Value] | None:
+            if self.dot and self.dtype == "bf16" and _runtime_b(node, rw):
+                return [_dot_runtime(node, rw)]
             if not _eligible(node, rw):
                 return None
             if self.dot and self.dtype == "bf16" and node.op in ("matmul", "gemm"):
@@ -133,6 +140,41 @@ def _dot(node: Node, rw: Rewriter) -> Value | None:
         y = rw.make("reshape", [y, rw.constant(np.array([*shape[:-1], n], np.int64), node)],
                     {}, node).out()
     return y
+
+
+def _runtime_b(node: Node, rw: Rewriter) -> bool:
+    """Whether `node` is an f32 matmul of static 2-D operands, B not a constant, large
+    enough (M >= RUNTIME_MIN_ROWS) for packing B at run time to pay, N a whole number of
+    16-column vectors and K even (the packing is then a reshape and a transpose)."""
+    if node.op != "matmul" or node.ctrl or is_gpu_device(node.device) or len(node.types) != 1:
+        return False
+    a, b = node.inputs[:2]
+    if rw.const(b) is not None or not all(_f32(t) for t in (a.type, b.type, node.types[0])):
+        return False
+    shapes = (a.type.shape, b.type.shape)
+    if any(len(s) != 2 or not all(isinstance(d, int) for d in s) for s in shapes):
+        return False
+    (m, k), (_, n) = shapes
+    return m >= RUNTIME_MIN_ROWS and n % COLS == 0 and k % DEPTH == 0
+
+
+def _dot_runtime(node: Node, rw: Rewriter) -> Value:
+    """`bf16_matmul` of A and B (both cast to bf16), B packed by a reshape and a
+    transpose: [K, N] -> [K/2, 2, N/16, 16] -> [N/16, K/2, 16, 2] -> [N/16, K/2, 32]."""
+    a, b = node.inputs[:2]
+    k, n = b.type.shape
+    bf = dtype("bf16")
+
+    def reshape(v: Value, shape: tuple[int, ...]) -> Value:
+        return rw.make("reshape", [v, rw.constant(np.array(shape, np.int64), node)], {},
+                       node).out()
+
+    b16 = reshape(rw.make("cast", [b], {"to": bf}, node).out(),
+                  (k // DEPTH, DEPTH, n // COLS, COLS))
+    p = reshape(rw.make("transpose", [b16], {"perm": (2, 0, 3, 1)}, node).out(),
+                (n // COLS, k // DEPTH, COLS * DEPTH))
+    a16 = rw.make("cast", [a], {"to": bf}, node).out()
+    return rw.make("bf16_matmul", [a16, p], {"n": n}, node).out()
 
 
 def _eligible(node: Node, rw: Rewriter) -> bool:
