@@ -14,11 +14,15 @@ import pytest
 
 import flowc
 from flowc.cli import main
+from flowc.codegen.driver import precision_passes
+from flowc.codegen.options import CompileOptions
+from flowc.codegen.target import get_target
 from flowc.ir import Graph, Tensor, TensorType
 from flowc.ir.build import make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.printer import print_graph
 from flowc.passes import parse_pipeline
+from flowc.passes.pipeline import print_pipeline
 
 
 def _mlp() -> Graph:
@@ -86,3 +90,76 @@ def test_bad_precision_names_the_option(tmp_path):
     with pytest.raises(FlowcError, match=r"pass 'precision': option 'dtype' must be one of "
                                          r"bf16, f16, found 'f8'"):
         parse_pipeline("precision{dtype=f8}")
+
+
+BF16_HOST = "+avx512bf16" in get_target("host").features.split(",")
+
+
+def _ops(g: Graph) -> list[str]:
+    return [n.op for n in g.nodes]
+
+
+def test_dot_makes_bf16_matmuls_of_constant_weights():
+    """precision{dot=true}: the gemm (its bias the kernel's start) and the matmul become
+    `bf16_matmul` of the cast activation and a packed weight, f32 results, no cast back."""
+    (p,) = parse_pipeline("precision{dot=true}")
+    g = p.run(_mlp())
+    ops = _ops(g)
+    assert ops.count("bf16_matmul") == 2 and "gemm" not in ops and "matmul" not in ops
+    gemm = next(n for n in g.nodes if n.op == "bf16_matmul")
+    assert len(gemm.inputs) == 3 and gemm.types[0].dtype.name == "f32"
+    assert tuple(gemm.inputs[1].type.shape) == (8, 32, 32)  # N 128 / 16, K 64 / 2, 32
+    assert ops.count("cast") == 2  # the two activations to bf16, nothing back
+    assert print_pipeline([p]) == "precision{dtype=bf16,convs=false,dot=true}"
+    assert print_pipeline(parse_pipeline("precision")) == "precision{dtype=bf16,convs=false}"
+
+
+def test_dot_is_chosen_by_the_targets_features():
+    opts = CompileOptions(precision="bf16")
+    on = precision_passes([], opts, False, "+avx2,+avx512f,+avx512bf16")
+    off = precision_passes([], opts, False, "+avx2,+avx512f,-avx512bf16")
+    half = precision_passes([], CompileOptions(precision="f16"), False, "+avx512bf16")
+    assert [p.dot for p in on + off + half] == [True, False, False]
+
+
+def _product(m: int) -> Graph:
+    """x [m, 64] @ w [64, 48], both graph inputs."""
+    g = Graph("prod")
+    x = g.add_input("x", TensorType("f32", (m, 64)))
+    w = g.add_input("w", TensorType("f32", (64, 48)))
+    g.add_output("y", g.append(make_node("matmul", [x, w])).out())
+    return g
+
+
+def test_dot_packs_a_large_non_constant_b_at_run_time(tmp_path):
+    (p,) = parse_pipeline("precision{dot=true}")
+    assert "bf16_matmul" in _ops(p.run(_product(128)))
+    assert "transpose" in _ops(p.run(_product(128)))
+    assert _ops(p.run(_product(16))) == ["matmul"]  # too few rows to pay
+    if not BF16_HOST:
+        return
+    rng = np.random.default_rng(6)
+    xs, ws = (rng.standard_normal(s).astype(np.float32) for s in ((128, 64), (64, 48)))
+    flowc.compile(_product(128), tmp_path / "a", name="prodbf", precision="bf16",
+                  cache=False)
+    got = flowc.load(tmp_path / "a").run(x=xs, w=ws)["y"]
+    r = ml_dtypes.bfloat16
+    exact = xs.astype(r).astype(np.float64) @ ws.astype(r).astype(np.float64)
+    assert got.dtype == np.float32
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()  # f32 sums, exact products
+
+
+def test_dot_keeps_leading_dims_of_a_rank_3_activation(tmp_path):
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((32, 40)).astype(np.float32)
+    g = Graph("r3")
+    x = g.add_input("x", TensorType("f32", (2, 5, 32)))
+    c = g.append(make_node("constant", [], {"value": Tensor(w)})).out()
+    g.add_output("y", g.append(make_node("matmul", [x, c])).out())
+    flowc.compile(g, tmp_path / "a", name="r3bf", precision="bf16", cache=False)
+    xs = rng.standard_normal((2, 5, 32)).astype(np.float32)
+    got = flowc.load(tmp_path / "a").run(x=xs)["y"]
+    r = ml_dtypes.bfloat16
+    exact = xs.astype(r).astype(np.float64) @ w.astype(r).astype(np.float64)
+    assert got.shape == (2, 5, 40)
+    assert np.abs(got - exact).max() <= 2 ** -7 * np.abs(exact).max()
