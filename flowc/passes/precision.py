@@ -32,7 +32,9 @@ with control dependencies.
 Guarantees: the outputs differ from the f32 build's by the operands' rounding (bf16 keeps
 8 significant bits: a relative error up to 2^-9 per operand, ~2^-9 * sqrt(K) on a K-long
 sum of random-signed terms) and one rounding of each product's result to `dtype`; the CLI
-reports the difference it measures on a seeded input. Statistics: `ops-reduced-precision`.
+reports the difference it measures on a seeded input. Statistics: `ops-reduced-precision`,
+`bias-into-bf16-matmul` (with `dot`: an add of a constant row bias after a `bf16_matmul`,
+its only user, becomes the kernel's bias operand).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from flowc.ir.ops.bf16_matmul import COLS, DEPTH, pack
 from flowc.ir.types import TensorType, dtype
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
+from flowc.passes.simplify_patterns import sole_producer
 
 DTYPES = ("bf16", "f16")
 RUNTIME_MIN_ROWS = 128  # rows of A from which B is packed at run time (`dot`)
@@ -75,6 +78,12 @@ class Precision:
         graph = in_bodies(graph, self.run)
         narrow = dtype(self.dtype)
         weights: dict[Value, Value] = {}  # one narrow copy per f32 constant
+        casts: dict[Value, Value] = {}  # one narrow copy per activation (q, k, v read x)
+
+        def cast(x: Value, like: Node, rw: Rewriter) -> Value:
+            if x not in casts:
+                casts[x] = rw.make("cast", [x], {"to": narrow}, like).out()
+            return casts[x]
 
         def narrowed(w: Value, like: Node, rw: Rewriter) -> Value:
             if w not in weights:
@@ -83,11 +92,11 @@ class Precision:
 
         def rewrite(node: Node, rw: Rewriter) -> list[Value] | None:
             if self.dot and self.dtype == "bf16" and _runtime_b(node, rw):
-                return [_dot_runtime(node, rw)]
+                return [_dot_runtime(node, rw, cast)]
             if not _eligible(node, rw):
                 return None
             if self.dot and self.dtype == "bf16" and node.op in ("matmul", "gemm"):
-                y = _dot(node, rw)
+                y = _dot(node, rw, cast)
                 if y is not None:
                     return [y]
             bias = _bias(node, rw)
@@ -96,7 +105,7 @@ class Precision:
             x, w = node.inputs[:2]
             attrs = dict(node.attrs)
             attrs.pop("beta", None)
-            x16 = rw.make("cast", [x], {"to": narrow}, node).out()
+            x16 = cast(x, node, rw)
             y16 = rw.make(node.op, [x16, narrowed(w, node, rw)], attrs, node).out()
             y = rw.make("cast", [y16], {"to": dtype("f32")}, node).out()
             if bias is not None:
@@ -105,12 +114,15 @@ class Precision:
 
         patterns = [("ops-reduced-precision", rewrite)]
         ops = ("matmul", "gemm", *(("conv",) if self.convs else ()))
-        return apply_patterns(graph, {op: patterns for op in ops})
+        table = {op: patterns for op in ops}
+        if self.dot:
+            table["add"] = [("bias-into-bf16-matmul", _bias_into)]
+        return apply_patterns(graph, table)
 
 
-def _dot(node: Node, rw: Rewriter) -> Value | None:
+def _dot(node: Node, rw: Rewriter, cast) -> Value | None:
     """`node` (a matmul or gemm) as `bf16_matmul` (see the module docstring), or None
-    when it does not fit."""
+    when it does not fit; `cast(x, node, rw)` is x in bf16."""
     x, w = node.inputs[:2]
     data = rw.const(w)
     shape = x.type.shape
@@ -129,7 +141,7 @@ def _dot(node: Node, rw: Rewriter) -> Value | None:
                 return None
             bias = rw.constant(c.reshape(-1).astype(np.float32), node)
     k, n = data.shape
-    x16 = rw.make("cast", [x], {"to": dtype("bf16")}, node).out()
+    x16 = cast(x, node, rw)
     if len(shape) > 2:  # [..., M, K]: the rows of all batches as one [rows, K]
         x16 = rw.make("reshape", [x16, rw.constant(np.array([-1, k], np.int64), node)], {},
                       node).out()
@@ -140,6 +152,26 @@ def _dot(node: Node, rw: Rewriter) -> Value | None:
         y = rw.make("reshape", [y, rw.constant(np.array([*shape[:-1], n], np.int64), node)],
                     {}, node).out()
     return y
+
+
+def _bias_into(node: Node, rw: Rewriter) -> list[Value] | None:
+    """add(bf16_matmul(a, P), c) (through the reshape back to A's leading dims, if any) of
+    a constant row bias c ([N], leading 1s allowed), the add the product's only user:
+    bf16_matmul(a, P, c), its tiles starting from the bias."""
+    for product, c in (node.inputs, node.inputs[::-1]):
+        inner = sole_producer(product, rw, "reshape", like=node)
+        mm = sole_producer(inner.inputs[0] if inner else product, rw, "bf16_matmul",
+                           like=inner or node)
+        data = rw.const(c)
+        if (mm is None or len(mm.inputs) != 2 or node.ctrl or product.type != node.types[0]
+                or data is None or data.dtype != np.float32 or data.ndim > product.type.rank
+                or product.type.shape[-1] != mm.attrs["n"] or data.size != mm.attrs["n"]
+                or data.shape[-1] != mm.attrs["n"]):
+            continue
+        bias = rw.constant(data.reshape(-1), node)
+        y = rw.make("bf16_matmul", [*mm.inputs, bias], mm.attrs, node).out()
+        return [rw.make("reshape", [y, inner.inputs[1]], {}, node).out() if inner else y]
+    return None
 
 
 def _runtime_b(node: Node, rw: Rewriter) -> bool:
@@ -158,23 +190,20 @@ def _runtime_b(node: Node, rw: Rewriter) -> bool:
     return m >= RUNTIME_MIN_ROWS and n % COLS == 0 and k % DEPTH == 0
 
 
-def _dot_runtime(node: Node, rw: Rewriter) -> Value:
+def _dot_runtime(node: Node, rw: Rewriter, cast) -> Value:
     """`bf16_matmul` of A and B (both cast to bf16), B packed by a reshape and a
     transpose: [K, N] -> [K/2, 2, N/16, 16] -> [N/16, K/2, 16, 2] -> [N/16, K/2, 32]."""
     a, b = node.inputs[:2]
     k, n = b.type.shape
-    bf = dtype("bf16")
 
     def reshape(v: Value, shape: tuple[int, ...]) -> Value:
         return rw.make("reshape", [v, rw.constant(np.array(shape, np.int64), node)], {},
                        node).out()
 
-    b16 = reshape(rw.make("cast", [b], {"to": bf}, node).out(),
-                  (k // DEPTH, DEPTH, n // COLS, COLS))
+    b16 = reshape(cast(b, node, rw), (k // DEPTH, DEPTH, n // COLS, COLS))
     p = reshape(rw.make("transpose", [b16], {"perm": (2, 0, 3, 1)}, node).out(),
                 (n // COLS, k // DEPTH, COLS * DEPTH))
-    a16 = rw.make("cast", [a], {"to": bf}, node).out()
-    return rw.make("bf16_matmul", [a16, p], {"n": n}, node).out()
+    return rw.make("bf16_matmul", [cast(a, node, rw), p], {"n": n}, node).out()
 
 
 def _eligible(node: Node, rw: Rewriter) -> bool:

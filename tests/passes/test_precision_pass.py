@@ -163,3 +163,31 @@ def test_dot_keeps_leading_dims_of_a_rank_3_activation(tmp_path):
     exact = xs.astype(r).astype(np.float64) @ w.astype(r).astype(np.float64)
     assert got.shape == (2, 5, 40)
     assert np.abs(got - exact).max() <= 2 ** -7 * np.abs(exact).max()
+
+
+def test_dot_takes_in_a_bias_add_and_casts_a_shared_activation_once(tmp_path):
+    """Two products of one rank-3 x (attention's q and k), each followed by an add of a
+    constant row bias: one cast of x, two `bf16_matmul` with the bias as their third
+    operand (the adds gone), the sums right against the bf16-rounded operands."""
+    rng = np.random.default_rng(8)
+    ws = [rng.standard_normal((32, 16)).astype(np.float32) for _ in range(2)]
+    bs = [rng.standard_normal(16).astype(np.float32) for _ in range(2)]
+    g = Graph("qk")
+    x = g.add_input("x", TensorType("f32", (2, 3, 32)))
+    for i, (w, b) in enumerate(zip(ws, bs, strict=True)):
+        wc, bc = (g.append(make_node("constant", [], {"value": Tensor(a)})).out() for a in (w, b))
+        y = g.append(make_node("matmul", [x, wc])).out()
+        g.add_output(f"y{i}", g.append(make_node("add", [y, bc])).out())
+    (p,) = parse_pipeline("precision{dot=true}")
+    ops = _ops(p.run(g))
+    assert ops.count("cast") == 1 and "add" not in ops and ops.count("bf16_matmul") == 2
+    assert all(len(n.inputs) == 3 for n in p.run(g).nodes if n.op == "bf16_matmul")
+    if not BF16_HOST:
+        return
+    flowc.compile(g, tmp_path / "a", name="qkbf", precision="bf16", cache=False)
+    xs = rng.standard_normal((2, 3, 32)).astype(np.float32)
+    got = flowc.load(tmp_path / "a").run(x=xs)
+    r = ml_dtypes.bfloat16
+    for i, (w, b) in enumerate(zip(ws, bs, strict=True)):
+        exact = xs.astype(r).astype(np.float64) @ w.astype(r).astype(np.float64) + b
+        assert np.abs(got[f"y{i}"] - exact).max() <= 1e-5 * np.abs(exact).max()
