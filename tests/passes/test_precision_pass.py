@@ -18,7 +18,7 @@ from flowc.codegen.driver import precision_passes
 from flowc.codegen.options import CompileOptions
 from flowc.codegen.target import get_target
 from flowc.ir import Graph, Tensor, TensorType
-from flowc.ir.build import make_node
+from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.printer import print_graph
 from flowc.passes import parse_pipeline
@@ -191,3 +191,33 @@ def test_dot_takes_in_a_bias_add_and_casts_a_shared_activation_once(tmp_path):
     for i, (w, b) in enumerate(zip(ws, bs, strict=True)):
         exact = xs.astype(r).astype(np.float64) @ w.astype(r).astype(np.float64) + b
         assert np.abs(got[f"y{i}"] - exact).max() <= 1e-5 * np.abs(exact).max()
+
+
+def _pointwise(n: int) -> Graph:
+    """A 1x1 conv with bias, 16 -> 24 channels over 8x6 (H * W = 48), batch n."""
+    rng = np.random.default_rng(9)
+    g = Graph("pw")
+    x = g.add_input("x", TensorType("f32", (n, 16, 8, 6)))
+    w, b = (g.append(make_node("constant", [], {"value": Tensor(a.astype(np.float32))})).out()
+            for a in (rng.standard_normal((24, 16, 1, 1)), rng.standard_normal(24)))
+    g.add_output("y", g.append(make_node("conv", [x, w, b])).out())
+    return g
+
+
+def test_dot_makes_a_1x1_conv_of_one_image_a_bf16_matmul(tmp_path):
+    (p,) = parse_pipeline("precision{dot=true}")
+    assert "bf16_matmul" in _ops(p.run(_pointwise(1))) and "conv" not in _ops(
+        p.run(_pointwise(1)))
+    assert _ops(p.run(_pointwise(2))).count("conv") == 1  # a batch: left f32 (convs=false)
+    if not BF16_HOST:
+        return
+    g = _pointwise(1)
+    flowc.compile(g, tmp_path / "a", name="pwbf", precision="bf16", cache=False)
+    xs = np.random.default_rng(10).standard_normal((1, 16, 8, 6)).astype(np.float32)
+    got = flowc.load(tmp_path / "a").run(x=xs)["y"]
+    w, b = (const_value(n.out()) for n in g.nodes if n.op == "constant")
+    r = ml_dtypes.bfloat16
+    exact = np.einsum("oc,nchw->nohw", w.reshape(24, 16).astype(r).astype(np.float64),
+                      xs.astype(r).astype(np.float64)) + b.reshape(24, 1, 1)
+    assert got.shape == (1, 24, 8, 6)
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()
