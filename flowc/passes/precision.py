@@ -34,7 +34,8 @@ with control dependencies.
 
 Guarantees: the outputs differ from the f32 build's by the operands' rounding (bf16 keeps
 8 significant bits: a relative error up to 2^-9 per operand, ~2^-9 * sqrt(K) on a K-long
-sum of random-signed terms) and one rounding of each product's result to `dtype`; the CLI
+sum of random-signed terms) and one rounding of each product's result to `dtype` (none
+for `bf16_matmul`, whose result is f32); the CLI
 reports the difference it measures on a seeded input. Statistics: `ops-reduced-precision`,
 `bias-into-bf16-matmul` (with `dot`: an add of a constant row bias after a `bf16_matmul`,
 its only user, becomes the kernel's bias operand).
@@ -139,8 +140,8 @@ def _dot(node: Node, rw: Rewriter, cast) -> Value | None:
         if attrs["transA"] or float(attrs["alpha"]) != 1.0:
             return None
         data = data.T if attrs["transB"] else data
-        c = rw.const(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
         if len(node.inputs) > 2 and node.inputs[2] is not None:
+            c = rw.const(node.inputs[2])
             if (c is None or float(attrs["beta"]) != 1.0
                     or c.size != data.shape[1] or c.shape[-1] != data.shape[1]):
                 return None
