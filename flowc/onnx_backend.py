@@ -10,8 +10,9 @@ set; `prepare(model, device, dims={"N": (1, 64)})` passes the bounds of symbolic
 compiles a model whose inputs have symbolic dims once, with those dims bounded, and runs
 every fed shape on that one artifact ([12]); other models (and what the dynamic compile
 refuses) get an artifact for the dtypes and shapes they are fed (on the first run of each
-shape signature; inputs whose values decide result shapes, such as a Range's bounds, are
-folded in as constants and so are part of the signature); each runs with the runtime; compiled
+shape signature; inputs whose values decide result shapes, such as a Range's bounds, or
+that a kernel needs at compile time, such as a CumSum's axis, are folded in as constants and
+so are part of the signature); each runs with the runtime; compiled
 kernels go through the compile cache (`$FLOWC_CACHE_DIR`, flowc/codegen/cache.py).
 "CPU:interpret" runs the reference interpreter. Both pass 1612 of the 1616 in-scope node
 tests (bench/results/onnx_node_tests.md; the other 4 have string, sequence or optional

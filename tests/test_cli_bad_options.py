@@ -55,6 +55,7 @@ FREE_TEXT: dict[tuple[str, str], list[str]] = {
        for option, values in (("--signature", ["serving_default"]), ("--feed", ["x=4:f32", "x"]),
                               ("--fetch", ["y", "y:1"]))},
     ("run", "--fetch"): ["no-such-output"],
+    ("quantize", "--percentile"): ["x", "40", "101", ""],
     ("view", "--stage"): ["no-such-pass"],
     ("launch", "--hosts"): ["no-such-host"],
     ("launch", "--mpiexec"): ["/no/such/mpiexec"],
@@ -84,6 +85,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     (root / "binary.bin").write_bytes(b"\xff\xfe\x00garbage")
     (root / "folder").mkdir()
     np.save(root / "a.npy", np.ones(3, np.float32))  # of no input's shape
+    np.savez(root / "cal.npz", x=np.ones((2, 3, 4), np.float32))  # m.onnx's calibration
     import onnx
 
     from flowc.examples import zoo
@@ -94,6 +96,7 @@ def files(tmp_path_factory) -> dict[str, str]:
     return {k: str(root / v) for k, v in [("graph", "g.flowc"), ("onnx", "m.onnx"),
                                            ("binary", "binary.bin"), ("folder", "folder"),
                                            ("npy", "a.npy"), ("artifact", "art"),
+                                           ("npz", "cal.npz"),
                                            ("root", ".")]}
 
 
@@ -108,6 +111,7 @@ def base_args(command: str, files: dict[str, str]) -> list[str]:
         "compile": [files["graph"], "-o", out, "--batch", "2"],
         "view": [files["graph"], "-o", out + ".html"],
         "cache": ["info"], "demo": [],
+        "quantize": [files["onnx"], "--calibration", files["npz"], "-o", out + ".onnx"],
         "launch": ["-n", "2", files["artifact"]],
     }[command]
 

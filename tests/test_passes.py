@@ -41,7 +41,8 @@ def test_pipeline_canonical_form_spells_out_options():
 def test_named_pipeline_has_a_reason_per_step():
     steps = PIPELINES["default"]
     assert [s for s, _ in steps] == [
-        "qdq", "cse", "constant-fold", "simplify", "cse", "prune", "widen", "channels-last",
+        "qdq", "cse", "constant-fold", "simplify", "cse", "prune", "qdq-layout", "widen",
+        "channels-last",
         "partition", "pack-weights", "winograd", "fuse", "schedule"]
     assert steps[-2][0] == "fuse"  # kernels are formed after every other rewrite
     assert steps[-1][0] == "schedule"  # then ordered; codegen runs that order
@@ -50,7 +51,7 @@ def test_named_pipeline_has_a_reason_per_step():
     assert text.startswith(
         "qdq,cse,constant-fold{max_bytes=10485760},simplify{top_k_rounds=false},cse,"
         "prune{keep_stateful=true},"
-        "widen,channels-last,partition{default_device=cpu:0,lossy_bf16=false},"
+        "qdq-layout,widen,channels-last,partition{default_device=cpu:0,lossy_bf16=false},"
         "pack-weights{panel_bytes=128,max_k=4096,gemv_panel_bytes=512},winograd{tile=4,min_channels=8,min_size=4,max_tile_filter_bytes=3145728},"
         "fuse")
     assert print_pipeline(parse_pipeline(text)) == text

@@ -29,6 +29,7 @@ from flowc.cli import (
     launch,
     opt,
     profile,
+    quantize,
     run,
     verify,
     view,
@@ -37,8 +38,8 @@ from flowc.cli.common import Parser, error
 from flowc.ir.errors import FlowcError
 from flowc.runtime.errors import ArtifactError
 
-COMMANDS = (opt, run, import_, verify, compile, cache, inspect, demo, view, profile, bench,
-            launch)
+COMMANDS = (opt, run, import_, verify, compile, quantize, cache, inspect, demo, view, profile,
+            bench, launch)
 
 
 def flowc_version() -> str:

@@ -9,10 +9,11 @@ some result shape depends on the values of inputs (a Reshape whose shape is an i
 Range whose bounds are: `bind.value_dependent_inputs` finds them from the registry's type
 rules), those inputs, when small (at most FOLD_MAX_ELEMENTS elements), are folded into
 constants and become part of the cache key, so each distinct value compiles once: XLA's
-compile-time constant inputs. Compiles go through the compile cache (`cache`, as
-`driver.compile` takes it: None, the environment's), so kernels already compiled, by this
-session or any other compile, are not compiled again. This is the ONNX backend's "CPU"
-(and "CPU:compiled") engine.
+compile-time constant inputs; so are those a kernel needs at compile time (a CumSum's axis
+input: the lowering rule says so with `context.CONST_NEEDED`). Compiles go through the
+compile cache (`cache`, as `driver.compile` takes it: None, the environment's), so kernels
+already compiled, by this session or any other compile, are not compiled again. This is
+the ONNX backend's "CPU" (and "CPU:compiled") engine.
 
 One artifact per model ([12]): a graph whose inputs have symbolic dims (plain symbols,
 `N`, `S`) is compiled once with those dims bounded (`dims`: {name: (lo, hi)}; a symbol
@@ -37,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from flowc.codegen.driver import compile as compile_model
+from flowc.codegen.lower.context import CONST_NEEDED
 from flowc.codegen.plan.bind import specialize, value_dependent_inputs
 from flowc.ir.dims import is_symbol
 from flowc.ir.errors import FlowcError
@@ -124,11 +126,13 @@ class CompiledSession:
         self._dynamic = (load(out, threads=self.threads), grown)
         return self._dynamic[0]
 
-    def _foldable(self, feeds: Mapping[str, np.ndarray]) -> tuple[str, ...]:
-        """The inputs whose values decide result shapes and are small enough to fold (a
-        large one is upstream only through its shape, or cannot be folded anyway)."""
+    def _foldable(self, feeds: Mapping[str, np.ndarray], static_too: bool
+                  ) -> tuple[str, ...]:
+        """The inputs whose values decide result shapes (with `static_too`, or that a kernel
+        needs at compile time) and are small enough to fold (a large one is upstream only
+        through its shape, or cannot be folded anyway)."""
         typed = specialize(self.graph, feeds)
-        return tuple(n for n in value_dependent_inputs(*typed.nodes)
+        return tuple(n for n in value_dependent_inputs(*typed.nodes, static_too=static_too)
                      if feeds[n].size <= FOLD_MAX_ELEMENTS)
 
     def _compile(self, feeds: Mapping[str, np.ndarray], fold: tuple[str, ...]) -> Model:
@@ -145,8 +149,9 @@ class CompiledSession:
                 model = self._compile(feeds, ())
                 self._fold = ()
             except FlowcError as exc:
-                fold = self._foldable(feeds)
-                if "static shape" not in str(exc) or not fold:
+                constant = CONST_NEEDED in str(exc)
+                fold = self._foldable(feeds, static_too=constant)
+                if not (constant or "static shape" in str(exc)) or not fold:
                     raise
                 model = self._compile(feeds, fold)
                 self._fold = fold

@@ -14,7 +14,9 @@ Contract:
   opset-8 Scans, which it converts wrongly, become Loops over their batch (`onnx_scan8`).
 - Nodes convert through `onnx_nodes.CONVERTERS`, else straight onto the registry op that
   names them (`OpDef.onnx`); com.microsoft's quantized ops (QLinearAdd, ...) through
-  `onnx_quant.MS_CONVERTERS`. An op with neither that has a function body (a standard
+  `onnx_quant.MS_CONVERTERS` and `onnx_quant_gemm.MS_GEMM_CONVERTERS` (QGemm, ...),
+  ai.onnx.preview.training's optimizers (Adam, ...) and ai.onnx.ml's ops through
+  `onnx_nodes.OTHER_DOMAINS`. An op with neither that has a function body (a standard
   function op from `onnx.defs`, or a model-local function) is inlined through its body.
 - Shape arithmetic on known values (small integer results of constants, `shape`/`size` of
   static types) is folded into constants as it is imported (`onnx_fold`), so the ops
@@ -82,11 +84,13 @@ def _opset(imports: Sequence[onnx.OperatorSetIdProto]) -> int:
 
 
 def _upgrade(proto: onnx.ModelProto, path: str) -> onnx.ModelProto:
-    """`proto` at opset >= MIN_OPSET, converting older models with onnx.version_converter."""
+    """`proto` at opset >= MIN_OPSET, converting older models with onnx.version_converter
+    (a model importing no default-domain opset, such as one of training optimizers only,
+    has nothing to convert)."""
     opset = _opset(proto.opset_import)
     check_opset(opset, path)
     check_no_stray_refs(proto.graph, path)
-    if opset >= MIN_OPSET:
+    if opset >= MIN_OPSET or all(e.domain not in DEFAULT_DOMAINS for e in proto.opset_import):
         return proto
     scan8: set[str] = set()
     if opset < 9:
@@ -302,7 +306,8 @@ class _Importer:
                 constant=lambda array: self._constant(scope, array, f"{base}/const"),
                 body=lambda g, formal: self.body(scope, g, formal, refs),
                 splice=lambda g, args: splice_graph(scope.graph, g, args,
-                                                    lambda n: scope.unique(f"{base}/{n}")))
+                                                    lambda n: scope.unique(f"{base}/{n}")),
+                opset=self.opset)
             try:
                 results = (custom_ops.convert(ctx, custom, self.declared(onnx_node, where))
                            if custom is not None
@@ -348,6 +353,10 @@ class _Importer:
     def _inline(self, onnx_node: onnx.NodeProto, inputs: list[Value | None], scope: _Scope,
                 base: str, where: str) -> list[Value]:
         """Convert a function op through its body, in the caller's graph."""
+        missing = self.functions.missing_inputs(onnx_node, self.opset)
+        if missing:
+            raise OnnxImportError(f"{where}: required input(s) {', '.join(map(quoted, missing))} "
+                                  "missing")
         types = [None if v is None else v.type for v in inputs]
         try:
             function, defaults = self.functions.body(onnx_node, self.opset, types)

@@ -15,11 +15,17 @@ fails with a one-line error naming the node and op.
 - LpNormalization(axis, p in 1, 2): x / reduce_sum(|x|) or x / sqrt(reduce_sum(x * x)), a zero
   norm taken as 1 (as the reference).
 - Shrink(lambd, bias): where(x < -lambd, x + bias, where(x > lambd, x - bias, 0)).
+- Elu(alpha), Selu(alpha, gamma), ThresholdedRelu(alpha): where(x < 0, alpha * (exp(x) - 1),
+  x) (times gamma for Selu); where(x > alpha, x, 0). onnx defines them by function bodies
+  written at opset 18, which a model of opset 13-17 (torch's default is 17) cannot inline.
 - IsInf: equal(x, +inf) or equal(x, -inf), as detect_positive/detect_negative ask.
 - EyeLike(x; dtype, k): a constant of x's (static) shape.
 - LpPool: (average_pool(|x|^p, count_include_pad) * kernel size)^(1/p).
 - ReverseSequence: gather_elements along the time axis at where(t < len, len-1-t, t).
 - Tan, Sinh, Cosh, Asinh, Acosh, Atanh: their closed forms in sin/cos, exp, log, sqrt.
+- DepthToSpace, SpaceToDepth (blocksize b; mode DCR or CRD): reshape to 6-D,
+  one transpose, reshape back (onnx's own bodies exist only from opset 28; torch exports
+  them at 11-18). C, H and W must be static; the batch may be of run-time extent.
 - Einsum: transposes, reshapes, reduce_sum and one batched matmul (the TF importer's
   lowering, frontend/tf/einsum.py), one or two operands; an implicit output (no `->`) is
   the letters used once, sorted.
@@ -146,6 +152,25 @@ def _shrink(ctx) -> Sequence[Value]:
     high = _op(ctx, "greater", x, _like(ctx, x, lambd))
     up, down = _op(ctx, "add", x, _like(ctx, x, bias)), _op(ctx, "sub", x, _like(ctx, x, bias))
     return [_op(ctx, "where", low, up, _op(ctx, "where", high, down, _like(ctx, x, 0)))]
+
+
+def _elu(ctx, alpha: float, gamma: float = 1.0) -> Sequence[Value]:
+    x = ctx.inputs[0]
+    negative = _op(ctx, "mul", _like(ctx, x, alpha),
+                   _op(ctx, "sub", _op(ctx, "exp", x), _like(ctx, x, 1)))
+    y = _op(ctx, "where", _op(ctx, "less", x, _like(ctx, x, 0)), negative, x)
+    return [y if gamma == 1.0 else _op(ctx, "mul", y, _like(ctx, x, gamma))]
+
+
+def _selu(ctx) -> Sequence[Value]:
+    return _elu(ctx, float(ctx.attrs.get("alpha", 1.67326319217681884765625)),
+                float(ctx.attrs.get("gamma", 1.05070102214813232421875)))
+
+
+def _thresholded_relu(ctx) -> Sequence[Value]:
+    x = ctx.inputs[0]
+    above = _op(ctx, "greater", x, _like(ctx, x, float(ctx.attrs.get("alpha", 1.0))))
+    return [_op(ctx, "where", above, x, _like(ctx, x, 0))]
 
 
 def _is_inf(ctx) -> Sequence[Value]:
@@ -300,13 +325,60 @@ def _take_diagonals(ctx, x: Value, term: str) -> tuple[Value, str]:
         term = term[:cut] + term[cut + 1:]
 
 
+def _block_dims(ctx) -> tuple[Value, int, int, int, int]:
+    """(x, blocksize, C, H, W) of a DepthToSpace/SpaceToDepth node on NCHW x."""
+    x = ctx.inputs[0]
+    if x.type.rank != 4 or not all(isinstance(d, int) for d in x.type.shape[1:]):
+        ctx.fail(f"{ctx.node.op_type} takes a 4-D NCHW input of static channels, height and "
+                 f"width, found {x.type}")
+    b = int(ctx.attrs["blocksize"])
+    if b < 1:
+        ctx.fail(f"blocksize must be >= 1, found {b}")
+    return (x, b, *(int(d) for d in x.type.shape[1:]))
+
+
+def _block_mode(ctx) -> str:
+    """DCR (depth, column, row: the default) or CRD (SpaceToDepth has it from opset 28)."""
+    mode = str(ctx.attrs.get("mode", "DCR"))
+    if mode not in ("DCR", "CRD"):
+        ctx.fail(f"mode must be DCR or CRD, found {mode!r}")
+    return mode
+
+
+def _depth_to_space(ctx) -> Sequence[Value]:
+    x, b, c, h, w = _block_dims(ctx)
+    if c % (b * b):
+        ctx.fail(f"channels {c} are not a multiple of blocksize^2 = {b * b}")
+    if _block_mode(ctx) == "DCR":
+        split, perm = [-1, b, b, c // (b * b), h, w], [0, 3, 4, 1, 5, 2]
+    else:
+        split, perm = [-1, c // (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3]
+    y = _op(ctx, "transpose", _op(ctx, "reshape", x, _ints(ctx, split)), perm=perm)
+    return [_op(ctx, "reshape", y, _ints(ctx, [-1, c // (b * b), h * b, w * b]))]
+
+
+def _space_to_depth(ctx) -> Sequence[Value]:
+    x, b, c, h, w = _block_dims(ctx)
+    if h % b or w % b:
+        ctx.fail(f"height {h} and width {w} must be multiples of blocksize {b}")
+    perm = [0, 3, 5, 1, 2, 4] if _block_mode(ctx) == "DCR" else [0, 1, 3, 5, 2, 4]
+    y = _op(ctx, "transpose", _op(ctx, "reshape", x, _ints(ctx, [-1, c, h // b, b, w // b, b])),
+            perm=perm)
+    return [_op(ctx, "reshape", y, _ints(ctx, [-1, c * b * b, h // b, w // b]))]
+
+
 CONVERTERS = {
+    "DepthToSpace": _depth_to_space,
+    "SpaceToDepth": _space_to_depth,
     "Hardmax": _hardmax,
     "OneHot": _one_hot,
     "InstanceNormalization": _instance_norm,
     "LRN": _lrn,
     "LpNormalization": _lp_normalization,
     "Shrink": _shrink,
+    "Elu": lambda ctx: _elu(ctx, float(ctx.attrs.get("alpha", 1.0))),
+    "Selu": _selu,
+    "ThresholdedRelu": _thresholded_relu,
     "IsInf": _is_inf,
     "EyeLike": _eye_like,
     "LpPool": _lp_pool,

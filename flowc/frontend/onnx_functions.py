@@ -2,10 +2,11 @@
 ops of `onnx.defs` (fixed bodies, and context-dependent ones built for the operand types).
 
 Contract: `Functions(model, path)` refuses recursive model-local functions (see the class),
-then answers, per node, whether it has a body at the model's opset
-(`has_body`), the nodes of a body that does not depend on operand types (`fixed_body`, for
-the up-front unsupported-op check), and the body to inline (`body`), with the schema's
-attribute defaults that the body's `ref_attr_name` attributes may refer to.
+then answers, per node, whether it has a body at the model's opset (`has_body`), the
+required inputs it leaves out (`missing_inputs`), the nodes of a body that does not depend
+on operand types (`fixed_body`, for the up-front unsupported-op check), and the body to
+inline (`body`), with the schema's attribute defaults that the body's `ref_attr_name`
+attributes may refer to.
 """
 
 from __future__ import annotations
@@ -50,6 +51,18 @@ class Functions:
             return onnx.defs.get_schema(node.op_type, opset, "")
         except (onnx.defs.SchemaError, TypeError):  # TypeError: an op_type not valid UTF-8
             return None
+
+    def missing_inputs(self, node: onnx.NodeProto, opset: int) -> list[str]:
+        """The names of the required inputs (standard function ops) that `node` leaves
+        empty or out."""
+        schema = None if (node.domain, node.op_type) in self.local else self._schema(node,
+                                                                                  opset)
+        if schema is None:
+            return []
+        given = list(node.input)
+        return [formal.name for i, formal in enumerate(schema.inputs)
+                if formal.option == onnx.defs.OpSchema.FormalParameterOption.Single
+                and (i >= len(given) or not given[i])]
 
     def fixed_body(self, node: onnx.NodeProto, opset: int) -> Sequence[onnx.NodeProto]:
         """The nodes of `node`'s function body where they do not depend on its operand types

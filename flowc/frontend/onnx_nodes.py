@@ -18,15 +18,25 @@ import numpy as np
 import onnx
 
 from flowc.frontend.onnx_attrs import OnnxImportError, onnx_dtype
+from flowc.frontend.onnx_cache_ops import convert_tensor_scatter
 from flowc.frontend.onnx_compose import CONVERTERS as COMPOSED_CONVERTERS
+from flowc.frontend.onnx_deform_conv import convert_deform_conv
 from flowc.frontend.onnx_functions import DEFAULT_DOMAINS
+from flowc.frontend.onnx_grid_sample import convert_grid_sample
+from flowc.frontend.onnx_linalg import convert_det
+from flowc.frontend.onnx_ml import ML_CONVERTERS, ML_DOMAIN
+from flowc.frontend.onnx_optim import TRAINING_CONVERTERS, TRAINING_DOMAIN
 from flowc.frontend.onnx_quant import CONVERTERS as QUANT_CONVERTERS
 from flowc.frontend.onnx_quant import MS_CONVERTERS
+from flowc.frontend.onnx_quant_gemm import MS_GEMM_CONVERTERS
 from flowc.frontend.onnx_resize import convert_resize
 from flowc.frontend.onnx_rnn import convert_recurrent
+from flowc.frontend.onnx_roi_align import convert_roi_align
 from flowc.frontend.onnx_scan import convert_scan
 from flowc.frontend.onnx_scatter import CONVERTERS as SCATTER_CONVERTERS
+from flowc.frontend.onnx_signal import convert_dft, convert_mel_weight_matrix
 from flowc.frontend.onnx_stable import CONVERTERS as STABLE_CONVERTERS
+from flowc.frontend.onnx_tfidf import convert_tfidf
 from flowc.ir import Graph, TensorType, Value
 from flowc.ir.build import const_value
 from flowc.ir.graph import INPUT_OP, Node
@@ -47,6 +57,7 @@ class NodeContext:
     constant: Callable[[np.ndarray], Value]
     body: Callable[[onnx.GraphProto, Sequence[TensorType]], tuple[Graph, list[Value]]]
     splice: Callable[[Graph, Sequence[Value]], list[Value]]
+    opset: int = 0  # the model's default-domain opset (for ops whose form changed)
 
     @property
     def num_outputs(self) -> int:
@@ -66,6 +77,11 @@ def convert_default(ctx: NodeContext) -> Sequence[Value]:
 def _cast(ctx: NodeContext) -> Sequence[Value]:
     ctx.attrs["to"] = onnx_dtype(ctx.attrs["to"], f"{ctx.where}: attribute 'to'")
     return ctx.emit("cast", ctx.inputs, ctx.attrs)
+
+
+def _bitcast(ctx: NodeContext) -> Sequence[Value]:
+    ctx.attrs["to"] = onnx_dtype(ctx.attrs["to"], f"{ctx.where}: attribute 'to'")
+    return ctx.emit("bitcast", ctx.inputs, ctx.attrs)
 
 
 def _cast_like(ctx: NodeContext) -> Sequence[Value]:
@@ -198,6 +214,7 @@ def _loop(ctx: NodeContext) -> Sequence[Value]:
 
 CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     "Cast": _cast,
+    "BitCast": _bitcast,
     "CastLike": _cast_like,
     "Constant": _constant,
     "ConstantOfShape": _constant_of_shape,
@@ -218,21 +235,37 @@ CONVERTERS: dict[str, Callable[[NodeContext], Sequence[Value]]] = {
     **STABLE_CONVERTERS,   # ReduceLogSumExp, ReduceL2 without over/underflow
     **COMPOSED_CONVERTERS,  # issue [13]: ops as compositions of registry ops
     "Resize": convert_resize,
+    "DFT": convert_dft,
+    "MelWeightMatrix": convert_mel_weight_matrix,
+    "GridSample": convert_grid_sample,
+    "TensorScatter": convert_tensor_scatter,
+    "Det": convert_det,
+    "RoiAlign": convert_roi_align,
+    "DeformConv": convert_deform_conv,
+    "TfIdfVectorizer": convert_tfidf,
     **SCATTER_CONVERTERS,  # GatherND, ScatterND, ScatterElements
     **QUANT_CONVERTERS,    # QuantizeLinear, MatMulInteger, QLinearConv, ...: onnx_quant.py
 }
 
 
+# the converters of ai.onnx.preview.training's optimizers and ai.onnx.ml's ops
+OTHER_DOMAINS = {TRAINING_DOMAIN: TRAINING_CONVERTERS, ML_DOMAIN: ML_CONVERTERS}
+
+
 def is_supported(op_type: str, domain: str = "") -> bool:
-    """Whether the table or the registry converts `op_type` of `domain` (the default one, or
-    com.microsoft's quantized ops: `converter`)."""
+    """Whether the table or the registry converts `op_type` of `domain` (the default one,
+    com.microsoft's quantized ops, or those of OTHER_DOMAINS: `converter`)."""
     if domain == "com.microsoft":
-        return op_type in MS_CONVERTERS
+        return op_type in MS_CONVERTERS or op_type in MS_GEMM_CONVERTERS
+    if domain in OTHER_DOMAINS:
+        return op_type in OTHER_DOMAINS[domain]
     return domain in DEFAULT_DOMAINS and (op_type in CONVERTERS or op_type in ONNX_OPS)
 
 
 def converter(op_type: str, domain: str):
     """The converter of a supported node (`convert_default` for a registry op)."""
     if domain == "com.microsoft":
-        return MS_CONVERTERS[op_type]
+        return MS_CONVERTERS.get(op_type) or MS_GEMM_CONVERTERS[op_type]
+    if domain in OTHER_DOMAINS:
+        return OTHER_DOMAINS[domain][op_type]
     return CONVERTERS.get(op_type, convert_default)

@@ -20,10 +20,16 @@ range before the cast (every clipped value is an integer, so the cast is exact).
   cast(clip(round(f32(acc) * m) + y_zp, lo, hi)), m = a_s * b_s / y_s in f32 (per output
   channel where the weight's scale is), as onnxruntime's MlasRequantizeOutput computes it.
 
-Supported integer types: i8, u8, i16, u16 (and i32 inputs to DequantizeLinear). Refused with
-a one-line error naming the node: float8 / int4 / int2 / float4 types, block quantization
-(`block_size`, a scale of rank 2 or more), a scale or zero point of the wrong length for its
-axis, a zero point whose dtype is not its tensor's, a non-float scale.
+Supported integer types: i8, u8, i16, u16 (and i32 inputs to DequantizeLinear); for
+QuantizeLinear and DequantizeLinear also int4, uint4, int2, uint2 (the same clip, their
+ranges) and the float types float8 (e4m3fn, e4m3fnuz, e5m2, e5m2fnuz) and float4e2m1:
+q = cast(x / s) with the node's `saturate`, y = f32(x) * s, their zero point 0 as the spec
+requires (a constant one that is not is refused; one fed at run time is not read, as
+onnx.reference reads none). Block quantization (`block_size` B, opset 21): a scale and zero
+point of x's rank, ceil(n / B) long along `axis`, each entry repeated B times along it.
+Refused with a one-line error naming the node: a scale or zero point of the wrong length for
+its axis (or the wrong shape for its blocks), a zero point whose dtype is not its tensor's,
+a non-float scale.
 """
 
 from __future__ import annotations
@@ -34,10 +40,14 @@ import numpy as np
 
 from flowc.frontend.onnx_attrs import onnx_dtype
 from flowc.ir import Value
+from flowc.ir.build import const_value
 from flowc.ir.types import DType, f32, i32, u8
 
 # the integer types whose range a clip in f32 holds exactly
 RANGES = {"i8": (-128, 127), "u8": (0, 255), "i16": (-32768, 32767), "u16": (0, 65535)}
+# the types only QuantizeLinear and DequantizeLinear take (flowc stores them a byte each)
+NARROW_RANGES = {"i4": (-8, 7), "u4": (0, 15), "i2": (-2, 1), "u2": (0, 3)}
+FLOATS = ("f8E4M3FN", "f8E4M3FNUZ", "f8E5M2", "f8E5M2FNUZ", "f4E2M1FN")
 
 
 class _Emit:
@@ -63,8 +73,7 @@ def _check_int(ctx, v: Value | DType, what: str, allowed=tuple(RANGES)) -> DType
     """The dtype of `v` (a value, or a dtype itself), refused unless one of `allowed`."""
     dt = v if isinstance(v, DType) else v.type.dtype
     if dt.name not in allowed:
-        ctx.fail(f"{what} has dtype {dt}; flowc quantizes to {', '.join(allowed)} only "
-                 "(float8, int4, int2 and float4 quantization are not supported)")
+        ctx.fail(f"{what} has dtype {dt}; flowc quantizes to {', '.join(allowed)} only")
     return dt
 
 
@@ -79,10 +88,35 @@ def _check_scale(ctx, s: Value, what: str) -> None:
         ctx.fail(f"{what} scale has dtype {s.type.dtype}; a scale is a float")
 
 
-def _no_blocks(ctx) -> None:
-    if int(ctx.attrs.get("block_size", 0)) != 0:
-        ctx.fail(f"block quantization (block_size {ctx.attrs['block_size']}) is not supported; "
-                 "per-tensor and per-axis are")
+def _param(e: _Emit, v: Value | None, x: Value, axis: int, length, what: str
+           ) -> Value | None:
+    """A scale or zero point shaped to broadcast against x: per tensor or per axis
+    (`along`), or per block of the node's `block_size` along axis (`blocks`)."""
+    block = int(e.ctx.attrs.get("block_size", 0))
+    if block == 0:
+        return along(e, v, x.type.rank, axis, length, what)
+    if block < 0:
+        e.ctx.fail(f"block_size must be positive, found {block}")
+    return blocks(e, v, x, axis, block, what)
+
+
+def blocks(e: _Emit, v: Value | None, x: Value, axis: int, block: int, what: str
+           ) -> Value | None:
+    """`v` (x's rank; ceil(n / block) long along `axis`, where x is n long; x's extents
+    elsewhere) with each entry repeated `block` times along axis and cut to n: x's shape,
+    each element of x with its block's parameter (a gather of constant indices)."""
+    if v is None:
+        return None
+    shape = x.type.shape
+    n = shape[axis] if 0 <= axis < len(shape) else None
+    if not isinstance(n, int):
+        e.ctx.fail(f"block quantization needs axis {axis} of x static, found {x.type}")
+    want = tuple(-(-n // block) if a == axis else d for a, d in enumerate(shape))
+    if tuple(v.type.shape) != want:
+        e.ctx.fail(f"{what} has shape {list(v.type.shape)}; blocks of {block} along axis "
+                   f"{axis} of x {list(shape)} need {list(want)}")
+    index = e.ctx.constant(np.arange(n, dtype=np.int64) // block)
+    return e("gather", v, index, axis=axis)
 
 
 def along(e: _Emit, v: Value | None, rank: int, axis: int, length, what: str) -> Value | None:
@@ -117,12 +151,11 @@ def saturate(e: _Emit, y: Value, zp: Value | None, dt: DType) -> Value:
     q = e("round", y)
     if zp is not None:
         q = e("add", q, e.cast(zp, f32))
-    lo, hi = RANGES[dt.name]
+    lo, hi = {**RANGES, **NARROW_RANGES}[dt.name]
     return e.cast(e("clip", q, e.const(lo), e.const(hi)), dt)
 
 
 def quantize_linear(ctx) -> Sequence[Value]:
-    _no_blocks(ctx)
     e = _Emit(ctx)
     x, s, zp = [*ctx.inputs, None][:3]
     _check_scale(ctx, s, "y")
@@ -132,24 +165,38 @@ def quantize_linear(ctx) -> Sequence[Value]:
         dt = onnx_dtype(int(ctx.attrs["output_dtype"]), f"{ctx.where}: output_dtype")
     else:
         dt = u8
-    _check_int(ctx, dt, "the output")
+    _check_int(ctx, dt, "the output", (*RANGES, *NARROW_RANGES, *FLOATS))
     axis, length = _axis(ctx, x)
-    s = along(e, e.cast(s, f32), x.type.rank, axis, length, "y_scale")
-    zp = along(e, zp, x.type.rank, axis, length, "y_zero_point")
-    return [saturate(e, e("div", e.cast(x, f32), s), zp, dt)]
+    s = _param(e, e.cast(s, f32), x, axis, length, "y_scale")
+    y = e("div", e.cast(x, f32), s)
+    if dt.is_float:
+        _zero_float_zp(ctx, zp, "y")
+        return [e("cast", y, to=dt, saturate=int(ctx.attrs.get("saturate", 1)))]
+    zp = _param(e, zp, x, axis, length, "y_zero_point")
+    return [saturate(e, y, zp, dt)]
+
+
+def _zero_float_zp(ctx, zp: Value | None, what: str) -> None:
+    """Refuse a constant zero point of a float type that is not all zeros."""
+    value = None if zp is None else const_value(zp)
+    if value is not None and np.any(value.astype(np.float32) != 0):
+        ctx.fail(f"{what} zero point of float type {zp.type.dtype} must be 0, found "
+                 f"{value.astype(np.float32).ravel().tolist()}")
 
 
 def dequantize_linear(ctx) -> Sequence[Value]:
-    _no_blocks(ctx)
     e = _Emit(ctx)
     x, s, zp = [*ctx.inputs, None][:3]
     _check_scale(ctx, s, "x")
-    dt = _check_int(ctx, x, "x", (*RANGES, "i32"))
+    dt = _check_int(ctx, x, "x", (*RANGES, *NARROW_RANGES, *FLOATS, "i32"))
+    if dt.is_float:
+        _zero_float_zp(ctx, zp, "x")
+        zp = None
     _check_zp(ctx, zp, dt, "x")
     axis, length = _axis(ctx, x)
     out_dt = s.type.dtype
-    s = along(e, e.cast(s, f32), x.type.rank, axis, length, "x_scale")
-    zp = along(e, zp, x.type.rank, axis, length, "x_zero_point")
+    s = _param(e, e.cast(s, f32), x, axis, length, "x_scale")
+    zp = _param(e, zp, x, axis, length, "x_zero_point")
     y = e.cast(x, f32)
     if zp is not None:
         y = e("sub", y, e.cast(zp, f32))
@@ -172,10 +219,15 @@ def _whole(e: _Emit, op: str, x: Value) -> Value:
 
 
 def dynamic_quantize_linear(ctx) -> Sequence[Value]:
-    e = _Emit(ctx)
     (x,) = ctx.inputs
     if x.type.dtype != f32:
         ctx.fail(f"x has dtype {x.type.dtype}; DynamicQuantizeLinear takes f32")
+    return dynamic_quantize(_Emit(ctx), x)
+
+
+def dynamic_quantize(e: _Emit, x: Value) -> list[Value]:
+    """[q, s, zp]: the f32 `x` quantized to u8 over its whole range (DynamicQuantizeLinear,
+    onnxruntime's GetQuantizationParameter and MlasQuantizeLinear too)."""
     zero = e.const(0.0)
     lo = e("min", _whole(e, "reduce_min", x), zero)
     hi = e("max", _whole(e, "reduce_max", x), zero)

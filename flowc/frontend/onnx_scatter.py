@@ -11,10 +11,9 @@ kernels and refused by the interpreter).
   `gather` along axis 0 reads the rows.
 - ScatterND(data, indices, updates; reduction) and ScatterElements(data, indices,
   updates; axis, reduction): each update's target becomes one row number of data
-  flattened to rows; reduction "add" is one `scatter_add`; "none" (the default) writes
-  `where(hit, scatter_add(0, updates), data)` with `hit` the rows some index names (with
-  duplicate indices ONNX leaves the result undefined; here they add up); "mul", "max"
-  and "min" one `scatter_reduce`.
+  flattened to rows; reduction "add" is one `scatter_add`; "none" (the default), "mul",
+  "max" and "min" one `scatter_reduce` (with repeated indices and "none" ONNX leaves the
+  result undefined; the last in index order wins, as in onnxruntime).
 """
 
 from __future__ import annotations
@@ -74,17 +73,8 @@ def _scatter_rows(ctx, data: Value, rows: Value, updates: Value, row_shape: list
     upd = _op(ctx, "reshape", updates, _ints(ctx, [count, *row_shape]))
     if reduction == "add":
         out = _op(ctx, "scatter_add", flat, rows, upd, axis=0)
-    elif reduction != "none":
-        out = _op(ctx, "scatter_reduce", flat, rows, upd, axis=0, reduction=reduction)
     else:
-        zeros = ctx.constant(np.zeros(flat.type.shape[:1] + (1,) * len(row_shape),
-                                      dtype=np.float32))
-        hit = _op(ctx, "scatter_add", zeros, rows,
-                  ctx.constant(np.ones((count,) + (1,) * len(row_shape), np.float32)), axis=0)
-        hit = _op(ctx, "greater", hit, ctx.constant(np.float32(0)))
-        empty = _op(ctx, "mul", flat, ctx.constant(np.zeros((), data.type.dtype.np)))
-        placed = _op(ctx, "scatter_add", empty, rows, upd, axis=0)
-        out = _op(ctx, "where", hit, placed, flat)
+        out = _op(ctx, "scatter_reduce", flat, rows, upd, axis=0, reduction=reduction)
     return _op(ctx, "reshape", out, _ints(ctx, list(shape)))
 
 

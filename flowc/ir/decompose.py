@@ -10,6 +10,15 @@ the op's result; it reads only the operands' types and the given constants.
   frontend/onnx_resize.py states the method); x must have a static shape.
 - `build_one_hot(b, indices, n, values, axis)`: OneHot of a known depth n as
   where(equal(indices, iota), on, off), negative indices counted from the end.
+- `build_dft(b, x, length, axis, inverse, onesided)`: DFT along a known axis at a known
+  length as one matmul by ir/ops/dft.py's `matrix`, between transposes that bring the axis
+  next to the real/imaginary axis and back; x's shape must be static.
+- `build_stft(b, x, step, window, length, onesided)`: STFT at a known frame_step and
+  frame_length as a gather of the frames, a multiply by the window and `build_dft`.
+- `build_col2im(b, x, attrs, image, block)`: Col2Im at a known image and block shape as one
+  scatter_add of the columns at ir/ops/col2im.py's `targets`.
+- `build_max_unpool(b, x, indices, attrs, output_shape)`: MaxUnpool as scatter_adds of the
+  values and of ones (their mean where indices repeat) and a pad to output_shape.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from flowc.ir.graph import Value
+from flowc.ir.ops import col2im, dft, max_unpool
 from flowc.ir.ops.resize import ATTRS, axis_weights, coefficients, is_identity, plan
 from flowc.ir.types import i64
 
@@ -111,3 +121,86 @@ def build_one_hot(b, indices: Value, n: int, values: Value, axis: int) -> Value:
     off, on = (b.emit("gather", [values, b.constant(np.int64(k))], {"axis": 0})[0]
                for k in (0, 1))
     return b.emit("where", [hit, on, off], {})[0]
+
+
+def build_dft(b, x: Value, length: int | None, axis: int, inverse: bool, onesided: bool
+              ) -> Value:
+    """DFT of x along `axis` at `length` points (None: the default) as one matmul."""
+    if not x.type.is_static:
+        b.fail(f"DFT needs a static shape for its input, found {x.type}")
+    shape = [int(d) for d in x.type.shape]
+    rank = len(shape)
+    axis, length, m = dft.plan(tuple(shape), axis, length, inverse, onesided, b.fail)
+    n, c = shape[axis], shape[-1]
+    w = dft.matrix(n, c, length, inverse, onesided).astype(x.type.dtype.np)
+    others = [a for a in range(rank - 1) if a != axis]
+    perm = [*others, axis, rank - 1]
+    y = x if perm == list(range(rank)) else b.emit("transpose", [x], {"perm": tuple(perm)})[0]
+    lead = [shape[a] for a in others]
+    y = b.emit("reshape", [y, b.constant(np.array([-1, n * c], np.int64))], {})[0]
+    y = b.emit("matmul", [y, b.constant(w)], {})[0]
+    out = [*lead, m, w.shape[1] // m]
+    y = b.emit("reshape", [y, b.constant(np.array(out, np.int64))], {})[0]
+    back = tuple(int(a) for a in np.argsort(perm))
+    return y if perm == list(range(rank)) else b.emit("transpose", [y], {"perm": back})[0]
+
+
+def build_stft(b, x: Value, step: int, window: Value | None, length: int | None,
+               onesided: bool) -> Value:
+    """STFT of signal x [batch, L, c] (static) as one gather of its frames, a multiply by
+    the window and `build_dft` along the frames' values."""
+    if not x.type.is_static or (window is not None and not window.type.is_static):
+        b.fail(f"STFT needs static shapes, found {x.type}")
+    frames, width, length, _ = dft.stft_plan(
+        int(x.type.shape[1]), step, None if window is None else int(window.type.shape[0]),
+        length, onesided, b.fail)
+    index = b.constant(dft.frame_indices(frames, width, step).astype(np.int64))
+    y = b.emit("gather", [x, index], {"axis": 1})[0]
+    if window is not None:
+        shaped = b.emit("reshape", [window, b.constant(np.array([1, 1, -1, 1], np.int64))],
+                        {})[0]
+        y = b.emit("mul", [y, shaped], {})[0]
+    return build_dft(b, y, length, 2, False, onesided)
+
+
+def build_col2im(b, x: Value, attrs: dict, image: list[int], block: list[int]) -> Value:
+    """Col2Im of x [N, C K, L] (static) into [N, C, *image]: the columns scattered (added)
+    into a zero image of one spare slot more, the spare slot cut off."""
+    if not x.type.is_static:
+        b.fail(f"Col2Im needs a static input shape, found {x.type}")
+    n, ck, columns = (int(d) for d in x.type.shape)
+    where = col2im.targets(attrs, image, block, columns, b.fail)
+    c, size = ck // int(np.prod(block)), int(np.prod(image))
+    zeros = b.constant(np.zeros((n, c, size + 1), x.type.dtype.np))
+    cols = b.emit("reshape", [x, b.constant(np.array([n, c, -1], np.int64))], {})[0]
+    y = b.emit("scatter_add", [zeros, b.constant(where), cols], {"axis": 2})[0]
+    y = b.emit("slice", [y, b.constant(np.array([0], np.int64)),
+                         b.constant(np.array([size], np.int64)),
+                         b.constant(np.array([2], np.int64))], {})[0]
+    return b.emit("reshape", [y, b.constant(np.array([n, c, *image], np.int64))], {})[0]
+
+
+def build_max_unpool(b, x: Value, indices: Value, attrs: dict, output_shape) -> Value:
+    """MaxUnpool of a static x at a known output_shape (array or None)."""
+    if not x.type.is_static:
+        b.fail(f"MaxUnpool needs a static shape for x, found {x.type}")
+    inner, out = max_unpool.unpooled(attrs, tuple(int(d) for d in x.type.shape), output_shape,
+                                     b.fail)
+    size = int(np.prod(inner))
+    dt = x.type.dtype.np
+    flat = b.emit("reshape", [indices, b.constant(np.array([-1], np.int64))], {})[0]
+    if flat.type.dtype != i64:
+        flat = b.emit("cast", [flat], {"to": i64})[0]
+    values = b.emit("reshape", [x, b.constant(np.array([-1], np.int64))], {})[0]
+    zeros = b.constant(np.zeros(size, dt))
+    total = b.emit("scatter_add", [zeros, flat, values], {"axis": 0})[0]
+    ones = b.constant(np.ones(int(np.prod(x.type.shape)), dt))
+    count = b.emit("scatter_add", [zeros, flat, ones], {"axis": 0})[0]
+    count = b.emit("max", [count, b.constant(np.ones((), dt))], {})[0]
+    y = b.emit("div", [total, count], {})[0]
+    y = b.emit("reshape", [y, b.constant(np.array(inner, np.int64))], {})[0]
+    if out == inner:
+        return y
+    pads = np.array([0] * len(inner) + [o - i for o, i in zip(out, inner, strict=True)],
+                    np.int64)
+    return b.emit("pad", [y, b.constant(pads)], {})[0]

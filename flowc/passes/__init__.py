@@ -2,7 +2,7 @@
 
 Importing this package registers every pass (`cse`, `constant-fold`, `simplify`, `prune`,
 `fuse`, `partition`, `schedule`, `place`, `channels-last`, `pack-weights`,
-`winograd`, `qdq`, `gradients`, `apply-optimizer`, `remat`, `precision`, `widen`).
+`winograd`, `qdq`, `qdq-layout`, `gradients`, `apply-optimizer`, `remat`, `precision`, `widen`).
 """
 
 from flowc.passes import (  # noqa: F401  (register passes)
@@ -18,6 +18,7 @@ from flowc.passes import (  # noqa: F401  (register passes)
     precision,
     prune,
     qdq,
+    qdq_layout,
     remat,
     schedule,
     simplify,

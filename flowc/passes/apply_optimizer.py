@@ -11,8 +11,11 @@ of one variable), exactly as `Optimizer.apply_gradients` builds it in the TF-sty
 variable); with `data_parallel`, each gradient is first averaged over the ranks of the MPI
 job (`all_reduce.average_over_ranks`: bucketed `all_reduce` nodes, filled in the order
 the backward pass computes the gradients); the `grad/*` outputs are
-removed and the other outputs kept. No `grad/*` output, or one naming no variable read, is
-a one-line FlowcError.
+removed and the other outputs kept. The updates come in the order their gradients are
+complete, each placed right after what it needs (its effects in order after the graph's),
+so that a backward pass updates the last layer while the gradients of the first are still
+to come: the gradient is still in cache and its buffer free for the next one. No `grad/*`
+output, or one naming no variable read, is a one-line FlowcError.
 `training_passes(loss, variables, optimizer)` is the ONNX training route's pair of steps
 (`pipeline.TRAINING_PASSES`): `gradients` of `loss` with respect to each read of
 `variables`, then this pass.
@@ -25,11 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from flowc.ir.errors import FlowcError
-from flowc.ir.graph import Graph, Value
+from flowc.ir.graph import Graph, Node, Value
 from flowc.ir.interpret import resolve_tensor_name
 from flowc.passes.all_reduce import average_over_ranks
 from flowc.passes.gradients import Gradients
 from flowc.passes.registry import register
+from flowc.passes.rewrite import is_pure
 
 PREFIX = "grad/"
 
@@ -61,18 +65,60 @@ class ApplyOptimizer:
         builder = Builder.wrap(out)
         with builder:
             pairs = []
-            for handle, parts in grads.items():
+            items = _by_readiness(graph, grads)
+            for handle, parts in items:
                 total = Tensor(parts[0], builder)
                 for part in parts[1:]:
                     total = total + Tensor(part, builder)
                 pairs.append((total, Tensor(handle, builder)))
             if self.data_parallel:  # gradients in the order the backward pass makes them
                 index = {n: i for i, n in enumerate(graph.nodes)}
-                ready = [max(index.get(p.node, 0) for p in parts) for parts in grads.values()]
+                ready = [max(index.get(p.node, 0) for p in parts) for _, parts in items]
                 averaged = average_over_ranks(builder, [g for g, _ in pairs], ready)
                 pairs = [(g, v) for g, (_, v) in zip(averaged, pairs, strict=True)]
             update.apply_gradients(pairs)
+        out.nodes[:] = _interleave(out.nodes, len(graph.nodes))
         return out
+
+
+def _by_readiness(graph: Graph, grads: dict[Value, list[Value]]
+                  ) -> list[tuple[Value, list[Value]]]:
+    """The (variable, gradients) items in the order their gradients are complete in
+    `graph` (the position of the last node producing one; ties in output order). The
+    updates are effectful, so `schedule` keeps their order: in this order each update can
+    run as soon as its gradient is ready (a backward pass makes the last layer's first),
+    while the gradient is still in cache, and its buffer is free for the next gradient."""
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    ready = {handle: max(position.get(v.node, -1) for v in parts)
+             for handle, parts in grads.items()}
+    return sorted(grads.items(), key=lambda item: ready[item[0]])
+
+
+def _interleave(nodes: list[Node], start: int) -> list[Node]:
+    """`nodes` with the update's nodes (`nodes[start:]`) each moved up to right after the
+    last node it needs: its operands and control dependencies, and, for an effectful node
+    (reads, assigns, slot variables), every effectful node before it, so effects keep
+    their order. With `_by_readiness`, a parameter's update follows its gradient, not the
+    whole backward pass. Topological: a node's needs sit before it, or are update nodes
+    made (and so placed) before it at the same point."""
+    position = {node: i for i, node in enumerate(nodes[:start])}
+    effects = [i for i, node in enumerate(nodes[:start]) if not is_pure(node)]
+    last_effect = effects[-1] if effects else -1
+    after: dict[Node, int] = {}  # update node -> the original position it follows
+    for node in nodes[start:]:
+        needs = [v.node for v in node.inputs if v is not None] + list(node.ctrl)
+        at = max((after[n] if n in after else position.get(n, -1) for n in needs), default=-1)
+        if not is_pure(node):
+            at = last_effect = max(at, last_effect)
+        after[node] = at
+    moved: dict[int, list[Node]] = {}
+    for node in nodes[start:]:
+        moved.setdefault(after[node], []).append(node)
+    order = moved.get(-1, [])
+    for i, node in enumerate(nodes[:start]):
+        order.append(node)
+        order.extend(moved.get(i, ()))
+    return order
 
 
 def _variable(graph: Graph, output: str) -> Value:

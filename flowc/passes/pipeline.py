@@ -34,6 +34,8 @@ PIPELINES: dict[str, list[tuple[str, str]]] = {
         ("simplify", "remove identities, collapse chains, form gemm, fold batch norms"),
         ("cse", "merge what folding and simplification made equal"),
         ("prune", "drop nodes the rewrites, or the frontend, left unused; keep stateful ones"),
+        ("qdq-layout", "quantized conv chains channels-last between their qconvs (after "
+                       "folding gives the scales as constants)"),
         ("widen", "bf16/f16 convs with constant filters as f32 convs between casts (the "
                   "f32 rewrites below then take them)"),
         ("channels-last", "2-D conv chains in NHWC, filters transposed once (after BN folding)"),

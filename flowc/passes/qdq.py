@@ -26,14 +26,17 @@ gives QDQ and dynamically quantized models, frontend/onnx_quant.py):
   f32 scaled per channel (sa * sw, with a following division folded as above). A
   requantization of it to u8 / i8 (elementwise, other operands one element) then runs in
   NHWC with the transpose after its u8 / i8 result, where the next qconv's transpose into
-  NHWC cancels it (simplify).
+  NHWC cancels it (simplify); when that requantization is exactly QuantizeLinear's (round,
+  + a constant zero point, clip to the dtype's range, cast) it becomes `qconv_requant`,
+  computed in the kernel's registers (no i32 accumulator written).
 Guarantees: i32 results are exact (the same integers); f32 results are onnxruntime's
 (the integer product scaled once), which differ from the unrewritten f32 sum of dequantized
 products by f32 rounding. Left alone: nonzero weight zero points, weights
 that are not constant, a B of rank other than 2, nodes with control dependencies or on a
 GPU. An A of rank 3 or more is one [rows, K] product, reshaped back.
-Statistics: `matmuls-quantized`, `convs-quantized`, `requantize-folded`,
-`requantize-channels-last`.
+Constants are seen through casts, reshapes and transposes (QGemm's transB). Statistics:
+`matmuls-quantized`, `convs-quantized`, `requantize-folded`, `requantize-channels-last`,
+`requantize-in-qconv`.
 """
 
 from __future__ import annotations
@@ -51,18 +54,22 @@ from flowc.ir.ops.window import _pads_for
 from flowc.ir.types import TensorType, f32, i32, u8
 from flowc.passes.registry import register
 from flowc.passes.rewrite import Rewriter, apply_patterns, in_bodies
+from flowc.passes.stats import count
 
 
 def _value(rw: Rewriter, v: Value | None) -> np.ndarray | None:
-    """The value of a constant, or of a cast or reshape of one (before constant folding)."""
+    """The value of a constant, or of a cast, reshape or transpose of one (before constant
+    folding: QGemm's transB is a transpose of its constant B)."""
     if v is None:
         return None
     data = rw.const(v)
     if data is not None:
         return data
-    if v.node.op in ("cast", "reshape") and not v.node.ctrl and isinstance(
+    if v.node.op in ("cast", "reshape", "transpose") and not v.node.ctrl and isinstance(
             v.type, TensorType) and v.type.is_static:
         inner = _value(rw, v.node.inputs[0])
+        if inner is not None and v.node.op == "transpose":
+            inner = np.transpose(inner, v.node.attrs.get("perm"))
         if inner is not None:
             return inner.astype(v.type.dtype.np).reshape(v.type.shape)
     return None
@@ -294,7 +301,11 @@ class Qdq:
             b32 = _int_bias(rw, bias, o)
             if b32 is None:
                 return None  # an f32 bias: left to the f32 conv
-        acc = self._conv_acc(node, rw, *found, b32)
+        # the dequantized input read by this conv alone: an s8 qconv_requant producing it
+        # may give the shifted u8 itself (`_conv_acc`)
+        chain = [x, sa[0], *([sa[0].node.inputs[0]] if sa[0].node.op == "sub" else []),
+                 found[0][0]]
+        acc = self._conv_acc(node, rw, *found, b32, all(rw.uses(v) == 1 for v in chain))
         wide = rw.make("cast", [acc], {"to": f32}, node).out()
         multiplier = (np.float32(sa[1].reshape(())) * scale).astype(np.float32)
         return rw.replace(node, "mul", [wide, rw.constant(multiplier.reshape(o, 1, 1), node)])
@@ -309,17 +320,30 @@ class Qdq:
         return self._operands(node, x, w, rw, dt, rank=4)
 
     def _conv_acc(self, node: Node, rw: Rewriter, qa: tuple[Value, Value | None],
-                  w: np.ndarray, b32: np.ndarray | None) -> Value:
+                  w: np.ndarray, b32: np.ndarray | None, exclusive: bool = False) -> Value:
         """conv(q - za, w) + b32 in i32, [N, O, OH, OW]: q (s8 shifted to u8 as in
         `_accumulate`) in NHWC, padded with its zero point (so padding adds nothing once
         za * colsum(w) is subtracted), `qconv` with w packed and the bias less that
-        correction as its accumulators' start, transposed back to NCHW."""
+        correction as its accumulators' start, transposed back to NCHW. An s8 q that an
+        i8 `qconv_requant` gives (transposed to NCHW) and only this conv reads
+        (`exclusive`) is that kernel's u8 form instead, zero point + 128: the shift in its
+        epilogue, exactly (clip(v + 128, 0, 255) = clip(v, -128, 127) + 128)."""
         q, za = qa
         o, _, kh, kw = w.shape
         shift = 128 if q.type.dtype.name == "i8" else 0
-        # transposed first: a transpose back to NCHW before `q` (`_channels_last`) cancels
-        x = rw.make("transpose", [q], {"perm": (0, 2, 3, 1)}, node).out()
-        if shift:
+        src = q.node.inputs[0] if q.node.op == "transpose" and tuple(
+            q.node.attrs.get("perm") or ()) == (0, 3, 1, 2) else None
+        if shift and exclusive and src is not None and src.node.op == "qconv_requant" \
+                and rw.uses(src) == 1:
+            attrs = {**src.node.attrs, "to": u8, "zero": src.node.attrs.get("zero", 0) + 128}
+            x = rw.make("qconv_requant", list(src.node.inputs), attrs, src.node).out()
+            shift_done = True
+        else:
+            # transposed first: a transpose back to NCHW before `q` (`_channels_last`)
+            # cancels
+            x = rw.make("transpose", [q], {"perm": (0, 2, 3, 1)}, node).out()
+            shift_done = False
+        if shift and not shift_done:
             wide = rw.make("cast", [x], {"to": i32}, node).out()
             moved = rw.make("add", [wide, rw.constant(np.int32(shift), node)], {}, node).out()
             x = rw.make("cast", [moved], {"to": u8}, node).out()
@@ -416,12 +440,48 @@ def _channels_last(node: Node, rw: Rewriter) -> Node | None:
     if mult.size != 1 and mult.shape != (o, 1, 1):
         return None
     acc = back.node.inputs[0]
+    fused = _requantized_qconv(node, rw, acc, np.broadcast_to(mult.reshape(-1), (o,)),
+                               list(reversed(chain[:-1])))
+    if fused is not None:
+        return rw.replace(node, "transpose", [fused], {"perm": (0, 3, 1, 2)})
     v = rw.make("cast", [acc], {"to": f32}, wide.node).out()
     v = rw.make("mul", [v, rw.constant(mult.reshape(o) if mult.size != 1 else mult, mul)],
                 {}, mul).out()
     for step in reversed(chain[:-1]):
         v = rw.make(step.op, [v, *step.inputs[1:]], step.attrs, step).out()
     return rw.replace(node, "transpose", [v], {"perm": (0, 3, 1, 2)})
+
+
+def _requantized_qconv(node: Node, rw: Rewriter, acc: Value, mult: np.ndarray,
+                       steps: list[Node]) -> Value | None:
+    """`qconv_requant` of the qconv giving `acc` when the steps after its multiplier are
+    exactly round, (add of a constant integer zero point,) clip to the result dtype's
+    range and the cast (QuantizeLinear's saturation): the requantization in the kernel's
+    registers, no i32 accumulator written; else None."""
+    to = node.types[0].dtype
+    lo, hi = (0, 255) if to.name == "u8" else (-128, 127)
+    ops = [s.op for s in steps]
+    if acc.node.op != "qconv" or rw.uses(acc) != 1 or ops not in (
+            ["round", "clip", "cast"], ["round", "add", "clip", "cast"]):
+        return None
+    zero = 0
+    if len(ops) == 4:
+        z = _value(rw, steps[1].inputs[1])
+        if z is None or z.size != 1 or z.reshape(()) != np.round(z.reshape(())):
+            return None
+        zero = int(z.reshape(()))
+    bounds = [_value(rw, v) for v in steps[-2].inputs[1:]]
+    if any(b is None or b.size != 1 for b in bounds) or [
+            float(b.reshape(())) for b in bounds] != [lo, hi]:
+        return None
+    x, p, start = [*acc.node.inputs, None][:3]
+    o = acc.node.attrs["o"]
+    if start is None:
+        start = rw.constant(np.zeros(o, np.int32), node)
+    attrs = {**acc.node.attrs, "zero": zero, "to": to}
+    m = rw.constant(np.ascontiguousarray(mult, np.float32), node)
+    count("requantize-in-qconv")
+    return rw.make("qconv_requant", [x, p, start, m], attrs, acc.node).out()
 
 
 def _elements(v: Value) -> int | None:

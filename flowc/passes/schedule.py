@@ -1,13 +1,17 @@
 """`schedule`: a memory-aware topological order of the graph's nodes.
 
-Requires: a well-formed graph (normally after `fuse`, so nodes are kernels). Guarantees: the
-same nodes (the same objects), inputs and outputs, in a topological order of the data and
-control edges plus two kinds of implied edges: effectful nodes (not `rewrite.is_pure`,
-send/recv aside) keep their relative order on each device, and a `recv` comes after the
-`send` of its channel (tensor_name, send_device, recv_device). When send/recv pairs make
-nodes wait on each other in a cycle (a program that would deadlock), a FlowcError names
-some of them. Nested bodies keep their order. Codegen runs nodes in graph order, so this
-order is the program's, and per device (`Node.device`) the order of that device's nodes.
+Requires: a well-formed graph (normally after `fuse`, so nodes are kernels). Guarantees:
+the same nodes (the same objects), inputs and outputs, in a topological order of the data
+and control edges plus three kinds of implied edges: effectful nodes (not `rewrite.is_pure`,
+send/recv aside) keep their relative order on each device, a `recv` comes after the
+`send` of its channel (tensor_name, send_device, recv_device); a write of a variable
+(an `assign` and the node computing its value, which codegen runs in place on it) comes
+after every user of an earlier read of it (through views) that does not depend on the
+write, so that reads stay views of the variable (codegen/plan/state.py). When send/recv
+pairs make nodes wait on each other in a cycle (a program that would deadlock), a
+FlowcError names some of them. Nested bodies keep their order. Codegen runs nodes in graph
+order, so this order is the program's, and per device (`Node.device`) the order of that
+device's nodes.
 
 How: a greedy list scheduler over the memory model of `schedule_model.py`. Among the ready
 nodes it runs first constants and sends (a send lets the other device go on and frees its
@@ -22,7 +26,8 @@ its gradients are computed, the wait right before its first reader; and a node r
 wait runs only when no other node is ready, so the sum over the ranks travels while the
 rest of the backward pass runs. The order kept is the one with the
 smaller peak (summed over devices) of two: that greedy order, and the input order with
-only the receives (and waits) moved and the sends (and starts) run when ready; a tie keeps
+only the receives (and waits) moved, the sends (and starts) run when ready and the writes
+of variables moved after the reads' users; a tie keeps
 the latter, so a graph already in a good order comes back unchanged (the same object when
 nothing moved).
 Deterministic: every choice ends on the input index.
@@ -36,7 +41,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from flowc.ir.errors import FlowcError
-from flowc.ir.graph import Graph, Node
+from flowc.ir.graph import Graph, Node, Value
+from flowc.ir.ops import is_view
 from flowc.ir.ops.core import channel_key
 from flowc.passes.registry import register
 from flowc.passes.rewrite import is_pure
@@ -66,7 +72,82 @@ def dependencies(graph: Graph) -> dict[Node, list[Node]]:
                 deps.append(previous_effect[node.device])
             previous_effect[node.device] = node
         preds[node] = [d for d in dict.fromkeys(deps) if d in inside]
+    _reads_before_writes(graph, preds)
     return preds
+
+
+def _reads_before_writes(graph: Graph, preds: dict[Node, list[Node]]) -> None:
+    """Add to `preds`, for each `assign` of a variable and the node computing its value
+    (which codegen makes write the variable in place, codegen/plan/state.py), the nodes
+    that use an earlier read of that variable (through views): running them first keeps
+    each read a view of the variable instead of a copy. A user that depends on the writer
+    (through `preds`) is left out, and if the added edges together would still close a
+    cycle, none is added (the reads then stay copies where the order requires)."""
+    position = {node: i for i, node in enumerate(graph.nodes)}
+    users: dict[Value, list[Node]] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            if v is not None:
+                users.setdefault(v, []).append(node)
+    reads: dict[Value, list[Node]] = {}  # variable handle -> its reads so far
+    added: dict[Node, list[Node]] = {}
+    for node in graph.nodes:
+        if node.op == "read_variable":
+            reads.setdefault(node.inputs[0], []).append(node)
+        if node.op != "assign" or not reads.get(node.inputs[0]):
+            continue
+        value = node.inputs[1].node
+        writers = [node] + ([value] if value in position and is_pure(value) else [])
+        before = list(dict.fromkeys(u for r in reads[node.inputs[0]]
+                                    for u in _view_users(r.out(), users) if u not in writers))
+        for writer in writers:
+            later = [u for u in before if position[u] > position[writer]]
+            after = _descendants(writer, graph.nodes, position, preds,
+                                 max((position[u] for u in later), default=-1))
+            added[writer] = [u for u in before if u not in after and u not in preds[writer]]
+    merged = {n: ps + added.get(n, []) for n, ps in preds.items()}
+    if _acyclic(graph.nodes, merged):
+        preds.update(merged)
+
+
+def _descendants(node: Node, nodes: list[Node], position: dict[Node, int],
+                 preds: dict[Node, list[Node]], end: int) -> set[Node]:
+    """The nodes up to position `end` that depend on `node` through `preds` (which the
+    input order follows)."""
+    seen = {node}
+    for other in nodes[position[node] + 1:end + 1]:
+        if any(p in seen for p in preds[other]):
+            seen.add(other)
+    return seen
+
+
+def _acyclic(nodes: list[Node], preds: dict[Node, list[Node]]) -> bool:
+    """Whether the edges `preds` holds order `nodes` without a cycle (Kahn's algorithm)."""
+    pending = {n: len(preds[n]) for n in nodes}
+    succs: dict[Node, list[Node]] = {n: [] for n in nodes}
+    for n in nodes:
+        for p in preds[n]:
+            succs[p].append(n)
+    ready = [n for n in nodes if not pending[n]]
+    done = 0
+    while ready:
+        done += 1
+        for s in succs[ready.pop()]:
+            pending[s] -= 1
+            if not pending[s]:
+                ready.append(s)
+    return done == len(nodes)
+
+
+def _view_users(value: Value, users: dict[Value, list[Node]]) -> list[Node]:
+    """The nodes reading `value` or a view of it (not the views themselves)."""
+    found = []
+    for user in users.get(value, ()):
+        if is_view(user.op):
+            found += _view_users(user.out(), users)
+        else:
+            found.append(user)
+    return found
 
 
 class _ListScheduler:
@@ -195,7 +276,9 @@ def schedule_order(graph: Graph) -> tuple[list[Node], int, int]:
     """(the chosen order, the input order's peak, the chosen order's peak)."""
     model = MemoryModel(graph)
     preds = dependencies(graph)
-    moves = any(n.op in DEFERRED_OPS | EARLY_OPS for n in graph.nodes)
+    index = {n: i for i, n in enumerate(graph.nodes)}
+    moves = any(n.op in DEFERRED_OPS | EARLY_OPS for n in graph.nodes) or any(
+        index[p] > index[n] for n, ps in preds.items() for p in ps)  # an edge added above
     kept = _ListScheduler(graph, model, preds, by_memory=False).run() if moves else graph.nodes
     greedy = _ListScheduler(graph, model, preds, by_memory=True).run()
     before = model.peak(graph.nodes)

@@ -6,7 +6,8 @@ Contract (it mirrors what codegen does with a graph, without importing codegen):
   (`OpDef.is_view`: identity, reshape, flatten, squeeze, unsqueeze) is its operand's buffer;
   every other result is its own root.
 - `cost(root)`: the bytes the root takes from its device's arena: 0 for graph inputs,
-  constants (weights) and results that are graph outputs (the caller's buffer); otherwise
+  constants (weights), results that are graph outputs (the caller's buffer), reads of a
+  variable and results only assigns store (the variable's buffer); otherwise
   elements times element size, symbolic or unknown dims counted as 1 (so a graph with a
   batch dim `N` is ordered as for a batch of one).
 - A root is live from the step of its producer until the last node that reads it or any
@@ -61,6 +62,7 @@ class MemoryModel:
         self.root = root
         outputs = {(v.node, v.index) for _, v in graph.outputs}
         self.kept = {root.get(k, k) for k in outputs}
+        outputs |= _state_values(graph)  # no arena bytes either
         self.index = {n: i for i, n in enumerate(graph.nodes)}
         self.number: dict[Key, int] = {}
         self.cost: list[int] = []
@@ -110,3 +112,17 @@ class MemoryModel:
                 if remaining[r] == 0:
                     live[self.device[r]] -= self.cost[r]
         return sum(peak.values())
+
+
+def _state_values(graph: Graph) -> set[Key]:
+    """The values that live in variables rather than the arena (codegen/plan/state.py):
+    reads of a variable (views of it, when the order allows) and results that only
+    assigns store (the kernel writes the variable in place)."""
+    stored: dict[Key, bool] = {}
+    for node in graph.nodes:
+        for k, v in enumerate(node.inputs):
+            if v is not None:
+                key = (v.node, v.index)
+                stored[key] = stored.get(key, True) and node.op == "assign" and k == 1
+    return {(n, 0) for n in graph.nodes if n.op == "read_variable"} | {
+        key for key, only in stored.items() if only}

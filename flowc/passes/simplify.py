@@ -71,6 +71,10 @@ PATTERNS: dict[str, list[tuple[str, Pattern]]] = {
     "resize": [("resize-decomposed", d.resize)],
     "one_hot": [("one-hot-decomposed", d.one_hot)],
     "top_k": [("top-k-decomposed", d.top_k)],
+    "dft": [("dft-decomposed", d.dft)],
+    "stft": [("stft-decomposed", d.stft)],
+    "col2im": [("col2im-decomposed", d.col2im)],
+    "max_unpool": [("max-unpool-decomposed", d.max_unpool)],
 }
 
 

@@ -3,13 +3,23 @@ compiled lowerings, once the values that decide their structure are constants (t
 compiled path folds such inputs first): `resize` into gathers and multiply-adds
 (ir/decompose.py's `build_resize`), `one_hot` into equal/where against an iota
 (ir/decompose.py's `build_one_hot`), `top_k` into k rounds of arg_max/arg_min,
-gather_elements and a mask (flowc/ir/ops/top_k.py)."""
+gather_elements and a mask (flowc/ir/ops/top_k.py), `dft` into one matmul by a constant
+matrix (ir/decompose.py's `build_dft`), `stft` into a gather of its frames and that matmul
+(`build_stft`), `col2im` into one scatter_add (`build_col2im`), `max_unpool` into
+scatter_adds and a pad (`build_max_unpool`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flowc.ir.decompose import build_one_hot, build_resize
+from flowc.ir.decompose import (
+    build_col2im,
+    build_dft,
+    build_max_unpool,
+    build_one_hot,
+    build_resize,
+    build_stft,
+)
 from flowc.ir.graph import Node
 from flowc.passes.rewrite import Result, Rewriter
 
@@ -45,6 +55,43 @@ def one_hot(node: Node, rw: Rewriter) -> Result:
     n = int(np.asarray(depth).reshape(-1)[0])
     return [build_one_hot(_Builder(node, rw), node.inputs[0], n, node.inputs[2],
                           node.attrs.get("axis", -1))]
+
+
+def dft(node: Node, rw: Rewriter) -> Result:
+    x, length, axis = [*node.inputs, None, None][:3]
+    known_axis, known_length = rw.const(axis), None if length is None else rw.const(length)
+    if known_axis is None or (length is not None and known_length is None):
+        return None
+    n = None if known_length is None else int(np.asarray(known_length).reshape(-1)[0])
+    return [build_dft(_Builder(node, rw), x, n, int(np.asarray(known_axis).reshape(-1)[0]),
+                      bool(node.attrs.get("inverse", 0)), bool(node.attrs.get("onesided", 0)))]
+
+
+def stft(node: Node, rw: Rewriter) -> Result:
+    x, step, window, length = [*node.inputs, None, None][:4]
+    known_step, known_length = rw.const(step), None if length is None else rw.const(length)
+    if known_step is None or (length is not None and known_length is None):
+        return None
+    n = None if known_length is None else int(np.asarray(known_length).reshape(-1)[0])
+    return [build_stft(_Builder(node, rw), x, int(np.asarray(known_step).reshape(-1)[0]),
+                       window, n, bool(node.attrs.get("onesided", 1)))]
+
+
+def col2im(node: Node, rw: Rewriter) -> Result:
+    image, block = rw.const(node.inputs[1]), rw.const(node.inputs[2])
+    if image is None or block is None:
+        return None
+    return [build_col2im(_Builder(node, rw), node.inputs[0], dict(node.attrs),
+                         [int(v) for v in np.asarray(image).reshape(-1)],
+                         [int(v) for v in np.asarray(block).reshape(-1)])]
+
+
+def max_unpool(node: Node, rw: Rewriter) -> Result:
+    x, indices, shape = [*node.inputs, None][:3]
+    known = None if shape is None else rw.const(shape)
+    if shape is not None and known is None:
+        return None
+    return [build_max_unpool(_Builder(node, rw), x, indices, dict(node.attrs), known)]
 
 
 def _extreme(dtype, largest: bool):

@@ -37,6 +37,24 @@ def test_session_folds_shape_inputs_and_caches():
         session.close()
 
 
+def test_session_folds_an_input_a_kernel_needs_at_compile_time():
+    """A CumSum's axis fed at run time: its kernel needs it constant (context.CONST_NEEDED),
+    so the session folds it, one artifact per axis value."""
+    g = Graph("g")
+    x = g.add_input("x", TensorType("f32", (3, 4)))
+    axis = g.add_input("axis", TensorType("i64", ()))
+    g.add_output("y", g.append(make_node("cumsum", [x, axis], name="c")).out())
+    session = CompiledSession(g)
+    x = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    try:
+        for a in (0, 1, 0, -1):
+            y = session.run({"x": x, "axis": np.array(a, np.int64)})["y"]
+            assert_close(y, np.cumsum(x, a), "reduction", 4)
+        assert len(session._models) == 3  # one artifact per distinct axis value
+    finally:
+        session.close()
+
+
 def test_onnx_backend_compiled_device():
     graph = helper.make_graph(
         [helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Relu", ["c"], ["d"])],

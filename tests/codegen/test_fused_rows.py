@@ -1,6 +1,7 @@
-"""lower/rows.py: f32 softmax, log_softmax and layer norm as row kernels (each row read
-from memory once, vector reductions, no temporaries, rows in parallel when large) match
-the interpreter, including rows of odd lengths, -inf and NaN entries and large offsets."""
+"""lower/rows.py: f32 softmax, log_softmax, layer norm and its gradient as row kernels
+(each row read from memory once, vector reductions, no temporaries, rows in parallel when
+large) match the interpreter, including rows of odd lengths, -inf and NaN entries and
+large offsets."""
 
 import re
 
@@ -73,7 +74,18 @@ def test_layer_norm_rows_large_offset():
     check_op("layer_normalization", [x, f(256), f(256)], {"axis": -1}, kind="composite")
 
 
+@pytest.mark.parametrize("shape,axis,scale", [
+    ((4, 768), -1, (768,)), ((3, 5, 48), -1, (48,)), ((2, 3, 4, 10), 2, (4, 10)),
+    ((7,), 0, (1,)), ((3, 5, 48), 1, (5, 1)),
+])
+def test_layer_norm_grad_rows(shape, axis, scale):
+    """d X of layer norm (the gradient's one row kernel: X and dY read once per row)."""
+    check_op("layer_norm_grad", [f(*shape, scale=2.0, offset=1.0), f(*scale), f(*shape)],
+             {"axis": axis, "epsilon": 1e-5})
+
+
 @pytest.mark.parametrize("op,ins,parallel", [
+    ("layer_norm_grad", [f(128, 768), f(768), f(128, 768)], True),
     ("softmax", [f(12, 128, 128)], True), ("softmax", [f(64, 10)], False),
     ("layer_normalization", [f(128, 768), f(768), f(768)], True),
 ])

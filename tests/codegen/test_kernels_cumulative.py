@@ -2,7 +2,7 @@
 rank-3 tensor in every exclusive/reverse mode, a long scan axis, f32/f64/i32/i64 (integers
 wrapping as numpy's do) and 16-bit floats (bit for bit: both round each partial sum); the
 kernel's only scratch is the running sum, one slice of the scan axis; an axis computed at
-run time is refused. And an ONNX model
+run time is refused; cumprod in every mode and dtype (integers wrapping). And an ONNX model
 with CumSum (GPT-2-style position ids) compiled by flowc.compile against onnxruntime."""
 
 import numpy as np
@@ -62,6 +62,17 @@ def test_16_bit_floats_match_the_reference_bit_for_bit(dtype):
     check_op("cumsum", [x, axis_of(1)], {}, consts=(1,), kind="exact")
     check_op("cumsum", [x, axis_of(0)], {"exclusive": 1, "reverse": 1}, consts=(1,),
              kind="exact")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64, np.float16])
+def test_cumprod_every_mode_and_dtype(dtype):
+    x = (RNG.integers(-3, 4, (3, 9, 5)) if np.dtype(dtype).kind == "i"
+         else RNG.uniform(0.5, 1.5, (3, 9, 5))).astype(dtype)
+    kind = "exact" if np.dtype(dtype).kind == "i" or dtype == np.float16 else None
+    for a in (0, 1, -1):
+        for exclusive, reverse in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            check_op("cumprod", [x, axis_of(a)], {"exclusive": exclusive, "reverse": reverse},
+                     consts=(1,), kind=kind)
 
 
 def test_the_only_scratch_is_one_slice_of_running_sums():

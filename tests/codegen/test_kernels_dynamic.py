@@ -284,6 +284,27 @@ def test_row_kernels_take_run_time_leading_dims():
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=op)
 
 
+def test_layer_norm_grad_rows_take_run_time_leading_dims():
+    """layer norm's d X (a row kernel reading X's and dY's rows) over [N, S, 16]."""
+    rng = np.random.default_rng(4)
+    g = Graph("dyn_ln_grad")
+    x = g.add_input("in0", TensorType("f32", ("N", "S", 16)))
+    scale = g.add_input("in1", TensorType("f32", (16,)))
+    dy = g.add_input("in2", TensorType("f32", ("N", "S", 16)))
+    g.add_output("out0", g.append(make_node("layer_norm_grad", [x, scale, dy],
+                                            {"axis": -1, "epsilon": 1e-5})).out())
+    lib = ctypes.CDLL(str(link(compiled_body(g).object, "dyn_ln_grad")))
+    gamma = rng.standard_normal(16).astype(np.float32)
+    for n, s in [(1, 1), (2, 9), (3, 128)]:
+        xv, dv = (rng.standard_normal((n, s, 16)).astype(np.float32) for _ in range(2))
+        (got,) = call(lib, g, [xv, gamma, dv], {"N": n, "S": s})
+        inv = 1 / np.sqrt(xv.var(-1, keepdims=True) + 1e-5)
+        xhat, gy = (xv - xv.mean(-1, keepdims=True)) * inv, dv * gamma
+        want = inv * (gy - gy.mean(-1, keepdims=True)
+                      - xhat * (gy * xhat).mean(-1, keepdims=True))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_softmax_over_a_last_axis_of_run_time_length():
     """Attention's softmax over [N, S, S]: rows of run-time length S (folds of whole
     vectors, then a tail of S % lanes elements: lengths below, at and past the lanes)."""

@@ -65,3 +65,51 @@ def test_kernel_that_cannot_run_in_place_keeps_noalias_and_no_elementwise_strate
     compile_kernels([("k", g)], "host", dump=lambda name, text: seen.__setitem__(name, text))
     assert "llvm.noalias" in seen["k.input.mlir"]
     assert "%ew" not in seen["k.schedule.mlir"]
+
+
+def _requantized_residual(shape: tuple) -> Graph:
+    """A QDQ residual as the `qdq` pass leaves it: an i32 accumulator scaled per channel,
+    rounded and saturated to u8, plus a u8 skip value scaled, requantized to u8 (the
+    result may overwrite the skip value: u8 of one shape)."""
+    g = Graph("residual")
+    acc = g.add_input("acc", TensorType("i32", shape))
+    m = g.add_input("m", TensorType("f32", shape[-1:]))
+    skip = g.add_input("skip", TensorType("u8", shape))
+
+    def node(op, *ins, **attrs):
+        return g.append(make_node(op, list(ins), attrs)).out()
+
+    def const(v):
+        return node("constant", value=np.array(v, np.float32))
+
+    lo, hi = const(0.0), const(255.0)
+    h = node("cast", node("clip", node("round", node("mul", node("cast", acc, to="f32"), m)),
+                          lo, hi), to="u8")
+    s = node("add", node("mul", node("cast", h, to="f32"), const(0.5)),
+             node("mul", node("cast", skip, to="f32"), const(0.25)))
+    g.add_output("y", node("cast", node("clip", node("round", node("div", s, const(0.75))),
+                                        lo, hi), to="u8"))
+    return g
+
+
+@pytest.mark.parametrize("shape", [(2, 5, 32), (3, 7, 20)])
+def test_u8_result_kernel_is_vectorized_and_right_in_place(shape):
+    """A u8 result computed in f32 (the requantized residual): vectorized in 32-bit lanes
+    (LLVM's loops ran scalar in place: 17x slower on a ResNet block), right in place."""
+    g = _requantized_residual(shape)
+    seen = {}
+    compile_kernels([("k", g)], "host", dump=lambda name, text: seen.__setitem__(name, text))
+    assert "llvm.noalias" not in seen["k.input.mlir"]
+    assert "transform.structured.vectorize" in seen["k.schedule.mlir"]
+    rng = np.random.default_rng(2)
+    acc = rng.integers(-3000, 3000, shape, dtype=np.int32)
+    m = rng.uniform(0.01, 0.1, shape[-1:]).astype(np.float32)
+    skip = rng.integers(0, 256, shape, dtype=np.uint8)
+    want = interpret(g, {"acc": acc, "m": m, "skip": skip})["y"]
+    lib = load_body(g)
+    arrays = [aligned(a) for a in (acc, m, skip)]
+    out = aligned(np.zeros(shape, np.uint8))
+    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in (*arrays, out)])
+    np.testing.assert_array_equal(out, want)
+    lib.kernel(*[ctypes.c_void_p(a.ctypes.data) for a in (*arrays, arrays[2])])  # in place
+    np.testing.assert_array_equal(arrays[2], want)

@@ -83,6 +83,10 @@ def test_arg_reductions_on_long_rows(op, last):
     ("pad", [X, ints(2, 3, 1, 1, 3, 4)], {"mode": "edge"}, (1,)),
     ("pad", [X, ints(2, 3, 1, 1, 3, 4)], {"mode": "wrap"}, (1,)),
     ("pad", [X, ints(1, 2), None, ints(-1)], {}, (1, 3)),
+    # spatial pads only ([N, *S, C]): the copy-and-border-fills path, as qconv inputs
+    ("pad", [X, ints(0, 2, 0, 0, 1, 0), np.float32(2.5)], {}, (1,)),
+    ("pad", [(np.abs(X) * 9).astype(np.uint8).reshape(3, 2, 2, 5),
+             ints(0, 1, 2, 0, 0, 2, 1, 0), np.uint8(7)], {}, (1,)),
     ("shape", [X], {"start": 1}, ()),
     ("range", [np.float32(1), np.float32(5), np.float32(0.7)], {}, (0, 1, 2)),
     ("range", [np.int32(10), np.int32(-3), np.int32(-3)], {}, (0, 1, 2)),

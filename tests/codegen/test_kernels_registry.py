@@ -15,7 +15,7 @@ from flowc.ir.ops import OPS
 from flowc.ir.ops.bf16_matmul import pack as pack_bf16
 from flowc.ir.ops.quant import pack, pack_conv
 from flowc.ir.ops.winograd import winograd_filter
-from flowc.ir.types import bf16, i32
+from flowc.ir.types import bf16, i32, u8
 
 RNG = np.random.default_rng(3)
 
@@ -66,7 +66,8 @@ CASES = {
     "rsqrt": ([np.abs(X) + 1], {}, ()), "reciprocal": ([X], {}, ()), "exp": ([X], {}, ()),
     "log": ([np.abs(X) + 0.1], {}, ()), "erf": ([X], {}, ()), "tanh": ([X], {}, ()),
     "sin": ([X], {}, ()), "cos": ([X], {}, ()), "floor": ([X], {}, ()), "ceil": ([X], {}, ()),
-    "round": ([X], {}, ()),
+    "round": ([X], {}, ()), "atan": ([X], {}, ()), "asin": ([np.tanh(X)], {}, ()),
+    "acos": ([np.tanh(X)], {}, ()),
     "bitwise_and": ([ints(12, -7, 5), ints(10, 3, -1)], {}, ()),
     "bitwise_or": ([ints(12, -7, 5), ints(10, 3, -1)], {}, ()),
     "bitwise_xor": ([ints(12, -7, 5), ints(10, 3, -1)], {}, ()),
@@ -86,6 +87,7 @@ CASES = {
     "gemm": ([f(5, 6), f(7, 6), f(7)], {"transB": 1}, ()),
     "batch_normalization": ([f(2, 3, 4, 5), f(3), f(3), f(3), np.abs(f(3))], {}, ()),
     "layer_normalization": ([X, f(4), f(4)], {}, ()), "softmax": ([X], {}, ()),
+    "layer_norm_grad": ([X, f(4), f(*X.shape)], {}, ()),
     "log_softmax": ([X], {"axis": 1}, ()),
     "conv": ([f(1, 3, 8, 9), f(4, 3, 3, 3), f(4)], {"pads": (1, 1, 1, 1)}, ()),
     "conv_transpose": ([f(1, 3, 5, 6), f(3, 2, 3, 3)], {"strides": (2, 2)}, ()),
@@ -98,10 +100,17 @@ CASES = {
     "qconv": ([RNG.integers(0, 256, (1, 6, 7, 5)).astype(np.uint8),
                pack_conv(RNG.integers(-128, 128, (18, 5, 3, 3)).astype(np.int8))],
               {"kernel": (3, 3), "strides": (2, 1), "o": 18}, ()),
+    "qconv_requant": ([RNG.integers(0, 256, (1, 6, 7, 5)).astype(np.uint8),
+                       pack_conv(RNG.integers(-128, 128, (18, 5, 3, 3)).astype(np.int8)),
+                       RNG.integers(-500, 500, 18).astype(np.int32),
+                       np.full(18, 0.004, np.float32)],
+                      {"kernel": (3, 3), "strides": (1, 1), "o": 18, "zero": 9, "to": u8}, ()),
     "max_pool": ([f(1, 2, 7, 8)], {"kernel_shape": (2, 2), "strides": (2, 2)}, ()),
     "average_pool": ([f(1, 2, 7, 8)], {"kernel_shape": (3, 3), "pads": (1, 1, 1, 1)}, ()),
     "global_max_pool": ([f(2, 3, 4, 5)], {}, ()), "global_average_pool": ([f(2, 3, 4, 5)], {}, ()),
     "cumsum": ([X, np.int64(-2)], {"exclusive": 1}, (1,)),
+    "cumprod": ([X, np.int64(-1)], {"exclusive": 1, "reverse": 1}, (1,)),
+    "bitcast": ([X], {"to": "i32"}, ()),
     "reduce_sum": ([X, ints(1)], {}, (1,)), "reduce_mean": ([X, ints(0, 2)], {"keepdims": 0}, (1,)),
     "reduce_max": ([X, None], {}, ()), "reduce_min": ([X, None], {"keepdims": 0}, ()),
     "reduce_prod": ([X, None], {}, ()), "arg_max": ([X], {"axis": 1}, ()),
@@ -164,6 +173,7 @@ def test_every_op_with_a_rule_has_a_case_here():
 ALLOWED_UNDEFINED = {"_GLOBAL_OFFSET_TABLE_", "memcpy", "memset", "memmove", "expf", "exp",
                      "logf", "log", "log1pf", "log1p", "erff", "erf", "tanhf", "tanh",
                      "sinf", "sin", "cosf", "cos", "powf", "pow",
+                     "atanf", "atan", "asinf", "asin", "acosf", "acos",
                      "fmodf", "fmod", "floorf", "floor", "ceilf", "ceil", "sqrtf", "sqrt",
                      "__kmpc_fork_call", "__kmpc_global_thread_num", "__kmpc_for_static_init_8",
                      "__kmpc_for_static_init_8u", "__kmpc_for_static_fini", "__kmpc_barrier"}

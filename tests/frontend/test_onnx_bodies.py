@@ -112,15 +112,15 @@ def test_model_local_function_with_attribute_reference():
 
 
 def test_unsupported_ops_in_bodies_are_listed_with_their_path():
-    then = helper.make_graph([helper.make_node("Det", ["x"], ["t"], name="det")], "then", [],
-                             [vi("t", shape=())])
+    then = helper.make_graph([helper.make_node("ImageDecoder", ["x"], ["t"], name="dec")],
+                             "then", [], [vi("t", shape=())])
     other = helper.make_graph([helper.make_node("Unique", ["x"], ["e"], name="uq")], "else",
                               [], [vi("e", shape=())])
     node = helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="if")
     m = model([node], [vi("c", TensorProto.BOOL, ()), vi("x")], [vi("y", shape=())])
     with pytest.raises(OnnxImportError, match=r"2 node\(s\) use ops flowc does not support:\n"
                        r"  node 'if/else_branch/uq': ai.onnx.Unique \(opset 18\)\n"
-                       r"  node 'if/then_branch/det': ai.onnx.Det \(opset 18\)"):
+                       r"  node 'if/then_branch/dec': ai.onnx.ImageDecoder \(opset 18\)"):
         import_onnx(m)
 
 

@@ -171,12 +171,37 @@ def test_composed_ops_match_the_reference(op, inputs, attrs):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("op,attrs,x", [
+    ("Elu", {"alpha": 0.7}, X), ("Selu", {}, X), ("Celu", {"alpha": 1.3}, X),
+    ("ThresholdedRelu", {"alpha": 0.2}, X),
+    ("DepthToSpace", {"blocksize": 2}, RNG.standard_normal((2, 8, 3, 5)).astype(np.float32)),
+    ("DepthToSpace", {"blocksize": 2, "mode": "CRD"},
+     RNG.standard_normal((2, 8, 3, 5)).astype(np.float32)),
+    ("SpaceToDepth", {"blocksize": 2}, X[:, :, :, :4]),
+])
+@pytest.mark.parametrize("opset", [13, 17])
+def test_ops_torch_exports_at_opset_13_to_17_import(op, attrs, x, opset):
+    """Ops that onnx defines by bodies of a later opset only (Elu, Selu, ThresholdedRelu: 18;
+    DepthToSpace, SpaceToDepth: 28): flowc composes them itself at the opsets torch writes."""
+    model = single_node_model(op, {"x": x}, attrs)
+    model.opset_import[0].version = opset
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(interpret(import_onnx(model), {"x": x})["y"], want, rtol=1e-6,
+                               atol=1e-6)
+
+
 @pytest.mark.parametrize("op,inputs,attrs,message", [
     ("Resize", None, {"mode": "area"}, "attribute 'mode' must be one of nearest, linear, "
      "cubic, found 'area'"),
     ("ScatterND", {"x": X, "i": np.array([[0, 1]], np.int64), "u": X[0, :1]},
      {"reduction": "avg"}, "attribute 'reduction' must be none, add, mul, max or min, "
      "found 'avg'"),
+    ("DepthToSpace", {"x": np.concatenate([X, X], 1)}, {"blocksize": 2, "mode": "XYZ"},
+     "mode must be DCR or CRD, found 'XYZ'"),
+    ("DepthToSpace", {"x": X}, {"blocksize": 2}, "channels 2 are not a multiple of "
+     "blocksize^2 = 4"),
+    ("SpaceToDepth", {"x": X}, {"blocksize": 2}, "height 4 and width 5 must be multiples of "
+     "blocksize 2"),
     ("OneHot", {"i": np.array([1, 2], np.int64), "d": np.array([3], np.int64),
                 "v": np.array([0, 1], np.float32)}, {"axis": 3},
      "axis 3 is out of range for rank 2"),
@@ -190,3 +215,38 @@ def test_refused_attribute_values_are_one_line_errors_naming_the_node(op, inputs
         import_onnx(model)
     text = str(info.value)
     assert "\n" not in text and f"'{node}' ({op})" in text and message in text, text
+
+
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("ScatterND", {"x": X[0], "i": np.array([[1, 2], [0, 3], [1, 2], [1, -2]], np.int64),
+                   "u": np.arange(20, dtype=np.float32).reshape(4, 5)}, {}),
+    ("ScatterElements", {"x": X, "i": np.array([[[[3, 0, 3, 1, 0]]]], np.int64),
+                         "u": np.arange(5, dtype=np.float32).reshape(1, 1, 1, 5)}, {"axis": 3}),
+])
+def test_repeated_scatter_indices_keep_the_last_write_as_onnxruntime(op, inputs, attrs):
+    """ONNX leaves a "none" scatter with repeated indices undefined; flowc writes them in
+    index order, the last winning, on both engines, as onnxruntime does (it summed them)."""
+    import onnxruntime as ort
+
+    from flowc.codegen.session import CompiledSession
+
+    model = single_node_model(op, inputs, attrs)
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.FLOAT  # ort needs it
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, inputs)[0]
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes if n.op.startswith("scatter")] == ["scatter_reduce"]
+    np.testing.assert_array_equal(interpret(graph, inputs)["y"], want)
+    session = CompiledSession(graph)
+    try:
+        np.testing.assert_array_equal(session.run(inputs)["y"], want)
+    finally:
+        session.close()
+
+
+def test_a_function_op_missing_a_required_input_names_it():
+    model = single_node_model("SwiGLU", {"a": X}, {})
+    model.opset_import[0].version = 28
+    with pytest.raises(OnnxImportError, match=r"^<model>: node 'n' \(SwiGLU\): required "
+                       r"input\(s\) 'B' missing$"):
+        import_onnx(model)

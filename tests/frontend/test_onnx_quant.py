@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from flowc.frontend.onnx import OnnxImportError, import_onnx
+from flowc.ir.interpret import interpret
 from flowc.testing.engines import model, run
 
 RNG = np.random.default_rng(14)
@@ -146,22 +147,42 @@ def refused(m) -> str:
     return message
 
 
-def test_block_quantization_is_refused():
-    x = np.zeros((2, 4), np.float32)
+def test_blocks_of_the_wrong_shape_are_refused():
+    x = np.zeros((2, 5), np.float32)
     m = node_model("QuantizeLinear", ["x", "s", "zp"], {"x": x},
                    {"s": np.ones((2, 2), np.float32), "zp": np.zeros((2, 2), np.uint8)},
                    axis=1, block_size=2)
-    assert "node 'QuantizeLinear_0' (QuantizeLinear): block quantization (block_size 2)" \
-        in refused(m)
+    assert "node 'QuantizeLinear_0' (QuantizeLinear): y_scale has shape [2, 2]; blocks of 2 " \
+           "along axis 1 of x [2, 5] need [2, 3]" in refused(m)
 
 
-def test_float8_zero_point_is_refused():
+def test_a_last_partial_block_matches_onnx_reference():
+    from onnx.reference import ReferenceEvaluator
+
+    x = np.random.default_rng(4).standard_normal((2, 5)).astype(np.float32) * 20
+    params = {"s": np.array([[0.5, 2.0, 1.0], [1.5, 0.25, 3.0]], np.float32),
+              "zp": np.array([[3, -2, 0], [1, 5, -7]], np.int8)}
+    m = node_model("QuantizeLinear", ["x", "s", "zp"], {"x": x}, params, out=TensorProto.INT8,
+                   axis=1, block_size=2)
+    (want,) = ReferenceEvaluator(m).run(None, {"x": x})
+    np.testing.assert_array_equal(interpret(import_onnx(m), {"x": x})["y"], want)
+
+
+def test_a_nonzero_float8_zero_point_is_refused():
     x = np.zeros((2, 4), np.float32)
-    zp = helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [0.0])
+    zp = helper.make_tensor("zp", TensorProto.FLOAT8E4M3FN, [], [2.0])
     m = node_model("QuantizeLinear", ["x", "s", "zp"], {"x": x}, {"s": np.float32(1)})
     m.graph.initializer.append(zp)
-    assert "(QuantizeLinear): the output has dtype f8E4M3FN; flowc quantizes to i8, u8" \
+    assert "(QuantizeLinear): y zero point of float type f8E4M3FN must be 0, found [2.0]" \
         in refused(m)
+
+
+def test_an_i32_output_is_refused():
+    x = np.zeros((2, 4), np.float32)
+    m = node_model("QuantizeLinear", ["x", "s"], {"x": x}, {"s": np.float32(1)},
+                   output_dtype=TensorProto.INT32)
+    assert "(QuantizeLinear): the output has dtype i32; flowc quantizes to i8, u8, i16, u16, " \
+           "i4, u4, i2, u2, f8E4M3FN" in refused(m)
 
 
 def test_mismatched_scale_length_is_refused():

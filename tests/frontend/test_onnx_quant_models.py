@@ -191,8 +191,9 @@ def test_quantized_encoder_is_exactly_the_qdq_graph(kind, tmp_path):
 @pytest.mark.parametrize("kind", ["dynamic", "static", "static_s8"])
 def test_quantized_cnn_convs_become_qconv(kind, tmp_path):
     """The `qdq` pass makes both convs of the quantized CNN `qconv` (QDQ's f32 form and
-    ConvInteger's i32 one); in the static models the transposes between them cancel, leaving
-    the input's into NHWC and the last conv's out of it."""
+    ConvInteger's i32 one; in the static models `qconv_requant`, their requantization in the
+    kernel); in the static models the transposes between them cancel, leaving the input's
+    into NHWC and the last conv's out of it."""
     from collections import Counter
 
     from flowc.frontend.onnx import import_onnx
@@ -203,6 +204,12 @@ def test_quantized_cnn_convs_become_qconv(kind, tmp_path):
     for name in ("qdq", "cse", "constant-fold", "simplify"):
         g = make_pass(name).run(g)
     ops = Counter(n.op for n in g.nodes)
-    assert ops["qconv"] == 2 and ops["conv"] == 0
+    assert ops["conv"] == 0
     if kind != "dynamic":
-        assert ops["transpose"] == 2
+        assert ops["qconv_requant"] == 2 and ops["transpose"] == 2
+        # s8 activations: the first conv's, read by the second alone, come out of its
+        # kernel already shifted to u8 (+ 128), no shift between the convs
+        to = [n.attrs["to"].name for n in g.nodes if n.op == "qconv_requant"]
+        assert to == (["u8", "i8"] if kind == "static_s8" else ["u8", "u8"])
+    else:
+        assert ops["qconv"] == 2

@@ -132,6 +132,8 @@ NORMS = [
     ("layer_normalization", [f(2, 3, 4), f(4), f(4)], {}),
     ("layer_normalization", [f(2, 3, 4), f(3, 4)], {"axis": 1}),
     ("layer_normalization", [f(3, 5), f(5), f(1)], {"num_outputs": 3, "stash_type": 0}),
+    ("layer_norm_grad", [f(2, 3, 4), f(4), f(2, 3, 4)], {}),  # second derivatives
+    ("layer_norm_grad", [f(2, 3, 4), f(3, 4), f(2, 3, 4)], {"axis": 1, "epsilon": 0.1}),
     ("batch_normalization", [f(2, 3, 4, 2), f(3), f(3), f(3), pos(3)], {}),
     ("batch_normalization", [f(4, 3), f(3), f(3), f(3), pos(3)], {"epsilon": 0.1}),
     ("batch_normalization", [f(3, 2, 4), f(2), f(2), f(2), pos(2)],

@@ -1,6 +1,6 @@
 """cumsum against onnx.reference (CumSum, opset 14): every exclusive/reverse combination,
 negative axes, ranks 1 to 4, integer and float dtypes; its type rule's errors; and the
-ONNX importer mapping CumSum to it."""
+ONNX importer mapping CumSum to it. cumprod (CumProd, opset 26) likewise, more briefly."""
 
 import numpy as np
 import onnx
@@ -149,3 +149,23 @@ def test_onnx_import_maps_cumsum_with_its_attributes():
     (y,) = interpret(g, {"x": x}).values()
     np.testing.assert_allclose(y, np.flip(np.cumsum(np.flip(x, 1), 1), 1) - x, rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64])
+def test_cumprod_every_mode_matches_onnx_reference(dtype):
+    x = data((3, 4), dtype)
+    for a in (0, -1):
+        for attrs in ({}, {"exclusive": 1}, {"reverse": 1}, {"exclusive": 1, "reverse": 1}):
+            axis = np.array(a, np.int64)
+            want = onnx_reference("CumProd", [x, axis], attrs, opset=26)[0]
+            g, _ = single_node_graph("cumprod", [x, axis], attrs, consts=(1,))
+            got = interpret(g, {"i0": x})["out0"]
+            assert got.dtype == x.dtype
+            assert_close(got, want.astype(x.dtype), "reduction", 4)
+
+
+def test_cumprod_exact_values_start_exclusive_products_at_one():
+    x = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+    g, _ = single_node_graph("cumprod", [x, np.array(1, np.int64)], {"exclusive": 1},
+                             consts=(1,))
+    np.testing.assert_array_equal(interpret(g, {"i0": x})["out0"], [[1, 1, 2], [1, 4, 20]])

@@ -175,7 +175,8 @@ UNARY_SHAPES = [(2, 3), (), (0, 3), (2, 3, 4)]
     ("tanh", "Tanh", -4, 4), ("sigmoid", "Sigmoid", -8, 8),
     ("reciprocal", "Reciprocal", 0.1, 4), ("floor", "Floor", -5, 5),
     ("ceil", "Ceil", -5, 5), ("round", "Round", -5, 5), ("softplus", "Softplus", -8, 8),
-    ("sin", "Sin", -6, 6), ("cos", "Cos", -6, 6),
+    ("sin", "Sin", -6, 6), ("cos", "Cos", -6, 6), ("atan", "Atan", -9, 9),
+    ("asin", "Asin", -1, 1), ("acos", "Acos", -1, 1),
     ("neg", "Neg", -5, 5), ("abs", "Abs", -5, 5),
     ("sign", "Sign", -5, 5), ("relu", "Relu", -5, 5),
 ])
@@ -416,7 +417,8 @@ ONNX_NAMES = {
     "cast": "Cast", "reciprocal": "Reciprocal", "floor": "Floor", "ceil": "Ceil",
     "round": "Round",
     "sign": "Sign", "mod": "Mod", "softplus": "Softplus", "hard_sigmoid": "HardSigmoid",
-    "sin": "Sin", "cos": "Cos", "isnan": "IsNaN",
+    "sin": "Sin", "cos": "Cos", "isnan": "IsNaN", "atan": "Atan", "asin": "Asin",
+    "acos": "Acos",
 }
 COMMUTATIVE_OPS = {"add", "mul", "max", "min", "and", "or", "xor", "equal"}
 

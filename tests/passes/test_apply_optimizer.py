@@ -56,3 +56,24 @@ def test_a_gradient_of_no_variable_read_is_refused():
     with pytest.raises(FlowcError, match=r"^apply-optimizer: output 'grad/x' is not the "
                                          r"gradient of a variable read \(read_variable\)$"):
         ApplyOptimizer().run(graph)
+
+
+def test_each_update_follows_its_own_gradient():
+    # two layers: the second layer's gradient is complete first, so its update (and the
+    # assigns to its variable and slots) comes before the first layer's gradient is made
+    rng = np.random.default_rng(3)
+    with Graph("two") as g:
+        x = placeholder("f32", (5, 3), name="x")
+        w1 = Variable(rng.standard_normal((3, 4)).astype(np.float32), name="w1")
+        w2 = Variable(rng.standard_normal((4, 2)).astype(np.float32), name="w2")
+        loss = api.op("mse", api.tanh(x @ w1.read()) @ w2.read(), api.constant(
+            np.ones((5, 2), np.float32)))
+        g.output("loss", loss)
+    step = PassManager(training_passes(g.ir, "loss", ["w1", "w2"], "sgd{lr=0.1,momentum=0.9}"
+                                       )).run(g.ir)
+    order = [n for n in step.nodes if n.op in ("assign", "gemm")]  # gemm: the gradients
+    stores = [n.inputs[0].node.attrs["shared_name"] for n in order if n.op == "assign"]
+    assert stores[:2] == ["w2/SGD/momentum", "w2"]  # the update of w2, then that of w1
+    last_gemm = max(i for i, n in enumerate(order) if n.op == "gemm")
+    first_store = min(i for i, n in enumerate(order) if n.op == "assign")
+    assert first_store < last_gemm  # w1's gradient is made after w2 is updated

@@ -142,3 +142,56 @@ graph @g(%x: f32[4]) -> (y: f32[4]) {
             "cycle across devices, which would deadlock), among them 'r1' (recv), 'uses_r1' "
             "(relu), 's2' (send), 'r2' (recv)")):
         Schedule().run(g)
+
+
+def test_a_variable_is_written_after_every_user_of_its_earlier_read():
+    # "early" (the update, which codegen runs in place on v) comes before "user" (a
+    # reader of the old value) in the input order: the schedule runs the user first, so
+    # the read stays a view of v; and the read and the stored values take no arena bytes
+    g = parse("""
+graph @g(%x: f32[4]) -> (y: f32[4]) {
+  %0 = variable {shared_name = "v", type = f32[4]} : () -> var<f32[4]>
+  %1 = read_variable %0 : (var<f32[4]>) -> f32[4] loc("read")
+  %2 = add %1, %x : (f32[4], f32[4]) -> f32[4] loc("early")
+  %3 = assign %0, %2 : (var<f32[4]>, f32[4]) -> () loc("store")
+  %4 = mul %1, %x : (f32[4], f32[4]) -> f32[4] loc("user")
+  return %4
+}""")
+    names = [n.name for n in Schedule().run(g).nodes]
+    assert names.index("user") < names.index("early") < names.index("store")
+    model = MemoryModel(g)
+    assert [model.alloc[model.index[n]] for n in g.nodes[1:3]] == [0, 0]
+
+
+def test_a_user_that_needs_the_new_value_runs_between_its_computation_and_the_store():
+    # "late" reads the old value and the new one: after "early", before "store" (the new
+    # value has another user, so it is stored by a copy, which may wait)
+    g = parse("""
+graph @g(%x: f32[4]) -> (y: f32[4]) {
+  %0 = variable {shared_name = "v", type = f32[4]} : () -> var<f32[4]>
+  %1 = read_variable %0 : (var<f32[4]>) -> f32[4] loc("read")
+  %2 = add %1, %x : (f32[4], f32[4]) -> f32[4] loc("early")
+  %3 = assign %0, %2 : (var<f32[4]>, f32[4]) -> () loc("store")
+  %4 = mul %1, %2 : (f32[4], f32[4]) -> f32[4] loc("late")
+  return %4
+}""")
+    names = [n.name for n in Schedule().run(g).nodes]
+    assert names.index("early") < names.index("late") < names.index("store")
+
+
+def test_writes_that_would_wait_on_each_other_add_no_edges():
+    # a's new value reads b's old one and b's reads a's: each update would have to follow
+    # the other; the schedule keeps the input order (those reads stay copies)
+    g = parse("""
+graph @g(%x: f32[4]) -> (y: f32[4]) {
+  %0 = variable {shared_name = "a", type = f32[4]} : () -> var<f32[4]>
+  %1 = variable {shared_name = "b", type = f32[4]} : () -> var<f32[4]>
+  %2 = read_variable %0 : (var<f32[4]>) -> f32[4]
+  %3 = read_variable %1 : (var<f32[4]>) -> f32[4]
+  %4 = add %3, %x : (f32[4], f32[4]) -> f32[4]
+  %5 = assign %0, %4 : (var<f32[4]>, f32[4]) -> ()
+  %6 = add %2, %x : (f32[4], f32[4]) -> f32[4]
+  %7 = assign %1, %6 : (var<f32[4]>, f32[4]) -> ()
+  return %x
+}""")
+    assert Schedule().run(g).nodes == g.nodes

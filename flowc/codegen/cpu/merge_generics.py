@@ -77,11 +77,18 @@ def _mergeable_producer(consumer: ir.Operation) -> ir.Operation | None:
         if any(maps[j] != ir.AffineMap.get_identity(maps[j].n_dims)
                for j in range(n_in) if consumer.operands[j].owner == producer):
             continue
-        later = all(use.owner == consumer or consumer.is_before_in_block(use.owner)
-                    for r in producer.results for use in r.uses)
+        later = all(_after(consumer, use.owner) for r in producer.results for use in r.uses)
         if later:
             return producer
     return None
+
+
+def _after(consumer: ir.Operation, user) -> bool:
+    """Whether `user` is `consumer` or comes after it in its block (a user inside a nested
+    region, such as an scf.if's, is in another block: False, keeping the producer)."""
+    user = user.operation if isinstance(user, ir.OpView) else user
+    return user == consumer or (user.block == consumer.block
+                                and consumer.is_before_in_block(user))
 
 
 def _defining_op(value: ir.Value) -> ir.Operation | None:

@@ -25,6 +25,9 @@ from flowc.ir.errors import FlowcError
 from flowc.ir.graph import Node
 from flowc.ir.types import DType, TensorType
 
+# the words of the error a rule raises for an operand it needs at compile time
+# (`RuleCtx.require_const`); codegen/session.py folds such an operand's inputs and retries
+CONST_NEEDED = "must be a constant in the kernel body"
 
 def elem_type(dt: DType) -> ir.Type:
     """The MLIR element type that stores `dt` (bool and the narrow types are i8; unsigned
@@ -203,8 +206,8 @@ class RuleCtx:
         """The value of operand `index`, which codegen needs at compile time."""
         value = self.const(index)
         if value is None:
-            raise self.error(f"operand #{index} ({what}) must be a constant in the kernel "
-                             "body to generate code for it")
+            raise self.error(f"operand #{index} ({what}) {CONST_NEEDED} to generate code "
+                             "for it")
         return value
 
     def error(self, message: str) -> FlowcError:

@@ -1,11 +1,12 @@
-"""Lowering rule of cumsum: a sequential scan, O(n) in the elements, reading x and writing
-the result once, in memory order along every row.
+"""Lowering rules of cumsum and cumprod: a sequential scan, O(n) in the elements, reading x
+and writing the result once, in memory order along every row.
 
 A nest of `scf.for` loops runs over the dims before the scan axis (the rows: each its own
 scan); in each row one `scf.for` over the N positions of the scan axis (from the end with
 `reverse`) carries the output tensor and the running sum, the slice of one position of the
 row (the dims after the scan axis; one element when the scan axis is the last). At
-position k the running sum becomes `sum + x[k]` (an elementwise `linalg.generic` over the
+position k the running sum becomes `sum + x[k]` (cumprod: `product * x[k]`, from 1; an
+elementwise `linalg.generic` over the
 slice, which LLVM vectorizes: the slice is contiguous) and is inserted into the output at
 k, before the addition with `exclusive`. Both tensors bufferize in place: the output is
 the caller's buffer, the running sum one scratch buffer of one slice, zeroed at each row
@@ -54,21 +55,23 @@ def _loops(ends: Sequence[int], inits: list[ir.Value],
     return list(loop.results)
 
 
-def _accumulate(acc: ir.Value, part: ir.Value, dt: DType) -> ir.Value:
-    """acc + part, elementwise in place in `acc`, each sum computed in dt's compute dtype
-    and stored as `dt`."""
+def _accumulate(acc: ir.Value, part: ir.Value, dt: DType, combine=s.add) -> ir.Value:
+    """combine(acc, part) (a sum by default), elementwise in place in `acc`, each computed in
+    dt's compute dtype and stored as `dt`."""
     cdt = s.compute_dtype(dt)
     rank = len(ir.RankedTensorType(acc.type).shape)
 
     def body(v, a):
-        return [s.convert(s.add(cdt, s.convert(a, dt, cdt), s.convert(v, dt, cdt)), cdt, dt)]
+        return [s.convert(combine(cdt, s.convert(a, dt, cdt), s.convert(v, dt, cdt)), cdt, dt)]
 
     return generic([part], [identity_map(rank)], [acc], [identity_map(rank)], "p" * rank,
                    body)[0]
 
 
-@register("cumsum")
-def _cumsum(ctx: RuleCtx, x, _axis) -> list:
+@register("cumsum", "cumprod")
+def _cumulative(ctx: RuleCtx, x, _axis) -> list:
+    product = ctx.node.op == "cumprod"
+    combine, identity = (s.mul, 1) if product else (s.add, 0)
     t = ctx.in_types[0]
     axis = int(ctx.require_const(1, "axis").reshape(-1)[0]) % t.rank
     shape, dt, reverse = list(t.shape), t.dtype, bool(ctx.attrs["reverse"])
@@ -80,7 +83,7 @@ def _cumsum(ctx: RuleCtx, x, _axis) -> list:
     ones = [1] * rank
 
     def row(outer: list[ir.Value], values: list[ir.Value]) -> list[ir.Value]:
-        out, acc = values[0], fill(scalar_const(dt, 0), values[1])
+        out, acc = values[0], fill(scalar_const(dt, identity), values[1])
 
         def step(ks: list[ir.Value], carried: list[ir.Value]) -> list[ir.Value]:
             out, acc = carried
@@ -89,8 +92,8 @@ def _cumsum(ctx: RuleCtx, x, _axis) -> list:
             part = tensor.extract_slice(part_type, x, at, [], [], static, sizes, ones)
             if ctx.attrs["exclusive"]:
                 out = tensor.insert_slice(acc, out, at, [], [], static, sizes, ones)
-                return [out, _accumulate(acc, part, dt)]
-            acc = _accumulate(acc, part, dt)
+                return [out, _accumulate(acc, part, dt, combine)]
+            acc = _accumulate(acc, part, dt, combine)
             return [tensor.insert_slice(acc, out, at, [], [], static, sizes, ones), acc]
 
         return _loops([n], [out, acc], step)

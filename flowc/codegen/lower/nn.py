@@ -168,6 +168,80 @@ def _layer_norm_rows(ctx: RuleCtx, x, scale, bias, axis: int, count: int) -> ir.
     return row_kernel(x, ctx.target, body, axis)
 
 
+@register("layer_norm_grad", dynamic=True)
+def _layer_norm_grad(ctx: RuleCtx, x, scale, dy) -> list:
+    t = ctx.in_types[0]
+    axis = ctx.attrs["axis"] % t.rank
+    shape = list(t.shape)
+    axes = tuple(range(axis, t.rank))
+    count: int | None = 1
+    for a in axes:  # None when a normalized dim is symbolic
+        count = count * shape[a] if isinstance(shape[a], int) and count is not None else None
+    if (t.dtype == f32 and ctx.in_types[1].dtype == f32 and not ctx.target.is_gpu
+            and isinstance(count, int)):
+        return [_layer_norm_grad_rows(ctx, x, scale, dy, axis, count)]
+    _rows_only(ctx, t, axis)
+    acc = s.compute_dtype(t.dtype)
+    xa, ga = convert_tensor(x, t.dtype, acc), convert_tensor(dy, t.dtype, acc)
+    n = s.const(acc, count)
+    kept = [*shape[:axis], *[1] * len(axes)]
+
+    def mean(v):
+        return map_values([_sum(v, axes, acc)], kept, acc, lambda a: arith.divf(a, n))
+
+    centered = map_values([xa, mean(xa)], shape, acc, arith.subf)
+    var = mean(map_values([centered], shape, acc, lambda v: arith.mulf(v, v)))
+    eps = s.const(acc, ctx.attrs["epsilon"])
+    inv = map_values([var], kept, acc, lambda v: arith.divf(s.const(acc, 1.0),
+                                                            math.sqrt(arith.addf(v, eps))))
+    xhat = map_values([centered, inv], shape, acc, arith.mulf)
+    gy = map_values([ga, convert_tensor(scale, ctx.in_types[1].dtype, acc)], shape, acc,
+                    arith.mulf)
+    m1, m2 = mean(gy), mean(map_values([gy, xhat], shape, acc, arith.mulf))
+
+    def dx(g, a, b, h, i):
+        return arith.mulf(i, arith.subf(arith.subf(g, a), arith.mulf(h, b)))
+
+    out = map_values([gy, m1, m2, xhat, inv], shape, acc, dx)
+    return [convert_tensor(out, acc, t.dtype)]
+
+
+def _layer_norm_grad_rows(ctx: RuleCtx, x, scale, dy, axis: int, count: int) -> ir.Value:
+    """f32 layer_norm_grad as a row kernel, sums in f64: the row's mean and variance (as
+    `_layer_norm_rows`), g = dY * Scale written out, the sums of g and of g * (x - mean),
+    then inv * (g - mean(g) - (x - mean) * inv * mean(g * xhat)) over the row, which stays
+    in cache: one read of X and dY, one write."""
+    n = s.const(f64, count)
+    eps = s.const(f64, ctx.attrs["epsilon"])
+    gamma = _per_column(scale, value_shape(x)[axis:], count)
+    wide = ir.F64Type.get()
+
+    def body(row: Row) -> None:
+        mean = arith.divf(row.reduce(Row.X, 0.0, arith.addf, wide=True), n)
+
+        def square(v):
+            c = arith.subf(v, row.splat(mean))
+            return arith.mulf(c, c)
+
+        var = arith.divf(row.reduce(Row.X, 0.0, arith.addf, pre=square, wide=True), n)
+        inv = arith.divf(s.const(f64, 1.0), math.sqrt(arith.addf(var, eps)))
+        row.write(arith.mulf, row.rows[0], gamma)
+        m1 = arith.divf(row.reduce(Row.OUT, 0.0, arith.addf, wide=True), n)
+        m2 = arith.divf(arith.mulf(row.reduce(
+            Row.OUT, 0.0, arith.addf, also=(Row.X,), wide=True,
+            pre=lambda g, v: arith.mulf(g, arith.subf(v, row.splat(mean)))), inv), n)
+        scale_m2 = arith.mulf(inv, m2)
+
+        def dx(g, v):
+            h = arith.mulf(arith.subf(arith.extf(wide, v), mean), scale_m2)
+            d = arith.subf(arith.subf(arith.extf(wide, g), m1), h)
+            return arith.truncf(row.f32, arith.mulf(inv, d))
+
+        row.write(dx, Row.OUT, Row.X)
+
+    return row_kernel(x, ctx.target, body, axis, rows_of=(dy,))
+
+
 @register("batch_normalization")
 def _batch_norm(ctx: RuleCtx, x, scale, b, mean, var) -> list:
     """Inference mode: the given statistics. Training mode (three results): the batch's

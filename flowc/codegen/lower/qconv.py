@@ -14,7 +14,7 @@ packing map, products widened to i32 (loops, correct, slow).
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, scf, tensor, vector
+from mlir.dialects import arith, math, scf, tensor, vector
 
 from flowc.codegen.lower import register
 from flowc.codegen.lower.context import RuleCtx, dim, empty, expr_map, fill, generic, index_const
@@ -53,8 +53,29 @@ def _generic(ctx: RuleCtx, x: ir.Value, p: ir.Value, b: ir.Value | None) -> ir.V
                    [expr_map(7, [dim(0), dim(1), dim(2), dim(3)])], "pppprrr", body)[0]
 
 
-def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value, bias: ir.Value | None) -> ir.Value:
+def _requantize(acc: ir.Value, m: ir.Value, zero: int, to: str) -> ir.Value:
+    """vector<16xi32> `acc` requantized (`qconv_requant`) with the vector<16xf32> `m`:
+    vector<16xi8> of cast(clip(roundeven(f32(acc) * m) + zero, lo, hi))."""
+    lo, hi = (0.0, 255.0) if to == "u8" else (-128.0, 127.0)
+    vf = ir.VectorType.get([COLS], ir.F32Type.get())
+
+    def splat(v: float) -> ir.Value:
+        return arith.ConstantOp(vf, ir.DenseElementsAttr.get_splat(
+            vf, ir.FloatAttr.get(ir.F32Type.get(), v))).result
+
+    y = math.roundeven(arith.mulf(arith.sitofp(vf, acc), m))
+    y = arith.minimumf(arith.maximumf(arith.addf(y, splat(float(zero))), splat(lo)), splat(hi))
+    return arith.trunci(ir.VectorType.get([COLS], _i(8)),
+                        arith.fptosi(ir.VectorType.get([COLS], _i(32)), y))
+
+
+def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value, bias: ir.Value | None,
+          mult: ir.Value | None = None) -> ir.Value:
+    """The VNNI kernel; with `mult` (qconv_requant's M) each accumulator vector is
+    requantized (`_requantize`) before it is written, the result u8 / i8."""
     n, oh, ow, o = ctx.out.shape
+    et = _i(8) if mult is not None else _i(32)
+    f32 = ir.F32Type.get()
     c = ctx.in_types[0].shape[3]
     kh, kw = ctx.attrs["kernel"]
     sh, sw = ctx.attrs["strides"]
@@ -95,12 +116,19 @@ def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value, bias: ir.Value | None) -> ir.V
                     vnni_row(accs, r, four, bs)
                 scf.YieldOp(accs)
             scf.YieldOp(list(chans.results))
+        cols = [arith.muli(arith.addi(p_block, ix(j)) if j else p_block, ix(COLS))
+                for j in range(nr)]
+        ms = [] if mult is None else [vector.transfer_read(
+            ir.VectorType.get([COLS], f32), mult, [col], _minor(1),
+            arith.ConstantOp(f32, 0.0).result, [not masked]) for col in cols]
         for r in range(mr):
             for j in range(nr):
-                col = arith.muli(arith.addi(p_block, ix(j)) if j else p_block, ix(COLS))
                 row = arith.addi(ow0, ix(r)) if r else ow0
-                dest = vector.transfer_write(dest.type, taps.results[r * nr + j], dest,
-                                             [row, col], _minor(2), [not masked])
+                acc = taps.results[r * nr + j]
+                if mult is not None:
+                    acc = _requantize(acc, ms[j], ctx.attrs["zero"], ctx.attrs["to"].name)
+                dest = vector.transfer_write(dest.type, acc, dest, [row, cols[j]], _minor(2),
+                                             [not masked])
         return dest
 
     def pixels(dest: ir.Value, nr: int, block_tile) -> ir.Value:
@@ -132,13 +160,13 @@ def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value, bias: ir.Value | None) -> ir.V
                 b, ih0, ow0, ix(blk), mr, 1, d, o % COLS != 0 and blk == blocks - 1))
         return dest
 
-    out = empty(([n, oh, ow, o], _i(32)))
+    out = empty(([n, oh, ow, o], et))
     loop = scf.ForallOp([0], [n * oh], [1], shared_outs=[out])
     with ir.InsertionPoint(loop.body):
         t = loop.induction_variables[0]
         b, r = arith.divui(t, ix(oh)), arith.remui(t, ix(oh))
         shared = loop.inner_iter_args[0]
-        part = tensor.extract_slice(ir.RankedTensorType.get([ow, o], _i(32)), shared, [b, r],
+        part = tensor.extract_slice(ir.RankedTensorType.get([ow, o], et), shared, [b, r],
                                     [], [], [DYN(), DYN(), 0, 0], [1, 1, ow, o], [1, 1, 1, 1])
         part = row(b, arith.muli(r, ix(sh)), part)
         with ir.InsertionPoint(loop.terminator().block):
@@ -150,6 +178,36 @@ def _vnni(ctx: RuleCtx, x: ir.Value, p: ir.Value, bias: ir.Value | None) -> ir.V
 @register("qconv")
 def _qconv(ctx: RuleCtx, x, p, b=None) -> list:
     return [_generic(ctx, x, p, b)]
+
+
+def _requant_generic(ctx: RuleCtx, acc: ir.Value, m: ir.Value) -> ir.Value:
+    """qconv_requant's epilogue as loops over the i32 accumulator (other targets)."""
+    n, oh, ow, o = ctx.out.shape
+    lo, hi = (0.0, 255.0) if ctx.attrs["to"].name == "u8" else (-128.0, 127.0)
+    f32 = ir.F32Type.get()
+
+    def body(a, mul, _out):
+        y = math.roundeven(arith.mulf(arith.sitofp(f32, a), mul))
+        y = arith.addf(y, arith.ConstantOp(f32, float(ctx.attrs["zero"])).result)
+        y = arith.minimumf(arith.maximumf(y, arith.ConstantOp(f32, lo).result),
+                           arith.ConstantOp(f32, hi).result)
+        return [arith.trunci(_i(8), arith.fptosi(_i(32), y))]
+
+    ident = expr_map(4, [dim(0), dim(1), dim(2), dim(3)])
+    return generic([acc, m], [ident, expr_map(4, [dim(3)])], [empty(([n, oh, ow, o], _i(8)))],
+                   [ident], "pppp", body)[0]
+
+
+@register("qconv_requant")
+def _qconv_requant(ctx: RuleCtx, x, p, b, m) -> list:
+    return [_requant_generic(ctx, _generic(ctx, x, p, b), m)]
+
+
+@register("qconv_requant", arch="x86_64")
+def _qconv_requant_x86(ctx: RuleCtx, x, p, b, m) -> list:
+    if not _has_vnni(ctx):
+        return _qconv_requant(ctx, x, p, b, m)
+    return [_vnni(ctx, x, p, b, m)]
 
 
 @register("qconv", arch="x86_64")

@@ -2,10 +2,10 @@
 tensor, one row at a time, so that each input row is read from memory once (its later
 passes hit L1) and every pass is vectorized.
 
-Contract: `row_kernel(x, target, body, axis=-1)` views `x` (f32, rank >= 1) as R rows of
-L elements (the dims from `axis` on) and
-returns a tensor of x's shape whose row r is `body(Row)` for row r. A `Row` gives the
-building blocks of a row pass, all on that row only:
+Contract: `row_kernel(x, target, body, axis=-1, rows_of=())` views `x` (f32, rank >= 1)
+as R rows of L elements (the dims from `axis` on) and returns a tensor of x's shape whose
+row r is `body(Row)` for row r. A `Row` gives the building blocks of a row pass, all on
+that row only:
 
 - `reduce(src, init, combine, pre=None)`: a vector loop over L in steps of V lanes
   (loop-carried V-lane accumulators, no memory temporaries; UNROLL of them, each a chain
@@ -14,11 +14,13 @@ building blocks of a row pass, all on that row only:
   partial results combined as a tree (a different order than a sequential fold: sums
   round differently; max/min are exact); sums pass `wide=True`: f64 accumulators, so
   that neither long rows (n * 2^-24 growth of an f32 sum) nor huge magnitudes (squares
-  beyond the f32 range) lose the result;
+  beyond the f32 range) lose the result; `also=(src, ...)` reads further sources
+  alongside, `pre` taking one vector of each (a sum of products);
 - `write(fn, *srcs)`: the output row becomes `fn(*elements of srcs)` (an elementwise
   `linalg.generic` on the row, which LLVM vectorizes; scalars computed by earlier passes
   are captured by the body); a src is `Row.X` (the input row), `Row.OUT` (the output row
-  as last written) or a rank-1 tensor of L elements (per-column operands).
+  as last written) or a rank-1 tensor of L elements (per-column operands, or `Row.rows[i]`:
+  this row of the i-th tensor of `rows_of`, further inputs of x's shape).
 
 `row_fold(x, target, fold, axis)` is the reduction form: a tensor of x's shape with the
 dims from `axis` on made 1s, whose element for row r is the f32 scalar `fold(Row)`
@@ -67,40 +69,42 @@ class Row:
 
     def __init__(self, x_row: ir.Value, out_row: ir.Value, lanes: int):
         self.x, self.out, self.lanes = x_row, out_row, lanes
+        self.rows: list[ir.Value] = []  # row_kernel's `rows_of`, this row of each
         self.length = size_of(x_row, 0)  # an index value when of run-time extent
         self.f32 = ir.F32Type.get()
         self._width = lanes  # the lanes of the fold being built (`splat`)
 
-    def _read(self, src: str, j: ir.Value, lanes: int) -> ir.Value:
+    def _read(self, src: str | ir.Value, j: ir.Value, lanes: int) -> ir.Value:
         vt = ir.VectorType.get([lanes], self.f32)
         pad = arith.ConstantOp(self.f32, 0.0).result
         in_bounds = ir.ArrayAttr.get([ir.BoolAttr.get(True)])
         ident = ir.AffineMapAttr.get(ir.AffineMap.get_identity(1))
-        return vector.transfer_read(vt, self.x if src == Row.X else self.out, [j], ident, pad,
-                                    in_bounds)
+        source = src if not isinstance(src, str) else self.x if src == Row.X else self.out
+        return vector.transfer_read(vt, source, [j], ident, pad, in_bounds)
 
-    def _fold(self, src: str, start: ir.Value, end: ir.Value, lanes: int, acc0: ir.Value,
+    def _fold(self, srcs: tuple, start: ir.Value, end: ir.Value, lanes: int, acc0: ir.Value,
               combine: Callable, pre: Callable | None, wide: bool) -> ir.Value:
         """The `lanes`-wide accumulator after folding elements [start, end) (a multiple
         of `lanes` of them) into `acc0`, `lanes` at a time."""
         loop = scf.ForOp(start, end, index_const(lanes), [acc0])
         self._width = lanes
         with ir.InsertionPoint(loop.body):
-            v = self._read(src, loop.induction_variable, lanes)
+            vs = [self._read(src, loop.induction_variable, lanes) for src in srcs]
             if wide:
-                v = arith.extf(ir.VectorType.get([lanes], ir.F64Type.get()), v)
-            if pre is not None:
-                v = pre(v)
+                vs = [arith.extf(ir.VectorType.get([lanes], ir.F64Type.get()), v) for v in vs]
+            v = pre(*vs) if pre is not None else vs[0]
             scf.YieldOp([combine(loop.inner_iter_args[0], v)])
         return loop.results[0]
 
-    def reduce(self, src: str, init: float, combine: Callable,
-               pre: Callable[[ir.Value], ir.Value] | None = None,
-               wide: bool = False) -> ir.Value:
+    def reduce(self, src: str | ir.Value, init: float, combine: Callable,
+               pre: Callable[..., ir.Value] | None = None,
+               wide: bool = False, also: tuple = ()) -> ir.Value:
         """The fold of the row (see the module docstring): an f32 scalar, or with `wide`
         an f64 one (elements widened to f64 before `pre` and `combine`). A row of run-time
         length folds its whole multiples of V lanes as V-lane vectors, then the last
-        L % V elements one at a time into the reduced scalar."""
+        L % V elements one at a time into the reduced scalar. `also`: further sources
+        (as `write` takes them) read alongside, `pre` then taking one vector of each."""
+        srcs = (src, *also)
         et = ir.F64Type.get() if wide else self.f32
 
         static = isinstance(self.length, int)
@@ -116,7 +120,7 @@ class Row:
         vt = ir.VectorType.get([width], et)
         acc0 = arith.ConstantOp(vt, ir.DenseElementsAttr.get_splat(
             vt, ir.FloatAttr.get(et, init))).result
-        acc = self._fold(src, index_const(0), end, width, acc0, combine, pre, wide)
+        acc = self._fold(srcs, index_const(0), end, width, acc0, combine, pre, wide)
         while width > 1:  # halve: log2(V) dependent steps, not V
             width //= 2
             half = ir.VectorType.get([width], et)
@@ -125,7 +129,7 @@ class Row:
             acc = combine(lo, hi)
         if tail and self.lanes > 1:  # the tail, one element at a time
             length = index_const(self.length) if static else self.length
-            acc = self._fold(src, end, length, 1, acc, combine, pre, wide)
+            acc = self._fold(srcs, end, length, 1, acc, combine, pre, wide)
         self._width = self.lanes
         return vector.extract(acc, [], [0])
 
@@ -205,10 +209,12 @@ class _Rows:
 
 
 def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
-               axis: int = -1) -> ir.Value:
+               axis: int = -1, rows_of: tuple[ir.Value, ...] = ()) -> ir.Value:
     """See the module docstring; rows span the dims from `axis` on (the last by default).
     Leading dims may be of run-time extent (and the row's, when it is the last axis alone):
-    the items of axis 0 are then chunks of rows (module docstring)."""
+    the items of axis 0 are then chunks of rows (module docstring). `rows_of`: further f32
+    tensors of x's shape, whose row r the body finds in `Row.rows` (sources for `reduce`
+    and `write`)."""
     shape = value_shape(x)
     axis %= len(shape)
     sizes = [size_of(x, i) for i in range(len(shape))]
@@ -226,9 +232,10 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
         lanes_for(length, target)
     if isinstance(rows, int) and _DYN not in shape[axis:]:
         return _rows_loop(x, empty((sizes, ir.F32Type.get())), axis, rows, lanes, body,
-                          rows * length >= PARALLEL_MIN and rows > 1)
+                          rows * length >= PARALLEL_MIN and rows > 1, rows_of)
     if axis == 0:  # one row of run-time length
-        return _rows_loop(x, empty((sizes, ir.F32Type.get())), axis, rows, lanes, body, False)
+        return _rows_loop(x, empty((sizes, ir.F32Type.get())), axis, rows, lanes, body, False,
+                          rows_of)
     # run-time extents: the rows of each item of axis 0 a serial loop, the items split
     # over threads (`chunks_loop`) when there are PARALLEL_MIN elements in all
     total = arith.muli(_index(rows), _index(size_of(x, len(shape) - 1)) if
@@ -246,6 +253,7 @@ def row_kernel(x: ir.Value, target: Target, body: Callable[[Row], None],
             src = _Rows(shape, axis, arith.addi(arith.muli(item, per), r), sizes)
             dst = _Rows(shape, axis, arith.addi(arith.muli(at, per), r), part_sizes)
             row = Row(src.read(x), dst.read(acc), lanes)
+            row.rows = [src.read(t) for t in rows_of]
             body(row)
             scf.YieldOp([dst.insert(row.out, acc, parallel=False)])
         return loop.results[0]
@@ -258,9 +266,10 @@ def _index(v: int | ir.Value) -> ir.Value:
 
 
 def _rows_loop(x: ir.Value, init: ir.Value, axis: int, rows: int | ir.Value, lanes: int,
-               body: Callable[[Row], None], parallel: bool) -> ir.Value:
-    """The rows of `x` in a loop writing `init`, `body` per row: an `scf.forall` when
-    `parallel`, else an `scf.for`."""
+               body: Callable[[Row], None], parallel: bool,
+               rows_of: tuple[ir.Value, ...] = ()) -> ir.Value:
+    """The rows of `x` in a loop writing `init`, `body` per row (`Row.rows`: the row of
+    each of `rows_of`): an `scf.forall` when `parallel`, else an `scf.for`."""
     shape = value_shape(x)
     sizes = [size_of(x, i) for i in range(len(shape))]
     known = sizes if not isinstance(rows, int) or _DYN in shape[axis:] else None
@@ -270,6 +279,7 @@ def _rows_loop(x: ir.Value, init: ir.Value, axis: int, rows: int | ir.Value, lan
         with ir.InsertionPoint(loop.body):
             at = _Rows(shape, axis, r, known)
             row = Row(at.read(x), at.read(out), lanes)
+            row.rows = [at.read(t) for t in rows_of]
             body(row)
             shaped = reshape(row.out, at.inner)  # the terminator holds the insert alone
             with ir.InsertionPoint(loop.terminator().block):
@@ -280,6 +290,7 @@ def _rows_loop(x: ir.Value, init: ir.Value, axis: int, rows: int | ir.Value, lan
     with ir.InsertionPoint(loop.body):
         at = _Rows(shape, axis, r, known)
         row = Row(at.read(x), at.read(out), lanes)
+        row.rows = [at.read(t) for t in rows_of]
         body(row)
         scf.YieldOp([at.insert(row.out, out, parallel=False)])
     return loop.results[0]

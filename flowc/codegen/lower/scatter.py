@@ -1,13 +1,13 @@
 """Lowering rule of scatter_add (flowc/ir/ops/scatter.py) and of scatter_reduce (its
-mul/max/min siblings, ir/ops/scatter_reduce.py: the same loops, combining by the reduction
-instead of adding): `scf.for` loops over the dims before the axis and over the indices
-carry the output (data, updated in place); at each
-index the slice of updates (the dims after the axis: contiguous, one element when the axis
-is the last) is added to the output's slice at that index by an elementwise
-`linalg.generic` (cumulative.py's `_accumulate`, which LLVM vectorizes), like torch's
-index_add. Indices are normalized (negative from the end) and clamped to the axis as
-gather's lowering does. The loops are serial: duplicates accumulate without atomics; on a
-GPU the kernel is one serial stage (correct, not fast).
+none/mul/max/min siblings, ir/ops/scatter_reduce.py: the same loops, writing or combining
+by the reduction instead of adding): `scf.for` loops over the dims before the axis and
+over the indices carry the output (data, updated in place); at each index the slice of
+updates (the dims after the axis: contiguous, one element when the axis is the last) is
+added to the output's slice at that index by an elementwise `linalg.generic`
+(cumulative.py's `_accumulate`, which LLVM vectorizes), like torch's index_add. Indices
+are normalized (negative from the end) and clamped to the axis as gather's lowering does.
+The loops are serial, in index order: duplicates accumulate without atomics, and with
+"none" the last one wins; on a GPU the kernel is one serial stage (correct, not fast).
 """
 
 from __future__ import annotations
@@ -31,7 +31,11 @@ from flowc.ir.types import i64
 
 
 def _combiner(reduction: str):
-    """cur <- cur (op) part, elementwise in place, in dt's compute dtype (scatter_reduce)."""
+    """cur <- cur (op) part, elementwise in place, in dt's compute dtype (scatter_reduce);
+    "none": cur <- part (the loop runs in index order, so the last of repeated indices
+    wins)."""
+    if reduction == "none":
+        return lambda acc, part, dt: part
     fn = {"mul": s.mul, "max": s.maximum, "min": s.minimum}[reduction]
 
     def combine(acc, part, dt):

@@ -30,6 +30,7 @@ from flowc.codegen.lower.context import (
     tensor_type,
     value_shape,
 )
+from flowc.codegen.lower.conv_nhwc import pad_channels_last
 from flowc.codegen.lower.rows import PARALLEL_MIN
 from flowc.ir.types import DType, TensorType, f64, i64
 
@@ -328,6 +329,12 @@ def _pad(ctx: RuleCtx, x, _pads, value=None, _axes=None) -> list:
         return [empty(ctx.out)]
     dt = ctx.out.dtype
     fill_value = scalar_from(value) if value is not None else scalar_const(dt, 0)
+    end = [pads[len(axes) + axes.index(a)] if a in axes else 0 for a in range(rank)]
+    if (mode == "constant" and rank >= 3 and min(begin + end) >= 0 and not any(
+            begin[::rank - 1] + end[::rank - 1]) and ctx.in_types[0].is_static):
+        # spatial pads of [N, *S, C] (the `qdq` pass pads qconv inputs so): a copy and
+        # fills of the border strips, no per-element select (~3x faster)
+        return [pad_channels_last(x, begin[1:-1], end[1:-1], fill_value)]
 
     def source(i: ir.Value, n: int) -> ir.Value:
         """The source index of padded index `i` along an axis of size `n` (any mode)."""

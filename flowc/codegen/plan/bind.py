@@ -213,15 +213,16 @@ def refuse_dynamic(graph: Graph, bounds: Mapping[str, Bound], what: str) -> None
                         f"(dims={{'{sym}': SIZE}}, CLI: --dim {sym}=SIZE)")
 
 
-def value_dependent_inputs(*nodes: Node) -> list[str]:
+def value_dependent_inputs(*nodes: Node, static_too: bool = False) -> list[str]:
     """The graph inputs whose values the result shapes of `nodes` (and of the nodes they
     depend on) wait for: inputs upstream of an operand whose value a type rule asked for
     and did not get, at a node whose result is not static (the registry's rules decide;
-    XLA calls these compile-time constant inputs)."""
+    XLA calls these compile-time constant inputs). With `static_too`, at nodes with static
+    results as well: the operands a kernel needs at compile time (a CumSum's axis)."""
     found: set[str] = set()
     for node in _upstream(nodes):
-        if node.op != "input" and any(isinstance(t, TensorType) and not t.is_static
-                                      for t in node.types):
+        if node.op != "input" and (static_too or any(
+                isinstance(t, TensorType) and not t.is_static for t in node.types)):
             wanted = unknown_value_operands(
                 get_op(node.op), [None if v is None else v.type for v in node.inputs],
                 node.attrs, [const_value(v) for v in node.inputs])

@@ -1,14 +1,16 @@
-"""Cumulative ops: cumsum (ONNX CumSum, opsets 11 and 14).
+"""Cumulative ops: cumsum (ONNX CumSum, opsets 11 and 14), cumprod (ONNX CumProd, opset 26).
 
 `cumsum(x, axis)`: the running sums of `x` (numeric, rank >= 1) along `axis`, of x's type.
 `exclusive=1` leaves each element out of its own sum (the first sum is 0); `reverse=1`
-sums from the end of the axis. `axis` is a 0-D or 1-element 1-D int32/int64 tensor in
+sums from the end of the axis. `cumprod(x, axis)` likewise with running products (the
+first exclusive product is 1). `axis` is a 0-D or 1-element 1-D int32/int64 tensor in
 [-rank, rank); negative axes count from the end. The result's type does not depend on
 its value, so the type rule checks it only where it is known (the interpreter runs a
 run-time axis, checking its range then); compiled kernels need it known at compile time
 (a constant, or folded to one: lower/cumulative.py says so, naming the node, otherwise).
 
-Sums are computed in x's dtype, step by step (numpy's `cumsum` with `dtype=x.dtype`):
+Sums (products) are computed in x's dtype, step by step (numpy's `cumsum` with
+`dtype=x.dtype`):
 integers wrap, 16-bit floats round each partial sum to 16 bits (computed in f32, as
 numpy does), so that compiled kernels (lower/cumulative.py) match the reference exactly
 on 16-bit floats too; longer sums of f32 accumulate their roundings like any sum of n
@@ -16,6 +18,8 @@ terms, hence the `reduction` tolerance class.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -49,7 +53,13 @@ def _infer(ctx: InferContext) -> TensorType:
     return result
 
 
-def _kernel(ctx: KernelContext, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
+def _scan_kernel(scan: Callable[..., np.ndarray], identity: int) -> Callable[..., np.ndarray]:
+    """The reference kernel of a running `scan` (np.cumsum, np.cumprod) whose exclusive
+    form starts at `identity`."""
+    return lambda ctx, x, axis: _scan(ctx, x, axis, scan, identity)
+
+
+def _scan(ctx: KernelContext, x: np.ndarray, axis: np.ndarray, scan, identity) -> np.ndarray:
     a = int(np.asarray(axis).reshape(-1)[0])
     if not -x.ndim <= a < x.ndim:
         raise ValueError(f"axis {a} is out of range for rank {x.ndim}")
@@ -57,9 +67,9 @@ def _kernel(ctx: KernelContext, x: np.ndarray, axis: np.ndarray) -> np.ndarray:
     reverse = bool(ctx.attrs["reverse"])
     if reverse:
         x = np.flip(x, a)
-    y = np.cumsum(x, axis=a, dtype=x.dtype)
+    y = scan(x, axis=a, dtype=x.dtype)
     if ctx.attrs["exclusive"]:
-        shifted = np.zeros_like(y)
+        shifted = np.full_like(y, identity)
         np.moveaxis(shifted, a, 0)[1:] = np.moveaxis(y, a, 0)[:-1]
         y = shifted
     return np.ascontiguousarray(np.flip(y, a) if reverse else y)
@@ -71,6 +81,8 @@ def _cumsum_vjp(g, cts):
                  reverse=1 - g.attrs["reverse"]), None]
 
 
-define("cumsum", ("x", "axis"), _infer, _kernel, attrs=_ATTRS, onnx="CumSum",
+define("cumsum", ("x", "axis"), _infer, _scan_kernel(np.cumsum, 0), attrs=_ATTRS, onnx="CumSum",
        flops=per_input_element(1), tolerance="reduction",
        vjp=Vjp(_cumsum_vjp, inputs=(1,)))
+define("cumprod", ("x", "axis"), _infer, _scan_kernel(np.cumprod, 1), attrs=_ATTRS, onnx="CumProd",
+       flops=per_input_element(1), tolerance="reduction")

@@ -351,6 +351,12 @@ define("sin", ("x",), float_rule, _float_typed(np.sin), onnx="Sin", traits=EWT,
        vjp=grad.sin)
 define("cos", ("x",), float_rule, _float_typed(np.cos), onnx="Cos", traits=EWT,
        vjp=grad.cos)
+define("atan", ("x",), float_rule, _float_typed(np.arctan), onnx="Atan", traits=EWT,
+       vjp=grad.atan)
+define("asin", ("x",), float_rule, _float_typed(np.arcsin), onnx="Asin", traits=EWT,
+       vjp=grad.asin)
+define("acos", ("x",), float_rule, _float_typed(np.arccos), onnx="Acos", traits=EWT,
+       vjp=grad.acos)
 define("floor", ("x",), float_rule, _float_typed(np.floor), onnx="Floor", traits=EW,
        tolerance="exact",
        vjp=grad.zero)

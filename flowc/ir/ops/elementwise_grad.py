@@ -187,6 +187,18 @@ tanh = _unary(lambda g, ct: _times(g, ct, g.op("sub", g.scalar(1, ct), g.op(
     "mul", g.output(), g.output()))), inputs=(), outputs=(0,))
 sin = _unary(lambda g, ct: _times(g, ct, g.op("cos", g.input(0))))
 cos = _unary(lambda g, ct: g.op("neg", _times(g, ct, g.op("sin", g.input(0)))))
+atan = _unary(lambda g, ct: g.op("div", ct, g.op("add", g.scalar(1, ct), g.op(
+    "mul", g.input(0), g.input(0)))))
+
+
+def _arcsin_slope(g, ct):
+    """ct / sqrt(1 - x^2): the cotangent through asin (acos: its negation)."""
+    x = g.input(0)
+    return g.op("div", ct, g.op("sqrt", g.op("sub", g.scalar(1, ct), g.op("mul", x, x))))
+
+
+asin = _unary(_arcsin_slope)
+acos = _unary(lambda g, ct: g.op("neg", _arcsin_slope(g, ct)))
 sigmoid = _unary(lambda g, ct: _times(g, ct, g.op("mul", g.output(), g.op(
     "sub", g.scalar(1, ct), g.output()))), inputs=(), outputs=(0,))
 softplus = _unary(lambda g, ct: _times(g, ct, g.op("sigmoid", g.input(0))))

@@ -261,6 +261,47 @@ define("layer_normalization", ("X", "Scale", "B?"), _layer_norm_infer, _layer_no
            "normalized dims as 1s).")
 
 
+def _layer_norm_grad_infer(ctx: InferContext) -> TensorType:
+    x = _float_x(ctx, 1)
+    same_dtype(ctx)
+    dy = ctx.tensor(2)
+    if dy.rank != x.rank or any(a != b for a, b in zip(dy.shape, x.shape, strict=True)
+                                if a is not None and b is not None):
+        ctx.fail(f"dY {dy} must have X's shape {x}")
+    axis = normalize_axis(ctx, ctx.attrs["axis"], x.rank)
+    inner = x.shape[axis:]
+    t = ctx.tensor(1)
+    if t.rank > len(inner) or broadcast_shapes(ctx, [inner, t.shape]) != inner:
+        ctx.fail(f"Scale {t} does not broadcast to the normalized dims "
+                 f"[{','.join(map(str, inner))}] of X {x} (axis={ctx.attrs['axis']})")
+    return x
+
+
+def _layer_norm_grad_kernel(ctx: KernelContext, x, scale, dy):
+    axis = ctx.attrs["axis"] % x.ndim
+    axes = tuple(range(axis, x.ndim))
+    acc = np.dtype(np.float64)
+    xa = x.astype(acc, copy=False)
+    centered = xa - xa.mean(axis=axes, keepdims=True)
+    inv = 1 / np.sqrt(np.square(centered).mean(axis=axes, keepdims=True)
+                      + acc.type(_acc(x.dtype).type(ctx.attrs["epsilon"])))
+    xhat = centered * inv
+    gy = dy.astype(acc) * scale.astype(acc)
+    dx = inv * (gy - gy.mean(axis=axes, keepdims=True)
+                - xhat * (gy * xhat).mean(axis=axes, keepdims=True))
+    return dx.astype(x.dtype, copy=False)
+
+
+define("layer_norm_grad", ("X", "Scale", "dY"), _layer_norm_grad_infer, _layer_norm_grad_kernel,
+       flops=per_input_element(4), tolerance="reduction",
+       attrs=[AttrSpec("axis", "int", -1), AttrSpec("epsilon", "float", 1e-5)],
+       vjp=nn_grad.layer_norm_grad,
+       doc="d X of layer_normalization(X, Scale) (no bias; statistics over dims [axis, "
+           "rank), in f64) for the cotangent dY of its result: inv * (g - mean(g) - xhat * "
+           "mean(g * xhat)) with g = dY * Scale, xhat the normalized X and inv 1 / sqrt(var "
+           "+ epsilon). The layer_normalization gradient emits it: one row kernel.")
+
+
 # --- softmax ----------------------------------------------------------------------------
 
 

@@ -4,8 +4,10 @@ reductions, which fuse.
 
 - softmax: dx = y * (ct - sum(ct * y)); log_softmax: dx = ct - exp(y) * sum(ct), both along
   the axis; they read their result y, not x.
-- layer_normalization recomputes the statistics from X (in X's dtype) and reads Scale; the
-  cotangents of Mean and InvStdDev (num_outputs > 1) flow back to X too.
+- layer_normalization recomputes the statistics from X (in X's dtype) and reads Scale; its
+  d X is one `layer_norm_grad` node (a row kernel), whose own rule (second derivatives)
+  recomputes them too; the cotangents of Mean and InvStdDev (num_outputs > 1) flow back to
+  X too.
 - batch_normalization in inference form is a per-channel affine map of all five operands;
   in training form (batch statistics, biased variance as the kernel computes it) the
   running_mean/running_var results send `momentum` of their cotangent to the inputs
@@ -71,7 +73,8 @@ def _layer_norm(g, cts):
     ct = cts[0]
     dx = None
     if ct is not None:
-        dx = _norm_dx(g, g.op("mul", ct, g.input(1)), xhat, inv, axes)
+        dx = g.op("layer_norm_grad", x, g.input(1), ct, axis=axes[0],
+                  epsilon=g.attrs["epsilon"])
     extra = list(cts[1:]) + [None] * (2 - len(cts[1:]))
     if extra[0] is not None:  # Mean: d mean / d x = 1 / n
         dx = _plus(g, dx, g.op("mul", _share(g, x, axes), _as(g, extra[0], x)))
@@ -85,6 +88,42 @@ def _layer_norm(g, cts):
     if ct is not None and g.num_inputs > 2 and g.wants(2):
         grads[2] = g.sum_to(ct, g.in_type(2))
     return grads[:g.num_inputs]
+
+
+def _layer_norm_grad(g, cts):
+    """layer_norm_grad(x, s, dy) = T(dy * s), T(c) = inv * (c - mean(c) - xhat * mean(c *
+    xhat)) (`_norm_dx`): T is self-adjoint, so d dy = T(v) * s and d s = sum(T(v) * dy) for
+    the cotangent v; x moves inv (d inv = -inv^2 xhat / n) and xhat (d of a linear form
+    sum(c * xhat) is T(c)): d x = d inv * (sum(v * (gy - mean(gy))) - P * m2) - inv * m2 *
+    T(v) - inv * P / n * T(gy), with P = sum(v * xhat) and m2 = mean(gy * xhat)."""
+    x, scale, dy = g.input(0), g.input(1), g.input(2)
+    rank = g.in_type(0).rank
+    axes = list(range(g.attrs["axis"] % rank, rank))
+    xhat, inv = _normalized(g, x, axes, g.attrs["epsilon"])
+    v = cts[0]
+    tv = _norm_dx(g, v, xhat, inv, axes)
+    grads = [None, None, None]
+    if g.wants(2):
+        grads[2] = g.op("mul", tv, scale)
+    if g.wants(1):
+        grads[1] = g.sum_to(g.op("mul", tv, dy), g.in_type(1))
+    if g.wants(0):
+        gy = g.op("mul", dy, scale)
+        share = _share(g, x, axes)
+        m2 = _mean(g, g.op("mul", gy, xhat), axes)
+        p = _sum(g, g.op("mul", v, xhat), axes)
+        s1 = _sum(g, g.op("mul", v, g.op("sub", gy, _mean(g, gy, axes))), axes)
+        dinv = g.op("neg", g.op("mul", g.op("mul", g.op("mul", inv, inv), xhat), share))
+        first = g.op("mul", dinv, g.op("sub", s1, g.op("mul", p, m2)))
+        second = g.op("mul", g.op("mul", inv, m2), tv)
+        third = g.op("mul", g.op("mul", inv, g.op("mul", p, share)),
+                     _norm_dx(g, gy, xhat, inv, axes))
+        grads[0] = g.op("sub", g.op("sub", first, second), third)
+    return grads
+
+
+def _sum(g, value, axes):
+    return g.op("reduce_sum", value, g.ints(axes), keepdims=1)
 
 
 def _share(g, x, axes):
@@ -176,6 +215,7 @@ def _global_max(g, cts):
 softmax = Vjp(_softmax, outputs=(0,))
 log_softmax = Vjp(_log_softmax, outputs=(0,))
 layer_normalization = Vjp(_layer_norm, inputs=(0, 1))
+layer_norm_grad = Vjp(_layer_norm_grad, inputs=(0, 1, 2))
 batch_normalization = Vjp(_batch_norm, inputs=(0, 1, 3, 4))
 global_average_pool = Vjp(_global_average, inputs=(0,))
 global_max_pool = Vjp(_global_max, inputs=(0,), outputs=(0,))

@@ -125,3 +125,41 @@ define("qconv", ("X", "P", "B?"), _qconv_infer, _qconv_kernel, tolerance="exact"
        doc="2-D conv, no padding (pad X first), of u8 X [N, H, W, C] (channels last) and an "
            "s8 filter W [O, C, KH, KW] given packed (pack_conv) in i32, plus i32 B [O] if "
            "given: Y [N, OH, OW, O]")
+
+
+# --- qconv_requant ----------------------------------------------------------------------
+
+
+def requantized(acc: np.ndarray, m: np.ndarray, zero: int, to: str) -> np.ndarray:
+    """cast(clip(round(f32(acc) * m) + zero, lo, hi)) to `to` (u8 / i8), in f32: the chain
+    the `qdq` pass leaves after a qconv (round half to even, as ONNX's QuantizeLinear)."""
+    lo, hi = (0, 255) if to == "u8" else (-128, 127)
+    y = np.rint(acc.astype(np.float32) * m.astype(np.float32)) + np.float32(zero)
+    return np.clip(y, lo, hi).astype(np.uint8 if to == "u8" else np.int8)
+
+
+def _qconv_requant_infer(ctx: InferContext) -> TensorType:
+    acc = _qconv_infer(ctx)
+    m, to = ctx.tensor(3), ctx.attrs["to"]
+    if m.dtype.name != "f32" or tuple(m.shape) != (ctx.attrs["o"],):
+        ctx.fail(f"M must be f32 [{ctx.attrs['o']}], found {m}")
+    if to.name not in ("u8", "i8"):
+        ctx.fail(f"to must be u8 or i8, found {to}")
+    return TensorType(to, acc.shape)
+
+
+def _qconv_requant_kernel(ctx: KernelContext, x: np.ndarray, p: np.ndarray, b: np.ndarray,
+                          m: np.ndarray) -> np.ndarray:
+    acc = _qconv_kernel(ctx, x, p, b)
+    return requantized(acc, m, ctx.attrs["zero"], ctx.attrs["to"].name)
+
+
+define("qconv_requant", ("X", "P", "B", "M"), _qconv_requant_infer, _qconv_requant_kernel,
+       tolerance="exact", flops=_qconv_flops,
+       attrs=[AttrSpec("kernel", "ints"), AttrSpec("strides", "ints"), AttrSpec("o", "int"),
+              AttrSpec("zero", "int", 0), AttrSpec("to", "dtype")],
+       no_grad="made by the qdq pass: flowc differentiates before its rewrites",
+       doc="`qconv` requantized in its epilogue: cast(clip(round(f32(Y) * M) + zero, lo, hi)) "
+           "to `to` (u8 [0, 255] / i8 [-128, 127]), B i32 [O] the accumulators' start, M f32 "
+           "[O] one multiplier per output channel: Y [N, OH, OW, O] of dtype `to`, no i32 "
+           "result written")

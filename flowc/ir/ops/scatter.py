@@ -38,9 +38,10 @@ def _kernel(ctx: KernelContext, data, idx, upd):
     return scatter_at(ctx, data, idx, upd, np.add)
 
 
-def scatter_at(ctx: KernelContext, data, idx, upd, combine: np.ufunc):
+def scatter_at(ctx: KernelContext, data, idx, upd, combine: np.ufunc | None):
     """`data` with each slice of `upd` combined at its index along `axis` by `combine.at`
-    (index order, duplicates combining); an index outside [-n, n-1] is a ValueError."""
+    (index order, duplicates combining), or with `combine` None written there (of repeated
+    indices the last wins); an index outside [-n, n-1] is a ValueError."""
     axis = ctx.attrs["axis"] % data.ndim
     n = data.shape[axis]
     if idx.size and (idx.min() < -n or idx.max() >= n):
@@ -48,7 +49,13 @@ def scatter_at(ctx: KernelContext, data, idx, upd, combine: np.ufunc):
     flat = np.where(idx < 0, idx + n, idx).reshape(-1).astype(np.int64)
     rows = upd.reshape(*data.shape[:axis], flat.size, *data.shape[axis + 1:])
     out = data.copy()
-    combine.at(out, (slice(None),) * axis + (flat,), rows)
+    lead = (slice(None),) * axis
+    if combine is not None:
+        combine.at(out, (*lead, flat), rows)
+        return out
+    _, from_end = np.unique(flat[::-1], return_index=True)
+    last = flat.size - 1 - from_end  # each index's last position: one write per index
+    out[(*lead, flat[last])] = rows[(*lead, last)]
     return out
 
 

@@ -10,9 +10,10 @@ Contract: `elementwise_strategy(op, target, i)` returns, for a top-level `linalg
 of such a function (its arguments are not `llvm.noalias`) whose loops are all parallel,
 whose indexing maps read dims in increasing order (broadcasts, no transposes), whose
 result maps are the identity and whose results (one or more: `merge_generics.py`) are all
-of one f32/f64 type, the script that tiles its outer dims by 1 (a parallel loop, which
-`parallel.py` serializes when small) and its innermost dim by INNER_TILE_VECTORS vectors
-(masked at the tail), and vectorizes the tile (only bodies of arith and VECTOR_MATH ops:
+of one f32/f64 or integer type (WIDTHS; lanes of the widest element type it reads or
+writes), the script that tiles its outer dims by 1 (a parallel loop, which `parallel.py`
+serializes when small) and its innermost dim by INNER_TILE_VECTORS vectors (masked at the
+tail), and vectorizes the tile (only bodies of arith and VECTOR_MATH ops:
 f32 exp, tanh and erf are arith after `vmath`): each
 element is read by vector loads and written by vector stores at the same index, which is
 correct in place. Any other op: None (plain loops). `dynamic_elementwise_strategy` is the
@@ -45,6 +46,9 @@ VECTOR_MATH = {"math.absf", "math.ceil", "math.copysign", "math.cos", "math.exp"
                "math.expm1", "math.floor", "math.fma", "math.log", "math.log10", "math.log1p",
                "math.log2", "math.powf", "math.round", "math.roundeven", "math.rsqrt",
                "math.sin", "math.sqrt", "math.trunc", "math.absi", "math.fpowi"}
+# element types of results and operands (their bits), f32/f64 or integer: u8/i8 results
+# of quantized kernels (requantizations, QDQ residual adds) are written in place too
+WIDTHS = {"f32": 32, "f64": 64, "i8": 8, "i16": 16, "i32": 32, "i64": 64}
 INNER_TILE_VECTORS = 4  # vectors per tile of the innermost dim (4 AVX-512 f32 vectors)
 
 
@@ -74,7 +78,7 @@ def _script(op: ir.Operation, target: Target, i: int) -> str | None:
     out = ir.RankedTensorType(op.results[0].type)
     if any(r.type != out for r in op.results):
         return None
-    width = {"f32": 32, "f64": 64}.get(str(out.element_type))
+    width = _lane_width(op) if str(out.element_type) in WIDTHS else None
     rank = out.rank
     if width is None or rank == 0 or not _order_keeping(op) or not _vector_body(op):
         return None
@@ -91,6 +95,16 @@ def _script(op: ir.Operation, target: Target, i: int) -> str | None:
     return ELEMENTWISE.format(n=f"ew{i}", i=i, outer=ints(outer),
                               inner=ints([0] * (rank - 1) + [inner]),
                               vsizes=ints([1] * (rank - 1) + [inner]))
+
+
+def _lane_width(op: ir.Operation) -> int | None:
+    """The widest element type, in bits, of the generic's operands and results (its
+    vectors' lanes: a u8 requantization of an i32 accumulator computes in 32-bit lanes);
+    None when one is not in WIDTHS."""
+    widths = [WIDTHS.get(str(ir.ShapedType(v.type).element_type)) if isinstance(
+        v.type, ir.ShapedType) else WIDTHS.get(str(v.type))
+        for v in [*op.operands, *op.results]]
+    return None if None in widths else max(widths)
 
 
 def _vector_body(op: ir.Operation) -> bool:
