@@ -56,10 +56,11 @@ def test_golden_cases_keep_their_results(chunk, pipeline):
         assert_close(got[name], want[name], "composite")
 
 
-def test_every_pattern_fires_in_the_golden_file():
+def test_every_pattern_fires_in_the_golden_files():
     with collect() as counters:
         for chunk in split_chunks((GOLDEN / "simplify.flowc").read_text()):
             Simplify().run(parse(chunk))
+        Simplify(top_k_rounds=True).run(parse((GOLDEN / "simplify_top_k.flowc").read_text()))
     names = {name for table in PATTERNS.values() for name, _ in table}
     assert {name for name in names if not counters[name]} == set()
 
