@@ -55,6 +55,16 @@ def test_bf16_matmul_uses_vdpbf16ps_on_an_avx512bf16_host():
     assert "vdpbf16ps" in seen["kernels.s"]
 
 
+@pytest.mark.skipif(not BF16, reason="the host has no AVX512-BF16")
+def test_large_bf16_matmul_runs_its_column_strips_in_parallel():
+    a, b = operands(64, 512, 1040)  # 16 strips of 64 columns and a masked 16-column tail
+    seen = {}
+    compile_kernels([("k", op_body("bf16_matmul", [a, pack(b)], {"n": 1040}))], "host",
+                    dump=lambda name, text: seen.__setitem__(name, text))
+    assert "omp.parallel" in seen["k.llvm.mlir"]
+    check_op("bf16_matmul", [a, pack(b)], {"n": 1040})
+
+
 def test_bf16_matmul_without_avx512bf16_is_widened_loops():
     a, b = operands(5, 12, 20)
     bias = RNG.standard_normal(20).astype(np.float32)
