@@ -8,7 +8,10 @@ calling thread's CPU time over enough calls to last ~5 ms; medians of `--repeats
 2. conv kernels (conv + bias + relu, constant weights), likewise.
 3. an fp16 CNN built in torch and exported after `.half()`: flowc against onnxruntime
    (CPU provider, one thread) on the same fp16 input: max difference and time ratio.
-4. the bench models (flowc/examples/zoo.py at bench/models.py's batches, and the 1024^3
+4. `--precision bf16` products (the `vdpbf16ps` kernel, flowc/codegen/lower/bf16_matmul.py):
+   a matmul with a constant weight, 1024^3 and 256x4096x1024, and a 1x1 conv of one
+   image, each compiled f32 and with `precision="bf16"`: GFLOP/s and the speedup;
+5. the bench models (flowc/examples/zoo.py at bench/models.py's batches, and the 1024^3
    matmul) compiled f32 and with `precision="bf16"`: time ratio and the outputs' difference;
    and, beside them, a weight-heavy MLP at batch 1 (784-4096-10: reading the weights
    is the work, which bf16 halves).
@@ -171,6 +174,38 @@ def fp16_cnn_rows(repeats: int) -> list[str]:
     return [row]
 
 
+DOTS = [("matmul", (1024, 1024), (1024, 1024)), ("matmul", (256, 4096), (4096, 1024)),
+        ("conv", (1, 64, 56, 56), (256, 64, 1, 1)), ("conv", (1, 64, 56, 56), (64, 64, 3, 3))]
+
+
+def dot_rows(repeats: int, quick: bool) -> list[str]:
+    """f32 against `precision="bf16"` builds of products with constant weights."""
+    rows = []
+    for kind, xs, ws in DOTS[:1] if quick else DOTS:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal(xs).astype(np.float32)
+        w = (rng.standard_normal(ws) / np.sqrt(np.prod(ws[1:]) if kind == "conv" else ws[0]))
+        if kind == "conv":
+            g = conv_graph("f32", xs, ws, 1, w, rng.standard_normal(ws[0]))
+            flops = 2 * xs[0] * ws[0] * np.prod(ws[1:]) * xs[2] * xs[3]
+        else:
+            g = Graph("mm")
+            a = g.add_input("x", TensorType("f32", xs))
+            c = g.append(make_node("constant", [], {"value": Tensor(w.astype(np.float32))})).out()
+            g.add_output("y", g.append(make_node("matmul", [a, c])).out())
+            flops = 2 * xs[0] * xs[1] * ws[1]
+        builds = {p: compiled(g, f"dot_{len(rows)}_{p}", precision=p) for p in ("f32", "bf16")}
+        outs = {p: m.run(x=x)["y"].astype(np.float64) for p, m in builds.items()}
+        rel = float(np.abs(outs["bf16"] - outs["f32"]).max() / np.abs(outs["f32"]).max())
+        t = median_times({p: bound(m, {"x": x}) for p, m in builds.items()}, repeats)
+        rows.append(f"| {kind} {'x'.join(map(str, xs))} * {'x'.join(map(str, ws))} | "
+                    + " | ".join(f"{t[p] * 1e6:.0f} ({flops / t[p] / 1e9:.0f})"
+                                 for p in ("f32", "bf16"))
+                    + f" | {t['f32'] / t['bf16']:.2f} | {rel:.1e} |")
+        print(rows[-1], flush=True)
+    return rows
+
+
 def model_rows(repeats: int, quick: bool) -> list[str]:
     sys.path.insert(0, str(HERE))
     from models import MATMUL, matmul_onnx
@@ -232,6 +267,13 @@ def main() -> None:
         "| model | flowc | onnxruntime | flowc/ort | max abs diff |",
         "| --- | --- | --- | --- | --- |",
         *fp16_cnn_rows(args.repeats), "",
+        "## `--precision bf16` products (`vdpbf16ps`)", "",
+        "Constant weights; the f32 build against `precision=\"bf16\"` (the `bf16_matmul` "
+        "kernel on AVX512-BF16: weights packed in k-pairs, activations cast to bf16 once, "
+        "f32 accumulation and result; the 3x3 conv stays f32). Time (GFLOP/s); speedup = f32 "
+        "time / bf16 time; difference = max |bf16 - f32| / max |f32|.", "",
+        "| product | f32 | bf16 | speedup | difference |", "| --- | --- | --- | --- | --- |",
+        *dot_rows(args.repeats, args.quick), "",
         "## Bench models with `--precision bf16`", "",
         "Speedup = f32 time / bf16 time; difference = max |bf16 - f32| / max |f32| of the "
         "first output on a seeded input.", "",

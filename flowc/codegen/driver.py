@@ -342,7 +342,8 @@ def compile(model: ModelLike, output_dir: str | os.PathLike,
                      if training is not None else passes)
     step_pipeline = remat_passes(step_pipeline, entries.get(TRAIN_ENTRY, graph), opts)
     gpu = isinstance(backend, GpuBackend)
-    passes, step_pipeline = (precision_passes(p, opts, gpu) for p in (passes, step_pipeline))
+    passes, step_pipeline = (precision_passes(p, opts, gpu, target.features)
+                             for p in (passes, step_pipeline))
     several = bool(entries)
 
     def lower(g: Graph, pipeline: list, prefix: str = "") -> tuple[Graph, dict[str, int]]:
@@ -467,10 +468,12 @@ def remat_passes(passes: list, graph: Graph, opts: CompileOptions) -> list:
     return with_option_pass(passes, "remat", Remat(opts.remat))
 
 
-def precision_passes(passes: list, opts: CompileOptions, gpu: bool) -> list:
-    """`passes` with the `precision` pass of `opts.precision` (none for f32); an unknown
-    precision, or one for a GPU target (whose kernels keep their own formats), is a
-    FlowcError naming the option."""
+def precision_passes(passes: list, opts: CompileOptions, gpu: bool, features: str = "") -> list:
+    """`passes` with the `precision` pass of `opts.precision` (none for f32), its `dot`
+    kernel on when the target's LLVM `features` have AVX512-BF16; an unknown precision, or
+    one for a GPU target (whose kernels keep their own formats), is a FlowcError naming the
+    option."""
+    from flowc.codegen.lower.bf16_matmul import has_bf16_dot
     from flowc.passes.pipeline import with_option_pass
     from flowc.passes.precision import DTYPES, Precision
 
@@ -482,7 +485,8 @@ def precision_passes(passes: list, opts: CompileOptions, gpu: bool) -> list:
     if gpu:
         raise FlowcError(f"--precision {opts.precision}: CPU targets only (a GPU target's "
                          "kernels keep their own formats)")
-    return with_option_pass(passes, "precision", Precision(opts.precision))
+    dot = opts.precision == "bf16" and has_bf16_dot(features)
+    return with_option_pass(passes, "precision", Precision(opts.precision, dot=dot))
 
 
 def check_no_training_options(opts: CompileOptions) -> None:

@@ -12,9 +12,10 @@ from flowc.codegen.lower import NOT_KERNELS, lookup
 from flowc.codegen.target import TARGETS, get_target
 from flowc.ir import Tensor
 from flowc.ir.ops import OPS
+from flowc.ir.ops.bf16_matmul import pack as pack_bf16
 from flowc.ir.ops.quant import pack, pack_conv
 from flowc.ir.ops.winograd import winograd_filter
-from flowc.ir.types import i32, u8
+from flowc.ir.types import bf16, i32, u8
 
 RNG = np.random.default_rng(3)
 
@@ -94,6 +95,8 @@ CASES = {
                       {"tile": 4, "pads": (1, 1, 1, 1)}, (1,)),
     "qmatmul": ([RNG.integers(0, 256, (5, 9)).astype(np.uint8),
                  pack(RNG.integers(-128, 128, (9, 20)).astype(np.int8))], {"n": 20}, ()),
+    "bf16_matmul": ([f(5, 9).astype(bf16.np), pack_bf16(f(9, 20).astype(bf16.np)), f(20)],
+                    {"n": 20}, ()),
     "qconv": ([RNG.integers(0, 256, (1, 6, 7, 5)).astype(np.uint8),
                pack_conv(RNG.integers(-128, 128, (18, 5, 3, 3)).astype(np.int8))],
               {"kernel": (3, 3), "strides": (2, 1), "o": 18}, ()),

@@ -14,11 +14,15 @@ import pytest
 
 import flowc
 from flowc.cli import main
+from flowc.codegen.driver import precision_passes
+from flowc.codegen.options import CompileOptions
+from flowc.codegen.target import get_target
 from flowc.ir import Graph, Tensor, TensorType
-from flowc.ir.build import make_node
+from flowc.ir.build import const_value, make_node
 from flowc.ir.errors import FlowcError
 from flowc.ir.printer import print_graph
 from flowc.passes import parse_pipeline
+from flowc.passes.pipeline import print_pipeline
 
 
 def _mlp() -> Graph:
@@ -86,3 +90,134 @@ def test_bad_precision_names_the_option(tmp_path):
     with pytest.raises(FlowcError, match=r"pass 'precision': option 'dtype' must be one of "
                                          r"bf16, f16, found 'f8'"):
         parse_pipeline("precision{dtype=f8}")
+
+
+BF16_HOST = "+avx512bf16" in get_target("host").features.split(",")
+
+
+def _ops(g: Graph) -> list[str]:
+    return [n.op for n in g.nodes]
+
+
+def test_dot_makes_bf16_matmuls_of_constant_weights():
+    """precision{dot=true}: the gemm (its bias the kernel's start) and the matmul become
+    `bf16_matmul` of the cast activation and a packed weight, f32 results, no cast back."""
+    (p,) = parse_pipeline("precision{dot=true}")
+    g = p.run(_mlp())
+    ops = _ops(g)
+    assert ops.count("bf16_matmul") == 2 and "gemm" not in ops and "matmul" not in ops
+    gemm = next(n for n in g.nodes if n.op == "bf16_matmul")
+    assert len(gemm.inputs) == 3 and gemm.types[0].dtype.name == "f32"
+    assert tuple(gemm.inputs[1].type.shape) == (8, 32, 32)  # N 128 / 16, K 64 / 2, 32
+    assert ops.count("cast") == 2  # the two activations to bf16, nothing back
+    assert print_pipeline([p]) == "precision{dtype=bf16,convs=false,dot=true}"
+    assert print_pipeline(parse_pipeline("precision")) == "precision{dtype=bf16,convs=false}"
+
+
+def test_dot_is_chosen_by_the_targets_features():
+    opts = CompileOptions(precision="bf16")
+    on = precision_passes([], opts, False, "+avx2,+avx512f,+avx512bf16")
+    off = precision_passes([], opts, False, "+avx2,+avx512f,-avx512bf16")
+    half = precision_passes([], CompileOptions(precision="f16"), False, "+avx512bf16")
+    assert [p.dot for p in on + off + half] == [True, False, False]
+
+
+def _product(m: int) -> Graph:
+    """x [m, 64] @ w [64, 48], both graph inputs."""
+    g = Graph("prod")
+    x = g.add_input("x", TensorType("f32", (m, 64)))
+    w = g.add_input("w", TensorType("f32", (64, 48)))
+    g.add_output("y", g.append(make_node("matmul", [x, w])).out())
+    return g
+
+
+def test_dot_packs_a_large_non_constant_b_at_run_time(tmp_path):
+    (p,) = parse_pipeline("precision{dot=true}")
+    assert "bf16_matmul" in _ops(p.run(_product(128)))
+    assert "transpose" in _ops(p.run(_product(128)))
+    assert _ops(p.run(_product(16))) == ["matmul"]  # too few rows to pay
+    if not BF16_HOST:
+        return
+    rng = np.random.default_rng(6)
+    xs, ws = (rng.standard_normal(s).astype(np.float32) for s in ((128, 64), (64, 48)))
+    flowc.compile(_product(128), tmp_path / "a", name="prodbf", precision="bf16",
+                  cache=False)
+    got = flowc.load(tmp_path / "a").run(x=xs, w=ws)["y"]
+    r = ml_dtypes.bfloat16
+    exact = xs.astype(r).astype(np.float64) @ ws.astype(r).astype(np.float64)
+    assert got.dtype == np.float32
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()  # f32 sums, exact products
+
+
+def test_dot_keeps_leading_dims_of_a_rank_3_activation(tmp_path):
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((32, 40)).astype(np.float32)
+    g = Graph("r3")
+    x = g.add_input("x", TensorType("f32", (2, 5, 32)))
+    c = g.append(make_node("constant", [], {"value": Tensor(w)})).out()
+    g.add_output("y", g.append(make_node("matmul", [x, c])).out())
+    flowc.compile(g, tmp_path / "a", name="r3bf", precision="bf16", cache=False)
+    xs = rng.standard_normal((2, 5, 32)).astype(np.float32)
+    got = flowc.load(tmp_path / "a").run(x=xs)["y"]
+    r = ml_dtypes.bfloat16
+    exact = xs.astype(r).astype(np.float64) @ w.astype(r).astype(np.float64)
+    assert got.shape == (2, 5, 40)
+    assert np.abs(got - exact).max() <= 2 ** -7 * np.abs(exact).max()
+
+
+def test_dot_takes_in_a_bias_add_and_casts_a_shared_activation_once(tmp_path):
+    """Two products of one rank-3 x (attention's q and k), each followed by an add of a
+    constant row bias: one cast of x, two `bf16_matmul` with the bias as their third
+    operand (the adds gone), the sums right against the bf16-rounded operands."""
+    rng = np.random.default_rng(8)
+    ws = [rng.standard_normal((32, 16)).astype(np.float32) for _ in range(2)]
+    bs = [rng.standard_normal(16).astype(np.float32) for _ in range(2)]
+    g = Graph("qk")
+    x = g.add_input("x", TensorType("f32", (2, 3, 32)))
+    for i, (w, b) in enumerate(zip(ws, bs, strict=True)):
+        wc, bc = (g.append(make_node("constant", [], {"value": Tensor(a)})).out() for a in (w, b))
+        y = g.append(make_node("matmul", [x, wc])).out()
+        g.add_output(f"y{i}", g.append(make_node("add", [y, bc])).out())
+    (p,) = parse_pipeline("precision{dot=true}")
+    ops = _ops(p.run(g))
+    assert ops.count("cast") == 1 and "add" not in ops and ops.count("bf16_matmul") == 2
+    assert all(len(n.inputs) == 3 for n in p.run(g).nodes if n.op == "bf16_matmul")
+    if not BF16_HOST:
+        return
+    flowc.compile(g, tmp_path / "a", name="qkbf", precision="bf16", cache=False)
+    xs = rng.standard_normal((2, 3, 32)).astype(np.float32)
+    got = flowc.load(tmp_path / "a").run(x=xs)
+    r = ml_dtypes.bfloat16
+    for i, (w, b) in enumerate(zip(ws, bs, strict=True)):
+        exact = xs.astype(r).astype(np.float64) @ w.astype(r).astype(np.float64) + b
+        assert np.abs(got[f"y{i}"] - exact).max() <= 1e-5 * np.abs(exact).max()
+
+
+def _pointwise(n: int) -> Graph:
+    """A 1x1 conv with bias, 16 -> 24 channels over 8x6 (H * W = 48), batch n."""
+    rng = np.random.default_rng(9)
+    g = Graph("pw")
+    x = g.add_input("x", TensorType("f32", (n, 16, 8, 6)))
+    w, b = (g.append(make_node("constant", [], {"value": Tensor(a.astype(np.float32))})).out()
+            for a in (rng.standard_normal((24, 16, 1, 1)), rng.standard_normal(24)))
+    g.add_output("y", g.append(make_node("conv", [x, w, b])).out())
+    return g
+
+
+def test_dot_makes_a_1x1_conv_of_one_image_a_bf16_matmul(tmp_path):
+    (p,) = parse_pipeline("precision{dot=true}")
+    assert "bf16_matmul" in _ops(p.run(_pointwise(1))) and "conv" not in _ops(
+        p.run(_pointwise(1)))
+    assert _ops(p.run(_pointwise(2))).count("conv") == 1  # a batch: left f32 (convs=false)
+    if not BF16_HOST:
+        return
+    g = _pointwise(1)
+    flowc.compile(g, tmp_path / "a", name="pwbf", precision="bf16", cache=False)
+    xs = np.random.default_rng(10).standard_normal((1, 16, 8, 6)).astype(np.float32)
+    got = flowc.load(tmp_path / "a").run(x=xs)["y"]
+    w, b = (const_value(n.out()) for n in g.nodes if n.op == "constant")
+    r = ml_dtypes.bfloat16
+    exact = np.einsum("oc,nchw->nohw", w.reshape(24, 16).astype(r).astype(np.float64),
+                      xs.astype(r).astype(np.float64)) + b.reshape(24, 1, 1)
+    assert got.shape == (1, 24, 8, 6)
+    assert np.abs(got - exact).max() <= 1e-5 * np.abs(exact).max()

@@ -8,7 +8,8 @@ as a multi-reduction, lowered element by element (scalar `vmulss`, ~25x slower t
 ops, moving each extension onto the loaded vector (before its broadcast), so the
 contraction forms on f32 vectors and lowers to the f32 micro-kernel: one widening
 conversion per loaded vector of B and per broadcast element of A, then the same FMAs.
-(AVX512-BF16's `vdpbf16ps` would need pair-interleaved packing of B; not used yet.)
+(AVX512-BF16's `vdpbf16ps` is `bf16_matmul`'s, lower/bf16_matmul.py: B packed in k-pairs
+ahead of time, what `--precision bf16` makes on such targets; this path serves the rest.)
 """
 
 from __future__ import annotations
