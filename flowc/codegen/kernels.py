@@ -178,7 +178,7 @@ def build_module(sym: str, body: Graph, target: Target) -> ir.Module:
             if isinstance(t, TensorType):
                 dim_sizes(t)  # every dim expression computed once, at the entry
         buffers = [_view(t, a) for t, a in zip([*ins, *outs], entry.arguments, strict=False)]
-        rows = None if symbols or target.is_gpu else pixel_rows(body)
+        rows = None if symbols or target.is_gpu else pixel_rows(body, target.vector_bits // 32)
         if rows is not None:  # a pointwise conv's body over pixel rows (pixel_rows.py)
             body, shapes = rows
             buffers = [b if s is None else _collapse(b, s) for b, s in zip(buffers, shapes,

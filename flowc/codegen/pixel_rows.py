@@ -13,8 +13,8 @@ rewritten instead: `pixel_rows(body)` gives the same computation on 2-D values (
 the conv as `matmul` plus its bias `add`, and the elementwise nodes after it (residual
 add, relu, clip, SiLU) as they were; `kernels.build_module` views the kernel's buffers
 with the matching `memref.collapse_shape` (free: the layouts are row-major), so the
-matmul strategy packs and tiles it and fuses its epilogue as for any matmul. 1x1 convs of
-ResNet-50 at 1 thread: 100-155 -> 175-250 GFLOP/s (bench/results/kernels_conv_cold.md).
+matmul strategy tiles it and fuses its epilogue as for any matmul (`MIN_MACS`: where that
+pays). 1x1 convs of ResNet-50 at 1 thread: 100-155 -> 175-250 GFLOP/s.
 """
 
 from __future__ import annotations
@@ -29,16 +29,28 @@ from flowc.ir.types import TensorType
 
 Shape = tuple[int, ...]
 DTYPES = ("f32",)  # the dtypes whose matmul the CPU strategies pack
+# Multiply-adds from which the matmul beats the direct conv kernel. Pointwise convs of
+# ResNet-50, MobileNetV2 and EfficientNet-B0, A/B at 1 thread (warm/cold us, matmul vs
+# conv): 26M and more 1.0-2.1x faster (256->1024 at 14x14: 505/695 vs 1030/1209;
+# 1024->512 at 7x7: 227/459 vs 490/595; 64->64 at 56x56, 13M: equal); 16->96 at 112x112
+# (19M) 184/376 vs 249/514; under 11M the conv's wider register tiles win (576->96 at
+# 14x14: 131/222 vs 88/153; 960->160 at 7x7: 94/169 vs 63/112). Output channels that are
+# not whole pairs of vectors get thin matmul tiles (N = 24: 10x slower than the conv).
+MIN_MACS = 16_000_000
 
 
-def pixel_rows(body: Graph) -> tuple[Graph, list[Shape | None]] | None:
+def pixel_rows(body: Graph, lanes: int) -> tuple[Graph, list[Shape | None]] | None:
     """(the 2-D body, for each input then output of `body` its new shape or None when
     unchanged), or None unless `body` is one pointwise conv (static, f32, channels-last,
-    ungrouped; its X and W body inputs, its bias absent or a body input) followed only by
-    elementwise nodes and constants whose every value is [N, H, W, K] (the conv's
-    pixels), [1, 1, 1, K], or of rank 1 or 0."""
+    ungrouped; its X and W body inputs, its bias absent or a body input) of at least
+    MIN_MACS multiply-adds and whole pairs of `lanes`-wide vectors of output channels,
+    followed only by elementwise nodes and constants whose every value is [N, H, W, K]
+    (the conv's pixels), [1, 1, 1, K], or of rank 1 or 0."""
     convs = [n for n in body.nodes if n.op == "conv"]
     if len(convs) != 1 or not _pointwise(convs[0], body):
+        return None
+    c, m = convs[0].inputs[1].type.shape[2:]
+    if m % (2 * lanes) or math.prod(convs[0].types[0].shape[:3]) * c * m < MIN_MACS:
         return None
     conv = convs[0]
     n, h, w, _ = conv.types[0].shape

@@ -14,9 +14,10 @@ from flowc.ir.interpret import interpret
 from flowc.testing.tolerance import assert_close
 
 RNG = np.random.default_rng(5)
+LANES = 16  # f32 lanes of AVX-512
 
 
-def body(x=(2, 5, 6, 16), w=(1, 1, 16, 24), bias=True, attrs=(), tail=("residual", "relu"),
+def body(x=(2, 16, 16, 256), w=(1, 1, 256, 128), bias=True, attrs=(), tail=("residual", "relu"),
          pre=False, outputs=("last",)):
     """A channels-last conv on graph inputs and its epilogue `tail`: residual (add of an
     input like the output), relu, scale (mul by a [1, 1, 1, M] constant), clip, wide (add
@@ -54,38 +55,40 @@ def body(x=(2, 5, 6, 16), w=(1, 1, 16, 24), bias=True, attrs=(), tail=("residual
     {},
     {"bias": False, "tail": ()},
     {"tail": ("scale", "clip"), "outputs": ("conv", "last")},
-    {"x": (1, 7, 7, 64), "w": (1, 1, 64, 128), "tail": ("residual", "sigmoid")},
+    {"x": (1, 28, 28, 256), "w": (1, 1, 256, 96), "tail": ("residual", "sigmoid")},
     {"attrs": {"auto_pad": "SAME_UPPER"}},
 ])
 def test_pointwise_conv_bodies_match_the_interpreter(kwargs):
     b = body(**kwargs)
-    assert pixel_rows(b) is not None
+    assert pixel_rows(b, LANES) is not None
     feeds = {n.name: RNG.standard_normal(n.types[0].shape).astype(np.float32)
              for n in b.inputs}
     expected = interpret(b, feeds)
     got = run_body(b, [feeds[n.name] for n in b.inputs])
     for (name, _), y in zip(b.outputs, got, strict=True):
-        assert_close(y, expected[name], "matmul", 64, err_msg=name)
+        assert_close(y, expected[name], "matmul", 256, err_msg=name)
 
 
 def test_the_rewrite_is_a_matmul_over_pixel_rows():
-    flat, shapes = pixel_rows(body())
+    flat, shapes = pixel_rows(body(), LANES)
     assert [n.op for n in flat.nodes] == ["matmul", "add", "add", "relu"]
     # x, w, b, r, then the output
-    assert shapes == [(60, 16), (16, 24), None, (60, 24), (60, 24)]
-    assert [t.shape for t in flat.input_types] == [(60, 16), (16, 24), (24,), (60, 24)]
+    assert shapes == [(512, 256), (256, 128), None, (512, 128), (512, 128)]
+    assert [t.shape for t in flat.input_types] == [(512, 256), (256, 128), (128,), (512, 128)]
 
 
 @pytest.mark.parametrize("kwargs", [
-    {"w": (3, 3, 16, 24)},
-    {"attrs": {"strides": (2, 2)}},
+    {"w": (3, 3, 256, 128)},
+    {"x": (2, 32, 32, 256), "attrs": {"strides": (2, 2)}},
     {"attrs": {"pads": (1, 0, 0, 0)}},
-    {"w": (1, 1, 8, 24), "attrs": {"group": 2}},
+    {"x": (4, 16, 16, 256), "w": (1, 1, 128, 128), "attrs": {"group": 2}},
     {"pre": True},
     {"tail": ("wide",)},
+    {"x": (1, 8, 8, 256)},  # under MIN_MACS
+    {"x": (4, 32, 32, 256), "w": (1, 1, 256, 48)},  # 48 channels: not whole vector pairs
 ])
 def test_other_bodies_stay_convs(kwargs):
-    assert pixel_rows(body(**kwargs)) is None
+    assert pixel_rows(body(**kwargs), LANES) is None
 
 
 def test_the_matmul_strategy_tiles_it():
