@@ -18,6 +18,8 @@ Contract (flowc/codegen/README.md, "Kernels"):
   symbols in sorted name order) after its outputs; each symbolic buffer arrives as a bare
   pointer that the kernel views as a dense row-major memref of the run's sizes
   (`memref.reinterpret_cast`), and every dim expression is computed once at its entry.
+  On a CPU, a static body around a pointwise conv is lowered over pixel rows
+  (`pixel_rows.py`: its buffers viewed 2-D by `memref.collapse_shape`).
 """
 
 from __future__ import annotations
