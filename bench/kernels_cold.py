@@ -28,8 +28,9 @@ from flowc.ir.ops.winograd import winograd_filter  # noqa: E402
 OUT = os.path.join(os.path.dirname(__file__), "results", "kernels_conv_cold.md")
 
 
-def conv(c, h, m, k, s, relu=True, wino=False):
-    """A channels-last conv (bias, relu) as `fuse` makes it, or its winograd_conv."""
+def conv(c, h, m, k, s, relu=True, wino=False, residual=False):
+    """A channels-last conv (bias, relu; a residual add before the relu) as `fuse` makes
+    it, or its winograd_conv."""
     g = Graph("k")
     x = g.add_input("x", TensorType("f32", (1, h, h, c)))
     w = g.add_input("w", TensorType("f32", (6, 6, c, m) if wino else (k, k, c, m)))
@@ -39,6 +40,9 @@ def conv(c, h, m, k, s, relu=True, wino=False):
     else:
         y = g.append(make_node("conv", [x, w, b], {"channels_last": True, "strides": (s, s),
                                                    "pads": (k // 2,) * 4}))
+    if residual:
+        r = g.add_input("r", TensorType("f32", y.types[0].shape))
+        y = g.append(make_node("add", [y.out(), r]))
     y = g.append(make_node("relu", [y.out()])) if relu else y
     g.add_output("y", y.out())
     return g
@@ -62,6 +66,11 @@ CASES = [
     ("ResNet 512->512 3x3 at 7 winograd F(4x4)", conv(512, 7, 512, 3, 1, wino=True)),
     ("ResNet 256->256 3x3 at 14 direct", conv(256, 14, 256, 3, 1)),
     ("ResNet 256->256 3x3 at 14 winograd F(4x4)", conv(256, 14, 256, 3, 1, wino=True)),
+    ("ResNet-50 1x1 256->1024 at 14, residual, relu", conv(256, 14, 1024, 1, 1, residual=True)),
+    ("ResNet-50 1x1 1024->256 at 14, relu", conv(1024, 14, 256, 1, 1)),
+    ("ResNet-50 1x1 1024->512 at 7, relu", conv(1024, 7, 512, 1, 1)),
+    ("ResNet-50 1x1 64->256 at 56, residual, relu", conv(64, 56, 256, 1, 1, residual=True)),
+    ("MobileNetV2 1x1 16->96 at 112, relu", conv(16, 112, 96, 1, 1)),
     ("max_pool 3x3/2 pad 1 over 112x112x64", single(
         "max_pool", (1, 112, 112, 64), {"kernel_shape": (3, 3), "strides": (2, 2),
                                         "pads": (1,) * 4, "channels_last": True})),

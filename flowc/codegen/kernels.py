@@ -18,6 +18,8 @@ Contract (flowc/codegen/README.md, "Kernels"):
   symbols in sorted name order) after its outputs; each symbolic buffer arrives as a bare
   pointer that the kernel views as a dense row-major memref of the run's sizes
   (`memref.reinterpret_cast`), and every dim expression is computed once at its entry.
+  On a CPU, a static body around a pointwise conv is lowered over pixel rows
+  (`pixel_rows.py`: its buffers viewed 2-D by `memref.collapse_shape`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from flowc.codegen.lower.context import (
 )
 from flowc.codegen.lower.graph import lower_graph, unsupported
 from flowc.codegen.lower.per_sample import batch_symbol
+from flowc.codegen.pixel_rows import pixel_rows
 from flowc.codegen.plan.memplan import in_place_inputs
 from flowc.codegen.target import Target, get_target
 from flowc.ir import dims
@@ -177,6 +180,12 @@ def build_module(sym: str, body: Graph, target: Target) -> ir.Module:
             if isinstance(t, TensorType):
                 dim_sizes(t)  # every dim expression computed once, at the entry
         buffers = [_view(t, a) for t, a in zip([*ins, *outs], entry.arguments, strict=False)]
+        rows = None if symbols or target.is_gpu else pixel_rows(body, target.vector_bits // 32)
+        if rows is not None:  # a pointwise conv's body over pixel rows (pixel_rows.py)
+            body, shapes = rows
+            buffers = [b if s is None else _collapse(b, s) for b, s in zip(buffers, shapes,
+                                                                              strict=True)]
+            ins, outs = body.input_types, body.output_types
         args = [empty(t) if _holds_nothing(t) else
                 bufferization.ToTensorOp(tensor_type(t), a, restrict=True).result
                 for t, a in zip(ins, buffers[:len(ins)], strict=True)]
@@ -214,6 +223,19 @@ def _load_dims(entry: ir.Block, symbols: list[str]) -> dict[str, ir.Value]:
     table = entry.arguments[len(entry.arguments) - 1]
     return {s: arith.index_cast(index, memref.load(table, [arith.ConstantOp(index, i).result]))
             for i, s in enumerate(symbols)}
+
+
+def _collapse(buffer: ir.Value, shape: tuple[int, ...]) -> ir.Value:
+    """The static row-major `buffer` viewed with `shape`: its leading dims merged into the
+    first dim of `shape`, the rest kept (`memref.collapse_shape`; no copy)."""
+    src = ir.MemRefType(buffer.type)
+    lead = len(src.shape) - len(shape) + 1
+    groups = [list(range(lead)), *([d] for d in range(lead, len(src.shape)))]
+    i64 = ir.IntegerType.get_signless(64)
+    reassociation = ir.ArrayAttr.get([ir.ArrayAttr.get([ir.IntegerAttr.get(i64, d) for d in g])
+                                      for g in groups])
+    return memref.CollapseShapeOp(ir.MemRefType.get(list(shape), src.element_type), buffer,
+                                  reassociation).result
 
 
 def _view(t: TensorType, arg: ir.Value) -> ir.Value:

@@ -9,7 +9,8 @@ converted value a channels-last *twin*:
   (group == C == M) becomes `conv {channels_last = true}` on the twin of its input (made by
   a `transpose` [0, 2, 3, 1] when the input has none; a `transpose` [0, 3, 1, 2] producing
   the input is looked through), its filter transposed here to [KH, KW, C/group, M] as a
-  new constant: weights are laid out at compile time, never per run;
+  new constant: weights are laid out at compile time, never per run; an unpadded 1x1 conv
+  with strides reads a strided `slice` of the twin instead, with unit strides;
 - the other ops with a `channels_last` attribute (`max_pool` with one result,
   `average_pool`: single-operand window ops) on a twin become their channels-last forms;
 - `global_average_pool` / `global_max_pool` on a twin become `reduce_mean` / `reduce_max`
@@ -143,8 +144,24 @@ class _Converter:
             return None
         w_last = self.constant(w, "filter", np.transpose(data, weight_to_last(4)), node)
         count("convs-channels-last")
-        return self.stand_in(node, "conv", [self.to_last(x, node), w_last, *node.inputs[2:]],
-                             {**node.attrs, "channels_last": True})
+        x_last, attrs = self.to_last(x, node), {**node.attrs, "channels_last": True}
+        strides = list(node.attrs.get("strides") or (1, 1))
+        if (group == 1 and tuple(w.type.shape[2:]) == (1, 1) and strides != [1, 1]
+                and node.attrs.get("auto_pad", "NOTSET") == "NOTSET"
+                and not any(node.attrs.get("pads") or ())
+                and all(isinstance(d, int) for d in x.type.shape[2:])):
+            x_last, attrs["strides"] = self.every(x_last, strides, node), [1, 1]
+        return self.stand_in(node, "conv", [x_last, w_last, *node.inputs[2:]], attrs)
+
+    def every(self, x: Value, strides: list[int], like: Node) -> Value:
+        """Every `strides`-th pixel of the channels-last `x` (a strided `slice`): the input
+        of an unpadded 1x1 conv of those strides, which is then a stride-1 (pointwise) one,
+        a matmul over pixel rows (codegen/pixel_rows.py)."""
+        ends = np.array(x.type.shape[1:3], np.int64)
+        pieces = [self.rw.constant(a, like) for a in (np.zeros(2, np.int64), ends,
+                                                      np.array([1, 2], np.int64),
+                                                      np.array(strides, np.int64))]
+        return self.rw.make("slice", [x, *pieces], {}, like).out()
 
     def elementwise(self, node: Node) -> Value | None:
         t = node.types[0]

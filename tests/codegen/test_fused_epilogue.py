@@ -20,16 +20,17 @@ RNG = np.random.default_rng(23)
 F32 = np.dtype("float32")
 
 
-def body(m: int, k: int, n: int, kind: str) -> Graph:
+def body(m: int, k: int, n: int, kind: str, lead: tuple = (1,)) -> Graph:
+    """A [*lead, m, k] @ B [k, n] and the epilogue `kind`."""
     g = Graph()
-    a = g.add_input("a", TensorType(F32, (1, m, k)))
+    a = g.add_input("a", TensorType(F32, (*lead, m, k)))
     b = g.add_input("b", TensorType(F32, (k, n)))
     y = g.append(make_node("matmul", [a, b])).out()
     if kind in ("bias_gelu", "twice"):
         c = g.add_input("c", TensorType(F32, (n,)))
         y = g.append(make_node("gelu", [g.append(make_node("add", [y, c])).out()])).out()
     if kind == "residual":
-        r = g.add_input("r", TensorType(F32, (1, m, n)))
+        r = g.add_input("r", TensorType(F32, (*lead, m, n)))
         y = g.append(make_node("add", [y, r])).out()
     g.add_output("y", y)
     if kind == "twice":  # C also an output: its epilogue is not its only user
@@ -51,17 +52,23 @@ def fused_module(graph: Graph) -> str:
 def _loop_holds_matmul_and_epilogue(text: str) -> bool:
     loop = text.split("scf.for", 1)
     body = loop[1].split("scf.yield")[0] if len(loop) == 2 else ""
-    return "reduction" in body and body.count("linalg.generic") + body.count("linalg.matmul") >= 2
+    contraction = "reduction" in body or "linalg.matmul" in body  # generic or named
+    return contraction and body.count("linalg.generic") + body.count("linalg.matmul") >= 2
 
 
-@pytest.mark.parametrize("m,k,n,kind", [(64, 256, 2560, "bias_gelu"), (32, 512, 1536, "residual")])
-def test_epilogue_fused_into_column_blocks(m, k, n, kind):
-    graph = body(m, k, n, kind)
+@pytest.mark.parametrize("m,k,n,kind,lead", [
+    (64, 256, 2560, "bias_gelu", (1,)),
+    (32, 512, 1536, "residual", (1,)),
+    (392, 64, 256, "residual", ()),  # 2-D, B fits: row blocks of 56 rows
+    (196, 96, 256, "bias_gelu", ()),  # blocks of 49 rows (no multiple of 8 divides 196)
+])
+def test_epilogue_fused_into_column_or_row_blocks(m, k, n, kind, lead):
+    graph = body(m, k, n, kind, lead)
     assert _loop_holds_matmul_and_epilogue(fused_module(graph))
-    feeds = {"a": RNG.standard_normal((1, m, k)).astype(np.float32),
+    feeds = {"a": RNG.standard_normal((*lead, m, k)).astype(np.float32),
              "b": (RNG.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32),
              "c": RNG.standard_normal(n).astype(np.float32),
-             "r": RNG.standard_normal((1, m, n)).astype(np.float32)}
+             "r": RNG.standard_normal((*lead, m, n)).astype(np.float32)}
     feeds = {i.name: feeds[i.name] for i in graph.inputs}
     want = interpret(graph, feeds)["y"]
     got = run_body(graph, list(feeds.values()))[0]
@@ -76,6 +83,16 @@ def test_epilogue_fused_into_column_blocks(m, k, n, kind):
 ])
 def test_epilogue_left_alone(m, k, n, kind, why):
     assert not _loop_holds_matmul_and_epilogue(fused_module(body(m, k, n, kind))), why
+
+
+def test_row_tile():
+    assert epilogue.row_tile([3136, 256], 64, 256) == 64  # ResNet-50's 64->256 at 56x56
+    assert epilogue.row_tile([196, 256], 96, 256) == 49  # no multiple of 8 divides 196
+    assert epilogue.row_tile([3136, 64], 64, 64) == 224
+    assert epilogue.row_tile([64, 256], 64, 256) is None  # C fits
+    assert epilogue.row_tile([196, 1024], 256, 1024) is None  # B beyond ROW_B_ELEMENTS
+    assert epilogue.row_tile([197, 256], 64, 256) is None  # 197 is prime
+    assert epilogue.row_tile([1, 196, 256], 64, 256) is None  # 2-D C only
 
 
 def test_column_tile():

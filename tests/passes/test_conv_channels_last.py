@@ -135,3 +135,16 @@ def test_placement_cost_of_a_channels_last_conv_is_its_onnx_forms():
     last = make_node("conv", [x, w], {"channels_last": True, "pads": (1, 1, 1, 1)})
     first = make_node("conv", [xf, wf], {"pads": (1, 1, 1, 1)})
     assert OPS["conv"].flops(last) == OPS["conv"].flops(first) == 2 * 8 * 8 * 16 * 4 * 9
+
+
+def test_strided_pointwise_conv_reads_a_strided_slice():
+    """resnet_like's 1x1/2 shortcut conv: a stride-1 conv of every second pixel (a strided
+    slice of its channels-last input), so that codegen can run it as a matmul."""
+    after = _run(resnet_like(), "default")
+    nodes = [n for top in after.nodes
+             for n in (top.attrs["body"].nodes if top.op == "fused" else [top])]
+    pointwise = [n for n in nodes if n.op == "conv" and n.inputs[1].type.shape[:2] == (1, 1)]
+    assert len(pointwise) == 1 and list(pointwise[0].attrs.get("strides") or [1, 1]) == [1, 1]
+    slices = [n for n in nodes if n.op == "slice"]
+    assert len(slices) == 1 and slices[0].types[0].shape[1:] == (4, 4, 16)
+    assert list(slices[0].inputs[4].node.attrs["value"].data) == [2, 2]
