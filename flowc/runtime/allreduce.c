@@ -5,14 +5,16 @@
  * an `all_reduce_start` and an `all_reduce_wait` node (passes/all_reduce.py), whose kernels
  * (codegen/custom_kernels.py: generated wrappers, flowc_custom_op.h's arguments) call these
  * two functions:
- *   flowc_allreduce_start packs its inputs into its one output (1-D) and starts the sum of
- *     that buffer over the ranks of the MPI job (MPI_Iallreduce from a copy, into it), then
- *     returns: the schedule runs the rest of the backward pass while the sum travels;
+ *   flowc_allreduce_start packs its inputs into the bucket's send buffer (kept from step
+ *     to step) and starts their sum over the ranks of the MPI job into its one output (1-D;
+ *     MPI_Iallreduce), then returns: the schedule runs the rest of the backward pass while
+ *     the sum travels;
  *   flowc_allreduce_wait (its input: that buffer) waits until the sum has arrived, then
  *     writes each slice divided by the number of ranks to the matching output.
  * Attribute `bucket` (the node's) names the allreduce in flight between the two. Outside an
  * MPI job (no launcher's PMI_RANK, PMIX_RANK or OMPI_COMM_WORLD_SIZE, and no MPI already
- * initialised in the process) start packs and wait unpacks: one process is the whole batch.
+ * initialised in the process) start packs into its output and wait unpacks: one process is
+ * the whole batch.
  *
  * The MPI library is the runtime's (flowc_mpi_open, mpi_abi.c: shared with mpi.c, the
  * channels between tasks). MPI is initialised (MPI_THREAD_MULTIPLE) only if nobody has yet,
@@ -22,7 +24,7 @@
  *
  * Faults: with each allreduce every rank posts a small "arrived" message to every other
  * (tag: the allreduce's number); the wait polls MPI_Test on all of them and on the
- * allreduce (yielding the core for the first 50 ms, then in 50 us sleeps) until done or
+ * allreduce (between polls: flowc_mpi_idle, mpi_abi.h) until done or
  * $FLOWC_MPI_TIMEOUT seconds (default 600) after the wait began.
  * Past the timeout it prints `flowc allreduce: rank R: no gradients from rank P (bucket B)
  * within T s (FLOWC_MPI_TIMEOUT): rank P exited or hangs` and returns 1 (the artifact then
@@ -33,7 +35,6 @@
 #include "mpi_abi.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,10 +56,6 @@ static struct {
   slot *slots;     /* by bucket */
   const char *error; /* why MPI could not be used, when a job needs it */
 } mpi;
-
-/* A wait polls without sleeping this long: a rank asleep does not progress MPI, and its
- * peer waits for it (50 us sleeps from the start made a 1 MiB allreduce 4 ms, not 0.2). */
-#define SPIN_SECONDS 0.05
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -170,16 +167,23 @@ static int post(slot *s) {
   return rc;
 }
 
-int FLOWC_MPI(flowc_allreduce_start)(const flowc_custom_args *a) {
-  if (ready()) return 1;
-  size_t esize = a->output_dtypes[0] == 11 ? 4 : 8, at = 0;
-  char *out = a->outputs[0];
+/* Copies the inputs of `a` one after another to `to` (when not NULL); their bytes. */
+static size_t pack(const flowc_custom_args *a, size_t esize, char *to) {
+  size_t at = 0;
   for (int i = 0; i < a->num_inputs; i++) {
     size_t bytes = elements(a->input_shapes[i], a->input_ranks[i]) * esize;
-    memcpy(out + at, a->inputs[i], bytes);
+    if (to) memcpy(to + at, a->inputs[i], bytes);
     at += bytes;
   }
-  if (mpi.size == 1) return 0;
+  return at;
+}
+
+int FLOWC_MPI(flowc_allreduce_start)(const flowc_custom_args *a) {
+  if (ready()) return 1;
+  size_t esize = a->output_dtypes[0] == 11 ? 4 : 8;
+  char *out = a->outputs[0];
+  if (mpi.size == 1) return pack(a, esize, out), 0;
+  size_t at = pack(a, esize, NULL);
   int bucket = bucket_of(a), rc = 0;
   pthread_mutex_lock(&mu);
   if (bucket >= mpi.nslots) {
@@ -200,7 +204,7 @@ int FLOWC_MPI(flowc_allreduce_start)(const flowc_custom_args *a) {
       s->send = malloc(at ? at : 1), s->cap = s->send ? at : 0;
     }
     s->active = 1, s->f64 = esize == 8, s->n = at / esize, s->sum = out;
-    rc = !s->send || (memcpy(s->send, out, at), post(s));
+    rc = !s->send || (pack(a, esize, s->send), post(s));
     for (int k = 0; k < mpi.nslots && !rc; k++) /* progress the ones in flight */
       if (mpi.slots[k].active && k != bucket && poll(&mpi.slots[k]) < 0) rc = 1;
   }
@@ -230,12 +234,7 @@ static int finish(slot *s, int bucket) {
                 timeout, peer);
       return 1;
     }
-    if (now() < begun + SPIN_SECONDS) {
-      sched_yield();
-    } else {
-      struct timespec pause = {0, 50000};
-      nanosleep(&pause, NULL);
-    }
+    FLOWC_MPI(flowc_mpi_idle)(now() - begun);
   }
 }
 
