@@ -31,7 +31,7 @@
  * stops the process naming the node, and mpiexec ends the job); exit skips MPI_Finalize
  * then. Calls are serialised by a mutex.
  *
- * Between polls (flowc_mpi_idle, mpi_abi.h): while some rank's arrival is missing, a
+ * Between polls (idle): while some rank's arrival is missing, a
  * 0.3 ms spin, then 50 us sleeps (the core goes to the late rank); once every arrival is
  * in, every rank is inside this allreduce and it needs only progress calls, so the wait
  * spins to the end: a transfer between local ranks moves in pieces that need both ranks'
@@ -63,6 +63,8 @@ static struct {
   slot *slots;     /* by bucket */
   const char *error; /* why MPI could not be used, when a job needs it */
 } mpi;
+
+#define SPIN_SECONDS 0.0003 /* the thread pool's spin (pool.c) */
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -100,6 +102,25 @@ static void open_mpi(void) {
   if (mpi.api->Comm_dup(mpi.api->world, &mpi.comm) ||
       mpi.api->Comm_rank(mpi.comm, &mpi.rank) || mpi.api->Comm_size(mpi.comm, &mpi.size))
     mpi.error = "MPI_Comm_dup failed";
+}
+
+/* Between two polls of a wait that began `waited` seconds ago (see the file's comment). It
+ * never calls sched_yield: on Linux's EEVDF scheduler (6.6 on) each yield pushes the
+ * caller's deadline back by a slice, so a rank yielding between tests on a loaded machine
+ * got its core back last, milliseconds later (a 1 MiB all_reduce at 2 ranks under Open
+ * MPI: 4-8 ms median instead of 0.4-0.7). A sleeper keeps its claim and wakes ahead of
+ * busy tasks. */
+static void idle(double waited) {
+  if (waited < SPIN_SECONDS) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield"); /* the CPU's hint, not the system call */
+#endif
+    return;
+  }
+  struct timespec pause = {0, 50000};
+  nanosleep(&pause, NULL);
 }
 
 static double now(void) {
@@ -241,7 +262,7 @@ static int finish(slot *s, int bucket) {
                 timeout, peer);
       return 1;
     }
-    FLOWC_MPI(flowc_mpi_idle)(peer == mpi.size ? 0 : now() - begun);
+    idle(peer == mpi.size ? 0 : now() - begun);
   }
 }
 

@@ -31,6 +31,7 @@
 #include "flowc_rt.h"
 #include "mpi_abi.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +90,7 @@ static double now(void) {
 /* Waits for a posted request: 0 once complete, 1 past `deadline`, 2 when `stop` says the run
  * failed elsewhere (the request is then cancelled and freed), -1 on an MPI error. */
 static int poll(struct flowc_mpi *mp, mpi_h *req, double deadline, flowc_rendezvous *stop) {
-  for (double begun = now();;) {
+  for (long spins = 0;; spins++) {
     int done = 0;
     mpi_status st;
     pthread_mutex_lock(&mp->mu);
@@ -106,7 +107,12 @@ static int poll(struct flowc_mpi *mp, mpi_h *req, double deadline, flowc_rendezv
       pthread_mutex_unlock(&mp->mu);
       return why;
     }
-    FLOWC_MPI(flowc_mpi_idle)(now() - begun);
+    if (spins < 200) {
+      sched_yield();
+    } else {
+      struct timespec pause = {0, 50000};
+      nanosleep(&pause, NULL);
+    }
   }
 }
 

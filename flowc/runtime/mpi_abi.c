@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 static const char *const KNOWN[] = {"libmpi.so.12", "libmpi.so.40", "libmpi_abi.so.1", NULL};
 
@@ -107,17 +106,4 @@ const flowc_mpi_lib *FLOWC_MPI(flowc_mpi_open)(int *why, const char **what) {
   pthread_once(&once, load);
   *why = failure, *what = detail;
   return failure ? NULL : &table;
-}
-
-void FLOWC_MPI(flowc_mpi_idle)(double waited) {
-  if (waited < FLOWC_MPI_SPIN_SECONDS) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield"); /* the CPU's hint, not the system call */
-#endif
-    return;
-  }
-  struct timespec pause = {0, 50000};
-  nanosleep(&pause, NULL);
 }

@@ -15,16 +15,6 @@
  * table, or NULL with *why set to FLOWC_MPI_NO_LIBRARY (*detail: what was tried) or
  * FLOWC_MPI_MISSING (*detail: the missing symbol's name).
  *
- * flowc_mpi_idle is what a wait does between two MPI_Test calls, `waited` seconds after it
- * began: for the first FLOWC_MPI_SPIN_SECONDS (the thread pool's spin, pool.c) a pause
- * instruction, as a transfer between local ranks usually completes within that and a rank
- * not inside MPI does not progress it; then a 50 us sleep, which frees the core for the
- * peer rank or the pool. It never calls sched_yield: on Linux's EEVDF scheduler (6.6 on)
- * each yield pushes the caller's deadline back by a slice, so a rank yielding between
- * tests on a loaded machine gets its core back last, milliseconds later (a 1 MiB
- * all_reduce at 2 ranks: 4-8 ms median instead of 0.4). A sleeper keeps its claim and
- * wakes ahead of busy tasks; a pure spin burns the rank's share of a shared core.
- *
  * The runtime's objects (compiled with FLOWC_PREFIX) define the functions hidden, with
  * the model's prefix, and call them so (FLOWC_MPI). */
 #ifndef FLOWC_MPI_ABI_H
@@ -63,14 +53,11 @@ typedef struct flowc_mpi_lib {
   int thread_multiple;                   /* MPI_THREAD_MULTIPLE */
 } flowc_mpi_lib;
 
-#define FLOWC_MPI_SPIN_SECONDS 0.0003
-
 #define FLOWC_MPI_NO_LIBRARY 1
 #define FLOWC_MPI_MISSING 2
 
 __attribute__((visibility("hidden"))) int FLOWC_MPI(flowc_mpi_loaded)(void);
 __attribute__((visibility("hidden"))) const flowc_mpi_lib *FLOWC_MPI(flowc_mpi_open)(
     int *why, const char **detail);
-__attribute__((visibility("hidden"))) void FLOWC_MPI(flowc_mpi_idle)(double waited);
 
 #endif
