@@ -21,7 +21,7 @@ Contract:
   among the ranks on this host when that mask is the whole machine (nothing bound them:
   MPICH's MPI_LOCALNRANKS, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, PMIX_LOCAL_SIZE); at
   least 1. Two ranks on two cores each with a pool of two threads made a data-parallel
-  step 1.7x slower than one thread each (docs/distributed.md).
+  step 1.5x slower than one thread each (docs/distributed.md, "Waiting").
 - Completion reports for `flowc launch`: when $FLOWC_LAUNCH_DIR is set, importing this
   module arranges that a normal interpreter exit writes `rank-N.done` there, so the
   launcher can tell a rank that exited early (its file is missing) even when mpiexec

@@ -24,19 +24,19 @@
  *
  * Faults: with each allreduce every rank posts a small "arrived" message to every other
  * (tag: the allreduce's number); the wait polls MPI_Test on all of them and on the
- * allreduce until done or
- * $FLOWC_MPI_TIMEOUT seconds (default 600) after the wait began.
+ * allreduce until done or $FLOWC_MPI_TIMEOUT seconds (default 600) after the wait began.
  * Past the timeout it prints `flowc allreduce: rank R: no gradients from rank P (bucket B)
  * within T s (FLOWC_MPI_TIMEOUT): rank P exited or hangs` and returns 1 (the artifact then
  * stops the process naming the node, and mpiexec ends the job); exit skips MPI_Finalize
  * then. Calls are serialised by a mutex.
  *
- * Between polls (idle): while some rank's arrival is missing, a
- * 0.3 ms spin, then 50 us sleeps (the core goes to the late rank); once every arrival is
- * in, every rank is inside this allreduce and it needs only progress calls, so the wait
- * spins to the end: a transfer between local ranks moves in pieces that need both ranks'
- * progress (MPICH's shared-memory cells), and a sleeping rank made each piece wait for its
- * wake-up (a 2-rank data-parallel step settled at 1.3 ms or more a step instead of 0.6). */
+ * Between polls (idle): while some rank's arrival is missing, a 0.3 ms spin, then 50 us
+ * sleeps (the core goes to the late rank); once every arrival is in, every rank is inside
+ * this allreduce and it needs only progress calls, so the wait spins to the end (a rank
+ * that hangs after arriving is waited for spinning, until the timeout): a transfer between
+ * local ranks moves in pieces that need both ranks' progress (MPICH's shared-memory
+ * cells), and a sleeping rank made each piece wait for its wake-up (a 2-rank data-parallel
+ * step settled at 1.3 ms or more a step instead of 0.6). */
 #include "flowc_custom_op.h"
 #include "flowc_rt.h"
 #include "mpi_abi.h"
