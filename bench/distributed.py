@@ -151,7 +151,7 @@ def table(rows: list[list[str]], head: list[str]) -> list[str]:
 def report(results: dict[str, dict]) -> str:
     lines = ["# Tasks on MPI ranks: transfers, allreduce, a data-parallel step", "",
              "2 local ranks on a 2-core machine shared with other jobs (7 compiler sessions "
-             "at once; load average 8-10): medians, and the ratios say more than the times, "
+             "at once; load average 3-10): medians, and the ratios say more than the times, "
              "which moved 2-10x between runs. Written by `bench/distributed.py`. flowc's MPI "
              "round trip is rank 0's whole run: two kernels, two channel messages "
              "(MPI_Isend, MPI_Irecv polled with MPI_Test) and the output sent on to rank 1; "

@@ -16,6 +16,12 @@ Contract:
 - `prepare(manifest)` (the loader calls it before creating a context): for an artifact
   over several tasks, in a launched process, sets FLOWC_LIBMPI to `library()` when unset.
 - `spans_tasks(manifest)`: whether the artifact's partitions are on two or more tasks.
+- `cores()`: the threads "all cores" means for this process (the loader's threads=0): the
+  CPUs it may run on (its affinity mask: Open MPI binds each rank to a core), divided
+  among the ranks on this host when that mask is the whole machine (nothing bound them:
+  MPICH's MPI_LOCALNRANKS, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE, PMIX_LOCAL_SIZE); at
+  least 1. Two ranks on two cores each with a pool of two threads made a data-parallel
+  step 1.5x slower than one thread each (docs/distributed.md, "Waiting").
 - Completion reports for `flowc launch`: when $FLOWC_LAUNCH_DIR is set, importing this
   module arranges that a normal interpreter exit writes `rank-N.done` there, so the
   launcher can tell a rank that exited early (its file is missing) even when mpiexec
@@ -34,6 +40,7 @@ from typing import Any
 
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_LOCAL_SIZE")
 LIBRARIES = ("libmpi.so.12", "libmpi.so.40")
 _TASK = re.compile(r"/task:(\d+)")
 
@@ -51,6 +58,17 @@ def _mpi4py_world() -> Any:
     if mpi is None or not mpi.Is_initialized() or mpi.Is_finalized():
         return None
     return mpi.COMM_WORLD
+
+
+def cores() -> int:
+    """The thread count "all cores" means here (see the module's contract)."""
+    total = os.cpu_count() or 1
+    try:
+        allowed = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity masks (not Linux)
+        allowed = total
+    local = _env_int(_LOCAL_SIZE_VARS) or 1
+    return max(1, allowed // local if allowed >= total else allowed)
 
 
 def rank() -> int:

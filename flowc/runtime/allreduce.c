@@ -5,14 +5,16 @@
  * an `all_reduce_start` and an `all_reduce_wait` node (passes/all_reduce.py), whose kernels
  * (codegen/custom_kernels.py: generated wrappers, flowc_custom_op.h's arguments) call these
  * two functions:
- *   flowc_allreduce_start packs its inputs into its one output (1-D) and starts the sum of
- *     that buffer over the ranks of the MPI job (MPI_Iallreduce from a copy, into it), then
- *     returns: the schedule runs the rest of the backward pass while the sum travels;
+ *   flowc_allreduce_start packs its inputs into the bucket's send buffer (kept from step
+ *     to step) and starts their sum over the ranks of the MPI job into its one output (1-D;
+ *     MPI_Iallreduce), then returns: the schedule runs the rest of the backward pass while
+ *     the sum travels;
  *   flowc_allreduce_wait (its input: that buffer) waits until the sum has arrived, then
  *     writes each slice divided by the number of ranks to the matching output.
  * Attribute `bucket` (the node's) names the allreduce in flight between the two. Outside an
  * MPI job (no launcher's PMI_RANK, PMIX_RANK or OMPI_COMM_WORLD_SIZE, and no MPI already
- * initialised in the process) start packs and wait unpacks: one process is the whole batch.
+ * initialised in the process) start packs into its output and wait unpacks: one process is
+ * the whole batch.
  *
  * The MPI library is the runtime's (flowc_mpi_open, mpi_abi.c: shared with mpi.c, the
  * channels between tasks). MPI is initialised (MPI_THREAD_MULTIPLE) only if nobody has yet,
@@ -22,18 +24,24 @@
  *
  * Faults: with each allreduce every rank posts a small "arrived" message to every other
  * (tag: the allreduce's number); the wait polls MPI_Test on all of them and on the
- * allreduce (yielding the core for the first 50 ms, then in 50 us sleeps) until done or
- * $FLOWC_MPI_TIMEOUT seconds (default 600) after the wait began.
+ * allreduce until done or $FLOWC_MPI_TIMEOUT seconds (default 600) after the wait began.
  * Past the timeout it prints `flowc allreduce: rank R: no gradients from rank P (bucket B)
  * within T s (FLOWC_MPI_TIMEOUT): rank P exited or hangs` and returns 1 (the artifact then
  * stops the process naming the node, and mpiexec ends the job); exit skips MPI_Finalize
- * then. Calls are serialised by a mutex. */
+ * then. Calls are serialised by a mutex.
+ *
+ * Between polls (idle): while some rank's arrival is missing, a 0.3 ms spin, then 50 us
+ * sleeps (the core goes to the late rank); once every arrival is in, every rank is inside
+ * this allreduce and it needs only progress calls, so the wait spins to the end (a rank
+ * that hangs after arriving is waited for spinning, until the timeout): a transfer between
+ * local ranks moves in pieces that need both ranks' progress (MPICH's shared-memory
+ * cells), and a sleeping rank made each piece wait for its wake-up (a 2-rank data-parallel
+ * step settled at 1.3 ms or more a step instead of 0.6). */
 #include "flowc_custom_op.h"
 #include "flowc_rt.h"
 #include "mpi_abi.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,9 +64,7 @@ static struct {
   const char *error; /* why MPI could not be used, when a job needs it */
 } mpi;
 
-/* A wait polls without sleeping this long: a rank asleep does not progress MPI, and its
- * peer waits for it (50 us sleeps from the start made a 1 MiB allreduce 4 ms, not 0.2). */
-#define SPIN_SECONDS 0.05
+#define SPIN_SECONDS 0.0003 /* the thread pool's spin (pool.c) */
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -96,6 +102,25 @@ static void open_mpi(void) {
   if (mpi.api->Comm_dup(mpi.api->world, &mpi.comm) ||
       mpi.api->Comm_rank(mpi.comm, &mpi.rank) || mpi.api->Comm_size(mpi.comm, &mpi.size))
     mpi.error = "MPI_Comm_dup failed";
+}
+
+/* Between two polls of a wait that began `waited` seconds ago (see the file's comment). It
+ * never calls sched_yield: on Linux's EEVDF scheduler (6.6 on) each yield pushes the
+ * caller's deadline back by a slice, so a rank yielding between tests on a loaded machine
+ * got its core back last, milliseconds later (a 1 MiB all_reduce at 2 ranks under Open
+ * MPI: 4-8 ms median instead of 0.4-0.7). A sleeper keeps its claim and wakes ahead of
+ * busy tasks. */
+static void idle(double waited) {
+  if (waited < SPIN_SECONDS) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield"); /* the CPU's hint, not the system call */
+#endif
+    return;
+  }
+  struct timespec pause = {0, 50000};
+  nanosleep(&pause, NULL);
 }
 
 static double now(void) {
@@ -170,16 +195,23 @@ static int post(slot *s) {
   return rc;
 }
 
-int FLOWC_MPI(flowc_allreduce_start)(const flowc_custom_args *a) {
-  if (ready()) return 1;
-  size_t esize = a->output_dtypes[0] == 11 ? 4 : 8, at = 0;
-  char *out = a->outputs[0];
+/* Copies the inputs of `a` one after another to `to` (when not NULL); their bytes. */
+static size_t pack(const flowc_custom_args *a, size_t esize, char *to) {
+  size_t at = 0;
   for (int i = 0; i < a->num_inputs; i++) {
     size_t bytes = elements(a->input_shapes[i], a->input_ranks[i]) * esize;
-    memcpy(out + at, a->inputs[i], bytes);
+    if (to) memcpy(to + at, a->inputs[i], bytes);
     at += bytes;
   }
-  if (mpi.size == 1) return 0;
+  return at;
+}
+
+int FLOWC_MPI(flowc_allreduce_start)(const flowc_custom_args *a) {
+  if (ready()) return 1;
+  size_t esize = a->output_dtypes[0] == 11 ? 4 : 8;
+  char *out = a->outputs[0];
+  if (mpi.size == 1) return pack(a, esize, out), 0;
+  size_t at = pack(a, esize, NULL);
   int bucket = bucket_of(a), rc = 0;
   pthread_mutex_lock(&mu);
   if (bucket >= mpi.nslots) {
@@ -200,7 +232,7 @@ int FLOWC_MPI(flowc_allreduce_start)(const flowc_custom_args *a) {
       s->send = malloc(at ? at : 1), s->cap = s->send ? at : 0;
     }
     s->active = 1, s->f64 = esize == 8, s->n = at / esize, s->sum = out;
-    rc = !s->send || (memcpy(s->send, out, at), post(s));
+    rc = !s->send || (pack(a, esize, s->send), post(s));
     for (int k = 0; k < mpi.nslots && !rc; k++) /* progress the ones in flight */
       if (mpi.slots[k].active && k != bucket && poll(&mpi.slots[k]) < 0) rc = 1;
   }
@@ -216,9 +248,9 @@ static int finish(slot *s, int bucket) {
   for (;;) {
     int left = poll(s);
     if (left <= 0) return left < 0;
+    int peer = 0; /* the first rank whose arrival has not come */
+    while (peer < mpi.size && s->done[2 * peer + 1]) peer++;
     if (now() > deadline) {
-      int peer = 0;
-      while (peer < mpi.size && s->done[2 * peer + 1]) peer++;
       peer_lost = 1;
       if (peer == mpi.size)
         fprintf(stderr, "flowc allreduce: rank %d: the allreduce of bucket %d did not complete "
@@ -230,12 +262,7 @@ static int finish(slot *s, int bucket) {
                 timeout, peer);
       return 1;
     }
-    if (now() < begun + SPIN_SECONDS) {
-      sched_yield();
-    } else {
-      struct timespec pause = {0, 50000};
-      nanosleep(&pause, NULL);
-    }
+    idle(peer == mpi.size ? 0 : now() - begun);
   }
 }
 

@@ -30,7 +30,8 @@ Entries: `run` and the calls above run the artifact's entry 0; `run_entry(name, 
 graph compiled with `inference=`) on the same context (same variables), returning its
 outputs by name; a training artifact's `train_step(*inputs, labels)` runs its step and
 returns the loss as a float, and `parameters()` lists the trained variables (training.py).
-Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores).
+Threads: `threads`, else $FLOWC_NUM_THREADS, else the manifest's default (0: all cores:
+the CPUs this process may use, shared among the MPI ranks on this host: `distributed.cores`).
 An artifact placed over tasks, loaded in a process mpiexec started, runs this rank's task
 (`flowc.distributed.prepare` points the runtime at the MPI library first;
 docs/distributed.md).
@@ -237,7 +238,7 @@ class Model:
             raise ArtifactError(f"model '{self.name}': set_threads expects a whole number "
                                 f"of threads 1..{MAX_THREADS} (0: all cores), got {threads!r}")
         if count == 0:
-            count = min(os.cpu_count() or 1, MAX_THREADS)
+            count = min(distributed.cores(), MAX_THREADS)
         with self._lock:
             self._check_open()
             self._check(self._fn("set_threads")(self._ctx, count), "setting threads")

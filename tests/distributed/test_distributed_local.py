@@ -47,6 +47,24 @@ def test_rank_and_size_from_the_launchers_environment(monkeypatch, env, rank, si
     assert distributed.launched() == bool(env)
 
 
+@pytest.mark.parametrize("env,allowed,want", [
+    ({}, 8, 8),                                      # no launcher: every allowed CPU
+    ({"MPI_LOCALNRANKS": "2"}, 8, 4),                # MPICH binds nothing: shared out
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, 1, 1),     # Open MPI bound the rank to a core
+    ({"OMPI_COMM_WORLD_LOCAL_SIZE": "3"}, 8, 2),
+    ({"PMIX_LOCAL_SIZE": "16"}, 8, 1),               # more ranks than cores: still 1
+])
+def test_all_cores_are_shared_among_the_ranks_of_a_host(monkeypatch, env, allowed, want):
+    for name in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_LOCAL_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(distributed.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(distributed.os, "sched_getaffinity", lambda pid: set(range(allowed)),
+                        raising=False)
+    assert distributed.cores() == want
+
+
 def test_tasks_of_a_manifest(placed):
     _, manifest, _ = placed
     assert distributed.tasks(manifest) == {0, 1} and distributed.spans_tasks(manifest)
