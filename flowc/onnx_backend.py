@@ -14,7 +14,7 @@ shape signature; inputs whose values decide result shapes, such as a Range's bou
 that a kernel needs at compile time, such as a CumSum's axis, are folded in as constants and
 so are part of the signature); each runs with the runtime; compiled
 kernels go through the compile cache (`$FLOWC_CACHE_DIR`, flowc/codegen/cache.py).
-"CPU:interpret" runs the reference interpreter. Both pass 1734 of the 1737 in-scope node
+"CPU:interpret" runs the reference interpreter. Both pass 1830 of the 1833 in-scope node
 tests (bench/results/onnx_node_tests.md; of the other 3, two have string inputs the
 importer refuses, and onnx's runner cannot compare the third's sequence of scalars).
 
