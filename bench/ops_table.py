@@ -117,6 +117,9 @@ def _cases() -> list[Case]:
                                "HardSigmoid", "HardSwish", "Identity", "IsNaN", "IsInf")),
         *(unary(op, "positive") for op in ("Sqrt", "Log", "Reciprocal")),
         unary("Acosh", "ge1"), unary("Atanh", "unit"),
+        *(unary(op, "unit") for op in ("Acos", "Asin")), unary("Atan"),
+        *(Case(op, (f32((64, 1024), "unit"), const("int64", [1], ())), opset=opset,
+               label="64x1024, axis 1") for op, opset in (("CumSum", 17), ("CumProd", 26))),
         unary("LeakyRelu", alpha=0.01), unary("ThresholdedRelu", alpha=1.0),
         unary("Shrink", bias=0.0, lambd=0.5), unary("Gelu", opset=20),
         unary("Mish", opset=22), unary("Swish", opset=24, alpha=1.0),
@@ -259,6 +262,19 @@ LEFT_OUT = {
     "Loop": "control flow: its cost is its body's ops, each benched on its own",
     "Scan": "control flow: its cost is its body's ops, each benched on its own",
     "Constant": "no input: a value stored in the artifact (Range/ConstantOfShape time that)",
+    **{op: "resolved at import (a sequence is a list of tensors while importing): no kernel"
+       for op in ("SequenceConstruct", "SequenceEmpty", "SequenceLength", "SequenceAt",
+                  "SequenceInsert", "SequenceErase", "ConcatFromSequence", "SplitToSequence",
+                  "SequenceMap", "Optional", "OptionalHasElement", "OptionalGetElement")},
+    **{op: "its result's extent depends on input values: the compiled path folds those, so "
+       "a one-node model compiles to a constant" for op in ("NonZero", "Compress", "Unique",
+                                                            "NonMaxSuppression")},
+    **{op: "imported after this table's last run (2026-12-04, helpers ops2/ops3): to be "
+       "benched in the next round" for op in (
+           "BitCast", "DFT", "STFT", "MelWeightMatrix", "GridSample", "DeformConv", "RoiAlign",
+           "Col2Im", "MaxUnpool", "Det", "TensorScatter", "TfIdfVectorizer", "TreeEnsemble",
+           "Binarizer", "ArrayFeatureExtractor", "LinearAttention", "FlexAttention",
+           "Adagrad", "Adam", "Momentum")},
 }
 
 # Why an op is slower than 2x onnxruntime, where it is (written after reading its kernel):
@@ -278,6 +294,9 @@ REASONS: dict[str, str] = {
            "vector exp/tanh/erf, no sin/cos; one needs an argument reduction exact over all "
            "of f32 (Payne-Hanek beyond ~1e5), not written",
     "Cos": "libm's cosf called once per element; as Sin",
+    **{op: f"libm's {op.lower()}f called once per element (a scalar loop); no vector "
+       "polynomial written (lower/fastmath.py has exp/tanh/erf only)"
+       for op in ("Acos", "Asin", "Atan")},
     "ConvTranspose": "a conv over the input dilated by the strides (lower/conv.py): at "
                      "stride 2, 3 of 4 multiply-adds read inserted zeros, plus the padding and "
                      "layout transposes; " + CONVPERF,

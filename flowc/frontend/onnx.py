@@ -23,8 +23,9 @@ Contract:
   whose result rank depends on such values (Reshape, ConstantOfShape, Expand ...) get
   static types.
 - If/Loop bodies become closed flowc bodies: the outer values they read become explicit
-  operands (see `onnx_nodes`), except small constants (at most BIND_MAX_ELEMENTS
-  elements: axes, shapes), which are copied into the body so its types are as static.
+  operands (see `onnx_nodes`), except small integer and bool constants (at most
+  BIND_MAX_ELEMENTS elements: axes, shapes), which are copied into the body so its types
+  are as static (a float one, perhaps a weight training will update, stays an operand).
 - Sequences and optionals are resolved at import (`onnx_sequence`): `bind` maps graph
   input names to the values the model will be fed (as `onnx.backend` feeds them: a list of
   arrays for a sequence, None for an empty optional). A sequence input of n tensors becomes
@@ -170,8 +171,8 @@ def unsupported_nodes(model: onnx.ModelProto, path: str = "<model>") -> list[str
 
 class _Scope:
     """One flowc graph being built from one ONNX graph: its names, and for a body the
-    outer values it reads (each becomes a body input, in first-use order; a small constant
-    is copied in instead)."""
+    outer values it reads (each becomes a body input, in first-use order; a small integer
+    or bool constant is copied in instead)."""
 
     def __init__(self, graph: Graph, parent: _Scope | None, where: str = ""):
         self.graph = graph
@@ -210,8 +211,10 @@ class _Scope:
                                   "so only in bodies imported in line (an If whose "
                                   "condition, a Loop whose trip count is known at import)")
         known = const_value(outer)
-        if known is not None and known.size <= BIND_MAX_ELEMENTS:  # axes, shapes: copied in,
-            # so the body's types use them as the outer graph's do
+        if (known is not None and known.size <= BIND_MAX_ELEMENTS
+                and known.dtype.kind in "biu"):  # axes, shapes: copied in, so the body's
+            # types use them as the outer graph's do (never floats: a weight read in a
+            # body must stay the outer value, which training makes a variable)
             value = self.graph.append(make_node("constant", [], {"value": Tensor(known)},
                                                 name=self.unique(name), loc=outer.node.loc)).out()
             self.env[name] = value

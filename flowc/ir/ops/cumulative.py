@@ -85,4 +85,7 @@ define("cumsum", ("x", "axis"), _infer, _scan_kernel(np.cumsum, 0), attrs=_ATTRS
        flops=per_input_element(1), tolerance="reduction",
        vjp=Vjp(_cumsum_vjp, inputs=(1,)))
 define("cumprod", ("x", "axis"), _infer, _scan_kernel(np.cumprod, 1), attrs=_ATTRS, onnx="CumProd",
-       flops=per_input_element(1), tolerance="reduction")
+       flops=per_input_element(1), tolerance="reduction",
+       no_grad="inference only: its gradient divides by the running products (undefined at "
+       "a zero element) or needs a second scan of exclusive products; no model trains "
+       "through it yet")
