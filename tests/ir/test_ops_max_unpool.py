@@ -1,4 +1,4 @@
-"""max_unpool (ONNX MaxUnpool) against onnx.reference, fed MaxPool's indices (torch's; strided
+"""max_unpool (ONNX MaxUnpool) against onnx.reference, fed MaxPool's indices (strided
 and overlapping windows: a repeated maximum's index twice), with and without output_shape;
 compiled from a fed output_shape; its refusals name the node."""
 
@@ -15,16 +15,22 @@ RNG = np.random.default_rng(13)
 
 
 def pooled(shape, kernel, strides):
-    """MaxPool's values and indices (over the whole tensor, as ONNX counts them), from
-    torch (onnx.reference's indices are wrong for overlapping windows)."""
-    import torch
-
-    x = torch.tensor(RNG.standard_normal(shape).astype(np.float32))
-    pool = {1: torch.nn.functional.max_pool1d, 2: torch.nn.functional.max_pool2d}
-    values, indices = pool[len(kernel)](x, kernel, strides, return_indices=True)
-    planes = int(np.prod(shape[2:]))
-    offsets = np.arange(shape[0] * shape[1]).reshape(shape[0], shape[1], *[1] * len(kernel))
-    return values.numpy(), indices.numpy() + offsets * planes
+    """MaxPool's values and indices (flat over the whole tensor, as ONNX counts them; a
+    window's first maximum, as onnxruntime and torch pick it), computed here: onnx.reference's
+    indices are wrong for overlapping windows."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    spatial = shape[2:]
+    out = [(n - k) // s + 1 for n, k, s in zip(spatial, kernel, strides, strict=True)]
+    values = np.empty((*shape[:2], *out), np.float32)
+    indices = np.empty(values.shape, np.int64)
+    for at in np.ndindex(*values.shape):
+        lead, pos = at[:2], at[2:]
+        taps = [tuple(p * s + k for p, s, k in zip(pos, strides, tap, strict=True))
+                for tap in np.ndindex(*kernel)]
+        best = max(taps, key=lambda t: (x[(*lead, *t)], -taps.index(t)))
+        values[at] = x[(*lead, *best)]
+        indices[at] = np.ravel_multi_index((*lead, *best), shape)
+    return values, indices
 
 
 @pytest.mark.parametrize("shape, kernel, strides, out", [
