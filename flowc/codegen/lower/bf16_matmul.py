@@ -1,7 +1,8 @@
 """Lowering of `bf16_matmul` (flowc/ir/ops/bf16_matmul.py): bf16 A [M, K] x packed bf16 P
 (+ f32 bias) -> f32 [M, N].
 
-x86-64 with AVX512-BF16: register tiles of MR rows by NR vectors of 16 columns, each
+x86-64 with AVX512-BF16: register tiles of MR rows by NR vectors of 16 columns (quant.py's
+`column_strips` drives them, as for qmatmul's VNNI kernel), each
 accumulator a vector<16xf32> (started from the bias, or zero); per step of two k, NR packed
 64-byte vectors of P and MR broadcasts of A's two bf16 (one 32-bit word) meet in
 `vdpbf16ps` (llvm.x86.avx512bf16.dpbf16ps.512: per f32 lane, the two bf16 products summed
@@ -17,14 +18,13 @@ targets with AVX512-BF16).
 from __future__ import annotations
 
 from mlir import ir
-from mlir.dialects import arith, llvm, scf, tensor, vector
+from mlir.dialects import arith, llvm, scf, vector
 
 from flowc.codegen.lower import register
 from flowc.codegen.lower.context import RuleCtx, dim, empty, expr_map, generic, index_const
-from flowc.codegen.lower.quant import _add, _idx, _minor, _strip
+from flowc.codegen.lower.quant import _add, _idx, _minor, column_strips
 from flowc.ir.ops.bf16_matmul import COLS, DEPTH
 
-MR, NR = 4, 4  # register tile: rows x 16-column vectors (16 accumulators of 32 registers)
 DPBF16PS = "llvm.x86.avx512bf16.dpbf16ps.512"
 
 
@@ -119,43 +119,7 @@ def _dot(ctx: RuleCtx, a: ir.Value, p: ir.Value, bias: ir.Value | None) -> ir.Va
                                              [not masked])
         return dest
 
-    def rows(dest: ir.Value, block_tile) -> ir.Value:
-        """`block_tile(row, mr, dest)` over every row: MR at a time, then one at a time."""
-        main = m - m % MR
-        for start, end, mr in ((0, main, MR), (main, m, 1)):
-            if end <= start:
-                continue
-            loop = scf.ForOp(index_const(start), index_const(end), index_const(mr), [dest])
-            with ir.InsertionPoint(loop.body):
-                scf.YieldOp([block_tile(loop.induction_variable, mr, loop.inner_iter_args[0])])
-            dest = loop.results[0]
-        return dest
-
-    blocks = -(-n // COLS)
-    # strips hold whole column vectors only (a strip past N would write past the output);
-    # fewer than NR whole vectors make one narrower strip
-    nr = min(NR, n // COLS)
-    strips = (n // COLS) // nr if nr else 0
-    out = empty(([m, n], f32))
-    if strips:
-        width = nr * COLS
-        loop = scf.ForallOp([0], [strips], [1], shared_outs=[out])
-        with ir.InsertionPoint(loop.body):
-            s = loop.induction_variables[0]
-            first = arith.muli(s, index_const(nr))
-            col0 = arith.muli(s, index_const(width))
-            part = _strip(loop.inner_iter_args[0], col0, m, width)
-            part = rows(part, lambda row, mr, d: tile(row, first, 0, mr, nr, d, False))
-            with ir.InsertionPoint(loop.terminator().block):
-                tensor.parallel_insert_slice(part, loop.inner_iter_args[0], [col0], [], [],
-                                             [0, ir.ShapedType.get_dynamic_size()],
-                                             [m, width], [1, 1])
-        out = loop.results[0]
-    for block in range(strips * nr, blocks):
-        out = rows(out, lambda row, mr, d, b=block: tile(row, b, b, mr, 1, d,
-                                                         n % COLS != 0 and b == blocks - 1))
-    return out
-
+    return column_strips(m, n, f32, tile)
 
 @register("bf16_matmul")
 def _bf16_matmul(ctx: RuleCtx, a, p, bias=None) -> list:

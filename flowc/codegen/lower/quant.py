@@ -114,6 +114,16 @@ def _vnni(ctx: RuleCtx, a: ir.Value, p: ir.Value) -> ir.Value:
                                              [_idx(_add(row, r)), col], _minor(2), [not masked])
         return dest
 
+    return column_strips(m, n, _i(32), tile)
+
+
+def column_strips(m: int, n: int, elem: ir.Type, tile) -> ir.Value:
+    """The [m, n] output of a packed register-tile kernel (qmatmul's VNNI one, bf16_matmul's
+    dot one): strips of NR whole COLS-column vectors (fewer if N has fewer) in an scf.forall
+    (the runtime's threads), rows in MR-row tiles and then one by one; the column vectors
+    past the last strip (a partial one masked) after it, one by one.
+    `tile(row, first_block, block0, mr, nr, dest, masked)` computes one register tile."""
+
     def rows(dest: ir.Value, block_tile) -> ir.Value:
         """`block_tile(row, mr, dest)` over every row: MR at a time, then one at a time."""
         main = m - m % MR
@@ -131,7 +141,7 @@ def _vnni(ctx: RuleCtx, a: ir.Value, p: ir.Value) -> ir.Value:
     # fewer than NR whole vectors make one narrower strip
     nr = min(NR, n // COLS)
     strips = (n // COLS) // nr if nr else 0
-    out = empty(([m, n], _i(32)))
+    out = empty(([m, n], elem))
     if strips:
         width = nr * COLS
         loop = scf.ForallOp([0], [strips], [1], shared_outs=[out])
