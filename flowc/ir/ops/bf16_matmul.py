@@ -14,28 +14,21 @@ from __future__ import annotations
 import numpy as np
 
 from flowc.ir.ops.cost import matmul_flops
+from flowc.ir.ops.quant import COLS, pack_groups, unpack_groups
 from flowc.ir.ops.registry import AttrSpec, InferContext, KernelContext, define
 from flowc.ir.types import TensorType, bf16, f32
 
-COLS, DEPTH = 16, 2  # a packed vector: DEPTH consecutive k of COLS columns (64 bytes)
+DEPTH = 2  # a packed vector: DEPTH consecutive k of COLS columns (64 bytes)
 
 
 def pack(b: np.ndarray) -> np.ndarray:
     """B bf16 [K, N] packed as `bf16_matmul`'s P [ceil(N/16), ceil(K/2), 32]."""
-    k, n = b.shape
-    kp, np_ = -(-k // DEPTH) * DEPTH, -(-n // COLS) * COLS
-    padded = np.zeros((kp, np_), bf16.np)
-    padded[:k, :n] = b
-    # [kq, r, j, c] -> [j, kq, c, r]
-    blocks = padded.reshape(kp // DEPTH, DEPTH, np_ // COLS, COLS).transpose(2, 0, 3, 1)
-    return np.ascontiguousarray(blocks.reshape(np_ // COLS, kp // DEPTH, COLS * DEPTH))
+    return pack_groups(b, DEPTH, bf16.np)
 
 
 def unpack(p: np.ndarray, k: int, n: int) -> np.ndarray:
     """B [k, n] from its packed P (pack's inverse)."""
-    nb, kq, _ = p.shape
-    blocks = p.reshape(nb, kq, COLS, DEPTH).transpose(1, 3, 0, 2)
-    return blocks.reshape(kq * DEPTH, nb * COLS)[:k, :n]
+    return unpack_groups(p, k, n, DEPTH)
 
 
 def _infer(ctx: InferContext) -> TensorType:

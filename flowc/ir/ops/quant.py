@@ -19,22 +19,34 @@ from flowc.ir.types import TensorType, i32
 COLS, DEPTH = 16, 4  # a packed vector: DEPTH consecutive k of COLS columns (64 bytes)
 
 
-def pack(b: np.ndarray) -> np.ndarray:
-    """B i8 [K, N] packed as `qmatmul`'s P [ceil(N/16), ceil(K/4), 64]."""
+def pack_groups(b: np.ndarray, depth: int, dtype) -> np.ndarray:
+    """B [K, N] packed in vectors of `depth` consecutive k of COLS columns: P [ceil(N/COLS),
+    ceil(K/depth), COLS * depth] of `dtype`, K and N zero-padded (qmatmul's and
+    bf16_matmul's layout; COLS * depth elements make one 64-byte vector)."""
     k, n = b.shape
-    kp, np_ = -(-k // DEPTH) * DEPTH, -(-n // COLS) * COLS
-    padded = np.zeros((kp, np_), np.int8)
+    kp, np_ = -(-k // depth) * depth, -(-n // COLS) * COLS
+    padded = np.zeros((kp, np_), dtype)
     padded[:k, :n] = b
     # [kq, r, j, c] -> [j, kq, c, r]
-    blocks = padded.reshape(kp // DEPTH, DEPTH, np_ // COLS, COLS).transpose(2, 0, 3, 1)
-    return np.ascontiguousarray(blocks.reshape(np_ // COLS, kp // DEPTH, COLS * DEPTH))
+    blocks = padded.reshape(kp // depth, depth, np_ // COLS, COLS).transpose(2, 0, 3, 1)
+    return np.ascontiguousarray(blocks.reshape(np_ // COLS, kp // depth, COLS * depth))
+
+
+def unpack_groups(p: np.ndarray, k: int, n: int, depth: int) -> np.ndarray:
+    """B [k, n] from its packed P (pack_groups' inverse)."""
+    nb, kq, _ = p.shape
+    blocks = p.reshape(nb, kq, COLS, depth).transpose(1, 3, 0, 2)
+    return blocks.reshape(kq * depth, nb * COLS)[:k, :n]
+
+
+def pack(b: np.ndarray) -> np.ndarray:
+    """B i8 [K, N] packed as `qmatmul`'s P [ceil(N/16), ceil(K/4), 64]."""
+    return pack_groups(b, DEPTH, np.int8)
 
 
 def unpack(p: np.ndarray, k: int, n: int) -> np.ndarray:
     """B [k, n] from its packed P (pack's inverse)."""
-    nb, kq, _ = p.shape
-    blocks = p.reshape(nb, kq, COLS, DEPTH).transpose(1, 3, 0, 2)
-    return blocks.reshape(kq * DEPTH, nb * COLS)[:k, :n]
+    return unpack_groups(p, k, n, DEPTH)
 
 
 def _infer(ctx: InferContext) -> TensorType:
