@@ -137,6 +137,20 @@ def _per_column(p: ir.Value, norm_shape: list[int], count: int) -> ir.Value:
     return reshape(p, [count])
 
 
+def _row_moments(row: Row, n: ir.Value, eps: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(mean, 1 / sqrt(var + eps)) of a layer norm's row, f64: the mean, then the mean of
+    the squared deviations (two passes over the row, which stays in cache: no cancellation
+    for large means, no overflow for huge values)."""
+    mean = arith.divf(row.reduce(Row.X, 0.0, arith.addf, wide=True), n)
+
+    def square(v):
+        c = arith.subf(v, row.splat(mean))
+        return arith.mulf(c, c)
+
+    var = arith.divf(row.reduce(Row.X, 0.0, arith.addf, pre=square, wide=True), n)
+    return mean, arith.divf(s.const(f64, 1.0), math.sqrt(arith.addf(var, eps)))
+
+
 def _layer_norm_rows(ctx: RuleCtx, x, scale, bias, axis: int, count: int) -> ir.Value:
     """f32 layer norm as a row kernel, statistics in f64 (as the reference): the row's
     mean, then the mean of its squared deviations (two passes over the row, which stays in
@@ -149,14 +163,7 @@ def _layer_norm_rows(ctx: RuleCtx, x, scale, bias, axis: int, count: int) -> ir.
     wide = ir.F64Type.get()
 
     def body(row: Row) -> None:
-        mean = arith.divf(row.reduce(Row.X, 0.0, arith.addf, wide=True), n)
-
-        def square(v):
-            c = arith.subf(v, row.splat(mean))
-            return arith.mulf(c, c)
-
-        var = arith.divf(row.reduce(Row.X, 0.0, arith.addf, pre=square, wide=True), n)
-        inv = arith.divf(s.const(f64, 1.0), math.sqrt(arith.addf(var, eps)))
+        mean, inv = _row_moments(row, n, eps)
 
         def norm(v, g, *b):
             y = arith.mulf(arith.mulf(arith.subf(arith.extf(wide, v), mean), inv),
@@ -217,14 +224,7 @@ def _layer_norm_grad_rows(ctx: RuleCtx, x, scale, dy, axis: int, count: int) -> 
     wide = ir.F64Type.get()
 
     def body(row: Row) -> None:
-        mean = arith.divf(row.reduce(Row.X, 0.0, arith.addf, wide=True), n)
-
-        def square(v):
-            c = arith.subf(v, row.splat(mean))
-            return arith.mulf(c, c)
-
-        var = arith.divf(row.reduce(Row.X, 0.0, arith.addf, pre=square, wide=True), n)
-        inv = arith.divf(s.const(f64, 1.0), math.sqrt(arith.addf(var, eps)))
+        mean, inv = _row_moments(row, n, eps)
         row.write(arith.mulf, row.rows[0], gamma)
         m1 = arith.divf(row.reduce(Row.OUT, 0.0, arith.addf, wide=True), n)
         m2 = arith.divf(arith.mulf(row.reduce(
